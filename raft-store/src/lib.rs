@@ -1,0 +1,49 @@
+//! gpumesh's replicated cluster state: the domain model, the `Command` log vocabulary, the pure
+//! `apply`, and openraft 0.9 storage (`RaftLogStorage` + `RaftStateMachine`) on sled.
+//!
+//! Architecture invariant: this crate knows nothing about gRPC, tonic or prost. It is the
+//! authority on what a valid state transition is; callers may pre-validate, apply always re-checks.
+
+#![allow(clippy::result_large_err)] // openraft's StorageError is large by design.
+
+mod command;
+mod engine;
+mod error;
+mod log_store;
+mod snapshot_file;
+mod state;
+mod state_machine;
+mod store;
+pub mod validate;
+
+pub use command::{ApplyResult, Command, LogEntry, Rejection};
+pub use engine::{KvEngine, SledEngine, Space};
+pub use error::OpenError;
+pub use log_store::LogStore;
+pub use state::{ClusterState, NodeRecord};
+pub use state_machine::{StateMachineStore, StateReader};
+pub use store::{DATA_FORMAT_VERSION, DataDir, open};
+
+/// Raft node ids are small integers chosen by the operator (`--node-id`).
+pub type NodeId = u64;
+
+openraft::declare_raft_types!(
+    /// The openraft type configuration of gpumesh.
+    pub TypeConfig:
+        D = LogEntry,
+        R = ApplyResult,
+        NodeId = NodeId,
+        Node = openraft::BasicNode,
+        Entry = openraft::Entry<TypeConfig>,
+        SnapshotData = std::io::Cursor<Vec<u8>>,
+        AsyncRuntime = openraft::TokioRuntime,
+);
+
+/// The openraft handle specialised to gpumesh.
+pub type Raft = openraft::Raft<TypeConfig>;
+/// A Raft log entry as openraft stores it.
+pub type Entry = openraft::Entry<TypeConfig>;
+/// A log id (term, leader, index).
+pub type LogId = openraft::LogId<NodeId>;
+/// openraft's storage error, specialised.
+pub type StorageError = openraft::StorageError<NodeId>;

@@ -1,0 +1,198 @@
+//! openraft `RaftLogStorage` on a `KvEngine`: the Raft log, the vote, and the committed index.
+//!
+//! Durability rule: `save_vote` returns, and `append` calls back, only after an fsync.
+
+use std::fmt::Debug;
+use std::ops::{Bound, RangeBounds};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
+use openraft::{ErrorSubject, ErrorVerb, RaftLogReader, StorageIOError, Vote};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::engine::{KvEngine, Space};
+use crate::{Entry, LogId, NodeId, StorageError, TypeConfig};
+
+const VOTE: &[u8] = b"vote";
+const COMMITTED: &[u8] = b"committed";
+const LAST_PURGED: &[u8] = b"last_purged";
+
+/// The Raft log store. Cheap to clone; clones share the engine.
+#[derive(Clone)]
+pub struct LogStore {
+    engine: Arc<dyn KvEngine>,
+    /// The last committed index openraft told us about (0 = none), for status reporting.
+    committed_index: Arc<AtomicU64>,
+}
+
+impl std::fmt::Debug for LogStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LogStore").field("committed_index", &self.committed_index).finish_non_exhaustive()
+    }
+}
+
+impl LogStore {
+    pub(crate) fn new(engine: Arc<dyn KvEngine>) -> Result<Self, StorageError> {
+        let store = Self { engine, committed_index: Arc::new(AtomicU64::new(0)) };
+        let committed: Option<LogId> = store.read_meta(COMMITTED)?;
+        store.committed_index.store(committed.map_or(0, |c| c.index), Ordering::Relaxed);
+        Ok(store)
+    }
+
+    /// A live view of the committed index (0 before anything commits).
+    pub fn committed_index(&self) -> Arc<AtomicU64> {
+        self.committed_index.clone()
+    }
+
+    fn read_meta<T: DeserializeOwned>(&self, key: &[u8]) -> Result<Option<T>, StorageError> {
+        let subject = meta_subject(key);
+        let bytes = self.engine.get(Space::Meta, key).map_err(|e| read_err(subject.clone(), &e))?;
+        bytes
+            .map(|b| serde_json::from_slice(&b).map_err(|e| read_err(subject, &e)))
+            .transpose()
+    }
+
+    fn write_meta<T: Serialize>(&self, key: &[u8], value: &T) -> Result<(), StorageError> {
+        let subject = meta_subject(key);
+        let bytes = serde_json::to_vec(value).map_err(|e| write_err(subject.clone(), &e))?;
+        self.engine
+            .write(Space::Meta, vec![(key.to_vec(), Some(bytes))])
+            .map_err(|e| write_err(subject, &e))
+    }
+
+    async fn flush(&self, subject: ErrorSubject<NodeId>) -> Result<(), StorageError> {
+        let engine = self.engine.clone();
+        let flushed = tokio::task::spawn_blocking(move || engine.flush())
+            .await
+            .unwrap_or_else(|join| Err(std::io::Error::other(join.to_string())));
+        flushed.map_err(|e| write_err(subject, &e))
+    }
+
+    /// Remove log keys in `[from, to)` and flush.
+    async fn remove_range(&self, from: u64, to: u64) -> Result<(), StorageError> {
+        let keys = self
+            .engine
+            .keys(Space::Log, &from.to_be_bytes(), &to.to_be_bytes())
+            .map_err(|e| write_err(ErrorSubject::Logs, &e))?;
+        let batch = keys.into_iter().map(|k| (k, None)).collect();
+        self.engine.write(Space::Log, batch).map_err(|e| write_err(ErrorSubject::Logs, &e))?;
+        self.flush(ErrorSubject::Logs).await
+    }
+}
+
+impl RaftLogReader<TypeConfig> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + Send>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry>, StorageError> {
+        let from = match range.start_bound() {
+            Bound::Included(i) => *i,
+            Bound::Excluded(i) => i.saturating_add(1),
+            Bound::Unbounded => 0,
+        };
+        let to = match range.end_bound() {
+            Bound::Included(i) => i.saturating_add(1),
+            Bound::Excluded(i) => *i,
+            Bound::Unbounded => u64::MAX,
+        };
+        if from >= to {
+            return Ok(Vec::new());
+        }
+        let rows = self
+            .engine
+            .range(Space::Log, &from.to_be_bytes(), &to.to_be_bytes())
+            .map_err(|e| read_err(ErrorSubject::Logs, &e))?;
+        rows.into_iter()
+            .map(|(_, v)| serde_json::from_slice(&v).map_err(|e| read_err(ErrorSubject::Logs, &e)))
+            .collect()
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for LogStore {
+    type LogReader = Self;
+
+    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
+        let last_purged_log_id: Option<LogId> = self.read_meta(LAST_PURGED)?;
+        let last = self.engine.last(Space::Log).map_err(|e| read_err(ErrorSubject::Logs, &e))?;
+        let last_log_id = match last {
+            Some((_, v)) => {
+                let entry: Entry =
+                    serde_json::from_slice(&v).map_err(|e| read_err(ErrorSubject::Logs, &e))?;
+                Some(entry.log_id)
+            }
+            None => last_purged_log_id,
+        };
+        Ok(LogState { last_purged_log_id, last_log_id })
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), StorageError> {
+        self.write_meta(VOTE, vote)?;
+        self.flush(ErrorSubject::Vote).await
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote<NodeId>>, StorageError> {
+        self.read_meta(VOTE)
+    }
+
+    async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
+        // Not flushed on purpose: a lost committed index is recomputed by the leader; it only
+        // saves replaying the log on restart.
+        self.write_meta(COMMITTED, &committed)?;
+        self.committed_index.store(committed.map_or(0, |c| c.index), Ordering::Relaxed);
+        Ok(())
+    }
+
+    async fn read_committed(&mut self) -> Result<Option<LogId>, StorageError> {
+        Ok(self.read_meta::<Option<LogId>>(COMMITTED)?.flatten())
+    }
+
+    async fn append<I>(&mut self, entries: I, callback: LogFlushed<TypeConfig>) -> Result<(), StorageError>
+    where
+        I: IntoIterator<Item = Entry> + Send,
+        I::IntoIter: Send,
+    {
+        let mut batch = Vec::new();
+        for entry in entries {
+            let bytes = serde_json::to_vec(&entry)
+                .map_err(|e| write_err(ErrorSubject::Log(entry.log_id), &e))?;
+            batch.push((entry.log_id.index.to_be_bytes().to_vec(), Some(bytes)));
+        }
+        self.engine.write(Space::Log, batch).map_err(|e| write_err(ErrorSubject::Logs, &e))?;
+        // Entries are readable now; tell openraft they are durable only once fsynced.
+        let engine = self.engine.clone();
+        let flushed = tokio::task::spawn_blocking(move || engine.flush())
+            .await
+            .unwrap_or_else(|join| Err(std::io::Error::other(join.to_string())));
+        callback.log_io_completed(flushed);
+        Ok(())
+    }
+
+    async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
+        self.remove_range(log_id.index, u64::MAX).await
+    }
+
+    async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
+        // Record the purge point first: a crash in between leaves extra entries, never a hole.
+        self.write_meta(LAST_PURGED, &log_id)?;
+        self.flush(ErrorSubject::Logs).await?;
+        self.remove_range(0, log_id.index.saturating_add(1)).await
+    }
+}
+
+fn meta_subject(key: &[u8]) -> ErrorSubject<NodeId> {
+    if key == VOTE { ErrorSubject::Vote } else { ErrorSubject::Store }
+}
+
+fn read_err(subject: ErrorSubject<NodeId>, e: &(dyn std::error::Error + 'static)) -> StorageError {
+    StorageIOError::new(subject, ErrorVerb::Read, openraft::AnyError::from_dyn(e, None)).into()
+}
+
+fn write_err(subject: ErrorSubject<NodeId>, e: &(dyn std::error::Error + 'static)) -> StorageError {
+    StorageIOError::new(subject, ErrorVerb::Write, openraft::AnyError::from_dyn(e, None)).into()
+}

@@ -1,0 +1,201 @@
+//! openraft `RaftStateMachine`: the in-memory `ClusterState`, rebuilt on start from the snapshot
+//! file and the log (openraft re-applies committed entries), and the snapshot builder.
+
+use std::io::Cursor;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock, RwLockReadGuard};
+
+use openraft::storage::{RaftStateMachine, Snapshot};
+use openraft::{
+    BasicNode, EntryPayload, ErrorSubject, ErrorVerb, RaftSnapshotBuilder, StorageIOError,
+    StoredMembership,
+};
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+use crate::command::ApplyResult;
+use crate::snapshot_file::{SnapshotFile, SnapshotFileError, SnapshotMeta};
+use crate::state::ClusterState;
+use crate::{Entry, LogId, NodeId, StorageError, TypeConfig};
+
+/// What a snapshot holds: the domain state plus what openraft needs to resume from it.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub(crate) struct MachineData {
+    pub last_applied: Option<LogId>,
+    pub last_membership: StoredMembership<NodeId, BasicNode>,
+    pub state: ClusterState,
+}
+
+/// The state machine. Clones share the same state.
+#[derive(Clone)]
+pub struct StateMachineStore {
+    data: Arc<RwLock<MachineData>>,
+    file: SnapshotFile,
+    applied: Arc<watch::Sender<u64>>,
+    snapshot_seq: Arc<AtomicU64>,
+}
+
+/// A read-only handle on the applied state, for services, the scheduler and the executor.
+#[derive(Clone)]
+pub struct StateReader {
+    data: Arc<RwLock<MachineData>>,
+    applied: watch::Receiver<u64>,
+}
+
+impl StateReader {
+    /// Run `f` on the current state. Keep `f` short: apply waits while it runs.
+    pub fn read<T>(&self, f: impl FnOnce(&ClusterState) -> T) -> T {
+        f(&read_lock(&self.data).state)
+    }
+
+    /// Index of the last applied entry (0 before anything is applied).
+    pub fn applied_index(&self) -> u64 {
+        *self.applied.borrow()
+    }
+
+    /// A receiver that changes whenever an entry is applied.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.applied.clone()
+    }
+}
+
+impl std::fmt::Debug for StateMachineStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StateMachineStore").field("file", &self.file).finish_non_exhaustive()
+    }
+}
+
+impl StateMachineStore {
+    /// Open the state machine of a data directory, restoring its snapshot when there is one.
+    pub(crate) fn open(file: SnapshotFile) -> Result<Self, SnapshotFileError> {
+        let data = match file.read()? {
+            Some((_, bytes)) => serde_json::from_slice(&bytes).map_err(|e| {
+                SnapshotFileError::Corrupt { path: file.path().to_owned(), detail: e.to_string() }
+            })?,
+            None => MachineData::default(),
+        };
+        let applied = data.last_applied.map_or(0, |l: LogId| l.index);
+        Ok(Self {
+            data: Arc::new(RwLock::new(data)),
+            file,
+            applied: Arc::new(watch::Sender::new(applied)),
+            snapshot_seq: Arc::new(AtomicU64::new(0)),
+        })
+    }
+
+    pub fn reader(&self) -> StateReader {
+        StateReader { data: self.data.clone(), applied: self.applied.subscribe() }
+    }
+
+    fn write_snapshot(&self, meta: &SnapshotMeta, bytes: &[u8]) -> Result<(), StorageError> {
+        self.file.write(meta, bytes).map_err(|e| {
+            StorageIOError::new(
+                ErrorSubject::Snapshot(Some(meta.signature())),
+                ErrorVerb::Write,
+                openraft::AnyError::new(&e),
+            )
+            .into()
+        })
+    }
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
+        // Copy a consistent view under the lock; serialise and write outside it.
+        let data = read_lock(&self.data).clone();
+        let bytes = serde_json::to_vec(&data).map_err(|e| snapshot_err(ErrorVerb::Write, &e))?;
+        let seq = self.snapshot_seq.fetch_add(1, Ordering::Relaxed);
+        let snapshot_id = match data.last_applied {
+            Some(l) => format!("{}-{}-{seq}", l.leader_id, l.index),
+            None => format!("empty-{seq}"),
+        };
+        let meta = SnapshotMeta {
+            last_log_id: data.last_applied,
+            last_membership: data.last_membership,
+            snapshot_id,
+        };
+        self.write_snapshot(&meta, &bytes)?;
+        Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(bytes)) })
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachineStore {
+    type SnapshotBuilder = Self;
+
+    async fn applied_state(
+        &mut self,
+    ) -> Result<(Option<LogId>, StoredMembership<NodeId, BasicNode>), StorageError> {
+        let data = read_lock(&self.data);
+        Ok((data.last_applied, data.last_membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<ApplyResult>, StorageError>
+    where
+        I: IntoIterator<Item = Entry> + Send,
+        I::IntoIter: Send,
+    {
+        let mut results = Vec::new();
+        let mut last = None;
+        {
+            let mut data = self.data.write().unwrap_or_else(|p| p.into_inner());
+            for entry in entries {
+                data.last_applied = Some(entry.log_id);
+                last = Some(entry.log_id.index);
+                results.push(match entry.payload {
+                    EntryPayload::Blank => ApplyResult::Ok,
+                    EntryPayload::Normal(ref e) => {
+                        let result = data.state.apply(e);
+                        if let ApplyResult::Rejected { reason } = &result {
+                            tracing::debug!(log_index = entry.log_id.index, %reason, "command rejected");
+                        }
+                        result
+                    }
+                    EntryPayload::Membership(m) => {
+                        data.last_membership = StoredMembership::new(Some(entry.log_id), m);
+                        ApplyResult::Ok
+                    }
+                });
+            }
+        }
+        if let Some(index) = last {
+            self.applied.send_replace(index);
+        }
+        Ok(results)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        self.clone()
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> Result<(), StorageError> {
+        let bytes = snapshot.into_inner();
+        let data: MachineData =
+            serde_json::from_slice(&bytes).map_err(|e| snapshot_err(ErrorVerb::Read, &e))?;
+        self.write_snapshot(meta, &bytes)?;
+        let applied = data.last_applied.map_or(0, |l| l.index);
+        *self.data.write().unwrap_or_else(|p| p.into_inner()) = data;
+        self.applied.send_replace(applied);
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
+        let stored = self.file.read().map_err(|e| snapshot_err(ErrorVerb::Read, &e))?;
+        Ok(stored.map(|(meta, bytes)| Snapshot { meta, snapshot: Box::new(Cursor::new(bytes)) }))
+    }
+}
+
+fn read_lock(data: &RwLock<MachineData>) -> RwLockReadGuard<'_, MachineData> {
+    data.read().unwrap_or_else(|p| p.into_inner())
+}
+
+fn snapshot_err(verb: ErrorVerb, e: &(dyn std::error::Error + 'static)) -> StorageError {
+    StorageIOError::new(ErrorSubject::Snapshot(None), verb, openraft::AnyError::from_dyn(e, None)).into()
+}
