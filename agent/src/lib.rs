@@ -1,1 +1,19 @@
-//! placeholder
+//! gpu-agent: the daemon every GPU host runs. It serves the public `gpumesh.v1` API and the
+//! internal peer API, takes part in the Raft group, and (as leader) keeps the membership healthy.
+//!
+//! Architecture invariant: all Raft retries and leader forwarding live in `cluster.rs`; all
+//! error → gRPC status mapping lives in `status.rs`; all wire conversion lives in `to_proto.rs`.
+
+pub mod autopilot;
+pub mod cluster;
+pub mod cluster_service;
+pub mod config;
+pub mod contact;
+pub mod dev;
+pub mod node;
+pub mod node_service;
+pub mod peer_client;
+pub mod peer_service;
+pub mod raft_network;
+pub mod status;
+pub mod to_proto;

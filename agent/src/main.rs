@@ -1,1 +1,150 @@
-fn main() {}
+//! `gpu-agent`: the gpumesh daemon (`run`) and a local development mesh (`dev`).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand, ValueEnum};
+use gpu_agent::config::{Config, FileConfig, Overrides};
+use gpu_agent::dev::DevOptions;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Parser)]
+#[command(name = "gpu-agent", version, about = "gpumesh agent: one identical daemon per GPU host")]
+struct Cli {
+    /// Log line format.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Plain)]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Plain,
+    Json,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run the agent (production). Flags override keys of the config file.
+    Run(RunArgs),
+    /// Start a complete local mesh of agents on loopback, ready for gpuctl.
+    Dev {
+        /// Number of agents.
+        #[arg(long, default_value_t = 3)]
+        nodes: usize,
+        /// Directory for data and logs (default: a fresh temporary directory, removed on exit).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// First listening port; agents take consecutive ports. 0 picks free ports.
+        #[arg(long, default_value_t = 7070)]
+        base_port: u16,
+    },
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// TOML configuration file (see deploy/config/agent.example.toml).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    #[arg(long)]
+    node_id: Option<u64>,
+    /// Address to listen on for peers and clients.
+    #[arg(long)]
+    listen: Option<SocketAddr>,
+    /// Address others use to reach this agent (default: --listen).
+    #[arg(long)]
+    advertise: Option<String>,
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Create a new cluster with this agent as its first member.
+    #[arg(long, conflicts_with = "join")]
+    bootstrap: bool,
+    /// Join an existing cluster through any of these members.
+    #[arg(long, value_delimiter = ',')]
+    join: Option<Vec<String>>,
+    /// Node labels, k=v,k=v.
+    #[arg(long, value_delimiter = ',', value_parser = parse_label)]
+    labels: Option<Vec<(String, String)>>,
+}
+
+fn parse_label(s: &str) -> Result<(String, String), String> {
+    s.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned())).ok_or_else(|| format!("label {s:?} is not k=v"))
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing(cli.log_format);
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: starting the async runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match runtime.block_on(run(cli.command)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn run(command: Cmd) -> anyhow::Result<()> {
+    let cancel = CancellationToken::new();
+    let on_signal = cancel.clone();
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        on_signal.cancel();
+    });
+    match command {
+        Cmd::Run(args) => {
+            let file = match &args.config {
+                Some(path) => FileConfig::load(path)?,
+                None => FileConfig::default(),
+            };
+            let overrides = Overrides {
+                node_id: args.node_id,
+                listen: args.listen,
+                advertise: args.advertise,
+                data_dir: args.data_dir,
+                bootstrap: args.bootstrap,
+                join: args.join,
+                labels: args.labels.map(|l| l.into_iter().collect::<BTreeMap<_, _>>()),
+            };
+            let config = Config::parse_and_validate(file, overrides).context("invalid configuration")?;
+            gpu_agent::node::run(config, cancel).await
+        }
+        Cmd::Dev { nodes, dir, base_port } => gpu_agent::dev::run(DevOptions { nodes, dir, base_port }, cancel).await,
+    }
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(_) => {
+            tokio::signal::ctrl_c().await.ok();
+        }
+    }
+}
+
+fn init_tracing(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=error"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Plain => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}

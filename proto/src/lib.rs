@@ -1,1 +1,19 @@
-//! placeholder
+//! gpumesh wire protocol: generated code for the public `gpumesh.v1` API and the internal
+//! `gpumesh.internal.v1` peer API. No logic lives here.
+
+#![allow(clippy::all, clippy::pedantic, missing_docs)]
+
+/// The public API that `gpuctl` and other clients use.
+pub mod v1 {
+    tonic::include_proto!("gpumesh.v1");
+}
+
+/// The agent-to-agent API. Clients never call it.
+pub mod internal {
+    pub mod v1 {
+        tonic::include_proto!("gpumesh.internal.v1");
+    }
+}
+
+/// Largest gRPC message either side accepts (snapshots travel in chunks below this).
+pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;

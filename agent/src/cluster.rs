@@ -1,0 +1,339 @@
+//! `Cluster`: this agent's handle on the Raft group. Writes go to the leader (forwarded when this
+//! agent is a follower), linearizable reads confirm a read index with the leader, and joins are
+//! admitted by the leader. Every retry loop in the agent's Raft usage lives here.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use gpu_proto::internal::v1::{JoinRequest, RaftMessage, ReadIndexRequest};
+use gpu_raft_store::{ApplyResult, Command, LogEntry, NodeId, Raft, Rejection, StateReader};
+use openraft::error::{ChangeMembershipError, ClientWriteError, RaftError};
+use openraft::{BasicNode, ChangeMembers, RaftMetrics, ServerState};
+
+use crate::contact::ContactBook;
+use crate::peer_client::{PeerClients, with_deadline};
+
+/// Why a cluster operation failed. Mapped to a gRPC status in exactly one place (`status.rs`).
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    #[error("no leader is known: the cluster is electing one or has lost its quorum")]
+    NoLeader,
+    #[error("the cluster did not answer within {0:?}")]
+    Timeout(Duration),
+    #[error(transparent)]
+    Rejected(#[from] Rejection),
+    #[error("raft: {0}")]
+    Raft(String),
+    #[error("{}", .0.message())]
+    Remote(tonic::Status),
+}
+
+/// One attempt's outcome inside a retry loop.
+pub enum Attempt {
+    /// Safe to try again (no leader yet, leadership moved, peer not reachable).
+    Retry(ClusterError),
+    Fail(ClusterError),
+}
+
+/// A committed write: its log index and how it applied. The reply of a forwarded write.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub struct Written {
+    pub index: u64,
+    pub result: ApplyResult,
+}
+
+/// A point-in-time view of the Raft group from this agent.
+#[derive(Clone, Debug)]
+pub struct RaftView {
+    pub node_id: NodeId,
+    pub leader: Option<NodeId>,
+    pub term: u64,
+    pub commit_index: u64,
+    pub applied_index: u64,
+    pub last_log_index: u64,
+    pub voters: BTreeSet<NodeId>,
+    pub members: BTreeMap<NodeId, String>,
+    /// Per member: matched log index (leader only).
+    pub matched: BTreeMap<NodeId, u64>,
+    pub is_leader: bool,
+}
+
+#[derive(Clone)]
+pub struct Cluster {
+    pub id: NodeId,
+    pub raft: Raft,
+    pub state: StateReader,
+    pub peers: PeerClients,
+    pub contacts: ContactBook,
+    committed: Arc<AtomicU64>,
+    /// How long a client-facing operation may keep retrying.
+    op_timeout: Duration,
+    voter_target: usize,
+}
+
+impl Cluster {
+    pub fn new(
+        id: NodeId,
+        raft: Raft,
+        state: StateReader,
+        committed: Arc<AtomicU64>,
+        contacts: ContactBook,
+        peers: PeerClients,
+        election_timeout_max: Duration,
+        voter_target: usize,
+    ) -> Self {
+        let op_timeout = (election_timeout_max * 10).max(Duration::from_secs(5));
+        Self { id, raft, state, peers, contacts, committed, op_timeout, voter_target }
+    }
+
+    pub fn voter_target(&self) -> usize {
+        self.voter_target
+    }
+
+    pub fn metrics(&self) -> RaftMetrics<NodeId, BasicNode> {
+        self.raft.metrics().borrow().clone()
+    }
+
+    pub fn view(&self) -> RaftView {
+        let m = self.metrics();
+        let membership = m.membership_config.membership();
+        RaftView {
+            node_id: self.id,
+            leader: m.current_leader,
+            term: m.current_term,
+            commit_index: self.committed.load(Ordering::Relaxed),
+            applied_index: m.last_applied.map_or(0, |l| l.index),
+            last_log_index: m.last_log_index.unwrap_or(0),
+            voters: membership.voter_ids().collect(),
+            members: membership.nodes().map(|(id, n)| (*id, n.addr.clone())).collect(),
+            matched: m
+                .replication
+                .as_ref()
+                .map(|r| r.iter().map(|(id, l)| (*id, l.map_or(0, |l| l.index))).collect())
+                .unwrap_or_default(),
+            is_leader: m.state == ServerState::Leader,
+        }
+    }
+
+    /// The current leader and its address, if known.
+    pub fn leader(&self) -> Option<(NodeId, String)> {
+        let m = self.raft.metrics();
+        let m = m.borrow();
+        let leader = m.current_leader?;
+        let addr = m.membership_config.membership().get_node(&leader)?.addr.clone();
+        Some((leader, addr))
+    }
+
+    /// Replicate `cmd`; forwarded to the leader from a follower. Returns once the command is
+    /// committed and applied on this replica too (read-your-writes through any agent).
+    pub async fn write(&self, cmd: Command) -> Result<(), ClusterError> {
+        let written = self
+            .retrying(|| async {
+                match self.leader() {
+                    None => Err(Attempt::Retry(ClusterError::NoLeader)),
+                    Some((leader, _)) if leader == self.id => self.write_as_leader(cmd.clone()).await,
+                    Some((_, addr)) => self.forward_write(&addr, &cmd).await,
+                }
+            })
+            .await?;
+        self.raft
+            .wait(Some(self.op_timeout))
+            .applied_index_at_least(Some(written.index), "read your write")
+            .await
+            .map_err(|_| ClusterError::Timeout(self.op_timeout))?;
+        match written.result {
+            ApplyResult::Ok => Ok(()),
+            ApplyResult::Rejected { reason } => Err(ClusterError::Rejected(reason)),
+        }
+    }
+
+    /// Propose on this node, which must be the leader. The proposer stamps the entry's time.
+    pub async fn write_as_leader(&self, cmd: Command) -> Result<Written, Attempt> {
+        let entry = LogEntry { proposed_at_ms: now_ms(), cmd };
+        match self.raft.client_write(entry).await {
+            Ok(reply) => Ok(Written { index: reply.log_id.index, result: reply.data }),
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => {
+                Err(Attempt::Retry(ClusterError::NoLeader))
+            }
+            Err(e) => Err(Attempt::Fail(ClusterError::Raft(e.to_string()))),
+        }
+    }
+
+    async fn forward_write(&self, addr: &str, cmd: &Command) -> Result<Written, Attempt> {
+        let json = serde_json::to_vec(cmd).map_err(|e| Attempt::Fail(ClusterError::Raft(e.to_string())))?;
+        let mut client = self.peers.get(addr).map_err(remote)?;
+        let reply = client.propose(with_deadline(RaftMessage { json }, self.op_timeout)).await.map_err(remote)?;
+        serde_json::from_slice(&reply.into_inner().json)
+            .map_err(|e| Attempt::Fail(ClusterError::Raft(format!("bad reply from leader: {e}"))))
+    }
+
+    /// Wait until this replica has applied everything committed before the call (read-index).
+    pub async fn linearizable_read(&self) -> Result<(), ClusterError> {
+        let read_index = self
+            .retrying(|| async {
+                match self.leader() {
+                    None => Err(Attempt::Retry(ClusterError::NoLeader)),
+                    Some((leader, _)) if leader == self.id => self.read_index_as_leader().await,
+                    Some((_, addr)) => {
+                        let mut client = self.peers.get(&addr).map_err(remote)?;
+                        let reply = client
+                            .read_index(with_deadline(ReadIndexRequest {}, self.op_timeout))
+                            .await
+                            .map_err(remote)?;
+                        Ok(reply.into_inner().read_index)
+                    }
+                }
+            })
+            .await?;
+        self.raft
+            .wait(Some(self.op_timeout))
+            .applied_index_at_least(Some(read_index), "linearizable read")
+            .await
+            .map_err(|_| ClusterError::Timeout(self.op_timeout))?;
+        Ok(())
+    }
+
+    /// Confirm leadership with a quorum; the returned index is safe to read at once applied.
+    pub async fn read_index_as_leader(&self) -> Result<u64, Attempt> {
+        match self.raft.ensure_linearizable().await {
+            Ok(log_id) => Ok(log_id.map_or(0, |l| l.index)),
+            Err(RaftError::APIError(_)) => Err(Attempt::Retry(ClusterError::NoLeader)),
+            Err(e) => Err(Attempt::Fail(ClusterError::Raft(e.to_string()))),
+        }
+    }
+
+    /// Ask the cluster (through any member) to admit `node` at `addr`. Returns whether it is a voter.
+    pub async fn join_via(
+        &self,
+        seeds: &[String],
+        node: NodeId,
+        addr: &str,
+        timeout: Duration,
+    ) -> Result<bool, ClusterError> {
+        let mut i = 0usize;
+        retry_until(timeout, || {
+            i += 1;
+            let seed = seeds[i % seeds.len()].clone();
+            async move {
+                let mut client = self.peers.get(&seed).map_err(remote)?;
+                let req = JoinRequest { node_id: node, addr: addr.to_owned() };
+                let reply = client.join(with_deadline(req, self.op_timeout)).await.map_err(remote)?;
+                Ok(reply.into_inner().voter)
+            }
+        })
+        .await
+    }
+
+    /// Handle a join request that reached this agent: admit it here if leader, else forward.
+    pub async fn join(&self, node: NodeId, addr: String) -> Result<bool, ClusterError> {
+        self.retrying(|| async {
+            match self.leader() {
+                None => Err(Attempt::Retry(ClusterError::NoLeader)),
+                Some((leader, _)) if leader == self.id => self.admit(node, &addr).await,
+                Some((_, leader_addr)) => {
+                    let mut client = self.peers.get(&leader_addr).map_err(remote)?;
+                    let req = JoinRequest { node_id: node, addr: addr.clone() };
+                    let reply = client.join(with_deadline(req, self.op_timeout)).await.map_err(remote)?;
+                    Ok(reply.into_inner().voter)
+                }
+            }
+        })
+        .await
+    }
+
+    /// Leader side of a join: add as learner (waiting for it to catch up), then fill voter seats.
+    async fn admit(&self, node: NodeId, addr: &str) -> Result<bool, Attempt> {
+        let known = self.view().members.get(&node).cloned();
+        let change = match known {
+            Some(a) if a == addr => None,
+            Some(_) => Some(ChangeMembers::SetNodes(BTreeMap::from([(node, BasicNode::new(addr))]))),
+            None => Some(ChangeMembers::AddNodes(BTreeMap::from([(node, BasicNode::new(addr))]))),
+        };
+        if let Some(change) = change {
+            tracing::info!(node_id = node, addr, "admitting member");
+            self.change_membership(change, true).await?;
+            // Let the new learner catch up before it can be counted on as a voter.
+            let target = self.view().last_log_index;
+            let caught_up = self
+                .raft
+                .wait(Some(self.op_timeout))
+                .metrics(|m| {
+                    m.replication.as_ref().and_then(|r| r.get(&node).copied().flatten()).map(|l| l.index)
+                        >= Some(target)
+                }, "learner caught up")
+                .await;
+            if caught_up.is_err() {
+                return Err(Attempt::Retry(ClusterError::Timeout(self.op_timeout)));
+            }
+        }
+        let view = self.view();
+        if !view.voters.contains(&node) && view.voters.len() < self.voter_target {
+            tracing::info!(node_id = node, "promoting learner to voter");
+            self.change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([node])), true).await?;
+        }
+        Ok(self.view().voters.contains(&node))
+    }
+
+    /// Commit a membership change on this node (the leader).
+    pub async fn change_membership(&self, change: ChangeMembers<NodeId, BasicNode>, retain: bool) -> Result<(), Attempt> {
+        match self.raft.change_membership(change, retain).await {
+            Ok(_) => Ok(()),
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => {
+                Err(Attempt::Retry(ClusterError::NoLeader))
+            }
+            Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(
+                ChangeMembershipError::InProgress(e),
+            ))) => Err(Attempt::Retry(ClusterError::Raft(e.to_string()))),
+            Err(e) => Err(Attempt::Fail(ClusterError::Raft(e.to_string()))),
+        }
+    }
+
+    /// Run `attempt` until it succeeds, fails for good, or the operation deadline passes.
+    async fn retrying<T, F, Fut>(&self, attempt: F) -> Result<T, ClusterError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, Attempt>>,
+    {
+        retry_until(self.op_timeout, attempt).await
+    }
+
+}
+
+/// Run `attempt` until it succeeds, fails for good, or `timeout` passes; back off exponentially
+/// (20 ms doubling to 1 s) between tries. On timeout the last retryable error is returned.
+pub async fn retry_until<T, F, Fut>(timeout: Duration, mut attempt: F) -> Result<T, ClusterError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, Attempt>>,
+{
+    let deadline = Instant::now() + timeout;
+    let mut backoff = Duration::from_millis(20);
+    loop {
+        match attempt().await {
+            Ok(v) => return Ok(v),
+            Err(Attempt::Fail(e)) => return Err(e),
+            Err(Attempt::Retry(e)) if Instant::now() + backoff >= deadline => return Err(e),
+            Err(Attempt::Retry(_)) => {
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+            }
+        }
+    }
+}
+
+/// A failed peer call: unreachable or "not the leader" are worth retrying; anything else is the
+/// remote's answer and goes back to the client as it is.
+fn remote(status: tonic::Status) -> Attempt {
+    match status.code() {
+        tonic::Code::Unavailable => Attempt::Retry(ClusterError::Remote(status)),
+        _ => Attempt::Fail(ClusterError::Remote(status)),
+    }
+}
+
+/// Wall-clock milliseconds, used only to stamp proposals (apply never reads a clock).
+pub fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}

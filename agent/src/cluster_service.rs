@@ -1,0 +1,51 @@
+//! Public `ClusterService`: the Raft group's state as the leader (or, with `stale`, this agent)
+//! sees it.
+
+use std::time::Duration;
+
+use gpu_proto::internal::v1::LeaderStatusRequest;
+use gpu_proto::v1 as pb;
+use gpu_proto::v1::cluster_service_server::ClusterService;
+use tonic::{Request, Response, Status};
+
+use crate::cluster::{Attempt, Cluster, ClusterError, retry_until};
+use crate::peer_client::with_deadline;
+use crate::to_proto::{self, Liveness};
+
+pub struct ClusterApi {
+    pub cluster: Cluster,
+    pub reachable_within: Duration,
+}
+
+/// This agent's view; with `liveness` (leader only) members carry reachability.
+pub fn status_view(cluster: &Cluster, reachable_within: Option<Duration>) -> pb::ClusterStatus {
+    let liveness = reachable_within.map(|r| Liveness { contacts: &cluster.contacts, reachable_within: r });
+    to_proto::cluster_status(&cluster.view(), cluster.voter_target(), liveness)
+}
+
+#[tonic::async_trait]
+impl ClusterService for ClusterApi {
+    async fn get_status(&self, req: Request<pb::GetStatusRequest>) -> Result<Response<pb::ClusterStatus>, Status> {
+        if req.into_inner().stale {
+            return Ok(Response::new(status_view(&self.cluster, None)));
+        }
+        let status = retry_until(Duration::from_secs(5), || async {
+            match self.cluster.leader() {
+                None => Err(Attempt::Retry(ClusterError::NoLeader)),
+                Some((id, _)) if id == self.cluster.id => {
+                    Ok(status_view(&self.cluster, Some(self.reachable_within)))
+                }
+                Some((_, addr)) => {
+                    let mut client = self.cluster.peers.get(&addr).map_err(|s| Attempt::Fail(ClusterError::Remote(s)))?;
+                    match client.leader_status(with_deadline(LeaderStatusRequest {}, Duration::from_secs(2))).await {
+                        Ok(r) => Ok(r.into_inner()),
+                        Err(s) if s.code() == tonic::Code::Unavailable => Err(Attempt::Retry(ClusterError::Remote(s))),
+                        Err(s) => Err(Attempt::Fail(ClusterError::Remote(s))),
+                    }
+                }
+            }
+        })
+        .await?;
+        Ok(Response::new(status))
+    }
+}

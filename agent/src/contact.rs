@@ -1,0 +1,27 @@
+//! When this agent last heard from each peer: recorded by the Raft transport on every successful
+//! reply, read by cluster status and the autopilot.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use gpu_raft_store::NodeId;
+
+#[derive(Clone, Debug, Default)]
+pub struct ContactBook {
+    last: Arc<Mutex<HashMap<NodeId, Instant>>>,
+}
+
+impl ContactBook {
+    pub fn heard_from(&self, node: NodeId) {
+        self.lock().insert(node, Instant::now());
+    }
+
+    pub fn last_heard(&self, node: NodeId) -> Option<Instant> {
+        self.lock().get(&node).copied()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<NodeId, Instant>> {
+        self.last.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}

@@ -1,0 +1,184 @@
+//! `gpu-agent dev`: a complete local mesh of N agents on loopback, as child processes of this
+//! one, each with its own data directory and log file. Ctrl-C or SIGTERM stops them all.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail, ensure};
+use gpu_proto::v1::GetStatusRequest;
+use gpu_proto::v1::cluster_service_client::ClusterServiceClient;
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use tokio::process::{Child, Command};
+use tokio_util::sync::CancellationToken;
+
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
+const STOP_GRACE: Duration = Duration::from_secs(5);
+
+#[derive(Debug)]
+pub struct DevOptions {
+    pub nodes: usize,
+    /// Where the agents keep data and logs; a fresh temporary directory when `None`.
+    pub dir: Option<PathBuf>,
+    /// First port; agents use consecutive ports. 0 picks free ports.
+    pub base_port: u16,
+}
+
+struct DevAgent {
+    id: u64,
+    addr: String,
+    log: PathBuf,
+    child: Child,
+}
+
+pub async fn run(opts: DevOptions, cancel: CancellationToken) -> anyhow::Result<()> {
+    ensure!((1..=32).contains(&opts.nodes), "--nodes must be between 1 and 32");
+    let exe = std::env::current_exe().context("locating the gpu-agent binary")?;
+    let (dir, throwaway) = match opts.dir {
+        Some(d) => (d, false),
+        None => (std::env::temp_dir().join(format!("gpumesh-dev-{}", std::process::id())), true),
+    };
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let addrs = pick_addrs(opts.nodes, opts.base_port)?;
+
+    let mut agents = Vec::new();
+    for (i, addr) in addrs.iter().enumerate() {
+        let id = i as u64 + 1;
+        let log = dir.join(format!("node-{id}.log"));
+        let mut cmd = Command::new(&exe);
+        cmd.arg("run")
+            .args(["--node-id", &id.to_string(), "--listen", addr])
+            .arg("--data-dir")
+            .arg(dir.join(format!("node-{id}")));
+        if id == 1 {
+            cmd.arg("--bootstrap");
+        } else {
+            cmd.args(["--join", &addrs[0]]);
+        }
+        let log_file = std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log_file)
+            .kill_on_drop(true)
+            .spawn()
+            .context("starting an agent")?;
+        agents.push(DevAgent { id, addr: addr.clone(), log, child });
+    }
+
+    let ready = tokio::select! {
+        () = cancel.cancelled() => Ok(None),
+        r = wait_ready(&mut agents) => r.map(Some),
+    };
+    let outcome = match ready {
+        Ok(Some(leader)) => {
+            print_banner(&agents, leader, &dir);
+            watch(&mut agents, &cancel).await;
+            Ok(())
+        }
+        Ok(None) => Ok(()),
+        Err(e) => Err(e),
+    };
+    eprintln!("stopping {} agents", agents.len());
+    stop(&mut agents).await;
+    if throwaway && outcome.is_ok() {
+        std::fs::remove_dir_all(&dir).ok();
+    }
+    outcome
+}
+
+fn pick_addrs(n: usize, base_port: u16) -> anyhow::Result<Vec<String>> {
+    let mut listeners = Vec::new();
+    for i in 0..n {
+        let port = if base_port == 0 { 0 } else { base_port.checked_add(i as u16).context("port out of range")? };
+        let l = std::net::TcpListener::bind(("127.0.0.1", port)).with_context(|| {
+            format!("port {port} on 127.0.0.1 is not free; pass --base-port to use other ports (0 picks free ones)")
+        })?;
+        listeners.push(l);
+    }
+    // Dropped together at the end, so picks of port 0 cannot collide with each other.
+    listeners.iter().map(|l| Ok(l.local_addr()?.to_string())).collect()
+}
+
+/// Wait until a leader exists and every agent is a member; returns the leader id.
+async fn wait_ready(agents: &mut [DevAgent]) -> anyhow::Result<u64> {
+    let started = Instant::now();
+    let want_voters = agents.len().min(3);
+    loop {
+        for a in agents.iter_mut() {
+            if let Some(status) = a.child.try_wait()? {
+                bail!("agent {} exited with {status} during start-up:\n{}", a.id, log_tail(&a.log));
+            }
+        }
+        if let Ok(s) = status(&agents[0].addr).await {
+            let voters = s.members.iter().filter(|m| m.role == gpu_proto::v1::MemberRole::Voter as i32).count();
+            if let Some(leader) = s.leader_id
+                && s.members.len() == agents.len()
+                && voters == want_voters
+            {
+                return Ok(leader);
+            }
+        }
+        if started.elapsed() > READY_TIMEOUT {
+            bail!("the mesh did not form within {READY_TIMEOUT:?}; agent logs:\n{}", log_tail(&agents[0].log));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn status(addr: &str) -> anyhow::Result<gpu_proto::v1::ClusterStatus> {
+    let mut client = ClusterServiceClient::connect(format!("http://{addr}")).await?;
+    let mut req = tonic::Request::new(GetStatusRequest { stale: false });
+    req.set_timeout(Duration::from_secs(2));
+    Ok(client.get_status(req).await?.into_inner())
+}
+
+fn print_banner(agents: &[DevAgent], leader: u64, dir: &Path) {
+    let endpoints = agents.iter().map(|a| a.addr.as_str()).collect::<Vec<_>>().join(",");
+    println!("gpumesh dev mesh: {} agents up, leader n{leader}, data and logs in {}", agents.len(), dir.display());
+    println!("endpoint: {endpoints}");
+    println!();
+    println!("  export GPUCTL_ENDPOINT={endpoints}");
+    println!("  cargo run --release --bin gpuctl -- cluster status");
+    println!("  cargo run --release --bin gpuctl -- cluster members -o json");
+    println!();
+    println!("Ctrl-C stops the mesh.");
+}
+
+/// Run until cancelled, reporting agents that exit on their own.
+async fn watch(agents: &mut [DevAgent], cancel: &CancellationToken) {
+    let mut reported = vec![false; agents.len()];
+    loop {
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            () = tokio::time::sleep(Duration::from_millis(500)) => {}
+        }
+        for (a, seen) in agents.iter_mut().zip(reported.iter_mut()) {
+            if !*seen && let Ok(Some(status)) = a.child.try_wait() {
+                eprintln!("agent {} exited with {status}; its log: {}", a.id, a.log.display());
+                *seen = true;
+            }
+        }
+    }
+}
+
+/// SIGTERM every agent, then SIGKILL whatever is still running after the grace period.
+async fn stop(agents: &mut [DevAgent]) {
+    for a in agents.iter() {
+        if let Some(pid) = a.child.id().and_then(|p| i32::try_from(p).ok()) {
+            kill(Pid::from_raw(pid), Signal::SIGTERM).ok();
+        }
+    }
+    for a in agents.iter_mut() {
+        if tokio::time::timeout(STOP_GRACE, a.child.wait()).await.is_err() {
+            a.child.kill().await.ok();
+        }
+    }
+}
+
+fn log_tail(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(20)..].join("\n")
+}

@@ -1,0 +1,79 @@
+//! The internal `RaftPeer` gRPC service: Raft RPCs from other agents, plus joins, forwarded
+//! writes, read-index and the leader's status view.
+
+use gpu_proto::internal::v1::raft_peer_server::RaftPeer;
+use gpu_proto::internal::v1::{
+    JoinRequest, JoinResponse, LeaderStatusRequest, RaftMessage, ReadIndexRequest, ReadIndexResponse,
+};
+use gpu_proto::v1 as pb;
+use gpu_raft_store::{Command, validate};
+use serde::Serialize;
+use tonic::{Request, Response, Status};
+
+use crate::cluster::{Attempt, Cluster, ClusterError};
+use crate::cluster_service::status_view;
+use crate::status::{bad_payload, invalid};
+
+pub struct PeerService {
+    pub cluster: Cluster,
+    pub reachable_within: std::time::Duration,
+}
+
+fn reply<T: Serialize>(value: &T) -> Result<Response<RaftMessage>, Status> {
+    let json = serde_json::to_vec(value).map_err(|e| Status::internal(e.to_string()))?;
+    Ok(Response::new(RaftMessage { json }))
+}
+
+fn not_leader(attempt: Attempt) -> Status {
+    match attempt {
+        Attempt::Retry(ClusterError::NoLeader) => Status::unavailable("this agent is not the leader"),
+        Attempt::Retry(e) | Attempt::Fail(e) => e.into(),
+    }
+}
+
+#[tonic::async_trait]
+impl RaftPeer for PeerService {
+    async fn append_entries(&self, req: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
+        let rpc = serde_json::from_slice(&req.into_inner().json).map_err(bad_payload)?;
+        reply(&self.cluster.raft.append_entries(rpc).await)
+    }
+
+    async fn vote(&self, req: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
+        let rpc = serde_json::from_slice(&req.into_inner().json).map_err(bad_payload)?;
+        reply(&self.cluster.raft.vote(rpc).await)
+    }
+
+    async fn install_snapshot(&self, req: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
+        let rpc = serde_json::from_slice(&req.into_inner().json).map_err(bad_payload)?;
+        reply(&self.cluster.raft.install_snapshot(rpc).await)
+    }
+
+    async fn join(&self, req: Request<JoinRequest>) -> Result<Response<JoinResponse>, Status> {
+        let JoinRequest { node_id, addr } = req.into_inner();
+        if node_id == 0 {
+            return Err(invalid("node_id must be at least 1"));
+        }
+        validate::addr(&addr).map_err(invalid)?;
+        let voter = self.cluster.join(node_id, addr).await?;
+        let leader_id = self.cluster.leader().map_or(0, |(id, _)| id);
+        Ok(Response::new(JoinResponse { leader_id, voter }))
+    }
+
+    async fn propose(&self, req: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
+        let cmd: Command = serde_json::from_slice(&req.into_inner().json).map_err(bad_payload)?;
+        let result = self.cluster.write_as_leader(cmd).await.map_err(not_leader)?;
+        reply(&result)
+    }
+
+    async fn read_index(&self, _: Request<ReadIndexRequest>) -> Result<Response<ReadIndexResponse>, Status> {
+        let read_index = self.cluster.read_index_as_leader().await.map_err(not_leader)?;
+        Ok(Response::new(ReadIndexResponse { read_index }))
+    }
+
+    async fn leader_status(&self, _: Request<LeaderStatusRequest>) -> Result<Response<pb::ClusterStatus>, Status> {
+        if !self.cluster.view().is_leader {
+            return Err(Status::unavailable("this agent is not the leader"));
+        }
+        Ok(Response::new(status_view(&self.cluster, Some(self.reachable_within))))
+    }
+}

@@ -1,0 +1,100 @@
+//! openraft's `RaftNetwork` over the internal gRPC peer service. Payloads are serde-JSON of
+//! openraft's own request and `Result<response, RaftError>` types.
+
+use gpu_proto::internal::v1::RaftMessage;
+use gpu_raft_store::{NodeId, TypeConfig};
+use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use openraft::BasicNode;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::contact::ContactBook;
+use crate::peer_client::{PeerClients, with_deadline};
+
+/// Creates one `PeerLink` per replication target.
+#[derive(Clone)]
+pub struct NetworkFactory {
+    pub peers: PeerClients,
+    pub contacts: ContactBook,
+}
+
+impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
+    type Network = PeerLink;
+
+    async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> PeerLink {
+        PeerLink { target, addr: node.addr.clone(), peers: self.peers.clone(), contacts: self.contacts.clone() }
+    }
+}
+
+pub struct PeerLink {
+    target: NodeId,
+    addr: String,
+    peers: PeerClients,
+    contacts: ContactBook,
+}
+
+#[derive(Clone, Copy)]
+enum Rpc {
+    AppendEntries,
+    Vote,
+    InstallSnapshot,
+}
+
+type RpcResult<T, E> = Result<T, RPCError<NodeId, BasicNode, RaftError<NodeId, E>>>;
+
+impl PeerLink {
+    async fn call<Req, Resp, E>(&mut self, rpc: Rpc, req: &Req, option: &RPCOption) -> RpcResult<Resp, E>
+    where
+        Req: Serialize,
+        Resp: DeserializeOwned,
+        E: std::error::Error + DeserializeOwned,
+    {
+        let json = serde_json::to_vec(req).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        let mut client = self.peers.get(&self.addr).map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))?;
+        let msg = with_deadline(RaftMessage { json }, option.hard_ttl());
+        let reply = match rpc {
+            Rpc::AppendEntries => client.append_entries(msg).await,
+            Rpc::Vote => client.vote(msg).await,
+            Rpc::InstallSnapshot => client.install_snapshot(msg).await,
+        };
+        let reply = reply.map_err(|status| match status.code() {
+            tonic::Code::Unavailable => RPCError::Unreachable(Unreachable::new(&status)),
+            _ => RPCError::Network(NetworkError::new(&status)),
+        })?;
+        self.contacts.heard_from(self.target);
+        let result: Result<Resp, RaftError<NodeId, E>> = serde_json::from_slice(&reply.into_inner().json)
+            .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        result.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
+    }
+}
+
+impl RaftNetwork<TypeConfig> for PeerLink {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> RpcResult<AppendEntriesResponse<NodeId>, openraft::error::Infallible> {
+        self.call(Rpc::AppendEntries, &rpc, &option).await
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> RpcResult<InstallSnapshotResponse<NodeId>, InstallSnapshotError> {
+        self.call(Rpc::InstallSnapshot, &rpc, &option).await
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<NodeId>,
+        option: RPCOption,
+    ) -> RpcResult<VoteResponse<NodeId>, openraft::error::Infallible> {
+        self.call(Rpc::Vote, &rpc, &option).await
+    }
+}

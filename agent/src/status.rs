@@ -1,0 +1,31 @@
+//! The one place where agent errors become gRPC statuses.
+
+use gpu_raft_store::Rejection;
+use tonic::Status;
+
+use crate::cluster::ClusterError;
+
+impl From<ClusterError> for Status {
+    fn from(e: ClusterError) -> Self {
+        match e {
+            ClusterError::NoLeader | ClusterError::Timeout(_) => Status::unavailable(e.to_string()),
+            ClusterError::Rejected(r @ Rejection::UnknownNode { .. }) => Status::not_found(r.to_string()),
+            ClusterError::Rejected(r @ Rejection::Invalid { .. }) => Status::invalid_argument(r.to_string()),
+            ClusterError::Raft(_) => {
+                tracing::error!(error = %e, "raft failure while serving a request");
+                Status::internal(e.to_string())
+            }
+            ClusterError::Remote(status) => status,
+        }
+    }
+}
+
+/// A request that failed validation at the edge.
+pub fn invalid(message: impl Into<String>) -> Status {
+    Status::invalid_argument(message)
+}
+
+/// A peer payload that does not decode.
+pub fn bad_payload(e: serde_json::Error) -> Status {
+    Status::invalid_argument(format!("undecodable payload: {e}"))
+}

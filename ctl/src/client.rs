@@ -1,0 +1,99 @@
+//! Reaching the cluster: the endpoint list, tried in order, moving on when an agent is down.
+
+use std::time::Duration;
+
+use tonic::transport::{Channel, Endpoint};
+
+/// Why a command failed: the server's answer, or no agent reachable at all.
+#[derive(Debug)]
+pub enum CallError {
+    Unreachable(Vec<String>),
+    Status(tonic::Status),
+}
+
+impl std::fmt::Display for CallError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CallError::Unreachable(tried) => {
+                write!(f, "no agent answered; tried: {}", tried.join("; "))
+            }
+            CallError::Status(s) => write!(f, "{}: {}", code_name(s.code()), s.message()),
+        }
+    }
+}
+
+fn code_name(code: tonic::Code) -> &'static str {
+    match code {
+        tonic::Code::InvalidArgument => "invalid argument",
+        tonic::Code::NotFound => "not found",
+        tonic::Code::Unavailable => "unavailable",
+        tonic::Code::DeadlineExceeded => "timed out",
+        tonic::Code::PermissionDenied => "permission denied",
+        tonic::Code::Unauthenticated => "unauthenticated",
+        tonic::Code::ResourceExhausted => "resource exhausted",
+        tonic::Code::FailedPrecondition => "failed precondition",
+        _ => "error",
+    }
+}
+
+pub struct Endpoints {
+    addrs: Vec<String>,
+    timeout: Duration,
+}
+
+impl Endpoints {
+    pub fn new(addrs: Vec<String>, timeout: Duration) -> Self {
+        Self { addrs, timeout }
+    }
+
+    /// Run `call` against the first agent that accepts a connection and answers. An agent that
+    /// is down (connection refused, unavailable) is skipped; any other answer is final.
+    pub async fn call<T, F, Fut>(&self, mut call: F) -> Result<T, CallError>
+    where
+        F: FnMut(Channel) -> Fut,
+        Fut: std::future::Future<Output = Result<T, tonic::Status>>,
+    {
+        let mut tried = Vec::new();
+        for addr in &self.addrs {
+            let channel = match self.connect(addr).await {
+                Ok(c) => c,
+                Err(e) => {
+                    tried.push(format!("{addr}: {e}"));
+                    continue;
+                }
+            };
+            match call(channel).await {
+                Ok(v) => return Ok(v),
+                Err(s) if s.code() == tonic::Code::Unavailable && is_transport(&s) => {
+                    tried.push(format!("{addr}: {}", s.message()));
+                }
+                Err(s) => return Err(CallError::Status(s)),
+            }
+        }
+        Err(CallError::Unreachable(tried))
+    }
+
+    async fn connect(&self, addr: &str) -> Result<Channel, String> {
+        let endpoint = Endpoint::from_shared(format!("http://{addr}"))
+            .map_err(|e| format!("bad address: {e}"))?
+            .connect_timeout(self.timeout.min(Duration::from_secs(3)))
+            .timeout(self.timeout);
+        endpoint.connect().await.map_err(|e| error_chain(&e))
+    }
+}
+
+/// A status produced by the transport (agent gone mid-call), not by the agent's logic.
+fn is_transport(s: &tonic::Status) -> bool {
+    std::error::Error::source(s).is_some() || s.message().contains("transport")
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}

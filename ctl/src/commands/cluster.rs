@@ -1,0 +1,109 @@
+//! `gpuctl cluster status|members`.
+//!
+//! JSON (stable): `status` prints the object below; `members` prints the `members` array.
+//! `{"node_id", "leader_id" (null when none), "leader_addr", "term", "commit_index",
+//!   "applied_index", "last_log_index", "voter_target", "members": [{"node_id", "addr",
+//!   "role" ("voter"|"learner"), "is_leader", "reachable" (null on a stale view),
+//!   "last_contact_ms_ago", "matched_index"}]}`
+
+use gpu_proto::v1 as pb;
+use gpu_proto::v1::cluster_service_client::ClusterServiceClient;
+use serde_json::{Value, json};
+
+use super::{Answer, Ctx, Failure};
+use crate::cli::{ClusterVerb, Output};
+use crate::output::{self, table};
+
+pub async fn run(ctx: &Ctx, verb: ClusterVerb) -> Result<Answer, Failure> {
+    let (stale, members_only) = match verb {
+        ClusterVerb::Status { stale } => (stale, false),
+        ClusterVerb::Members { stale } => (stale, true),
+    };
+    let status = ctx
+        .endpoints
+        .call(|ch| async move {
+            let reply = ClusterServiceClient::new(ch).get_status(pb::GetStatusRequest { stale }).await?;
+            Ok(reply.into_inner())
+        })
+        .await?;
+    let positive = status.leader_id.is_some();
+    let text = match (ctx.output, members_only) {
+        (Output::Json, false) => output::json(&status_json(&status)),
+        (Output::Json, true) => output::json(&Value::Array(status.members.iter().map(member_json).collect())),
+        (Output::Table, false) => status_table(&status),
+        (Output::Table, true) => members_table(&status.members),
+    };
+    Ok(Answer { text, positive })
+}
+
+fn role(m: &pb::Member) -> &'static str {
+    match pb::MemberRole::try_from(m.role) {
+        Ok(pb::MemberRole::Voter) => "voter",
+        Ok(pb::MemberRole::Learner) => "learner",
+        _ => "unknown",
+    }
+}
+
+fn member_json(m: &pb::Member) -> Value {
+    json!({
+        "node_id": m.node_id,
+        "addr": m.addr,
+        "role": role(m),
+        "is_leader": m.is_leader,
+        "reachable": m.reachable,
+        "last_contact_ms_ago": m.last_contact_ms_ago,
+        "matched_index": m.matched_index,
+    })
+}
+
+fn status_json(s: &pb::ClusterStatus) -> Value {
+    json!({
+        "node_id": s.node_id,
+        "leader_id": s.leader_id,
+        "leader_addr": s.leader_addr,
+        "term": s.term,
+        "commit_index": s.commit_index,
+        "applied_index": s.applied_index,
+        "last_log_index": s.last_log_index,
+        "voter_target": s.voter_target,
+        "members": s.members.iter().map(member_json).collect::<Vec<_>>(),
+    })
+}
+
+fn status_table(s: &pb::ClusterStatus) -> String {
+    let leader = s.leader_id.map_or_else(|| "none".to_owned(), |l| format!("n{l} ({})", s.leader_addr));
+    let voters = s.members.iter().filter(|m| role(m) == "voter").count();
+    let mut out = format!(
+        "Leader:   {leader}\nTerm:     {}\nLog:      commit {} / applied {} / last {}\nMembers:  {} ({voters} voters, target {})\nAnswered: n{}\n\n",
+        s.term,
+        s.commit_index,
+        s.applied_index,
+        s.last_log_index,
+        s.members.len(),
+        s.voter_target,
+        s.node_id,
+    );
+    out.push_str(&members_table(&s.members));
+    out
+}
+
+fn members_table(members: &[pb::Member]) -> String {
+    let rows: Vec<Vec<String>> = members
+        .iter()
+        .map(|m| {
+            vec![
+                format!("n{}", m.node_id),
+                m.addr.clone(),
+                format!("{}{}", role(m), if m.is_leader { " (leader)" } else { "" }),
+                match m.reachable {
+                    Some(true) => "yes".into(),
+                    Some(false) => "no".into(),
+                    None => "?".into(),
+                },
+                m.last_contact_ms_ago.map_or_else(|| "-".into(), |ms| format!("{ms}ms")),
+                m.matched_index.map_or_else(|| "-".into(), |i| i.to_string()),
+            ]
+        })
+        .collect();
+    table(&["NODE", "ADDRESS", "ROLE", "REACHABLE", "LAST CONTACT", "MATCHED"], &rows)
+}
