@@ -12,7 +12,7 @@ pub fn node(n: &NodeRecord) -> pb::Node {
     pb::Node {
         id: n.id,
         addr: n.addr.clone(),
-        labels: n.labels.clone().into_iter().collect(),
+        labels: n.effective_labels().into_iter().collect(),
         registered_at_ms: n.registered_at_ms,
         updated_at_ms: n.updated_at_ms,
     }

@@ -19,10 +19,24 @@ pub struct ClusterState {
 pub struct NodeRecord {
     pub id: NodeId,
     pub addr: String,
+    /// Labels from the agent's own configuration, replaced at every registration.
+    #[serde(default)]
+    pub agent_labels: BTreeMap<String, String>,
+    /// Labels set by operators through the API; they survive agent restarts and win over
+    /// agent labels with the same key.
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
     pub registered_at_ms: u64,
     pub updated_at_ms: u64,
+}
+
+impl NodeRecord {
+    /// What placement sees: agent labels overlaid by operator labels.
+    pub fn effective_labels(&self) -> BTreeMap<String, String> {
+        let mut all = self.agent_labels.clone();
+        all.extend(self.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+        all
+    }
 }
 
 impl ClusterState {
@@ -44,12 +58,13 @@ impl ClusterState {
                 let record = self.nodes.entry(*node).or_insert_with(|| NodeRecord {
                     id: *node,
                     addr: String::new(),
+                    agent_labels: BTreeMap::new(),
                     labels: BTreeMap::new(),
                     registered_at_ms: now,
                     updated_at_ms: now,
                 });
                 record.addr.clone_from(addr);
-                record.labels.clone_from(labels);
+                record.agent_labels.clone_from(labels);
                 record.updated_at_ms = now;
                 Ok(())
             }
@@ -126,6 +141,30 @@ mod tests {
         };
         assert!(matches!(s.apply(&at(2, cmd)), ApplyResult::Rejected { .. }));
         assert_eq!(s, before, "a rejected command must not half-apply");
+    }
+
+    #[test]
+    fn re_registration_keeps_operator_labels() {
+        let mut s = ClusterState::default();
+        let with_rack = |rack: &str| Command::RegisterNode {
+            node: 1,
+            addr: "h:1".into(),
+            labels: BTreeMap::from([("rack".into(), rack.into())]),
+        };
+        s.apply(&at(1, with_rack("r1")));
+        let zone = Command::SetNodeLabels {
+            node: 1,
+            set: BTreeMap::from([("zone".into(), "b".into()), ("rack".into(), "override".into())]),
+            remove: BTreeSet::new(),
+        };
+        s.apply(&at(2, zone));
+        s.apply(&at(3, with_rack("r2")));
+        let n = &s.nodes[&1];
+        assert_eq!(n.agent_labels["rack"], "r2");
+        assert_eq!(
+            n.effective_labels(),
+            BTreeMap::from([("rack".into(), "override".into()), ("zone".into(), "b".into())])
+        );
     }
 
     #[test]

@@ -1,1 +1,216 @@
-//! placeholder
+//! The multi-node test harness: real `gpu-agent` processes on loopback, each with its own data
+//! directory and log, with kill/restart knobs and gRPC clients. One cluster runs at a time per
+//! test binary (the machines are small; parallel clusters make elections flaky).
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use gpu_proto::v1 as pb;
+use gpu_proto::v1::cluster_service_client::ClusterServiceClient;
+use gpu_proto::v1::node_service_client::NodeServiceClient;
+use tonic::transport::Channel;
+
+/// Path of a workspace binary built beside this test (`cargo test --workspace` builds them).
+pub fn bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let dir = exe.parent().and_then(Path::parent).expect("target/<profile> directory");
+    let path = dir.join(name);
+    assert!(path.exists(), "{} is missing: run `cargo build --bins` (or `cargo test --workspace`)", path.display());
+    path
+}
+
+/// A free loopback port (bound once, then released for the agent to take).
+pub fn free_addr() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").to_string()
+}
+
+static ONE_CLUSTER_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+pub struct Agent {
+    pub id: u64,
+    pub addr: String,
+    pub config: PathBuf,
+    pub log: PathBuf,
+    child: Option<Child>,
+}
+
+pub struct Cluster {
+    pub root: tempfile::TempDir,
+    pub agents: BTreeMap<u64, Agent>,
+    _turn: MutexGuard<'static, ()>,
+}
+
+impl Cluster {
+    /// Start `n` agents: n1 bootstraps, the others join through it. `extra_toml` is appended to
+    /// every agent's config. Waits until all are members and the voter seats are filled.
+    pub async fn start(n: u64, voter_target: usize, extra_toml: &str) -> Cluster {
+        let turn = ONE_CLUSTER_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+        let root = tempfile::tempdir().expect("tempdir");
+        let addrs: Vec<String> = (0..n).map(|_| free_addr()).collect();
+        let mut agents = BTreeMap::new();
+        for id in 1..=n {
+            let addr = addrs[id as usize - 1].clone();
+            let data = root.path().join(format!("node-{id}"));
+            let start = if id == 1 { "bootstrap = true".to_owned() } else { format!("join = [{:?}]", addrs[0]) };
+            let toml = format!(
+                "node_id = {id}\nlisten = {addr:?}\ndata_dir = {data:?}\n{start}\njoin_timeout = \"30s\"\n\
+                 [raft]\nvoter_target = {voter_target}\n{extra_toml}\n"
+            );
+            let config = root.path().join(format!("node-{id}.toml"));
+            std::fs::write(&config, toml).expect("write config");
+            let log = root.path().join(format!("node-{id}.log"));
+            agents.insert(id, Agent { id, addr, config, log, child: None });
+        }
+        let mut cluster = Cluster { root, agents, _turn: turn };
+        for id in 1..=n {
+            cluster.start_agent(id);
+            if id == 1 {
+                cluster.wait_for("n1 to lead", Duration::from_secs(20), |c| async move {
+                    c.status(1, true).await.is_ok_and(|s| s.leader_id == Some(1))
+                })
+                .await;
+            }
+        }
+        let want_voters = (n as usize).min(voter_target);
+        cluster
+            .wait_for("every agent to join", Duration::from_secs(60), |c| async move {
+                c.status(1, false).await.is_ok_and(|s| s.members.len() == n as usize && voters(&s).len() == want_voters)
+            })
+            .await;
+        cluster
+    }
+
+    pub fn start_agent(&mut self, id: u64) {
+        let agent = self.agents.get_mut(&id).expect("known agent");
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&agent.log).expect("log file");
+        let child = Command::new(bin("gpu-agent"))
+            .arg("run")
+            .arg("--config")
+            .arg(&agent.config)
+            .env("RUST_LOG", "info,openraft=warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn gpu-agent");
+        agent.child = Some(child);
+    }
+
+    /// `kill -9` an agent and reap it.
+    pub fn kill(&mut self, id: u64) {
+        let agent = self.agents.get_mut(&id).expect("known agent");
+        if let Some(mut child) = agent.child.take() {
+            child.kill().expect("kill -9");
+            child.wait().expect("reap");
+        }
+    }
+
+    pub fn is_running(&self, id: u64) -> bool {
+        self.agents[&id].child.is_some()
+    }
+
+    pub fn running(&self) -> Vec<u64> {
+        self.agents.keys().copied().filter(|id| self.is_running(*id)).collect()
+    }
+
+    pub fn addr(&self, id: u64) -> &str {
+        &self.agents[&id].addr
+    }
+
+    pub async fn channel(&self, id: u64) -> Result<Channel, tonic::Status> {
+        tonic::transport::Endpoint::from_shared(format!("http://{}", self.addr(id)))
+            .map_err(|e| tonic::Status::invalid_argument(e.to_string()))?
+            .connect_timeout(Duration::from_secs(2))
+            .timeout(Duration::from_secs(15))
+            .connect()
+            .await
+            .map_err(|e| tonic::Status::unavailable(e.to_string()))
+    }
+
+    pub async fn status(&self, via: u64, stale: bool) -> Result<pb::ClusterStatus, tonic::Status> {
+        let mut c = ClusterServiceClient::new(self.channel(via).await?);
+        Ok(c.get_status(pb::GetStatusRequest { stale }).await?.into_inner())
+    }
+
+    /// Set one label on `node`, sending the write to agent `via`.
+    pub async fn label(&self, via: u64, node: u64, key: &str, value: &str) -> Result<pb::Node, tonic::Status> {
+        let mut c = NodeServiceClient::new(self.channel(via).await?);
+        let req = pb::LabelNodeRequest {
+            id: node,
+            set: [(key.to_owned(), value.to_owned())].into_iter().collect(),
+            remove: Vec::new(),
+        };
+        Ok(c.label_node(req).await?.into_inner())
+    }
+
+    pub async fn node(&self, via: u64, node: u64, stale: bool) -> Result<pb::Node, tonic::Status> {
+        let mut c = NodeServiceClient::new(self.channel(via).await?);
+        Ok(c.get_node(pb::GetNodeRequest { id: node, stale }).await?.into_inner())
+    }
+
+    /// The leader as seen by the first running agent that knows a running one.
+    pub async fn leader(&self) -> u64 {
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(30) {
+            for id in self.running() {
+                if let Ok(s) = self.status(id, true).await
+                    && let Some(l) = s.leader_id
+                    && self.is_running(l)
+                {
+                    return l;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("no leader among running agents after 30s\n{}", self.logs());
+    }
+
+    /// Poll `check` until it holds; panic with agent logs after `timeout`.
+    pub async fn wait_for<'a, F, Fut>(&'a self, what: &str, timeout: Duration, mut check: F)
+    where
+        F: FnMut(&'a Cluster) -> Fut,
+        Fut: Future<Output = bool>,
+    {
+        let start = Instant::now();
+        while start.elapsed() < timeout {
+            if check(self).await {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        panic!("timed out after {timeout:?} waiting for {what}\n{}", self.logs());
+    }
+
+    /// The last lines of every agent's log, for failure messages.
+    pub fn logs(&self) -> String {
+        let mut out = String::new();
+        for a in self.agents.values() {
+            let text = std::fs::read_to_string(&a.log).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            out.push_str(&format!("--- n{} ({}) ---\n", a.id, a.log.display()));
+            out.push_str(&lines[lines.len().saturating_sub(25)..].join("\n"));
+            out.push('\n');
+        }
+        out
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("{}", self.logs());
+        }
+        for id in self.running() {
+            self.kill(id);
+        }
+    }
+}
+
+pub fn voters(s: &pb::ClusterStatus) -> Vec<u64> {
+    s.members.iter().filter(|m| m.role == pb::MemberRole::Voter as i32).map(|m| m.node_id).collect()
+}
