@@ -1,7 +1,10 @@
 //! Generates the tonic/prost code for the public and internal APIs with a vendored protoc.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let protos = ["proto/gpumesh/v1/cluster.proto", "proto/gpumesh/internal/v1/peer.proto"];
+    let protos = [
+        "proto/gpumesh/v1/cluster.proto",
+        "proto/gpumesh/internal/v1/peer.proto",
+    ];
     let mut config = prost_build::Config::new();
     config.protoc_executable(protoc_bin_vendored::protoc_bin_path()?);
     tonic_prost_build::configure().compile_with_config(config, &protos, &["proto"])?;

@@ -39,7 +39,10 @@ pub fn plan_voters(
     candidates.sort_by_key(|(id, matched)| (std::cmp::Reverse(*matched), *id));
     let mut candidates = candidates.into_iter().map(|(id, _)| id);
     let mut next = voters.clone();
-    for dead in voters.iter().filter(|v| **v != leader && health_of_voter(**v) == Health::Dead) {
+    for dead in voters
+        .iter()
+        .filter(|v| **v != leader && health_of_voter(**v) == Health::Dead)
+    {
         match candidates.next() {
             Some(replacement) => {
                 next.remove(dead);
@@ -85,7 +88,11 @@ impl Autopilot {
             let since = *leader_since.get_or_insert_with(Instant::now);
             let health = |id: NodeId| {
                 // Silence only counts from when we became leader: before that nobody reported.
-                let last = self.cluster.contacts.last_heard(id).map_or(since, |t| t.max(since));
+                let last = self
+                    .cluster
+                    .contacts
+                    .last_heard(id)
+                    .map_or(since, |t| t.max(since));
                 let silent = last.elapsed();
                 if silent <= self.reachable_within {
                     Health::Healthy
@@ -102,18 +109,29 @@ impl Autopilot {
                 .map(|&id| {
                     let matched = view.matched.get(&id).copied().unwrap_or(0);
                     let h = match health(id) {
-                        Health::Healthy if matched + MAX_PROMOTION_LAG < view.last_log_index => Health::Suspect,
+                        Health::Healthy if matched + MAX_PROMOTION_LAG < view.last_log_index => {
+                            Health::Suspect
+                        }
                         h => h,
                     };
                     (id, (h, matched))
                 })
                 .collect();
-            let Some(next) = plan_voters(self.id(), &view.voters, &learners, health, self.cluster.voter_target())
-            else {
+            let Some(next) = plan_voters(
+                self.id(),
+                &view.voters,
+                &learners,
+                health,
+                self.cluster.voter_target(),
+            ) else {
                 continue;
             };
             tracing::info!(from = ?view.voters, to = ?next, "autopilot: changing voters");
-            match self.cluster.change_membership(ChangeMembers::ReplaceAllVoters(next), false).await {
+            match self
+                .cluster
+                .change_membership(ChangeMembers::ReplaceAllVoters(next), false)
+                .await
+            {
                 Ok(()) => {}
                 Err(Attempt::Retry(e) | Attempt::Fail(e)) => {
                     tracing::warn!(error = %e, "autopilot: membership change failed; will retry");
@@ -138,30 +156,72 @@ mod tests {
     #[test]
     fn dead_voter_is_replaced_by_most_caught_up_learner() {
         let learners = BTreeMap::from([(4, (Health::Healthy, 10)), (5, (Health::Healthy, 12))]);
-        let health = |id| if id == 2 { Health::Dead } else { Health::Healthy };
-        assert_eq!(plan_voters(1, &set(&[1, 2, 3]), &learners, health, 3), Some(set(&[1, 3, 5])));
+        let health = |id| {
+            if id == 2 {
+                Health::Dead
+            } else {
+                Health::Healthy
+            }
+        };
+        assert_eq!(
+            plan_voters(1, &set(&[1, 2, 3]), &learners, health, 3),
+            Some(set(&[1, 3, 5]))
+        );
     }
 
     #[test]
     fn suspect_voters_and_unhealthy_learners_are_left_alone() {
         let learners = BTreeMap::from([(4, (Health::Suspect, 10)), (5, (Health::Dead, 12))]);
-        let dead2 = |id| if id == 2 { Health::Dead } else { Health::Healthy };
-        assert_eq!(plan_voters(1, &set(&[1, 2, 3]), &learners, dead2, 3), None, "no healthy replacement");
+        let dead2 = |id| {
+            if id == 2 {
+                Health::Dead
+            } else {
+                Health::Healthy
+            }
+        };
+        assert_eq!(
+            plan_voters(1, &set(&[1, 2, 3]), &learners, dead2, 3),
+            None,
+            "no healthy replacement"
+        );
         let healthy = BTreeMap::from([(4, (Health::Healthy, 10))]);
-        let suspect2 = |id| if id == 2 { Health::Suspect } else { Health::Healthy };
-        assert_eq!(plan_voters(1, &set(&[1, 2, 3]), &healthy, suspect2, 3), None, "not dead yet");
+        let suspect2 = |id| {
+            if id == 2 {
+                Health::Suspect
+            } else {
+                Health::Healthy
+            }
+        };
+        assert_eq!(
+            plan_voters(1, &set(&[1, 2, 3]), &healthy, suspect2, 3),
+            None,
+            "not dead yet"
+        );
     }
 
     #[test]
     fn seats_are_filled_up_to_the_target_only() {
-        let learners = BTreeMap::from([(2, (Health::Healthy, 5)), (3, (Health::Healthy, 5)), (4, (Health::Healthy, 5))]);
-        assert_eq!(plan_voters(1, &set(&[1]), &learners, |_| Health::Healthy, 3), Some(set(&[1, 2, 3])));
-        assert_eq!(plan_voters(1, &set(&[1, 2, 3]), &learners, |_| Health::Healthy, 3), None);
+        let learners = BTreeMap::from([
+            (2, (Health::Healthy, 5)),
+            (3, (Health::Healthy, 5)),
+            (4, (Health::Healthy, 5)),
+        ]);
+        assert_eq!(
+            plan_voters(1, &set(&[1]), &learners, |_| Health::Healthy, 3),
+            Some(set(&[1, 2, 3]))
+        );
+        assert_eq!(
+            plan_voters(1, &set(&[1, 2, 3]), &learners, |_| Health::Healthy, 3),
+            None
+        );
     }
 
     #[test]
     fn the_leader_is_never_removed() {
         let learners = BTreeMap::from([(4, (Health::Healthy, 5))]);
-        assert_eq!(plan_voters(1, &set(&[1, 2, 3]), &learners, |_| Health::Dead, 3), Some(set(&[1, 3, 4])));
+        assert_eq!(
+            plan_voters(1, &set(&[1, 2, 3]), &learners, |_| Health::Dead, 3),
+            Some(set(&[1, 3, 4]))
+        );
     }
 }

@@ -13,8 +13,10 @@ use gpu_raft_store::{ApplyResult, Command, LogEntry, NodeId, Raft, Rejection, St
 use openraft::error::{ChangeMembershipError, ClientWriteError, RaftError};
 use openraft::{BasicNode, ChangeMembers, RaftMetrics, ServerState};
 
+use crate::config::Config;
 use crate::contact::ContactBook;
 use crate::peer_client::{PeerClients, with_deadline};
+use crate::raft_network::NetworkFactory;
 
 /// Why a cluster operation failed. Mapped to a gRPC status in exactly one place (`status.rs`).
 #[derive(Debug, thiserror::Error)]
@@ -27,7 +29,7 @@ pub enum ClusterError {
     Rejected(#[from] Rejection),
     #[error("raft: {0}")]
     Raft(String),
-    #[error("{}", .0.message())]
+    #[error("{}", describe(.0))]
     Remote(tonic::Status),
 }
 
@@ -76,17 +78,22 @@ pub struct Cluster {
 
 impl Cluster {
     pub fn new(
-        id: NodeId,
         raft: Raft,
         state: StateReader,
         committed: Arc<AtomicU64>,
-        contacts: ContactBook,
-        peers: PeerClients,
-        election_timeout_max: Duration,
-        voter_target: usize,
+        network: &NetworkFactory,
+        config: &Config,
     ) -> Self {
-        let op_timeout = (election_timeout_max * 10).max(Duration::from_secs(5));
-        Self { id, raft, state, peers, contacts, committed, op_timeout, voter_target }
+        Self {
+            id: config.node_id,
+            raft,
+            state,
+            peers: network.peers.clone(),
+            contacts: network.contacts.clone(),
+            committed,
+            op_timeout: (config.raft.election_timeout_max * 10).max(Duration::from_secs(5)),
+            voter_target: config.raft.voter_target,
+        }
     }
 
     pub fn voter_target(&self) -> usize {
@@ -108,11 +115,18 @@ impl Cluster {
             applied_index: m.last_applied.map_or(0, |l| l.index),
             last_log_index: m.last_log_index.unwrap_or(0),
             voters: membership.voter_ids().collect(),
-            members: membership.nodes().map(|(id, n)| (*id, n.addr.clone())).collect(),
+            members: membership
+                .nodes()
+                .map(|(id, n)| (*id, n.addr.clone()))
+                .collect(),
             matched: m
                 .replication
                 .as_ref()
-                .map(|r| r.iter().map(|(id, l)| (*id, l.map_or(0, |l| l.index))).collect())
+                .map(|r| {
+                    r.iter()
+                        .map(|(id, l)| (*id, l.map_or(0, |l| l.index)))
+                        .collect()
+                })
                 .unwrap_or_default(),
             is_leader: m.state == ServerState::Leader,
         }
@@ -123,7 +137,12 @@ impl Cluster {
         let m = self.raft.metrics();
         let m = m.borrow();
         let leader = m.current_leader?;
-        let addr = m.membership_config.membership().get_node(&leader)?.addr.clone();
+        let addr = m
+            .membership_config
+            .membership()
+            .get_node(&leader)?
+            .addr
+            .clone();
         Some((leader, addr))
     }
 
@@ -134,7 +153,9 @@ impl Cluster {
             .retrying(|| async {
                 match self.leader() {
                     None => Err(Attempt::Retry(ClusterError::NoLeader)),
-                    Some((leader, _)) if leader == self.id => self.write_as_leader(cmd.clone()).await,
+                    Some((leader, _)) if leader == self.id => {
+                        self.write_as_leader(cmd.clone()).await
+                    }
                     Some((_, addr)) => self.forward_write(&addr, &cmd).await,
                 }
             })
@@ -152,9 +173,15 @@ impl Cluster {
 
     /// Propose on this node, which must be the leader. The proposer stamps the entry's time.
     pub async fn write_as_leader(&self, cmd: Command) -> Result<Written, Attempt> {
-        let entry = LogEntry { proposed_at_ms: now_ms(), cmd };
+        let entry = LogEntry {
+            proposed_at_ms: now_ms(),
+            cmd,
+        };
         match self.raft.client_write(entry).await {
-            Ok(reply) => Ok(Written { index: reply.log_id.index, result: reply.data }),
+            Ok(reply) => Ok(Written {
+                index: reply.log_id.index,
+                result: reply.data,
+            }),
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => {
                 Err(Attempt::Retry(ClusterError::NoLeader))
             }
@@ -163,9 +190,13 @@ impl Cluster {
     }
 
     async fn forward_write(&self, addr: &str, cmd: &Command) -> Result<Written, Attempt> {
-        let json = serde_json::to_vec(cmd).map_err(|e| Attempt::Fail(ClusterError::Raft(e.to_string())))?;
+        let json = serde_json::to_vec(cmd)
+            .map_err(|e| Attempt::Fail(ClusterError::Raft(e.to_string())))?;
         let mut client = self.peers.get(addr).map_err(remote)?;
-        let reply = client.propose(with_deadline(RaftMessage { json }, self.op_timeout)).await.map_err(remote)?;
+        let reply = client
+            .propose(with_deadline(RaftMessage { json }, self.op_timeout))
+            .await
+            .map_err(remote)?;
         serde_json::from_slice(&reply.into_inner().json)
             .map_err(|e| Attempt::Fail(ClusterError::Raft(format!("bad reply from leader: {e}"))))
     }
@@ -219,8 +250,14 @@ impl Cluster {
             let seed = seeds[i % seeds.len()].clone();
             async move {
                 let mut client = self.peers.get(&seed).map_err(remote)?;
-                let req = JoinRequest { node_id: node, addr: addr.to_owned() };
-                let reply = client.join(with_deadline(req, self.op_timeout)).await.map_err(remote)?;
+                let req = JoinRequest {
+                    node_id: node,
+                    addr: addr.to_owned(),
+                };
+                let reply = client
+                    .join(with_deadline(req, self.op_timeout))
+                    .await
+                    .map_err(remote)?;
                 Ok(reply.into_inner().voter)
             }
         })
@@ -235,8 +272,14 @@ impl Cluster {
                 Some((leader, _)) if leader == self.id => self.admit(node, &addr).await,
                 Some((_, leader_addr)) => {
                     let mut client = self.peers.get(&leader_addr).map_err(remote)?;
-                    let req = JoinRequest { node_id: node, addr: addr.clone() };
-                    let reply = client.join(with_deadline(req, self.op_timeout)).await.map_err(remote)?;
+                    let req = JoinRequest {
+                        node_id: node,
+                        addr: addr.clone(),
+                    };
+                    let reply = client
+                        .join(with_deadline(req, self.op_timeout))
+                        .await
+                        .map_err(remote)?;
                     Ok(reply.into_inner().voter)
                 }
             }
@@ -249,8 +292,14 @@ impl Cluster {
         let known = self.view().members.get(&node).cloned();
         let change = match known {
             Some(a) if a == addr => None,
-            Some(_) => Some(ChangeMembers::SetNodes(BTreeMap::from([(node, BasicNode::new(addr))]))),
-            None => Some(ChangeMembers::AddNodes(BTreeMap::from([(node, BasicNode::new(addr))]))),
+            Some(_) => Some(ChangeMembers::SetNodes(BTreeMap::from([(
+                node,
+                BasicNode::new(addr),
+            )]))),
+            None => Some(ChangeMembers::AddNodes(BTreeMap::from([(
+                node,
+                BasicNode::new(addr),
+            )]))),
         };
         if let Some(change) = change {
             tracing::info!(node_id = node, addr, "admitting member");
@@ -260,10 +309,16 @@ impl Cluster {
             let caught_up = self
                 .raft
                 .wait(Some(self.op_timeout))
-                .metrics(|m| {
-                    m.replication.as_ref().and_then(|r| r.get(&node).copied().flatten()).map(|l| l.index)
-                        >= Some(target)
-                }, "learner caught up")
+                .metrics(
+                    |m| {
+                        m.replication
+                            .as_ref()
+                            .and_then(|r| r.get(&node).copied().flatten())
+                            .map(|l| l.index)
+                            >= Some(target)
+                    },
+                    "learner caught up",
+                )
                 .await;
             if caught_up.is_err() {
                 return Err(Attempt::Retry(ClusterError::Timeout(self.op_timeout)));
@@ -272,13 +327,18 @@ impl Cluster {
         let view = self.view();
         if !view.voters.contains(&node) && view.voters.len() < self.voter_target {
             tracing::info!(node_id = node, "promoting learner to voter");
-            self.change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([node])), true).await?;
+            self.change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([node])), true)
+                .await?;
         }
         Ok(self.view().voters.contains(&node))
     }
 
     /// Commit a membership change on this node (the leader).
-    pub async fn change_membership(&self, change: ChangeMembers<NodeId, BasicNode>, retain: bool) -> Result<(), Attempt> {
+    pub async fn change_membership(
+        &self,
+        change: ChangeMembers<NodeId, BasicNode>,
+        retain: bool,
+    ) -> Result<(), Attempt> {
         match self.raft.change_membership(change, retain).await {
             Ok(_) => Ok(()),
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => {
@@ -299,7 +359,6 @@ impl Cluster {
     {
         retry_until(self.op_timeout, attempt).await
     }
-
 }
 
 /// Run `attempt` until it succeeds, fails for good, or `timeout` passes; back off exponentially
@@ -333,7 +392,24 @@ fn remote(status: tonic::Status) -> Attempt {
     }
 }
 
+/// A peer call's status with its transport cause ("tcp connect error: Connection refused").
+fn describe(status: &tonic::Status) -> String {
+    let mut text = status.message().to_owned();
+    let mut source = std::error::Error::source(status);
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
 /// Wall-clock milliseconds, used only to stamp proposals (apply never reads a clock).
 pub fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }

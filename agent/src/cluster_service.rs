@@ -19,13 +19,19 @@ pub struct ClusterApi {
 
 /// This agent's view; with `liveness` (leader only) members carry reachability.
 pub fn status_view(cluster: &Cluster, reachable_within: Option<Duration>) -> pb::ClusterStatus {
-    let liveness = reachable_within.map(|r| Liveness { contacts: &cluster.contacts, reachable_within: r });
+    let liveness = reachable_within.map(|r| Liveness {
+        contacts: &cluster.contacts,
+        reachable_within: r,
+    });
     to_proto::cluster_status(&cluster.view(), cluster.voter_target(), liveness)
 }
 
 #[tonic::async_trait]
 impl ClusterService for ClusterApi {
-    async fn get_status(&self, req: Request<pb::GetStatusRequest>) -> Result<Response<pb::ClusterStatus>, Status> {
+    async fn get_status(
+        &self,
+        req: Request<pb::GetStatusRequest>,
+    ) -> Result<Response<pb::ClusterStatus>, Status> {
         if req.into_inner().stale {
             return Ok(Response::new(status_view(&self.cluster, None)));
         }
@@ -36,10 +42,22 @@ impl ClusterService for ClusterApi {
                     Ok(status_view(&self.cluster, Some(self.reachable_within)))
                 }
                 Some((_, addr)) => {
-                    let mut client = self.cluster.peers.get(&addr).map_err(|s| Attempt::Fail(ClusterError::Remote(s)))?;
-                    match client.leader_status(with_deadline(LeaderStatusRequest {}, Duration::from_secs(2))).await {
+                    let mut client = self
+                        .cluster
+                        .peers
+                        .get(&addr)
+                        .map_err(|s| Attempt::Fail(ClusterError::Remote(s)))?;
+                    match client
+                        .leader_status(with_deadline(
+                            LeaderStatusRequest {},
+                            Duration::from_secs(2),
+                        ))
+                        .await
+                    {
                         Ok(r) => Ok(r.into_inner()),
-                        Err(s) if s.code() == tonic::Code::Unavailable => Err(Attempt::Retry(ClusterError::Remote(s))),
+                        Err(s) if s.code() == tonic::Code::Unavailable => {
+                            Err(Attempt::Retry(ClusterError::Remote(s)))
+                        }
                         Err(s) => Err(Attempt::Fail(ClusterError::Remote(s))),
                     }
                 }

@@ -118,7 +118,10 @@ impl Config {
             .or(file.node_id)
             .context("node_id is required (config key `node_id` or --node-id)")?;
         ensure!(node_id > 0, "node_id must be at least 1");
-        let listen = flags.listen.or(file.listen).unwrap_or(SocketAddr::from(([127, 0, 0, 1], 7070)));
+        let listen = flags
+            .listen
+            .or(file.listen)
+            .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 7070)));
         let advertise = match flags.advertise.or(file.advertise) {
             Some(a) => a,
             None if listen.ip().is_unspecified() => {
@@ -126,19 +129,28 @@ impl Config {
             }
             None => listen.to_string(),
         };
-        validate::addr(&advertise).map_err(anyhow::Error::msg).context("invalid advertise")?;
+        validate::addr(&advertise)
+            .map_err(anyhow::Error::msg)
+            .context("invalid advertise")?;
         let data_dir = flags
             .data_dir
             .or(file.data_dir)
             .context("data_dir is required (config key `data_dir` or --data-dir)")?;
         let bootstrap = flags.bootstrap || file.bootstrap.unwrap_or(false);
         let join = flags.join.or(file.join).unwrap_or_default();
-        ensure!(!(bootstrap && !join.is_empty()), "use either bootstrap or join, not both");
+        ensure!(
+            !bootstrap || join.is_empty(),
+            "use either bootstrap or join, not both"
+        );
         for addr in &join {
-            validate::addr(addr).map_err(anyhow::Error::msg).context("invalid join address")?;
+            validate::addr(addr)
+                .map_err(anyhow::Error::msg)
+                .context("invalid join address")?;
         }
         let labels = flags.labels.or(file.labels).unwrap_or_default();
-        validate::labels(&labels).map_err(anyhow::Error::msg).context("invalid labels")?;
+        validate::labels(&labels)
+            .map_err(anyhow::Error::msg)
+            .context("invalid labels")?;
 
         let r = file.raft;
         let raft = RaftSettings {
@@ -158,9 +170,15 @@ impl Config {
             "raft.voter_target must be 1, 3, 5 or 7, got {}",
             raft.voter_target
         );
-        ensure!(raft.snapshot_every >= 1, "raft.snapshot_every must be at least 1");
+        ensure!(
+            raft.snapshot_every >= 1,
+            "raft.snapshot_every must be at least 1"
+        );
         let autopilot = AutopilotSettings {
-            dead_voter_after: file.autopilot.dead_voter_after.unwrap_or(Duration::from_secs(30)),
+            dead_voter_after: file
+                .autopilot
+                .dead_voter_after
+                .unwrap_or(Duration::from_secs(30)),
         };
         ensure!(
             autopilot.dead_voter_after > raft.election_timeout_max,
@@ -212,7 +230,8 @@ mod tests {
 
     #[test]
     fn unknown_keys_are_named() {
-        let err = FileConfig::parse("node_id = 1\nlisten_adress = \"1.2.3.4:1\"\n").expect_err("typo");
+        let err =
+            FileConfig::parse("node_id = 1\nlisten_adress = \"1.2.3.4:1\"\n").expect_err("typo");
         assert!(err.to_string().contains("listen_adress"), "{err}");
         let err = FileConfig::parse("[raft]\nheartbeat = \"1s\"\n").expect_err("typo");
         assert!(err.to_string().contains("heartbeat"), "{err}");
@@ -220,7 +239,10 @@ mod tests {
 
     #[test]
     fn flags_override_the_file() {
-        let flags = Overrides { node_id: Some(7), ..Default::default() };
+        let flags = Overrides {
+            node_id: Some(7),
+            ..Default::default()
+        };
         let c = Config::parse_and_validate(minimal(), flags).expect("valid");
         assert_eq!((c.node_id, c.advertise.as_str()), (7, "127.0.0.1:7070"));
     }
@@ -239,12 +261,20 @@ mod tests {
 
     #[test]
     fn bad_combinations_are_refused() {
-        let both = Overrides { bootstrap: true, join: Some(vec!["a:1".into()]), ..Default::default() };
+        let both = Overrides {
+            bootstrap: true,
+            join: Some(vec!["a:1".into()]),
+            ..Default::default()
+        };
         assert!(Config::parse_and_validate(minimal(), both).is_err());
-        let unspecified = Overrides { listen: Some("0.0.0.0:7070".parse().expect("addr")), ..Default::default() };
+        let unspecified = Overrides {
+            listen: Some("0.0.0.0:7070".parse().expect("addr")),
+            ..Default::default()
+        };
         let err = Config::parse_and_validate(minimal(), unspecified).expect_err("needs advertise");
         assert!(err.to_string().contains("advertise"), "{err}");
-        let even = FileConfig::parse("node_id = 1\ndata_dir = \"d\"\n[raft]\nvoter_target = 4\n").expect("parses");
+        let even = FileConfig::parse("node_id = 1\ndata_dir = \"d\"\n[raft]\nvoter_target = 4\n")
+            .expect("parses");
         assert!(Config::parse_and_validate(even, Overrides::default()).is_err());
         let no_id = FileConfig::parse("data_dir = \"d\"\n").expect("parses");
         let err = Config::parse_and_validate(no_id, Overrides::default()).expect_err("no id");

@@ -33,11 +33,17 @@ struct DevAgent {
 }
 
 pub async fn run(opts: DevOptions, cancel: CancellationToken) -> anyhow::Result<()> {
-    ensure!((1..=32).contains(&opts.nodes), "--nodes must be between 1 and 32");
+    ensure!(
+        (1..=32).contains(&opts.nodes),
+        "--nodes must be between 1 and 32"
+    );
     let exe = std::env::current_exe().context("locating the gpu-agent binary")?;
     let (dir, throwaway) = match opts.dir {
         Some(d) => (d, false),
-        None => (std::env::temp_dir().join(format!("gpumesh-dev-{}", std::process::id())), true),
+        None => (
+            std::env::temp_dir().join(format!("gpumesh-dev-{}", std::process::id())),
+            true,
+        ),
     };
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let addrs = pick_addrs(opts.nodes, opts.base_port)?;
@@ -56,7 +62,8 @@ pub async fn run(opts: DevOptions, cancel: CancellationToken) -> anyhow::Result<
         } else {
             cmd.args(["--join", &addrs[0]]);
         }
-        let log_file = std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+        let log_file =
+            std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
         let child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -64,7 +71,12 @@ pub async fn run(opts: DevOptions, cancel: CancellationToken) -> anyhow::Result<
             .kill_on_drop(true)
             .spawn()
             .context("starting an agent")?;
-        agents.push(DevAgent { id, addr: addr.clone(), log, child });
+        agents.push(DevAgent {
+            id,
+            addr: addr.clone(),
+            log,
+            child,
+        });
     }
 
     let ready = tokio::select! {
@@ -91,14 +103,23 @@ pub async fn run(opts: DevOptions, cancel: CancellationToken) -> anyhow::Result<
 fn pick_addrs(n: usize, base_port: u16) -> anyhow::Result<Vec<String>> {
     let mut listeners = Vec::new();
     for i in 0..n {
-        let port = if base_port == 0 { 0 } else { base_port.checked_add(i as u16).context("port out of range")? };
+        let port = if base_port == 0 {
+            0
+        } else {
+            base_port
+                .checked_add(i as u16)
+                .context("port out of range")?
+        };
         let l = std::net::TcpListener::bind(("127.0.0.1", port)).with_context(|| {
             format!("port {port} on 127.0.0.1 is not free; pass --base-port to use other ports (0 picks free ones)")
         })?;
         listeners.push(l);
     }
     // Dropped together at the end, so picks of port 0 cannot collide with each other.
-    listeners.iter().map(|l| Ok(l.local_addr()?.to_string())).collect()
+    listeners
+        .iter()
+        .map(|l| Ok(l.local_addr()?.to_string()))
+        .collect()
 }
 
 /// Wait until a leader exists and every agent is a member; returns the leader id.
@@ -108,11 +129,19 @@ async fn wait_ready(agents: &mut [DevAgent]) -> anyhow::Result<u64> {
     loop {
         for a in agents.iter_mut() {
             if let Some(status) = a.child.try_wait()? {
-                bail!("agent {} exited with {status} during start-up:\n{}", a.id, log_tail(&a.log));
+                bail!(
+                    "agent {} exited with {status} during start-up:\n{}",
+                    a.id,
+                    log_tail(&a.log)
+                );
             }
         }
         if let Ok(s) = status(&agents[0].addr).await {
-            let voters = s.members.iter().filter(|m| m.role == gpu_proto::v1::MemberRole::Voter as i32).count();
+            let voters = s
+                .members
+                .iter()
+                .filter(|m| m.role == gpu_proto::v1::MemberRole::Voter as i32)
+                .count();
             if let Some(leader) = s.leader_id
                 && s.members.len() == agents.len()
                 && voters == want_voters
@@ -121,7 +150,10 @@ async fn wait_ready(agents: &mut [DevAgent]) -> anyhow::Result<u64> {
             }
         }
         if started.elapsed() > READY_TIMEOUT {
-            bail!("the mesh did not form within {READY_TIMEOUT:?}; agent logs:\n{}", log_tail(&agents[0].log));
+            bail!(
+                "the mesh did not form within {READY_TIMEOUT:?}; agent logs:\n{}",
+                log_tail(&agents[0].log)
+            );
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -135,8 +167,16 @@ async fn status(addr: &str) -> anyhow::Result<gpu_proto::v1::ClusterStatus> {
 }
 
 fn print_banner(agents: &[DevAgent], leader: u64, dir: &Path) {
-    let endpoints = agents.iter().map(|a| a.addr.as_str()).collect::<Vec<_>>().join(",");
-    println!("gpumesh dev mesh: {} agents up, leader n{leader}, data and logs in {}", agents.len(), dir.display());
+    let endpoints = agents
+        .iter()
+        .map(|a| a.addr.as_str())
+        .collect::<Vec<_>>()
+        .join(",");
+    println!(
+        "gpumesh dev mesh: {} agents up, leader n{leader}, data and logs in {}",
+        agents.len(),
+        dir.display()
+    );
     println!("endpoint: {endpoints}");
     println!();
     println!("  export GPUCTL_ENDPOINT={endpoints}");
@@ -156,7 +196,11 @@ async fn watch(agents: &mut [DevAgent], cancel: &CancellationToken) {
         }
         for (a, seen) in agents.iter_mut().zip(reported.iter_mut()) {
             if !*seen && let Ok(Some(status)) = a.child.try_wait() {
-                eprintln!("agent {} exited with {status}; its log: {}", a.id, a.log.display());
+                eprintln!(
+                    "agent {} exited with {status}; its log: {}",
+                    a.id,
+                    a.log.display()
+                );
                 *seen = true;
             }
         }
@@ -171,7 +215,10 @@ async fn stop(agents: &mut [DevAgent]) {
         }
     }
     for a in agents.iter_mut() {
-        if tokio::time::timeout(STOP_GRACE, a.child.wait()).await.is_err() {
+        if tokio::time::timeout(STOP_GRACE, a.child.wait())
+            .await
+            .is_err()
+        {
             a.child.kill().await.ok();
         }
     }

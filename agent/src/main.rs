@@ -12,7 +12,11 @@ use gpu_agent::dev::DevOptions;
 use tokio_util::sync::CancellationToken;
 
 #[derive(Parser)]
-#[command(name = "gpu-agent", version, about = "gpumesh agent: one identical daemon per GPU host")]
+#[command(
+    name = "gpu-agent",
+    version,
+    about = "gpumesh agent: one identical daemon per GPU host"
+)]
 struct Cli {
     /// Log line format.
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Plain)]
@@ -72,7 +76,9 @@ struct RunArgs {
 }
 
 fn parse_label(s: &str) -> Result<(String, String), String> {
-    s.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned())).ok_or_else(|| format!("label {s:?} is not k=v"))
+    s.split_once('=')
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .ok_or_else(|| format!("label {s:?} is not k=v"))
 }
 
 fn main() -> ExitCode {
@@ -88,7 +94,6 @@ fn main() -> ExitCode {
     match runtime.block_on(run(cli.command)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            tracing::error!("{e:#}");
             eprintln!("error: {e:#}");
             ExitCode::from(2)
         }
@@ -115,12 +120,29 @@ async fn run(command: Cmd) -> anyhow::Result<()> {
                 data_dir: args.data_dir,
                 bootstrap: args.bootstrap,
                 join: args.join,
-                labels: args.labels.map(|l| l.into_iter().collect::<BTreeMap<_, _>>()),
+                labels: args
+                    .labels
+                    .map(|l| l.into_iter().collect::<BTreeMap<_, _>>()),
             };
-            let config = Config::parse_and_validate(file, overrides).context("invalid configuration")?;
+            let config =
+                Config::parse_and_validate(file, overrides).context("invalid configuration")?;
             gpu_agent::node::run(config, cancel).await
         }
-        Cmd::Dev { nodes, dir, base_port } => gpu_agent::dev::run(DevOptions { nodes, dir, base_port }, cancel).await,
+        Cmd::Dev {
+            nodes,
+            dir,
+            base_port,
+        } => {
+            gpu_agent::dev::run(
+                DevOptions {
+                    nodes,
+                    dir,
+                    base_port,
+                },
+                cancel,
+            )
+            .await
+        }
     }
 }
 
@@ -142,7 +164,9 @@ async fn wait_for_signal() {
 fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=error"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     match format {
         LogFormat::Plain => builder.init(),
         LogFormat::Json => builder.json().init(),

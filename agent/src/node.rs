@@ -39,27 +39,32 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
     info!(node_id, "starting raft");
     let contacts = ContactBook::default();
     let peers = PeerClients::default();
-    let network = NetworkFactory { peers: peers.clone(), contacts: contacts.clone() };
-    let raft = Raft::new(node_id, Arc::new(config.openraft()?), network, log, sm)
-        .await
-        .context("starting raft")?;
-    let cluster = Cluster::new(
+    let network = NetworkFactory {
+        peers: peers.clone(),
+        contacts: contacts.clone(),
+    };
+    let raft = Raft::new(
         node_id,
-        raft.clone(),
-        state,
-        committed,
-        contacts,
-        peers,
-        config.raft.election_timeout_max,
-        config.raft.voter_target,
-    );
+        Arc::new(config.openraft()?),
+        network.clone(),
+        log,
+        sm,
+    )
+    .await
+    .context("starting raft")?;
+    let cluster = Cluster::new(raft.clone(), state, committed, &network, &config);
 
     info!(node_id, listen = %config.listen, advertise = %config.advertise, "serving gRPC");
     let listener = TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("listening on {}", config.listen))?;
     let tasks = TaskTracker::new();
-    tasks.spawn(serve(listener, cluster.clone(), config.reachable_within(), cancel.clone()));
+    tasks.spawn(serve(
+        listener,
+        cluster.clone(),
+        config.reachable_within(),
+        cancel.clone(),
+    ));
 
     let started = enter_cluster(&config, &cluster, &tasks, &cancel).await;
     if let Err(e) = started {
@@ -93,7 +98,11 @@ async fn enter_cluster(
     tasks: &TaskTracker,
     cancel: &CancellationToken,
 ) -> anyhow::Result<()> {
-    let initialized = cluster.raft.is_initialized().await.context("reading raft state")?;
+    let initialized = cluster
+        .raft
+        .is_initialized()
+        .await
+        .context("reading raft state")?;
     if initialized {
         info!(node_id = config.node_id, "resuming from the data directory");
         // Ask to be (re)admitted in the background: a no-op for a current member, and the way
@@ -115,7 +124,11 @@ async fn enter_cluster(
     if config.bootstrap {
         info!(node_id = config.node_id, "bootstrapping a new cluster");
         let members = BTreeMap::from([(config.node_id, BasicNode::new(&config.advertise))]);
-        cluster.raft.initialize(members).await.context("initializing the cluster")?;
+        cluster
+            .raft
+            .initialize(members)
+            .await
+            .context("initializing the cluster")?;
         return Ok(());
     }
     if config.join.is_empty() {
@@ -131,7 +144,11 @@ async fn enter_cluster(
         r = cluster.join_via(&config.join, config.node_id, &config.advertise, config.join_timeout) => r,
     };
     let voter = joined.with_context(|| {
-        format!("could not join the cluster through {} within {:?}", config.join.join(","), config.join_timeout)
+        format!(
+            "could not join the cluster through {} within {:?}",
+            config.join.join(","),
+            config.join_timeout
+        )
     })?;
     info!(node_id = config.node_id, voter, "joined the cluster");
     Ok(())
@@ -140,13 +157,24 @@ async fn enter_cluster(
 /// Where to ask for readmission: configured seeds plus every member we last knew of.
 fn rejoin_seeds(config: &Config, cluster: &Cluster) -> Vec<String> {
     let mut seeds: BTreeSet<String> = config.join.iter().cloned().collect();
-    seeds.extend(cluster.view().members.into_iter().filter(|(id, _)| *id != config.node_id).map(|(_, a)| a));
+    seeds.extend(
+        cluster
+            .view()
+            .members
+            .into_iter()
+            .filter(|(id, _)| *id != config.node_id)
+            .map(|(_, a)| a),
+    );
     seeds.into_iter().collect()
 }
 
 /// Announce this node (address, labels) through Raft, retrying until it lands.
 async fn register(cluster: Cluster, config: Config, cancel: CancellationToken) {
-    let cmd = Command::RegisterNode { node: config.node_id, addr: config.advertise.clone(), labels: config.labels.clone() };
+    let cmd = Command::RegisterNode {
+        node: config.node_id,
+        addr: config.advertise.clone(),
+        labels: config.labels.clone(),
+    };
     loop {
         match cluster.write(cmd.clone()).await {
             Ok(()) => {
@@ -162,16 +190,29 @@ async fn register(cluster: Cluster, config: Config, cancel: CancellationToken) {
     }
 }
 
-async fn serve(listener: TcpListener, cluster: Cluster, reachable_within: Duration, cancel: CancellationToken) {
+async fn serve(
+    listener: TcpListener,
+    cluster: Cluster,
+    reachable_within: Duration,
+    cancel: CancellationToken,
+) {
     let (health, health_service) = tonic_health::server::health_reporter();
-    health.set_serving::<ClusterServiceServer<ClusterApi>>().await;
+    health
+        .set_serving::<ClusterServiceServer<ClusterApi>>()
+        .await;
     health.set_serving::<NodeServiceServer<NodeApi>>().await;
     let max = gpu_proto::MAX_MESSAGE_BYTES;
-    let peer = RaftPeerServer::new(PeerService { cluster: cluster.clone(), reachable_within })
-        .max_decoding_message_size(max)
-        .max_encoding_message_size(max);
-    let cluster_api = ClusterServiceServer::new(ClusterApi { cluster: cluster.clone(), reachable_within })
-        .max_decoding_message_size(max);
+    let peer = RaftPeerServer::new(PeerService {
+        cluster: cluster.clone(),
+        reachable_within,
+    })
+    .max_decoding_message_size(max)
+    .max_encoding_message_size(max);
+    let cluster_api = ClusterServiceServer::new(ClusterApi {
+        cluster: cluster.clone(),
+        reachable_within,
+    })
+    .max_decoding_message_size(max);
     let node_api = NodeServiceServer::new(NodeApi { cluster }).max_decoding_message_size(max);
     let result = tonic::transport::Server::builder()
         .timeout(Duration::from_secs(30))
@@ -190,7 +231,10 @@ async fn serve(listener: TcpListener, cluster: Cluster, reachable_within: Durati
 async fn shutdown(cancel: &CancellationToken, tasks: &TaskTracker, raft: &Raft) {
     cancel.cancel();
     tasks.close();
-    if tokio::time::timeout(SHUTDOWN_GRACE, tasks.wait()).await.is_err() {
+    if tokio::time::timeout(SHUTDOWN_GRACE, tasks.wait())
+        .await
+        .is_err()
+    {
         warn!("background tasks did not stop within {SHUTDOWN_GRACE:?}");
     }
     if let Err(e) = raft.shutdown().await {

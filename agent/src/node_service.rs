@@ -33,27 +33,44 @@ impl NodeApi {
 
 #[tonic::async_trait]
 impl NodeService for NodeApi {
-    async fn list_nodes(&self, req: Request<pb::ListNodesRequest>) -> Result<Response<pb::ListNodesResponse>, Status> {
+    async fn list_nodes(
+        &self,
+        req: Request<pb::ListNodesRequest>,
+    ) -> Result<Response<pb::ListNodesResponse>, Status> {
         self.consistent(req.into_inner().stale).await?;
-        let nodes = self.cluster.state.read(|s| s.nodes.values().map(to_proto::node).collect());
+        let nodes = self
+            .cluster
+            .state
+            .read(|s| s.nodes.values().map(to_proto::node).collect());
         Ok(Response::new(pb::ListNodesResponse { nodes }))
     }
 
-    async fn get_node(&self, req: Request<pb::GetNodeRequest>) -> Result<Response<pb::Node>, Status> {
+    async fn get_node(
+        &self,
+        req: Request<pb::GetNodeRequest>,
+    ) -> Result<Response<pb::Node>, Status> {
         let req = req.into_inner();
         self.consistent(req.stale).await?;
         Ok(Response::new(self.node(req.id)?))
     }
 
-    async fn label_node(&self, req: Request<pb::LabelNodeRequest>) -> Result<Response<pb::Node>, Status> {
+    async fn label_node(
+        &self,
+        req: Request<pb::LabelNodeRequest>,
+    ) -> Result<Response<pb::Node>, Status> {
         let req = req.into_inner();
         let set: BTreeMap<String, String> = req.set.into_iter().collect();
         let remove: BTreeSet<String> = req.remove.into_iter().collect();
         if set.is_empty() && remove.is_empty() {
-            return Err(invalid("nothing to change: give labels to set or keys to remove"));
+            return Err(invalid(
+                "nothing to change: give labels to set or keys to remove",
+            ));
         }
         if set.len() > validate::MAX_LABELS || remove.len() > validate::MAX_LABELS {
-            return Err(invalid(format!("at most {} labels per request", validate::MAX_LABELS)));
+            return Err(invalid(format!(
+                "at most {} labels per request",
+                validate::MAX_LABELS
+            )));
         }
         for (k, v) in &set {
             validate::label_key(k).map_err(invalid)?;
@@ -62,7 +79,13 @@ impl NodeService for NodeApi {
         for k in &remove {
             validate::label_key(k).map_err(invalid)?;
         }
-        self.cluster.write(Command::SetNodeLabels { node: req.id, set, remove }).await?;
+        self.cluster
+            .write(Command::SetNodeLabels {
+                node: req.id,
+                set,
+                remove,
+            })
+            .await?;
         Ok(Response::new(self.node(req.id)?))
     }
 }

@@ -23,7 +23,9 @@ impl PeerClients {
             Some(c) => c.clone(),
             None => {
                 let c = Endpoint::from_shared(format!("http://{addr}"))
-                    .map_err(|e| tonic::Status::invalid_argument(format!("peer address {addr}: {e}")))?
+                    .map_err(|e| {
+                        tonic::Status::invalid_argument(format!("peer address {addr}: {e}"))
+                    })?
                     .connect_timeout(CONNECT_TIMEOUT)
                     .tcp_nodelay(true)
                     .http2_keep_alive_interval(Duration::from_secs(10))

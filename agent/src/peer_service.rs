@@ -3,7 +3,8 @@
 
 use gpu_proto::internal::v1::raft_peer_server::RaftPeer;
 use gpu_proto::internal::v1::{
-    JoinRequest, JoinResponse, LeaderStatusRequest, RaftMessage, ReadIndexRequest, ReadIndexResponse,
+    JoinRequest, JoinResponse, LeaderStatusRequest, RaftMessage, ReadIndexRequest,
+    ReadIndexResponse,
 };
 use gpu_proto::v1 as pb;
 use gpu_raft_store::{Command, validate};
@@ -26,14 +27,19 @@ fn reply<T: Serialize>(value: &T) -> Result<Response<RaftMessage>, Status> {
 
 fn not_leader(attempt: Attempt) -> Status {
     match attempt {
-        Attempt::Retry(ClusterError::NoLeader) => Status::unavailable("this agent is not the leader"),
+        Attempt::Retry(ClusterError::NoLeader) => {
+            Status::unavailable("this agent is not the leader")
+        }
         Attempt::Retry(e) | Attempt::Fail(e) => e.into(),
     }
 }
 
 #[tonic::async_trait]
 impl RaftPeer for PeerService {
-    async fn append_entries(&self, req: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
+    async fn append_entries(
+        &self,
+        req: Request<RaftMessage>,
+    ) -> Result<Response<RaftMessage>, Status> {
         let rpc = serde_json::from_slice(&req.into_inner().json).map_err(bad_payload)?;
         reply(&self.cluster.raft.append_entries(rpc).await)
     }
@@ -43,7 +49,10 @@ impl RaftPeer for PeerService {
         reply(&self.cluster.raft.vote(rpc).await)
     }
 
-    async fn install_snapshot(&self, req: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
+    async fn install_snapshot(
+        &self,
+        req: Request<RaftMessage>,
+    ) -> Result<Response<RaftMessage>, Status> {
         let rpc = serde_json::from_slice(&req.into_inner().json).map_err(bad_payload)?;
         reply(&self.cluster.raft.install_snapshot(rpc).await)
     }
@@ -61,19 +70,36 @@ impl RaftPeer for PeerService {
 
     async fn propose(&self, req: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
         let cmd: Command = serde_json::from_slice(&req.into_inner().json).map_err(bad_payload)?;
-        let result = self.cluster.write_as_leader(cmd).await.map_err(not_leader)?;
+        let result = self
+            .cluster
+            .write_as_leader(cmd)
+            .await
+            .map_err(not_leader)?;
         reply(&result)
     }
 
-    async fn read_index(&self, _: Request<ReadIndexRequest>) -> Result<Response<ReadIndexResponse>, Status> {
-        let read_index = self.cluster.read_index_as_leader().await.map_err(not_leader)?;
+    async fn read_index(
+        &self,
+        _: Request<ReadIndexRequest>,
+    ) -> Result<Response<ReadIndexResponse>, Status> {
+        let read_index = self
+            .cluster
+            .read_index_as_leader()
+            .await
+            .map_err(not_leader)?;
         Ok(Response::new(ReadIndexResponse { read_index }))
     }
 
-    async fn leader_status(&self, _: Request<LeaderStatusRequest>) -> Result<Response<pb::ClusterStatus>, Status> {
+    async fn leader_status(
+        &self,
+        _: Request<LeaderStatusRequest>,
+    ) -> Result<Response<pb::ClusterStatus>, Status> {
         if !self.cluster.view().is_leader {
             return Err(Status::unavailable("this agent is not the leader"));
         }
-        Ok(Response::new(status_view(&self.cluster, Some(self.reachable_within))))
+        Ok(Response::new(status_view(
+            &self.cluster,
+            Some(self.reachable_within),
+        )))
     }
 }

@@ -3,13 +3,15 @@
 
 use gpu_proto::internal::v1::RaftMessage;
 use gpu_raft_store::{NodeId, TypeConfig};
-use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable};
+use openraft::BasicNode;
+use openraft::error::{
+    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
+};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
     VoteRequest, VoteResponse,
 };
-use openraft::BasicNode;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -27,7 +29,12 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
     type Network = PeerLink;
 
     async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> PeerLink {
-        PeerLink { target, addr: node.addr.clone(), peers: self.peers.clone(), contacts: self.contacts.clone() }
+        PeerLink {
+            target,
+            addr: node.addr.clone(),
+            peers: self.peers.clone(),
+            contacts: self.contacts.clone(),
+        }
     }
 }
 
@@ -48,14 +55,22 @@ enum Rpc {
 type RpcResult<T, E> = Result<T, RPCError<NodeId, BasicNode, RaftError<NodeId, E>>>;
 
 impl PeerLink {
-    async fn call<Req, Resp, E>(&mut self, rpc: Rpc, req: &Req, option: &RPCOption) -> RpcResult<Resp, E>
+    async fn call<Req, Resp, E>(
+        &mut self,
+        rpc: Rpc,
+        req: &Req,
+        option: &RPCOption,
+    ) -> RpcResult<Resp, E>
     where
         Req: Serialize,
         Resp: DeserializeOwned,
         E: std::error::Error + DeserializeOwned,
     {
         let json = serde_json::to_vec(req).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
-        let mut client = self.peers.get(&self.addr).map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))?;
+        let mut client = self
+            .peers
+            .get(&self.addr)
+            .map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))?;
         let msg = with_deadline(RaftMessage { json }, option.hard_ttl());
         let reply = match rpc {
             Rpc::AppendEntries => client.append_entries(msg).await,
@@ -67,8 +82,9 @@ impl PeerLink {
             _ => RPCError::Network(NetworkError::new(&status)),
         })?;
         self.contacts.heard_from(self.target);
-        let result: Result<Resp, RaftError<NodeId, E>> = serde_json::from_slice(&reply.into_inner().json)
-            .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        let result: Result<Resp, RaftError<NodeId, E>> =
+            serde_json::from_slice(&reply.into_inner().json)
+                .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         result.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
     }
 }

@@ -9,8 +9,12 @@ impl From<ClusterError> for Status {
     fn from(e: ClusterError) -> Self {
         match e {
             ClusterError::NoLeader | ClusterError::Timeout(_) => Status::unavailable(e.to_string()),
-            ClusterError::Rejected(r @ Rejection::UnknownNode { .. }) => Status::not_found(r.to_string()),
-            ClusterError::Rejected(r @ Rejection::Invalid { .. }) => Status::invalid_argument(r.to_string()),
+            ClusterError::Rejected(r @ Rejection::UnknownNode { .. }) => {
+                Status::not_found(r.to_string())
+            }
+            ClusterError::Rejected(r @ Rejection::Invalid { .. }) => {
+                Status::invalid_argument(r.to_string())
+            }
             ClusterError::Raft(_) => {
                 tracing::error!(error = %e, "raft failure while serving a request");
                 Status::internal(e.to_string())

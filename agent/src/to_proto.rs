@@ -24,7 +24,11 @@ pub struct Liveness<'a> {
     pub reachable_within: std::time::Duration,
 }
 
-pub fn cluster_status(view: &RaftView, voter_target: usize, liveness: Option<Liveness<'_>>) -> pb::ClusterStatus {
+pub fn cluster_status(
+    view: &RaftView,
+    voter_target: usize,
+    liveness: Option<Liveness<'_>>,
+) -> pb::ClusterStatus {
     let now = Instant::now();
     let members = view
         .members
@@ -32,14 +36,23 @@ pub fn cluster_status(view: &RaftView, voter_target: usize, liveness: Option<Liv
         .map(|(&id, addr)| {
             let is_self = id == view.node_id;
             let ago = liveness.as_ref().and_then(|l| {
-                if is_self { Some(0) } else { l.contacts.last_heard(id).map(|t| millis(now - t)) }
+                if is_self {
+                    Some(0)
+                } else {
+                    l.contacts.last_heard(id).map(|t| millis(now - t))
+                }
             });
-            let reachable = liveness.as_ref().map(|l| ago.is_some_and(|ms| u128::from(ms) <= l.reachable_within.as_millis()));
+            let reachable = liveness
+                .as_ref()
+                .map(|l| ago.is_some_and(|ms| u128::from(ms) <= l.reachable_within.as_millis()));
             pb::Member {
                 node_id: id,
                 addr: addr.clone(),
-                role: if view.voters.contains(&id) { pb::MemberRole::Voter } else { pb::MemberRole::Learner }
-                    as i32,
+                role: if view.voters.contains(&id) {
+                    pb::MemberRole::Voter
+                } else {
+                    pb::MemberRole::Learner
+                } as i32,
                 is_leader: view.leader == Some(id),
                 reachable,
                 last_contact_ms_ago: ago,
@@ -50,7 +63,10 @@ pub fn cluster_status(view: &RaftView, voter_target: usize, liveness: Option<Liv
     pb::ClusterStatus {
         node_id: view.node_id,
         leader_id: view.leader,
-        leader_addr: view.leader.and_then(|l| view.members.get(&l).cloned()).unwrap_or_default(),
+        leader_addr: view
+            .leader
+            .and_then(|l| view.members.get(&l).cloned())
+            .unwrap_or_default(),
         term: view.term,
         commit_index: view.commit_index,
         applied_index: view.applied_index,

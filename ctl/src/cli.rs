@@ -4,10 +4,20 @@
 use clap::{Parser, Subcommand, ValueEnum};
 
 #[derive(Parser, Debug)]
-#[command(name = "gpuctl", version, about = "Control a gpumesh GPU cluster through any of its agents")]
+#[command(
+    name = "gpuctl",
+    version,
+    about = "Control a gpumesh GPU cluster through any of its agents"
+)]
 pub struct Cli {
     /// Agent addresses, tried in order until one answers.
-    #[arg(long, global = true, env = "GPUCTL_ENDPOINT", value_delimiter = ',', default_value = "127.0.0.1:7070")]
+    #[arg(
+        long,
+        global = true,
+        env = "GPUCTL_ENDPOINT",
+        value_delimiter = ',',
+        default_value = "127.0.0.1:7070"
+    )]
     pub endpoint: Vec<String>,
     /// Output format.
     #[arg(short, long, global = true, value_enum, default_value_t = Output::Table)]
@@ -95,8 +105,14 @@ mod tests {
 
     #[test]
     fn durations() {
-        assert_eq!(parse_duration("500ms"), Some(std::time::Duration::from_millis(500)));
-        assert_eq!(parse_duration("2m"), Some(std::time::Duration::from_secs(120)));
+        assert_eq!(
+            parse_duration("500ms"),
+            Some(std::time::Duration::from_millis(500))
+        );
+        assert_eq!(
+            parse_duration("2m"),
+            Some(std::time::Duration::from_secs(120))
+        );
         for bad in ["", "5", "0s", "s", "5h", "-1s", "99999999999999999999s"] {
             assert_eq!(parse_duration(bad), None, "{bad}");
         }

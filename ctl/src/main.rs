@@ -16,14 +16,20 @@ use crate::commands::{Answer, Ctx, Failure};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: starting the async runtime: {e}");
             return ExitCode::from(2);
         }
     };
-    let ctx = Ctx { endpoints: Endpoints::new(cli.endpoint, cli.timeout), output: cli.output };
+    let ctx = Ctx {
+        endpoints: Endpoints::new(cli.endpoint, cli.timeout),
+        output: cli.output,
+    };
     let result: Result<Answer, Failure> = runtime.block_on(async {
         match cli.command {
             Noun::Cluster(verb) => commands::cluster::run(&ctx, verb).await,
@@ -33,7 +39,11 @@ fn main() -> ExitCode {
     match result {
         Ok(answer) => {
             output::emit(&answer.text);
-            if answer.positive { ExitCode::SUCCESS } else { ExitCode::from(1) }
+            if answer.positive {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
         }
         Err(e) => {
             eprintln!("error: {e}");

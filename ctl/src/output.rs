@@ -24,7 +24,10 @@ pub fn json(value: &serde_json::Value) -> String {
 /// A left-aligned table with a header row; cells are sanitised so a hostile label cannot
 /// inject terminal escapes or break the layout.
 pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
-    let clean: Vec<Vec<String>> = rows.iter().map(|r| r.iter().map(|c| sanitize(c)).collect()).collect();
+    let clean: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| r.iter().map(|c| sanitize(c)).collect())
+        .collect();
     let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
     for row in &clean {
         for (w, cell) in widths.iter_mut().zip(row) {
@@ -33,7 +36,10 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     }
     let mut out = String::new();
     let mut line = |cells: &mut dyn Iterator<Item = &str>| {
-        let parts: Vec<String> = cells.zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
+        let parts: Vec<String> = cells
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
         out.push_str(parts.join("  ").trim_end());
         out.push('\n');
     };
@@ -45,7 +51,9 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
 }
 
 fn sanitize(cell: &str) -> String {
-    cell.chars().map(|c| if c.is_control() { '?' } else { c }).collect()
+    cell.chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect()
 }
 
 #[cfg(test)]
@@ -56,7 +64,13 @@ mod tests {
 
     #[test]
     fn tables_align_and_sanitise() {
-        let t = table(&["ID", "NAME"], &[vec!["1".into(), "alpha".into()], vec!["22".into(), "b\u{1b}[31m".into()]]);
+        let t = table(
+            &["ID", "NAME"],
+            &[
+                vec!["1".into(), "alpha".into()],
+                vec!["22".into(), "b\u{1b}[31m".into()],
+            ],
+        );
         expect![[r#"
             ID  NAME
             1   alpha

@@ -84,7 +84,10 @@ mod tests {
     use super::*;
 
     fn entry(cmd: Command) -> LogEntry {
-        LogEntry { proposed_at_ms: 1_700_000_000_000, cmd }
+        LogEntry {
+            proposed_at_ms: 1_700_000_000_000,
+            cmd,
+        }
     }
 
     /// Frozen encodings: if one of these changes, old logs on disk no longer decode.
@@ -113,7 +116,11 @@ mod tests {
         let decoded: LogEntry = serde_json::from_str(old).expect("old entry decodes");
         assert_eq!(
             decoded.cmd,
-            Command::RegisterNode { node: 1, addr: "a:1".into(), labels: BTreeMap::new() }
+            Command::RegisterNode {
+                node: 1,
+                addr: "a:1".into(),
+                labels: BTreeMap::new()
+            }
         );
     }
 

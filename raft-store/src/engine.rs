@@ -24,7 +24,12 @@ pub trait KvEngine: Send + Sync + 'static {
     /// Atomically apply puts (`Some`) and deletes (`None`). Not durable until `flush`.
     fn write(&self, space: Space, batch: Batch) -> std::io::Result<()>;
     /// Entries with `from <= key < to`, in key order.
-    fn range(&self, space: Space, from: &[u8], to: &[u8]) -> std::io::Result<Vec<(Vec<u8>, Vec<u8>)>>;
+    fn range(
+        &self,
+        space: Space,
+        from: &[u8],
+        to: &[u8],
+    ) -> std::io::Result<Vec<(Vec<u8>, Vec<u8>)>>;
     /// Keys with `from <= key < to`, in key order.
     fn keys(&self, space: Space, from: &[u8], to: &[u8]) -> std::io::Result<Vec<Vec<u8>>>;
     fn last(&self, space: Space) -> std::io::Result<Option<(Vec<u8>, Vec<u8>)>>;
@@ -56,7 +61,12 @@ impl SledEngine {
             .map_err(io)?;
         let meta = db.open_tree("meta").map_err(io)?;
         let log = db.open_tree("log").map_err(io)?;
-        Ok(Self { db, meta, log, flush_lock: Mutex::new(()) })
+        Ok(Self {
+            db,
+            meta,
+            log,
+            flush_lock: Mutex::new(()),
+        })
     }
 
     fn tree(&self, space: Space) -> &sled::Tree {
@@ -83,7 +93,12 @@ impl KvEngine for SledEngine {
         self.tree(space).apply_batch(b).map_err(io)
     }
 
-    fn range(&self, space: Space, from: &[u8], to: &[u8]) -> std::io::Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    fn range(
+        &self,
+        space: Space,
+        from: &[u8],
+        to: &[u8],
+    ) -> std::io::Result<Vec<(Vec<u8>, Vec<u8>)>> {
         self.tree(space)
             .range(from..to)
             .map(|kv| kv.map(|(k, v)| (k.to_vec(), v.to_vec())).map_err(io))
@@ -91,11 +106,19 @@ impl KvEngine for SledEngine {
     }
 
     fn keys(&self, space: Space, from: &[u8], to: &[u8]) -> std::io::Result<Vec<Vec<u8>>> {
-        self.tree(space).range(from..to).keys().map(|k| k.map(|k| k.to_vec()).map_err(io)).collect()
+        self.tree(space)
+            .range(from..to)
+            .keys()
+            .map(|k| k.map(|k| k.to_vec()).map_err(io))
+            .collect()
     }
 
     fn last(&self, space: Space) -> std::io::Result<Option<(Vec<u8>, Vec<u8>)>> {
-        Ok(self.tree(space).last().map_err(io)?.map(|(k, v)| (k.to_vec(), v.to_vec())))
+        Ok(self
+            .tree(space)
+            .last()
+            .map_err(io)?
+            .map(|(k, v)| (k.to_vec(), v.to_vec())))
     }
 
     fn flush(&self) -> std::io::Result<()> {

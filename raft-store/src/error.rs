@@ -11,7 +11,11 @@ pub enum OpenError {
         "data directory {dir} has data format version {found}, this binary understands up to \
          {supported}; upgrade gpu-agent or point --data-dir elsewhere"
     )]
-    FutureVersion { dir: PathBuf, found: u32, supported: u32 },
+    FutureVersion {
+        dir: PathBuf,
+        found: u32,
+        supported: u32,
+    },
     #[error("data directory {dir} is corrupt: {detail}; restore it from a backup or a peer")]
     Corrupt { dir: PathBuf, detail: String },
     #[error("cannot {action} in data directory {dir}: {source}")]

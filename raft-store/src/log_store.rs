@@ -29,15 +29,22 @@ pub struct LogStore {
 
 impl std::fmt::Debug for LogStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LogStore").field("committed_index", &self.committed_index).finish_non_exhaustive()
+        f.debug_struct("LogStore")
+            .field("committed_index", &self.committed_index)
+            .finish_non_exhaustive()
     }
 }
 
 impl LogStore {
     pub(crate) fn new(engine: Arc<dyn KvEngine>) -> Result<Self, StorageError> {
-        let store = Self { engine, committed_index: Arc::new(AtomicU64::new(0)) };
+        let store = Self {
+            engine,
+            committed_index: Arc::new(AtomicU64::new(0)),
+        };
         let committed: Option<LogId> = store.read_meta(COMMITTED)?;
-        store.committed_index.store(committed.map_or(0, |c| c.index), Ordering::Relaxed);
+        store
+            .committed_index
+            .store(committed.map_or(0, |c| c.index), Ordering::Relaxed);
         Ok(store)
     }
 
@@ -48,7 +55,10 @@ impl LogStore {
 
     fn read_meta<T: DeserializeOwned>(&self, key: &[u8]) -> Result<Option<T>, StorageError> {
         let subject = meta_subject(key);
-        let bytes = self.engine.get(Space::Meta, key).map_err(|e| read_err(subject.clone(), &e))?;
+        let bytes = self
+            .engine
+            .get(Space::Meta, key)
+            .map_err(|e| read_err(subject.clone(), &e))?;
         bytes
             .map(|b| serde_json::from_slice(&b).map_err(|e| read_err(subject, &e)))
             .transpose()
@@ -77,7 +87,9 @@ impl LogStore {
             .keys(Space::Log, &from.to_be_bytes(), &to.to_be_bytes())
             .map_err(|e| write_err(ErrorSubject::Logs, &e))?;
         let batch = keys.into_iter().map(|k| (k, None)).collect();
-        self.engine.write(Space::Log, batch).map_err(|e| write_err(ErrorSubject::Logs, &e))?;
+        self.engine
+            .write(Space::Log, batch)
+            .map_err(|e| write_err(ErrorSubject::Logs, &e))?;
         self.flush(ErrorSubject::Logs).await
     }
 }
@@ -115,7 +127,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
         let last_purged_log_id: Option<LogId> = self.read_meta(LAST_PURGED)?;
-        let last = self.engine.last(Space::Log).map_err(|e| read_err(ErrorSubject::Logs, &e))?;
+        let last = self
+            .engine
+            .last(Space::Log)
+            .map_err(|e| read_err(ErrorSubject::Logs, &e))?;
         let last_log_id = match last {
             Some((_, v)) => {
                 let entry: Entry =
@@ -124,7 +139,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             }
             None => last_purged_log_id,
         };
-        Ok(LogState { last_purged_log_id, last_log_id })
+        Ok(LogState {
+            last_purged_log_id,
+            last_log_id,
+        })
     }
 
     async fn get_log_reader(&mut self) -> Self::LogReader {
@@ -144,7 +162,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         // Not flushed on purpose: a lost committed index is recomputed by the leader; it only
         // saves replaying the log on restart.
         self.write_meta(COMMITTED, &committed)?;
-        self.committed_index.store(committed.map_or(0, |c| c.index), Ordering::Relaxed);
+        self.committed_index
+            .store(committed.map_or(0, |c| c.index), Ordering::Relaxed);
         Ok(())
     }
 
@@ -152,7 +171,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         Ok(self.read_meta::<Option<LogId>>(COMMITTED)?.flatten())
     }
 
-    async fn append<I>(&mut self, entries: I, callback: LogFlushed<TypeConfig>) -> Result<(), StorageError>
+    async fn append<I>(
+        &mut self,
+        entries: I,
+        callback: LogFlushed<TypeConfig>,
+    ) -> Result<(), StorageError>
     where
         I: IntoIterator<Item = Entry> + Send,
         I::IntoIter: Send,
@@ -163,7 +186,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                 .map_err(|e| write_err(ErrorSubject::Log(entry.log_id), &e))?;
             batch.push((entry.log_id.index.to_be_bytes().to_vec(), Some(bytes)));
         }
-        self.engine.write(Space::Log, batch).map_err(|e| write_err(ErrorSubject::Logs, &e))?;
+        self.engine
+            .write(Space::Log, batch)
+            .map_err(|e| write_err(ErrorSubject::Logs, &e))?;
         // Entries are readable now; tell openraft they are durable only once fsynced.
         let engine = self.engine.clone();
         let flushed = tokio::task::spawn_blocking(move || engine.flush())
@@ -186,13 +211,27 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 }
 
 fn meta_subject(key: &[u8]) -> ErrorSubject<NodeId> {
-    if key == VOTE { ErrorSubject::Vote } else { ErrorSubject::Store }
+    if key == VOTE {
+        ErrorSubject::Vote
+    } else {
+        ErrorSubject::Store
+    }
 }
 
 fn read_err(subject: ErrorSubject<NodeId>, e: &(dyn std::error::Error + 'static)) -> StorageError {
-    StorageIOError::new(subject, ErrorVerb::Read, openraft::AnyError::from_dyn(e, None)).into()
+    StorageIOError::new(
+        subject,
+        ErrorVerb::Read,
+        openraft::AnyError::from_dyn(e, None),
+    )
+    .into()
 }
 
 fn write_err(subject: ErrorSubject<NodeId>, e: &(dyn std::error::Error + 'static)) -> StorageError {
-    StorageIOError::new(subject, ErrorVerb::Write, openraft::AnyError::from_dyn(e, None)).into()
+    StorageIOError::new(
+        subject,
+        ErrorVerb::Write,
+        openraft::AnyError::from_dyn(e, None),
+    )
+    .into()
 }

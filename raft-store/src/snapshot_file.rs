@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::store::DATA_FORMAT_VERSION;
 use crate::NodeId;
+use crate::store::DATA_FORMAT_VERSION;
 
 pub type SnapshotMeta = openraft::SnapshotMeta<NodeId, openraft::BasicNode>;
 
@@ -27,10 +27,15 @@ struct Header {
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotFileError {
     #[error("snapshot {path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("snapshot {path} is corrupt: {detail}")]
     Corrupt { path: PathBuf, detail: String },
-    #[error("snapshot {path} has format version {found}, newer than supported {DATA_FORMAT_VERSION}")]
+    #[error(
+        "snapshot {path} has format version {found}, newer than supported {DATA_FORMAT_VERSION}"
+    )]
     FutureVersion { path: PathBuf, found: u32 },
 }
 
@@ -42,7 +47,9 @@ pub struct SnapshotFile {
 
 impl SnapshotFile {
     pub fn new(dir: &Path) -> Self {
-        Self { path: dir.join("snapshot") }
+        Self {
+            path: dir.join("snapshot"),
+        }
     }
 
     pub fn path(&self) -> &Path {
@@ -51,7 +58,10 @@ impl SnapshotFile {
 
     /// Durably replace the stored snapshot.
     pub fn write(&self, meta: &SnapshotMeta, data: &[u8]) -> Result<(), SnapshotFileError> {
-        let io = |source| SnapshotFileError::Io { path: self.path.clone(), source };
+        let io = |source| SnapshotFileError::Io {
+            path: self.path.clone(),
+            source,
+        };
         let header = Header {
             format: DATA_FORMAT_VERSION,
             meta: meta.clone(),
@@ -80,27 +90,46 @@ impl SnapshotFile {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(source) => return Err(SnapshotFileError::Io { path, source }),
         };
-        let corrupt = |detail: String| SnapshotFileError::Corrupt { path: path.clone(), detail };
+        let corrupt = |detail: String| SnapshotFileError::Corrupt {
+            path: path.clone(),
+            detail,
+        };
         let mut reader = BufReader::new(file);
         let mut line = Vec::new();
         reader
             .read_until(b'\n', &mut line)
-            .map_err(|source| SnapshotFileError::Io { path: path.clone(), source })?;
+            .map_err(|source| SnapshotFileError::Io {
+                path: path.clone(),
+                source,
+            })?;
         let header: Header =
             serde_json::from_slice(&line).map_err(|e| corrupt(format!("bad header: {e}")))?;
         if header.format > DATA_FORMAT_VERSION {
-            return Err(SnapshotFileError::FutureVersion { path, found: header.format });
+            return Err(SnapshotFileError::FutureVersion {
+                path,
+                found: header.format,
+            });
         }
         let mut data = Vec::new();
         reader
             .read_to_end(&mut data)
-            .map_err(|source| SnapshotFileError::Io { path: path.clone(), source })?;
+            .map_err(|source| SnapshotFileError::Io {
+                path: path.clone(),
+                source,
+            })?;
         if data.len() as u64 != header.len {
-            return Err(corrupt(format!("{} payload bytes, header says {}", data.len(), header.len)));
+            return Err(corrupt(format!(
+                "{} payload bytes, header says {}",
+                data.len(),
+                header.len
+            )));
         }
         let digest = hex::encode(Sha256::digest(&data));
         if digest != header.sha256 {
-            return Err(corrupt(format!("checksum {digest} does not match {}", header.sha256)));
+            return Err(corrupt(format!(
+                "checksum {digest} does not match {}",
+                header.sha256
+            )));
         }
         Ok(Some((header.meta, data)))
     }
@@ -111,7 +140,11 @@ mod tests {
     use super::*;
 
     fn meta() -> SnapshotMeta {
-        SnapshotMeta { last_log_id: None, last_membership: Default::default(), snapshot_id: "s1".into() }
+        SnapshotMeta {
+            last_log_id: None,
+            last_membership: Default::default(),
+            snapshot_id: "s1".into(),
+        }
     }
 
     #[test]
@@ -121,7 +154,10 @@ mod tests {
         assert!(file.read().expect("no snapshot is fine").is_none());
         file.write(&meta(), b"hello state").expect("write");
         let (m, data) = file.read().expect("read").expect("present");
-        assert_eq!((m.snapshot_id.as_str(), data.as_slice()), ("s1", b"hello state".as_slice()));
+        assert_eq!(
+            (m.snapshot_id.as_str(), data.as_slice()),
+            ("s1", b"hello state".as_slice())
+        );
 
         let mut bytes = fs::read(file.path()).expect("raw");
         let last = bytes.len() - 1;
@@ -137,8 +173,15 @@ mod tests {
         let file = SnapshotFile::new(dir.path());
         file.write(&meta(), b"x").expect("write");
         let text = fs::read_to_string(file.path()).expect("raw");
-        let bumped = text.replacen(&format!("\"format\":{DATA_FORMAT_VERSION}"), "\"format\":999", 1);
+        let bumped = text.replacen(
+            &format!("\"format\":{DATA_FORMAT_VERSION}"),
+            "\"format\":999",
+            1,
+        );
         fs::write(file.path(), bumped).expect("bump");
-        assert!(matches!(file.read(), Err(SnapshotFileError::FutureVersion { found: 999, .. })));
+        assert!(matches!(
+            file.read(),
+            Err(SnapshotFileError::FutureVersion { found: 999, .. })
+        ));
     }
 }

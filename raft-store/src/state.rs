@@ -69,15 +69,20 @@ impl ClusterState {
                 Ok(())
             }
             Command::SetNodeLabels { node, set, remove } => {
-                let record =
-                    self.nodes.get(node).ok_or(Rejection::UnknownNode { node: *node })?;
+                let record = self
+                    .nodes
+                    .get(node)
+                    .ok_or(Rejection::UnknownNode { node: *node })?;
                 let mut labels = record.labels.clone();
                 for key in remove {
                     labels.remove(key);
                 }
                 labels.extend(set.iter().map(|(k, v)| (k.clone(), v.clone())));
                 validate::labels(&labels).map_err(invalid)?;
-                let record = self.nodes.get_mut(node).ok_or(Rejection::UnknownNode { node: *node })?;
+                let record = self
+                    .nodes
+                    .get_mut(node)
+                    .ok_or(Rejection::UnknownNode { node: *node })?;
                 record.labels = labels;
                 record.updated_at_ms = now;
                 Ok(())
@@ -97,11 +102,18 @@ mod tests {
     use super::*;
 
     fn at(ms: u64, cmd: Command) -> LogEntry {
-        LogEntry { proposed_at_ms: ms, cmd }
+        LogEntry {
+            proposed_at_ms: ms,
+            cmd,
+        }
     }
 
     fn register(node: NodeId) -> Command {
-        Command::RegisterNode { node, addr: format!("127.0.0.1:{}", 7000 + node), labels: BTreeMap::new() }
+        Command::RegisterNode {
+            node,
+            addr: format!("127.0.0.1:{}", 7000 + node),
+            labels: BTreeMap::new(),
+        }
     }
 
     #[test]
@@ -124,7 +136,9 @@ mod tests {
         };
         assert_eq!(
             s.apply(&at(1, cmd)),
-            ApplyResult::Rejected { reason: Rejection::UnknownNode { node: 9 } }
+            ApplyResult::Rejected {
+                reason: Rejection::UnknownNode { node: 9 }
+            }
         );
         assert_eq!(s, before);
     }
@@ -154,7 +168,10 @@ mod tests {
         s.apply(&at(1, with_rack("r1")));
         let zone = Command::SetNodeLabels {
             node: 1,
-            set: BTreeMap::from([("zone".into(), "b".into()), ("rack".into(), "override".into())]),
+            set: BTreeMap::from([
+                ("zone".into(), "b".into()),
+                ("rack".into(), "override".into()),
+            ]),
             remove: BTreeSet::new(),
         };
         s.apply(&at(2, zone));
@@ -163,7 +180,10 @@ mod tests {
         assert_eq!(n.agent_labels["rack"], "r2");
         assert_eq!(
             n.effective_labels(),
-            BTreeMap::from([("rack".into(), "override".into()), ("zone".into(), "b".into())])
+            BTreeMap::from([
+                ("rack".into(), "override".into()),
+                ("zone".into(), "b".into())
+            ])
         );
     }
 
@@ -180,9 +200,16 @@ mod tests {
         s.apply(&at(3, set("rack", "r7")));
         s.apply(&at(
             4,
-            Command::SetNodeLabels { node: 1, set: BTreeMap::new(), remove: BTreeSet::from(["zone".into()]) },
+            Command::SetNodeLabels {
+                node: 1,
+                set: BTreeMap::new(),
+                remove: BTreeSet::from(["zone".into()]),
+            },
         ));
-        assert_eq!(s.nodes[&1].labels, BTreeMap::from([("rack".into(), "r7".into())]));
+        assert_eq!(
+            s.nodes[&1].labels,
+            BTreeMap::from([("rack".into(), "r7".into())])
+        );
         assert_eq!(s.nodes[&1].updated_at_ms, 4);
     }
 }

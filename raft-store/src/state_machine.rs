@@ -61,7 +61,9 @@ impl StateReader {
 
 impl std::fmt::Debug for StateMachineStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("StateMachineStore").field("file", &self.file).finish_non_exhaustive()
+        f.debug_struct("StateMachineStore")
+            .field("file", &self.file)
+            .finish_non_exhaustive()
     }
 }
 
@@ -69,9 +71,12 @@ impl StateMachineStore {
     /// Open the state machine of a data directory, restoring its snapshot when there is one.
     pub(crate) fn open(file: SnapshotFile) -> Result<Self, SnapshotFileError> {
         let data = match file.read()? {
-            Some((_, bytes)) => serde_json::from_slice(&bytes).map_err(|e| {
-                SnapshotFileError::Corrupt { path: file.path().to_owned(), detail: e.to_string() }
-            })?,
+            Some((_, bytes)) => {
+                serde_json::from_slice(&bytes).map_err(|e| SnapshotFileError::Corrupt {
+                    path: file.path().to_owned(),
+                    detail: e.to_string(),
+                })?
+            }
             None => MachineData::default(),
         };
         let applied = data.last_applied.map_or(0, |l: LogId| l.index);
@@ -84,7 +89,10 @@ impl StateMachineStore {
     }
 
     pub fn reader(&self) -> StateReader {
-        StateReader { data: self.data.clone(), applied: self.applied.subscribe() }
+        StateReader {
+            data: self.data.clone(),
+            applied: self.applied.subscribe(),
+        }
     }
 
     fn write_snapshot(&self, meta: &SnapshotMeta, bytes: &[u8]) -> Result<(), StorageError> {
@@ -115,7 +123,10 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
             snapshot_id,
         };
         self.write_snapshot(&meta, &bytes)?;
-        Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(bytes)) })
+        Ok(Snapshot {
+            meta,
+            snapshot: Box::new(Cursor::new(bytes)),
+        })
     }
 }
 
@@ -187,8 +198,14 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
-        let stored = self.file.read().map_err(|e| snapshot_err(ErrorVerb::Read, &e))?;
-        Ok(stored.map(|(meta, bytes)| Snapshot { meta, snapshot: Box::new(Cursor::new(bytes)) }))
+        let stored = self
+            .file
+            .read()
+            .map_err(|e| snapshot_err(ErrorVerb::Read, &e))?;
+        Ok(stored.map(|(meta, bytes)| Snapshot {
+            meta,
+            snapshot: Box::new(Cursor::new(bytes)),
+        }))
     }
 }
 
@@ -197,5 +214,10 @@ fn read_lock(data: &RwLock<MachineData>) -> RwLockReadGuard<'_, MachineData> {
 }
 
 fn snapshot_err(verb: ErrorVerb, e: &(dyn std::error::Error + 'static)) -> StorageError {
-    StorageIOError::new(ErrorSubject::Snapshot(None), verb, openraft::AnyError::from_dyn(e, None)).into()
+    StorageIOError::new(
+        ErrorSubject::Snapshot(None),
+        verb,
+        openraft::AnyError::from_dyn(e, None),
+    )
+    .into()
 }

@@ -33,14 +33,21 @@ impl DataDir {
 
 /// Open (creating if empty) the data directory `dir` and return its stores.
 pub fn open(dir: &Path) -> Result<(DataDir, LogStore, StateMachineStore), OpenError> {
-    let io = |action, source| OpenError::Io { dir: dir.to_owned(), action, source };
+    let io = |action, source| OpenError::Io {
+        dir: dir.to_owned(),
+        action,
+        source,
+    };
     fs::create_dir_all(dir).map_err(|e| io("create the directory", e))?;
     let lock_path = dir.join("LOCK");
     let lock = File::create(&lock_path).map_err(|e| io("create the lock file", e))?;
     match lock.try_lock() {
         Ok(()) => {}
         Err(TryLockError::WouldBlock) => {
-            return Err(OpenError::Locked { dir: dir.to_owned(), lock: lock_path });
+            return Err(OpenError::Locked {
+                dir: dir.to_owned(),
+                lock: lock_path,
+            });
         }
         Err(TryLockError::Error(e)) => return Err(io("lock the directory", e)),
     }
@@ -56,7 +63,14 @@ pub fn open(dir: &Path) -> Result<(DataDir, LogStore, StateMachineStore), OpenEr
         },
         other => corrupt(dir, other.to_string()),
     })?;
-    Ok((DataDir { path: dir.to_owned(), _lock: lock }, log, sm))
+    Ok((
+        DataDir {
+            path: dir.to_owned(),
+            _lock: lock,
+        },
+        log,
+        sm,
+    ))
 }
 
 /// A new directory gets a FORMAT file; an existing one must carry a version we understand.
@@ -95,12 +109,17 @@ fn check_format(dir: &Path) -> Result<(), OpenError> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             Err(corrupt(dir, "it holds data but no FORMAT file".into()))
         }
-        Err(source) => {
-            Err(OpenError::Io { dir: dir.to_owned(), action: "read the FORMAT file", source })
-        }
+        Err(source) => Err(OpenError::Io {
+            dir: dir.to_owned(),
+            action: "read the FORMAT file",
+            source,
+        }),
     }
 }
 
 fn corrupt(dir: &Path, detail: String) -> OpenError {
-    OpenError::Corrupt { dir: dir.to_owned(), detail }
+    OpenError::Corrupt {
+        dir: dir.to_owned(),
+        detail,
+    }
 }

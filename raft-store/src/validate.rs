@@ -16,7 +16,9 @@ pub fn label_key(key: &str) -> Result<(), String> {
         return Err(format!("label key must be 1..={MAX_KEY_LEN} characters"));
     }
     if !key.starts_with(|c: char| c.is_ascii_alphanumeric()) || !key.chars().all(ok_char) {
-        return Err(format!("label key {key:?} must match [A-Za-z0-9][A-Za-z0-9._/-]*"));
+        return Err(format!(
+            "label key {key:?} must match [A-Za-z0-9][A-Za-z0-9._/-]*"
+        ));
     }
     if key.contains("..") {
         return Err(format!("label key {key:?} must not contain '..'"));
@@ -38,7 +40,10 @@ pub fn label_value(value: &str) -> Result<(), String> {
 /// A whole label map, including its size.
 pub fn labels(labels: &BTreeMap<String, String>) -> Result<(), String> {
     if labels.len() > MAX_LABELS {
-        return Err(format!("at most {MAX_LABELS} labels per node, got {}", labels.len()));
+        return Err(format!(
+            "at most {MAX_LABELS} labels per node, got {}",
+            labels.len()
+        ));
     }
     for (k, v) in labels {
         label_key(k)?;
@@ -50,7 +55,9 @@ pub fn labels(labels: &BTreeMap<String, String>) -> Result<(), String> {
 /// An advertised address: `host:port`, printable, bounded.
 pub fn addr(addr: &str) -> Result<(), String> {
     if addr.is_empty() || addr.len() > MAX_ADDR_LEN || addr.chars().any(|c| c.is_control()) {
-        return Err(format!("address {addr:?} must be 1..={MAX_ADDR_LEN} printable characters"));
+        return Err(format!(
+            "address {addr:?} must be 1..={MAX_ADDR_LEN} printable characters"
+        ));
     }
     match addr.rsplit_once(':') {
         Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => Ok(()),
@@ -64,11 +71,27 @@ mod tests {
 
     #[test]
     fn label_keys() {
-        for good in ["gpu_type", "site", "topology.kubernetes.io/zone", "a", "A-1"] {
+        for good in [
+            "gpu_type",
+            "site",
+            "topology.kubernetes.io/zone",
+            "a",
+            "A-1",
+        ] {
             assert_eq!(label_key(good), Ok(()), "{good}");
         }
         let long = "k".repeat(64);
-        for bad in ["", "-a", "/etc", "../x", "a..b", "a b", "a\nb", "\u{1b}[31m", long.as_str()] {
+        for bad in [
+            "",
+            "-a",
+            "/etc",
+            "../x",
+            "a..b",
+            "a b",
+            "a\nb",
+            "\u{1b}[31m",
+            long.as_str(),
+        ] {
             assert!(label_key(bad).is_err(), "{bad:?} should be rejected");
         }
     }
@@ -84,8 +107,9 @@ mod tests {
 
     #[test]
     fn label_maps_are_bounded() {
-        let many: BTreeMap<String, String> =
-            (0..100_000).map(|i| (format!("k{i}"), String::new())).collect();
+        let many: BTreeMap<String, String> = (0..100_000)
+            .map(|i| (format!("k{i}"), String::new()))
+            .collect();
         assert!(labels(&many).is_err());
     }
 

@@ -15,24 +15,44 @@ use rand::{Rng, SeedableRng};
 const CHILD_DIR_ENV: &str = "GPUMESH_CRASH_CHILD_DIR";
 
 fn entry(index: u64) -> Entry {
-    let cmd = Command::RegisterNode { node: index, addr: format!("h{index}:1"), labels: BTreeMap::new() };
+    let cmd = Command::RegisterNode {
+        node: index,
+        addr: format!("h{index}:1"),
+        labels: BTreeMap::new(),
+    };
     Entry {
         log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
-        payload: EntryPayload::Normal(LogEntry { proposed_at_ms: index, cmd }),
+        payload: EntryPayload::Normal(LogEntry {
+            proposed_at_ms: index,
+            cmd,
+        }),
     }
 }
 
 /// The writer half. Runs only when the parent test re-executes this binary with the env var set.
 #[tokio::test]
 async fn crash_child_writer() {
-    let Ok(dir) = std::env::var(CHILD_DIR_ENV) else { return };
+    let Ok(dir) = std::env::var(CHILD_DIR_ENV) else {
+        return;
+    };
     let (_dir, mut log, _sm) = gpu_raft_store::open(dir.as_ref()).expect("child open");
-    let mut next = log.get_log_state().await.expect("state").last_log_id.map_or(1, |l| l.index + 1);
-    let mut term = log.read_vote().await.expect("vote").map_or(1, |v| v.leader_id.term + 1);
+    let mut next = log
+        .get_log_state()
+        .await
+        .expect("state")
+        .last_log_id
+        .map_or(1, |l| l.index + 1);
+    let mut term = log
+        .read_vote()
+        .await
+        .expect("vote")
+        .map_or(1, |v| v.leader_id.term + 1);
     let mut out = std::io::stdout().lock();
     for round in 0u64.. {
         let batch = 1 + round % 7;
-        log.blocking_append((next..next + batch).map(entry)).await.expect("append");
+        log.blocking_append((next..next + batch).map(entry))
+            .await
+            .expect("append");
         next += batch;
         writeln!(out, "durable {}", next - 1).expect("stdout");
         if round % 5 == 0 {
@@ -46,7 +66,10 @@ async fn crash_child_writer() {
 
 #[tokio::test]
 async fn kill_9_never_loses_a_durable_append() {
-    let seed: u64 = std::env::var("GPUMESH_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(rand::random);
+    let seed: u64 = std::env::var("GPUMESH_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
     println!("seed {seed} (set GPUMESH_SEED to reproduce)");
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -55,7 +78,12 @@ async fn kill_9_never_loses_a_durable_append() {
 
     for round in 0..6 {
         let mut child = Process::new(std::env::current_exe().expect("exe"))
-            .args(["crash_child_writer", "--exact", "--nocapture", "--test-threads=1"])
+            .args([
+                "crash_child_writer",
+                "--exact",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env(CHILD_DIR_ENV, tmp.path())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -63,7 +91,10 @@ async fn kill_9_never_loses_a_durable_append() {
             .expect("spawn child");
         let stdout = child.stdout.take().expect("stdout");
         let reader = std::thread::spawn(move || {
-            BufReader::new(stdout).lines().map_while(Result::ok).collect::<Vec<_>>()
+            BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+                .collect::<Vec<_>>()
         });
         tokio::time::sleep(Duration::from_millis(rng.random_range(100..600))).await;
         child.kill().expect("kill -9");
@@ -79,15 +110,38 @@ async fn kill_9_never_loses_a_durable_append() {
         }
 
         let (_dir, mut log, _sm) = gpu_raft_store::open(tmp.path()).expect("reopen after kill");
-        let last = log.get_log_state().await.expect("state").last_log_id.map_or(0, |l| l.index);
-        assert!(last >= reported_index, "round {round}: reported {reported_index} durable, log ends at {last}");
+        let last = log
+            .get_log_state()
+            .await
+            .expect("state")
+            .last_log_id
+            .map_or(0, |l| l.index);
+        assert!(
+            last >= reported_index,
+            "round {round}: reported {reported_index} durable, log ends at {last}"
+        );
         let entries = log.try_get_log_entries(1..=last).await.expect("read");
         assert_eq!(entries.len() as u64, last, "round {round}: hole in the log");
         for (i, e) in entries.iter().enumerate() {
-            assert_eq!(*e, entry(i as u64 + 1), "round {round}: entry {} changed", i + 1);
+            assert_eq!(
+                *e,
+                entry(i as u64 + 1),
+                "round {round}: entry {} changed",
+                i + 1
+            );
         }
-        let term = log.read_vote().await.expect("vote").map_or(0, |v| v.leader_id.term);
-        assert!(term >= reported_term, "round {round}: vote {reported_term} reported, {term} on disk");
+        let term = log
+            .read_vote()
+            .await
+            .expect("vote")
+            .map_or(0, |v| v.leader_id.term);
+        assert!(
+            term >= reported_term,
+            "round {round}: vote {reported_term} reported, {term} on disk"
+        );
     }
-    assert!(reported_index > 0, "the child never reported an append: the test proved nothing");
+    assert!(
+        reported_index > 0,
+        "the child never reported an append: the test proved nothing"
+    );
 }

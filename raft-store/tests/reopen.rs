@@ -14,24 +14,43 @@ fn log_id(term: u64, index: u64) -> LogId<u64> {
 }
 
 fn register(index: u64) -> Entry {
-    let cmd = Command::RegisterNode { node: index, addr: format!("h{index}:7070"), labels: BTreeMap::new() };
-    Entry { log_id: log_id(1, index), payload: EntryPayload::Normal(LogEntry { proposed_at_ms: index, cmd }) }
+    let cmd = Command::RegisterNode {
+        node: index,
+        addr: format!("h{index}:7070"),
+        labels: BTreeMap::new(),
+    };
+    Entry {
+        log_id: log_id(1, index),
+        payload: EntryPayload::Normal(LogEntry {
+            proposed_at_ms: index,
+            cmd,
+        }),
+    }
 }
 
 fn membership(index: u64) -> Entry {
     let m = Membership::new(vec![[1u64].into()], None);
-    Entry { log_id: log_id(1, index), payload: EntryPayload::Membership(m) }
+    Entry {
+        log_id: log_id(1, index),
+        payload: EntryPayload::Membership(m),
+    }
 }
 
 #[tokio::test]
 async fn everything_survives_reopen() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let entries: Vec<Entry> = std::iter::once(membership(1)).chain((2..=20).map(register)).collect();
+    let entries: Vec<Entry> = std::iter::once(membership(1))
+        .chain((2..=20).map(register))
+        .collect();
     {
         let (_dir, mut log, mut sm) = gpu_raft_store::open(tmp.path()).expect("open");
-        log.save_vote(&Vote::new_committed(1, 1)).await.expect("vote");
+        log.save_vote(&Vote::new_committed(1, 1))
+            .await
+            .expect("vote");
         log.blocking_append(entries.clone()).await.expect("append");
-        log.save_committed(Some(log_id(1, 20))).await.expect("committed");
+        log.save_committed(Some(log_id(1, 20)))
+            .await
+            .expect("committed");
         let results = sm.apply(entries[..10].to_vec()).await.expect("apply");
         assert!(results.iter().all(|r| *r == ApplyResult::Ok));
         let mut builder = sm.get_snapshot_builder().await;
@@ -40,13 +59,23 @@ async fn everything_survives_reopen() {
         log.purge(log_id(1, 5)).await.expect("purge");
     }
     let (_dir, mut log, mut sm) = gpu_raft_store::open(tmp.path()).expect("reopen");
-    assert_eq!(log.read_vote().await.expect("vote"), Some(Vote::new_committed(1, 1)));
-    assert_eq!(log.read_committed().await.expect("committed"), Some(log_id(1, 20)));
+    assert_eq!(
+        log.read_vote().await.expect("vote"),
+        Some(Vote::new_committed(1, 1))
+    );
+    assert_eq!(
+        log.read_committed().await.expect("committed"),
+        Some(log_id(1, 20))
+    );
     let state = log.get_log_state().await.expect("log state");
     assert_eq!(state.last_purged_log_id, Some(log_id(1, 5)));
     assert_eq!(state.last_log_id, Some(log_id(1, 20)));
     let kept = log.try_get_log_entries(0..=20).await.expect("entries");
-    assert_eq!(kept, entries[5..].to_vec(), "purged prefix gone, the rest intact and in order");
+    assert_eq!(
+        kept,
+        entries[5..].to_vec(),
+        "purged prefix gone, the rest intact and in order"
+    );
 
     // The state machine comes back from the snapshot (taken after entry 10); openraft replays the
     // rest from the log up to the committed index.
@@ -55,7 +84,11 @@ async fn everything_survives_reopen() {
     assert_eq!(members.log_id(), &Some(log_id(1, 1)));
     let nodes: Vec<u64> = sm.reader().read(|s| s.nodes.keys().copied().collect());
     assert_eq!(nodes, (2..=10).collect::<Vec<_>>());
-    let snapshot = sm.get_current_snapshot().await.expect("read").expect("present");
+    let snapshot = sm
+        .get_current_snapshot()
+        .await
+        .expect("read")
+        .expect("present");
     assert_eq!(snapshot.meta.last_log_id, Some(log_id(1, 10)));
 }
 
@@ -64,7 +97,9 @@ async fn truncate_is_durable() {
     let tmp = tempfile::tempdir().expect("tempdir");
     {
         let (_dir, mut log, _) = gpu_raft_store::open(tmp.path()).expect("open");
-        log.blocking_append((1..=10).map(register)).await.expect("append");
+        log.blocking_append((1..=10).map(register))
+            .await
+            .expect("append");
         log.truncate(log_id(1, 6)).await.expect("truncate");
     }
     let (_dir, mut log, _) = gpu_raft_store::open(tmp.path()).expect("reopen");
@@ -78,7 +113,10 @@ fn a_locked_directory_is_refused() {
     let _held = gpu_raft_store::open(tmp.path()).expect("first open");
     let err = gpu_raft_store::open(tmp.path()).expect_err("second open must fail");
     assert!(matches!(err, OpenError::Locked { .. }), "{err}");
-    assert!(err.to_string().contains("in use by another process"), "{err}");
+    assert!(
+        err.to_string().contains("in use by another process"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -87,9 +125,15 @@ fn a_future_format_is_refused_and_left_untouched() {
     drop(gpu_raft_store::open(tmp.path()).expect("create"));
     std::fs::write(tmp.path().join("FORMAT"), "gpumesh-data 7\n").expect("bump");
     let err = gpu_raft_store::open(tmp.path()).expect_err("future version");
-    assert!(matches!(err, OpenError::FutureVersion { found: 7, .. }), "{err}");
+    assert!(
+        matches!(err, OpenError::FutureVersion { found: 7, .. }),
+        "{err}"
+    );
     let format = std::fs::read_to_string(tmp.path().join("FORMAT")).expect("format");
-    assert_eq!(format, "gpumesh-data 7\n", "refusing must not rewrite anything");
+    assert_eq!(
+        format, "gpumesh-data 7\n",
+        "refusing must not rewrite anything"
+    );
 }
 
 #[test]
@@ -106,8 +150,14 @@ async fn a_corrupted_snapshot_is_refused() {
     let tmp = tempfile::tempdir().expect("tempdir");
     {
         let (_dir, _log, mut sm) = gpu_raft_store::open(tmp.path()).expect("open");
-        sm.apply(vec![membership(1), register(2)]).await.expect("apply");
-        sm.get_snapshot_builder().await.build_snapshot().await.expect("snapshot");
+        sm.apply(vec![membership(1), register(2)])
+            .await
+            .expect("apply");
+        sm.get_snapshot_builder()
+            .await
+            .build_snapshot()
+            .await
+            .expect("snapshot");
     }
     let path = tmp.path().join("snapshot");
     let mut bytes = std::fs::read(&path).expect("read");
@@ -118,4 +168,3 @@ async fn a_corrupted_snapshot_is_refused() {
     assert!(matches!(err, OpenError::Corrupt { .. }), "{err}");
     assert!(err.to_string().contains("checksum"), "{err}");
 }
-

@@ -5,7 +5,9 @@ use openraft::testing::{StoreBuilder, Suite};
 
 struct OnDisk;
 
-impl StoreBuilder<TypeConfig, LogStore, StateMachineStore, (tempfile::TempDir, DataDir)> for OnDisk {
+impl StoreBuilder<TypeConfig, LogStore, StateMachineStore, (tempfile::TempDir, DataDir)>
+    for OnDisk
+{
     async fn build(
         &self,
     ) -> Result<((tempfile::TempDir, DataDir), LogStore, StateMachineStore), StorageError> {
@@ -16,6 +18,8 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachineStore, (tempfile::TempDir, D
 }
 
 #[test]
-fn openraft_storage_suite_passes() -> Result<(), StorageError> {
-    Suite::test_all(OnDisk)
+fn openraft_storage_suite_passes() {
+    if let Err(e) = Suite::test_all(OnDisk) {
+        panic!("storage suite failed: {e}");
+    }
 }

@@ -17,9 +17,16 @@ use tonic::transport::Channel;
 /// Path of a workspace binary built beside this test (`cargo test --workspace` builds them).
 pub fn bin(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
-    let dir = exe.parent().and_then(Path::parent).expect("target/<profile> directory");
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile> directory");
     let path = dir.join(name);
-    assert!(path.exists(), "{} is missing: run `cargo build --bins` (or `cargo test --workspace`)", path.display());
+    assert!(
+        path.exists(),
+        "{} is missing: run `cargo build --bins` (or `cargo test --workspace`)",
+        path.display()
+    );
     path
 }
 
@@ -49,14 +56,20 @@ impl Cluster {
     /// Start `n` agents: n1 bootstraps, the others join through it. `extra_toml` is appended to
     /// every agent's config. Waits until all are members and the voter seats are filled.
     pub async fn start(n: u64, voter_target: usize, extra_toml: &str) -> Cluster {
-        let turn = ONE_CLUSTER_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+        let turn = ONE_CLUSTER_AT_A_TIME
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         let root = tempfile::tempdir().expect("tempdir");
         let addrs: Vec<String> = (0..n).map(|_| free_addr()).collect();
         let mut agents = BTreeMap::new();
         for id in 1..=n {
             let addr = addrs[id as usize - 1].clone();
             let data = root.path().join(format!("node-{id}"));
-            let start = if id == 1 { "bootstrap = true".to_owned() } else { format!("join = [{:?}]", addrs[0]) };
+            let start = if id == 1 {
+                "bootstrap = true".to_owned()
+            } else {
+                format!("join = [{:?}]", addrs[0])
+            };
             let toml = format!(
                 "node_id = {id}\nlisten = {addr:?}\ndata_dir = {data:?}\n{start}\njoin_timeout = \"30s\"\n\
                  [raft]\nvoter_target = {voter_target}\n{extra_toml}\n"
@@ -64,30 +77,56 @@ impl Cluster {
             let config = root.path().join(format!("node-{id}.toml"));
             std::fs::write(&config, toml).expect("write config");
             let log = root.path().join(format!("node-{id}.log"));
-            agents.insert(id, Agent { id, addr, config, log, child: None });
+            agents.insert(
+                id,
+                Agent {
+                    id,
+                    addr,
+                    config,
+                    log,
+                    child: None,
+                },
+            );
         }
-        let mut cluster = Cluster { root, agents, _turn: turn };
+        let mut cluster = Cluster {
+            root,
+            agents,
+            _turn: turn,
+        };
         for id in 1..=n {
             cluster.start_agent(id);
             if id == 1 {
-                cluster.wait_for("n1 to lead", Duration::from_secs(20), |c| async move {
-                    c.status(1, true).await.is_ok_and(|s| s.leader_id == Some(1))
-                })
-                .await;
+                cluster
+                    .wait_for("n1 to lead", Duration::from_secs(20), |c| async move {
+                        c.status(1, true)
+                            .await
+                            .is_ok_and(|s| s.leader_id == Some(1))
+                    })
+                    .await;
             }
         }
         let want_voters = (n as usize).min(voter_target);
         cluster
-            .wait_for("every agent to join", Duration::from_secs(60), |c| async move {
-                c.status(1, false).await.is_ok_and(|s| s.members.len() == n as usize && voters(&s).len() == want_voters)
-            })
+            .wait_for(
+                "every agent to join",
+                Duration::from_secs(60),
+                |c| async move {
+                    c.status(1, false).await.is_ok_and(|s| {
+                        s.members.len() == n as usize && voters(&s).len() == want_voters
+                    })
+                },
+            )
             .await;
         cluster
     }
 
     pub fn start_agent(&mut self, id: u64) {
         let agent = self.agents.get_mut(&id).expect("known agent");
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(&agent.log).expect("log file");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&agent.log)
+            .expect("log file");
         let child = Command::new(bin("gpu-agent"))
             .arg("run")
             .arg("--config")
@@ -115,7 +154,11 @@ impl Cluster {
     }
 
     pub fn running(&self) -> Vec<u64> {
-        self.agents.keys().copied().filter(|id| self.is_running(*id)).collect()
+        self.agents
+            .keys()
+            .copied()
+            .filter(|id| self.is_running(*id))
+            .collect()
     }
 
     pub fn addr(&self, id: u64) -> &str {
@@ -134,11 +177,19 @@ impl Cluster {
 
     pub async fn status(&self, via: u64, stale: bool) -> Result<pb::ClusterStatus, tonic::Status> {
         let mut c = ClusterServiceClient::new(self.channel(via).await?);
-        Ok(c.get_status(pb::GetStatusRequest { stale }).await?.into_inner())
+        Ok(c.get_status(pb::GetStatusRequest { stale })
+            .await?
+            .into_inner())
     }
 
     /// Set one label on `node`, sending the write to agent `via`.
-    pub async fn label(&self, via: u64, node: u64, key: &str, value: &str) -> Result<pb::Node, tonic::Status> {
+    pub async fn label(
+        &self,
+        via: u64,
+        node: u64,
+        key: &str,
+        value: &str,
+    ) -> Result<pb::Node, tonic::Status> {
         let mut c = NodeServiceClient::new(self.channel(via).await?);
         let req = pb::LabelNodeRequest {
             id: node,
@@ -150,7 +201,9 @@ impl Cluster {
 
     pub async fn node(&self, via: u64, node: u64, stale: bool) -> Result<pb::Node, tonic::Status> {
         let mut c = NodeServiceClient::new(self.channel(via).await?);
-        Ok(c.get_node(pb::GetNodeRequest { id: node, stale }).await?.into_inner())
+        Ok(c.get_node(pb::GetNodeRequest { id: node, stale })
+            .await?
+            .into_inner())
     }
 
     /// The leader as seen by the first running agent that knows a running one.
@@ -183,7 +236,10 @@ impl Cluster {
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        panic!("timed out after {timeout:?} waiting for {what}\n{}", self.logs());
+        panic!(
+            "timed out after {timeout:?} waiting for {what}\n{}",
+            self.logs()
+        );
     }
 
     /// The last lines of every agent's log, for failure messages.
@@ -212,5 +268,9 @@ impl Drop for Cluster {
 }
 
 pub fn voters(s: &pb::ClusterStatus) -> Vec<u64> {
-    s.members.iter().filter(|m| m.role == pb::MemberRole::Voter as i32).map(|m| m.node_id).collect()
+    s.members
+        .iter()
+        .filter(|m| m.role == pb::MemberRole::Voter as i32)
+        .map(|m| m.node_id)
+        .collect()
 }

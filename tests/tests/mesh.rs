@@ -7,12 +7,19 @@ use gpu_tests::{Cluster, voters};
 
 /// Write `count` labels (`k{i}`) onto node `node`, round-robin through `via`. Every write must be
 /// acknowledged; returns what was written.
-async fn write_labels(c: &Cluster, via: &[u64], node: u64, range: std::ops::Range<u32>) -> BTreeMap<String, String> {
+async fn write_labels(
+    c: &Cluster,
+    via: &[u64],
+    node: u64,
+    range: std::ops::Range<u32>,
+) -> BTreeMap<String, String> {
     let mut written = BTreeMap::new();
     for (n, i) in range.enumerate() {
         let (k, v) = (format!("k{i}"), format!("v{i}"));
         let agent = via[n % via.len()];
-        c.label(agent, node, &k, &v).await.unwrap_or_else(|e| panic!("write {k} via n{agent}: {e}\n{}", c.logs()));
+        c.label(agent, node, &k, &v)
+            .await
+            .unwrap_or_else(|e| panic!("write {k} via n{agent}: {e}\n{}", c.logs()));
         written.insert(k, v);
     }
     written
@@ -20,9 +27,18 @@ async fn write_labels(c: &Cluster, via: &[u64], node: u64, range: std::ops::Rang
 
 /// Every acknowledged label must be present in a linearizable read through `via`.
 async fn assert_all_present(c: &Cluster, via: u64, node: u64, written: &BTreeMap<String, String>) {
-    let labels = c.node(via, node, false).await.unwrap_or_else(|e| panic!("read via n{via}: {e}\n{}", c.logs())).labels;
+    let labels = c
+        .node(via, node, false)
+        .await
+        .unwrap_or_else(|e| panic!("read via n{via}: {e}\n{}", c.logs()))
+        .labels;
     for (k, v) in written {
-        assert_eq!(labels.get(k), Some(v), "acknowledged write {k} is missing via n{via}\n{}", c.logs());
+        assert_eq!(
+            labels.get(k),
+            Some(v),
+            "acknowledged write {k} is missing via n{via}\n{}",
+            c.logs()
+        );
     }
 }
 
@@ -47,14 +63,35 @@ async fn leader_kill_and_full_restart_lose_no_acknowledged_write() {
 
     // The old leader comes back on its data dir and catches up.
     c.start_agent(leader);
-    let applied = c.status(new_leader, false).await.expect("status").commit_index;
-    c.wait_for("the restarted agent to catch up", Duration::from_secs(20), |c| async move {
-        c.status(leader, true).await.is_ok_and(|s| s.applied_index >= applied)
-    })
+    let applied = c
+        .status(new_leader, false)
+        .await
+        .expect("status")
+        .commit_index;
+    c.wait_for(
+        "the restarted agent to catch up",
+        Duration::from_secs(20),
+        |c| async move {
+            c.status(leader, true)
+                .await
+                .is_ok_and(|s| s.applied_index >= applied)
+        },
+    )
     .await;
-    let stale = c.node(leader, 1, true).await.expect("stale read on the restarted agent");
-    let missing: Vec<&String> = written.iter().filter(|(k, v)| stale.labels.get(*k) != Some(*v)).map(|(k, _)| k).collect();
-    assert!(missing.is_empty(), "restarted replica is missing {missing:?} (commit {applied}, its status {:?})", c.status(leader, true).await);
+    let stale = c
+        .node(leader, 1, true)
+        .await
+        .expect("stale read on the restarted agent");
+    let missing: Vec<&String> = written
+        .iter()
+        .filter(|(k, v)| stale.labels.get(*k) != Some(*v))
+        .map(|(k, _)| k)
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "restarted replica is missing {missing:?} (commit {applied}, its status {:?})",
+        c.status(leader, true).await
+    );
 
     // Everyone dies at once, then comes back: state intact, writes resume.
     for id in [1, 2, 3] {
@@ -76,26 +113,45 @@ async fn a_dead_voter_is_replaced_by_a_learner_and_rejoins_as_learner() {
     let mut c = Cluster::start(5, 3, "[autopilot]\ndead_voter_after = \"2s\"\n").await;
     let status = c.status(1, false).await.expect("status");
     let before = voters(&status);
-    assert_eq!((status.members.len(), before.len()), (5, 3), "3 voters + 2 learners");
+    assert_eq!(
+        (status.members.len(), before.len()),
+        (5, 3),
+        "3 voters + 2 learners"
+    );
 
     let leader = c.leader().await;
-    let victim = *before.iter().find(|v| **v != leader).expect("a non-leader voter");
+    let victim = *before
+        .iter()
+        .find(|v| **v != leader)
+        .expect("a non-leader voter");
     c.kill(victim);
-    c.wait_for("a learner to take the dead voter's seat", Duration::from_secs(30), |c| async move {
-        c.status(leader, false).await.is_ok_and(|s| {
-            let v = voters(&s);
-            v.len() == 3 && !v.contains(&victim) && s.members.iter().all(|m| m.node_id != victim)
-        })
-    })
+    c.wait_for(
+        "a learner to take the dead voter's seat",
+        Duration::from_secs(30),
+        |c| async move {
+            c.status(leader, false).await.is_ok_and(|s| {
+                let v = voters(&s);
+                v.len() == 3
+                    && !v.contains(&victim)
+                    && s.members.iter().all(|m| m.node_id != victim)
+            })
+        },
+    )
     .await;
     let written = write_labels(&c, &c.running(), leader, 0..10).await;
     assert_all_present(&c, leader, leader, &written).await;
 
     // The removed agent restarts on its old data and is readmitted, as a learner.
     c.start_agent(victim);
-    c.wait_for("the old voter to rejoin as a learner", Duration::from_secs(30), |c| async move {
-        c.status(leader, false).await.is_ok_and(|s| s.members.len() == 5 && voters(&s).len() == 3 && !voters(&s).contains(&victim))
-    })
+    c.wait_for(
+        "the old voter to rejoin as a learner",
+        Duration::from_secs(30),
+        |c| async move {
+            c.status(leader, false).await.is_ok_and(|s| {
+                s.members.len() == 5 && voters(&s).len() == 3 && !voters(&s).contains(&victim)
+            })
+        },
+    )
     .await;
     let written_after = write_labels(&c, &[victim], leader, 10..12).await;
     assert_all_present(&c, victim, leader, &written_after).await;

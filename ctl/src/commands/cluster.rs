@@ -22,14 +22,18 @@ pub async fn run(ctx: &Ctx, verb: ClusterVerb) -> Result<Answer, Failure> {
     let status = ctx
         .endpoints
         .call(|ch| async move {
-            let reply = ClusterServiceClient::new(ch).get_status(pb::GetStatusRequest { stale }).await?;
+            let reply = ClusterServiceClient::new(ch)
+                .get_status(pb::GetStatusRequest { stale })
+                .await?;
             Ok(reply.into_inner())
         })
         .await?;
     let positive = status.leader_id.is_some();
     let text = match (ctx.output, members_only) {
         (Output::Json, false) => output::json(&status_json(&status)),
-        (Output::Json, true) => output::json(&Value::Array(status.members.iter().map(member_json).collect())),
+        (Output::Json, true) => output::json(&Value::Array(
+            status.members.iter().map(member_json).collect(),
+        )),
         (Output::Table, false) => status_table(&status),
         (Output::Table, true) => members_table(&status.members),
     };
@@ -71,7 +75,10 @@ fn status_json(s: &pb::ClusterStatus) -> Value {
 }
 
 fn status_table(s: &pb::ClusterStatus) -> String {
-    let leader = s.leader_id.map_or_else(|| "none".to_owned(), |l| format!("n{l} ({})", s.leader_addr));
+    let leader = s.leader_id.map_or_else(
+        || "none".to_owned(),
+        |l| format!("n{l} ({})", s.leader_addr),
+    );
     let voters = s.members.iter().filter(|m| role(m) == "voter").count();
     let mut out = format!(
         "Leader:   {leader}\nTerm:     {}\nLog:      commit {} / applied {} / last {}\nMembers:  {} ({voters} voters, target {})\nAnswered: n{}\n\n",
@@ -100,10 +107,22 @@ fn members_table(members: &[pb::Member]) -> String {
                     Some(false) => "no".into(),
                     None => "?".into(),
                 },
-                m.last_contact_ms_ago.map_or_else(|| "-".into(), |ms| format!("{ms}ms")),
-                m.matched_index.map_or_else(|| "-".into(), |i| i.to_string()),
+                m.last_contact_ms_ago
+                    .map_or_else(|| "-".into(), |ms| format!("{ms}ms")),
+                m.matched_index
+                    .map_or_else(|| "-".into(), |i| i.to_string()),
             ]
         })
         .collect();
-    table(&["NODE", "ADDRESS", "ROLE", "REACHABLE", "LAST CONTACT", "MATCHED"], &rows)
+    table(
+        &[
+            "NODE",
+            "ADDRESS",
+            "ROLE",
+            "REACHABLE",
+            "LAST CONTACT",
+            "MATCHED",
+        ],
+        &rows,
+    )
 }

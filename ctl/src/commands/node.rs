@@ -18,7 +18,11 @@ pub async fn run(ctx: &Ctx, verb: NodeVerb) -> Result<Answer, Failure> {
         NodeVerb::List { stale } => {
             ctx.endpoints
                 .call(|ch| async move {
-                    Ok(NodeServiceClient::new(ch).list_nodes(pb::ListNodesRequest { stale }).await?.into_inner().nodes)
+                    Ok(NodeServiceClient::new(ch)
+                        .list_nodes(pb::ListNodesRequest { stale })
+                        .await?
+                        .into_inner()
+                        .nodes)
                 })
                 .await?
         }
@@ -26,7 +30,10 @@ pub async fn run(ctx: &Ctx, verb: NodeVerb) -> Result<Answer, Failure> {
             let node = ctx
                 .endpoints
                 .call(|ch| async move {
-                    Ok(NodeServiceClient::new(ch).get_node(pb::GetNodeRequest { id, stale }).await?.into_inner())
+                    Ok(NodeServiceClient::new(ch)
+                        .get_node(pb::GetNodeRequest { id, stale })
+                        .await?
+                        .into_inner())
                 })
                 .await?;
             return Ok(render_one(ctx, &node));
@@ -37,7 +44,12 @@ pub async fn run(ctx: &Ctx, verb: NodeVerb) -> Result<Answer, Failure> {
                 .endpoints
                 .call(|ch| {
                     let req = req.clone();
-                    async move { Ok(NodeServiceClient::new(ch).label_node(req).await?.into_inner()) }
+                    async move {
+                        Ok(NodeServiceClient::new(ch)
+                            .label_node(req)
+                            .await?
+                            .into_inner())
+                    }
                 })
                 .await?;
             return Ok(render_one(ctx, &node));
@@ -47,19 +59,27 @@ pub async fn run(ctx: &Ctx, verb: NodeVerb) -> Result<Answer, Failure> {
         Output::Json => output::json(&Value::Array(nodes.iter().map(node_json).collect())),
         Output::Table => nodes_table(&nodes),
     };
-    Ok(Answer { text, positive: true })
+    Ok(Answer {
+        text,
+        positive: true,
+    })
 }
 
 /// `key=value` sets, `key-` removes.
 fn label_request(id: u64, changes: &[String]) -> Result<pb::LabelNodeRequest, String> {
-    let mut req = pb::LabelNodeRequest { id, ..Default::default() };
+    let mut req = pb::LabelNodeRequest {
+        id,
+        ..Default::default()
+    };
     for change in changes {
         if let Some((k, v)) = change.split_once('=') {
             req.set.insert(k.to_owned(), v.to_owned());
         } else if let Some(k) = change.strip_suffix('-') {
             req.remove.push(k.to_owned());
         } else {
-            return Err(format!("label change {change:?} must be key=value (set) or key- (remove)"));
+            return Err(format!(
+                "label change {change:?} must be key=value (set) or key- (remove)"
+            ));
         }
     }
     Ok(req)
@@ -70,7 +90,10 @@ fn render_one(ctx: &Ctx, node: &pb::Node) -> Answer {
         Output::Json => output::json(&node_json(node)),
         Output::Table => nodes_table(std::slice::from_ref(node)),
     };
-    Answer { text, positive: true }
+    Answer {
+        text,
+        positive: true,
+    }
 }
 
 fn node_json(n: &pb::Node) -> Value {
@@ -89,7 +112,11 @@ fn nodes_table(nodes: &[pb::Node]) -> String {
         .iter()
         .map(|n| {
             let labels: BTreeMap<&String, &String> = n.labels.iter().collect();
-            let labels = labels.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",");
+            let labels = labels
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(",");
             vec![format!("n{}", n.id), n.addr.clone(), labels]
         })
         .collect();
