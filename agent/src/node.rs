@@ -174,6 +174,7 @@ async fn register(cluster: Cluster, config: Config, cancel: CancellationToken) {
         node: config.node_id,
         addr: config.advertise.clone(),
         labels: config.labels.clone(),
+        inventory: Default::default(),
     };
     loop {
         match cluster.write(cmd.clone()).await {

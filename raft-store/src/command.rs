@@ -9,6 +9,8 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::NodeId;
+use crate::job::{JobId, JobSpec, Outcome};
+use crate::node::{Inventory, NodeStatus};
 
 /// One replicated log record. `proposed_at_ms` is stamped by the proposer (the leader); apply
 /// uses it as "now" and never reads a clock.
@@ -22,12 +24,15 @@ pub struct LogEntry {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Command {
-    /// An agent announces itself (on start and whenever its inventory changes). Upsert.
+    /// An agent announces itself (on start and whenever its inventory changes). Upsert; marks
+    /// the node Ready.
     RegisterNode {
         node: NodeId,
         addr: String,
         #[serde(default)]
         labels: BTreeMap<String, String>,
+        #[serde(default)]
+        inventory: Inventory,
     },
     /// Set and remove user labels on a registered node.
     SetNodeLabels {
@@ -37,6 +42,58 @@ pub enum Command {
         #[serde(default)]
         remove: BTreeSet<String>,
     },
+    /// The leader's liveness verdict. Down requeues (or fails) every live job on the node.
+    SetNodeStatus {
+        node: NodeId,
+        status: NodeStatus,
+    },
+    /// Stop (or resume) placing new work on a node.
+    CordonNode {
+        node: NodeId,
+        cordoned: bool,
+    },
+    /// Cordon, and with `evict` ask the node's executor to stop its jobs so they are requeued.
+    DrainNode {
+        node: NodeId,
+        evict: bool,
+    },
+    /// A new job. With an idempotency key, a retry returns the first job instead.
+    SubmitJob {
+        spec: JobSpec,
+        #[serde(default)]
+        idempotency_key: Option<String>,
+    },
+    CancelJob {
+        job: JobId,
+    },
+    /// The scheduler's placements, each re-validated on apply.
+    BindJobs {
+        binds: Vec<Bind>,
+    },
+    /// The executor started the process of this placement.
+    JobStarted {
+        job: JobId,
+        generation: u64,
+    },
+    /// The executor saw this placement end.
+    JobFinished {
+        job: JobId,
+        generation: u64,
+        outcome: Outcome,
+    },
+    /// Why pending jobs cannot be placed right now (scheduler feedback for users).
+    NoteUnschedulable {
+        reasons: BTreeMap<JobId, String>,
+    },
+}
+
+/// One placement decision: `job` onto these GPU indexes of `node`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Bind {
+    pub job: JobId,
+    pub node: NodeId,
+    #[serde(default)]
+    pub gpus: Vec<u32>,
 }
 
 /// What applying one entry produced. A rejection is a normal, replicated outcome: every replica
@@ -45,7 +102,18 @@ pub enum Command {
 #[serde(tag = "result", rename_all = "snake_case")]
 pub enum ApplyResult {
     Ok,
-    Rejected { reason: Rejection },
+    JobSubmitted {
+        job: JobId,
+        existing: bool,
+    },
+    /// Per bind of a batch: the jobs bound, and the ones refused with why.
+    Bound {
+        bound: Vec<JobId>,
+        rejected: Vec<(JobId, String)>,
+    },
+    Rejected {
+        reason: Rejection,
+    },
 }
 
 /// Why `apply` refused a command.
@@ -56,6 +124,24 @@ pub enum Rejection {
     UnknownNode { node: NodeId },
     #[error("invalid argument: {message}")]
     Invalid { message: String },
+    #[error("job j-{job} does not exist")]
+    UnknownJob { job: JobId },
+    #[error("job j-{job} already finished ({state})")]
+    JobFinished {
+        job: JobId,
+        state: crate::job::JobState,
+    },
+    #[error("idempotency key {key:?} already created job j-{job} with a different spec")]
+    IdempotencyConflict { key: String, job: JobId },
+    #[error(
+        "report for job j-{job} generation {generation} is stale (current generation {current}, {state})"
+    )]
+    Stale {
+        job: JobId,
+        generation: u64,
+        current: u64,
+        state: crate::job::JobState,
+    },
 }
 
 impl fmt::Display for LogEntry {
@@ -67,12 +153,56 @@ impl fmt::Display for LogEntry {
 impl fmt::Display for Command {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Command::RegisterNode { node, addr, labels } => {
-                write!(f, "register n{node} {addr} ({} labels)", labels.len())
-            }
+            Command::RegisterNode {
+                node,
+                addr,
+                labels,
+                inventory,
+            } => write!(
+                f,
+                "register n{node} {addr} ({} gpus, {} labels)",
+                inventory.gpus.len(),
+                labels.len()
+            ),
             Command::SetNodeLabels { node, set, remove } => {
                 write!(f, "label n{node} +{} -{}", set.len(), remove.len())
             }
+            Command::SetNodeStatus { node, status } => write!(f, "status n{node} {status:?}"),
+            Command::CordonNode { node, cordoned } => {
+                write!(
+                    f,
+                    "{} n{node}",
+                    if *cordoned { "cordon" } else { "uncordon" }
+                )
+            }
+            Command::DrainNode { node, evict } => write!(f, "drain n{node} evict={evict}"),
+            Command::SubmitJob {
+                spec,
+                idempotency_key,
+            } => write!(
+                f,
+                "submit {:?} gpus={} key={}",
+                spec.name,
+                spec.gpus,
+                idempotency_key.as_deref().unwrap_or("-")
+            ),
+            Command::CancelJob { job } => write!(f, "cancel j-{job}"),
+            Command::BindJobs { binds } => {
+                f.write_str("bind")?;
+                for b in binds {
+                    write!(f, " j-{}->n{}{:?}", b.job, b.node, b.gpus)?;
+                }
+                Ok(())
+            }
+            Command::JobStarted { job, generation } => write!(f, "started j-{job} g{generation}"),
+            Command::JobFinished {
+                job,
+                generation,
+                outcome,
+            } => {
+                write!(f, "finished j-{job} g{generation}: {outcome}")
+            }
+            Command::NoteUnschedulable { reasons } => write!(f, "unschedulable x{}", reasons.len()),
         }
     }
 }
@@ -97,8 +227,9 @@ mod tests {
             node: 3,
             addr: "10.0.0.3:7070".into(),
             labels: BTreeMap::from([("rack".into(), "r1".into())]),
+            inventory: Inventory::default(),
         });
-        expect![[r#"{"proposed_at_ms":1700000000000,"cmd":{"type":"register_node","node":3,"addr":"10.0.0.3:7070","labels":{"rack":"r1"}}}"#]]
+        expect![[r#"{"proposed_at_ms":1700000000000,"cmd":{"type":"register_node","node":3,"addr":"10.0.0.3:7070","labels":{"rack":"r1"},"inventory":{"gpus":[],"cpu_cores":0,"memory_mib":0}}}"#]]
             .assert_eq(&serde_json::to_string(&register).unwrap_or_default());
 
         let label = entry(Command::SetNodeLabels {
@@ -119,7 +250,8 @@ mod tests {
             Command::RegisterNode {
                 node: 1,
                 addr: "a:1".into(),
-                labels: BTreeMap::new()
+                labels: BTreeMap::new(),
+                inventory: Inventory::default(),
             }
         );
     }

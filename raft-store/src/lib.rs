@@ -9,18 +9,22 @@
 mod command;
 mod engine;
 mod error;
+pub mod job;
 mod log_store;
+pub mod node;
 mod snapshot_file;
 mod state;
 mod state_machine;
 mod store;
 pub mod validate;
 
-pub use command::{ApplyResult, Command, LogEntry, Rejection};
+pub use command::{ApplyResult, Bind, Command, LogEntry, Rejection};
 pub use engine::{KvEngine, SledEngine, Space};
 pub use error::OpenError;
+pub use job::{Binding, Job, JobId, JobSpec, JobState, Outcome};
 pub use log_store::LogStore;
-pub use state::{ClusterState, NodeRecord};
+pub use node::{GpuRecord, Inventory, NodeRecord, NodeStatus};
+pub use state::{ClusterState, gpu_fits};
 pub use state_machine::{StateMachineStore, StateReader};
 pub use store::{DATA_FORMAT_VERSION, DataDir, open};
 

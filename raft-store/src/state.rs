@@ -4,7 +4,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::command::{ApplyResult, Command, LogEntry, Rejection};
+use crate::command::{ApplyResult, Bind, Command, LogEntry, Rejection};
+use crate::job::{Binding, Job, JobId, JobState, Outcome};
+use crate::node::{NodeRecord, NodeStatus};
 use crate::{NodeId, validate};
 
 /// Everything the cluster agrees on (besides Raft membership, which openraft tracks).
@@ -12,204 +14,412 @@ use crate::{NodeId, validate};
 pub struct ClusterState {
     #[serde(default)]
     pub nodes: BTreeMap<NodeId, NodeRecord>,
+    #[serde(default)]
+    pub jobs: BTreeMap<JobId, Job>,
+    /// The id the next submitted job gets.
+    #[serde(default = "first_job_id")]
+    pub next_job_id: JobId,
+    /// `tenant/key` → the job that key created.
+    #[serde(default)]
+    pub idempotency: BTreeMap<String, JobId>,
 }
 
-/// A registered agent.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NodeRecord {
-    pub id: NodeId,
-    pub addr: String,
-    /// Labels from the agent's own configuration, replaced at every registration.
-    #[serde(default)]
-    pub agent_labels: BTreeMap<String, String>,
-    /// Labels set by operators through the API; they survive agent restarts and win over
-    /// agent labels with the same key.
-    #[serde(default)]
-    pub labels: BTreeMap<String, String>,
-    pub registered_at_ms: u64,
-    pub updated_at_ms: u64,
-}
-
-impl NodeRecord {
-    /// What placement sees: agent labels overlaid by operator labels.
-    pub fn effective_labels(&self) -> BTreeMap<String, String> {
-        let mut all = self.agent_labels.clone();
-        all.extend(self.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
-        all
-    }
+fn first_job_id() -> JobId {
+    1
 }
 
 impl ClusterState {
-    /// Apply one entry. Pure: the result depends only on `self` and `entry`. A rejected command
-    /// leaves the state untouched.
-    pub fn apply(&mut self, entry: &LogEntry) -> ApplyResult {
-        match self.try_apply(entry) {
-            Ok(()) => ApplyResult::Ok,
-            Err(reason) => ApplyResult::Rejected { reason },
+    pub fn new() -> Self {
+        Self {
+            next_job_id: first_job_id(),
+            ..Self::default()
         }
     }
 
-    fn try_apply(&mut self, entry: &LogEntry) -> Result<(), Rejection> {
+    /// Apply one entry. Pure: the result depends only on `self` and `entry`. A rejected command
+    /// leaves the state untouched.
+    pub fn apply(&mut self, entry: &LogEntry) -> ApplyResult {
         let now = entry.proposed_at_ms;
-        match &entry.cmd {
-            Command::RegisterNode { node, addr, labels } => {
-                validate::addr(addr).map_err(invalid)?;
-                validate::labels(labels).map_err(invalid)?;
-                let record = self.nodes.entry(*node).or_insert_with(|| NodeRecord {
-                    id: *node,
-                    addr: String::new(),
-                    agent_labels: BTreeMap::new(),
-                    labels: BTreeMap::new(),
-                    registered_at_ms: now,
-                    updated_at_ms: now,
-                });
-                record.addr.clone_from(addr);
-                record.agent_labels.clone_from(labels);
-                record.updated_at_ms = now;
-                Ok(())
-            }
-            Command::SetNodeLabels { node, set, remove } => {
-                let record = self
-                    .nodes
-                    .get(node)
-                    .ok_or(Rejection::UnknownNode { node: *node })?;
-                let mut labels = record.labels.clone();
+        let result = match &entry.cmd {
+            Command::RegisterNode {
+                node,
+                addr,
+                labels,
+                inventory,
+            } => self.register(*node, addr, labels, inventory, now),
+            Command::SetNodeLabels { node, set, remove } => self.node_mut(*node).and_then(|n| {
+                let mut labels = n.labels.clone();
                 for key in remove {
                     labels.remove(key);
                 }
                 labels.extend(set.iter().map(|(k, v)| (k.clone(), v.clone())));
                 validate::labels(&labels).map_err(invalid)?;
-                let record = self
-                    .nodes
-                    .get_mut(node)
-                    .ok_or(Rejection::UnknownNode { node: *node })?;
-                record.labels = labels;
-                record.updated_at_ms = now;
-                Ok(())
+                n.labels = labels;
+                n.updated_at_ms = now;
+                Ok(ApplyResult::Ok)
+            }),
+            Command::SetNodeStatus { node, status } => self.set_status(*node, *status, now),
+            Command::CordonNode { node, cordoned } => self.node_mut(*node).map(|n| {
+                n.cordoned = *cordoned;
+                n.updated_at_ms = now;
+                ApplyResult::Ok
+            }),
+            Command::DrainNode { node, evict } => self.drain(*node, *evict, now),
+            Command::SubmitJob {
+                spec,
+                idempotency_key,
+            } => self.submit(spec, idempotency_key.as_deref(), now),
+            Command::CancelJob { job } => self.cancel(*job, now),
+            Command::BindJobs { binds } => Ok(self.bind_all(binds, now)),
+            Command::JobStarted { job, generation } => self.started(*job, *generation, now),
+            Command::JobFinished {
+                job,
+                generation,
+                outcome,
+            } => self.finished(*job, *generation, outcome, now),
+            Command::NoteUnschedulable { reasons } => {
+                for (id, reason) in reasons {
+                    if let Some(job) = self
+                        .jobs
+                        .get_mut(id)
+                        .filter(|j| j.state == JobState::Pending)
+                    {
+                        job.reason = Some(reason.clone());
+                    }
+                }
+                Ok(ApplyResult::Ok)
+            }
+        };
+        result.unwrap_or_else(|reason| ApplyResult::Rejected { reason })
+    }
+
+    fn node_mut(&mut self, node: NodeId) -> Result<&mut NodeRecord, Rejection> {
+        self.nodes
+            .get_mut(&node)
+            .ok_or(Rejection::UnknownNode { node })
+    }
+
+    fn job_mut(&mut self, job: JobId) -> Result<&mut Job, Rejection> {
+        self.jobs.get_mut(&job).ok_or(Rejection::UnknownJob { job })
+    }
+
+    fn register(
+        &mut self,
+        node: NodeId,
+        addr: &str,
+        labels: &BTreeMap<String, String>,
+        inventory: &crate::node::Inventory,
+        now: u64,
+    ) -> Result<ApplyResult, Rejection> {
+        validate::addr(addr).map_err(invalid)?;
+        validate::labels(labels).map_err(invalid)?;
+        let mut seen = std::collections::BTreeSet::new();
+        if !inventory.gpus.iter().all(|g| seen.insert(g.index)) {
+            return Err(invalid("duplicate GPU index in inventory".into()));
+        }
+        let record = self.nodes.entry(node).or_insert_with(|| NodeRecord {
+            id: node,
+            addr: String::new(),
+            agent_labels: BTreeMap::new(),
+            labels: BTreeMap::new(),
+            inventory: Default::default(),
+            status: NodeStatus::Ready,
+            cordoned: false,
+            allocations: BTreeMap::new(),
+            registered_at_ms: now,
+            updated_at_ms: now,
+        });
+        record.addr = addr.to_owned();
+        record.agent_labels.clone_from(labels);
+        record.inventory.clone_from(inventory);
+        record.status = NodeStatus::Ready;
+        record.updated_at_ms = now;
+        Ok(ApplyResult::Ok)
+    }
+
+    fn set_status(
+        &mut self,
+        node: NodeId,
+        status: NodeStatus,
+        now: u64,
+    ) -> Result<ApplyResult, Rejection> {
+        let record = self.node_mut(node)?;
+        record.status = status;
+        record.updated_at_ms = now;
+        if status == NodeStatus::Down {
+            let live: Vec<(JobId, u64)> = self
+                .jobs
+                .values()
+                .filter(|j| j.state.is_live() && j.binding.as_ref().is_some_and(|b| b.node == node))
+                .map(|j| (j.id, j.generation))
+                .collect();
+            for (job, generation) in live {
+                let outcome = Outcome::Lost {
+                    message: format!("node n{node} went down"),
+                };
+                self.finished(job, generation, &outcome, now)?;
             }
         }
+        Ok(ApplyResult::Ok)
     }
+
+    fn drain(&mut self, node: NodeId, evict: bool, now: u64) -> Result<ApplyResult, Rejection> {
+        let record = self.node_mut(node)?;
+        record.cordoned = true;
+        record.updated_at_ms = now;
+        if evict {
+            for job in self.jobs.values_mut() {
+                if job.state.is_live() && job.binding.as_ref().is_some_and(|b| b.node == node) {
+                    job.evict_requested = true;
+                }
+            }
+        }
+        Ok(ApplyResult::Ok)
+    }
+
+    fn submit(
+        &mut self,
+        spec: &crate::job::JobSpec,
+        key: Option<&str>,
+        now: u64,
+    ) -> Result<ApplyResult, Rejection> {
+        validate::job_spec(spec).map_err(invalid)?;
+        let scoped = match key {
+            Some(k) => {
+                validate::idempotency_key(k).map_err(invalid)?;
+                let scoped = format!("{}/{k}", spec.tenant);
+                if let Some(&existing) = self.idempotency.get(&scoped) {
+                    let same = self.jobs.get(&existing).is_some_and(|j| j.spec == *spec);
+                    return if same {
+                        Ok(ApplyResult::JobSubmitted {
+                            job: existing,
+                            existing: true,
+                        })
+                    } else {
+                        Err(Rejection::IdempotencyConflict {
+                            key: k.to_owned(),
+                            job: existing,
+                        })
+                    };
+                }
+                Some(scoped)
+            }
+            None => None,
+        };
+        let id = self.next_job_id.max(1);
+        self.next_job_id = id + 1;
+        if let Some(scoped) = scoped {
+            self.idempotency.insert(scoped, id);
+        }
+        self.jobs.insert(
+            id,
+            Job {
+                id,
+                spec: spec.clone(),
+                idempotency_key: key.map(str::to_owned),
+                state: JobState::Pending,
+                submitted_at_ms: now,
+                attempts: 0,
+                generation: 0,
+                binding: None,
+                reason: None,
+                outcome: None,
+                cancel_requested: false,
+                evict_requested: false,
+                bound_at_ms: None,
+                started_at_ms: None,
+                finished_at_ms: None,
+            },
+        );
+        Ok(ApplyResult::JobSubmitted {
+            job: id,
+            existing: false,
+        })
+    }
+
+    fn cancel(&mut self, job: JobId, now: u64) -> Result<ApplyResult, Rejection> {
+        let j = self.job_mut(job)?;
+        match j.state {
+            JobState::Pending => {
+                j.state = JobState::Cancelled;
+                j.outcome = Some(Outcome::Cancelled);
+                j.finished_at_ms = Some(now);
+                j.reason = None;
+            }
+            JobState::Bound | JobState::Running => j.cancel_requested = true,
+            state => return Err(Rejection::JobFinished { job, state }),
+        }
+        Ok(ApplyResult::Ok)
+    }
+
+    fn bind_all(&mut self, binds: &[Bind], now: u64) -> ApplyResult {
+        let mut bound = Vec::new();
+        let mut rejected = Vec::new();
+        for b in binds {
+            match self.check_bind(b) {
+                Ok(()) => {
+                    self.bind(b, now);
+                    bound.push(b.job);
+                }
+                Err(reason) => rejected.push((b.job, reason)),
+            }
+        }
+        ApplyResult::Bound { bound, rejected }
+    }
+
+    /// Whether `b` may be applied now: the P4 check. Every condition is re-checked here no
+    /// matter what the scheduler believed.
+    pub fn check_bind(&self, b: &Bind) -> Result<(), String> {
+        let job = self
+            .jobs
+            .get(&b.job)
+            .ok_or_else(|| format!("job j-{} does not exist", b.job))?;
+        if job.state != JobState::Pending {
+            return Err(format!("job j-{} is {}, not Pending", b.job, job.state));
+        }
+        let node = self
+            .nodes
+            .get(&b.node)
+            .ok_or_else(|| format!("node n{} is not registered", b.node))?;
+        if !node.accepts_work() {
+            return Err(format!("node n{} does not accept work", b.node));
+        }
+        let labels = node.effective_labels();
+        if let Some((k, v)) = job
+            .spec
+            .node_selector
+            .iter()
+            .find(|(k, v)| labels.get(*k) != Some(*v))
+        {
+            return Err(format!("node n{} does not have label {k}={v}", b.node));
+        }
+        if b.gpus.len() != job.spec.gpus as usize {
+            return Err(format!(
+                "job j-{} needs {} GPUs, bind gives {}",
+                b.job,
+                job.spec.gpus,
+                b.gpus.len()
+            ));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for &index in &b.gpus {
+            if !seen.insert(index) {
+                return Err(format!("GPU {index} appears twice"));
+            }
+            let gpu = node
+                .gpu(index)
+                .ok_or_else(|| format!("node n{} has no GPU {index}", b.node))?;
+            if !gpu.healthy {
+                return Err(format!("GPU n{}/{index} is unhealthy", b.node));
+            }
+            if let Some(holder) = node.allocations.get(&index) {
+                return Err(format!("GPU n{}/{index} is held by j-{holder}", b.node));
+            }
+            if !gpu_fits(gpu, &job.spec) {
+                return Err(format!(
+                    "GPU n{}/{index} ({}) does not match the job's selector",
+                    b.node, gpu.model
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn bind(&mut self, b: &Bind, now: u64) {
+        if let Some(node) = self.nodes.get_mut(&b.node) {
+            for &index in &b.gpus {
+                node.allocations.insert(index, b.job);
+            }
+        }
+        if let Some(job) = self.jobs.get_mut(&b.job) {
+            job.generation += 1;
+            job.attempts += 1;
+            job.state = JobState::Bound;
+            job.binding = Some(Binding {
+                node: b.node,
+                gpus: b.gpus.clone(),
+                generation: job.generation,
+            });
+            job.bound_at_ms = Some(now);
+            job.reason = None;
+        }
+    }
+
+    fn started(&mut self, job: JobId, generation: u64, now: u64) -> Result<ApplyResult, Rejection> {
+        let j = self.job_mut(job)?;
+        match j.state {
+            JobState::Bound if j.generation == generation => {
+                j.state = JobState::Running;
+                j.started_at_ms = Some(now);
+                Ok(ApplyResult::Ok)
+            }
+            JobState::Running if j.generation == generation => Ok(ApplyResult::Ok),
+            state => Err(Rejection::Stale {
+                job,
+                generation,
+                current: j.generation,
+                state,
+            }),
+        }
+    }
+
+    fn finished(
+        &mut self,
+        job: JobId,
+        generation: u64,
+        outcome: &Outcome,
+        now: u64,
+    ) -> Result<ApplyResult, Rejection> {
+        let j = self.jobs.get(&job).ok_or(Rejection::UnknownJob { job })?;
+        if !j.state.is_live() || j.generation != generation {
+            return Err(Rejection::Stale {
+                job,
+                generation,
+                current: j.generation,
+                state: j.state,
+            });
+        }
+        if let Some(b) = &j.binding
+            && let Some(node) = self.nodes.get_mut(&b.node)
+        {
+            node.allocations.retain(|_, holder| *holder != job);
+        }
+        let j = self.job_mut(job)?;
+        j.binding = None;
+        j.outcome = Some(outcome.clone());
+        j.cancel_requested = false;
+        j.evict_requested = false;
+        let requeue = match outcome {
+            Outcome::Exited { code: 0 } => Some(JobState::Succeeded),
+            Outcome::Cancelled => Some(JobState::Cancelled),
+            Outcome::Evicted => {
+                j.attempts = j.attempts.saturating_sub(1);
+                None
+            }
+            Outcome::Lost { .. } | Outcome::Fenced if j.attempts < j.spec.max_attempts => None,
+            _ => Some(JobState::Failed),
+        };
+        match requeue {
+            Some(terminal) => {
+                j.state = terminal;
+                j.finished_at_ms = Some(now);
+                j.reason = (terminal == JobState::Failed).then(|| outcome.to_string());
+            }
+            None => {
+                j.state = JobState::Pending;
+                j.reason = Some(format!("requeued: {outcome}"));
+            }
+        }
+        Ok(ApplyResult::Ok)
+    }
+}
+
+/// Whether one GPU satisfies a job's GPU selector (type and memory).
+pub fn gpu_fits(gpu: &crate::node::GpuRecord, spec: &crate::job::JobSpec) -> bool {
+    (spec.gpu_types.is_empty() || spec.gpu_types.contains(&gpu.gpu_type))
+        && gpu.memory_mib >= spec.min_gpu_memory_mib
 }
 
 fn invalid(message: String) -> Rejection {
     Rejection::Invalid { message }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::collections::BTreeSet;
-
-    use super::*;
-
-    fn at(ms: u64, cmd: Command) -> LogEntry {
-        LogEntry {
-            proposed_at_ms: ms,
-            cmd,
-        }
-    }
-
-    fn register(node: NodeId) -> Command {
-        Command::RegisterNode {
-            node,
-            addr: format!("127.0.0.1:{}", 7000 + node),
-            labels: BTreeMap::new(),
-        }
-    }
-
-    #[test]
-    fn register_is_an_upsert_keeping_first_registration_time() {
-        let mut s = ClusterState::default();
-        assert_eq!(s.apply(&at(10, register(1))), ApplyResult::Ok);
-        assert_eq!(s.apply(&at(20, register(1))), ApplyResult::Ok);
-        let n = &s.nodes[&1];
-        assert_eq!((n.registered_at_ms, n.updated_at_ms), (10, 20));
-    }
-
-    #[test]
-    fn labels_on_unknown_node_are_rejected_without_change() {
-        let mut s = ClusterState::default();
-        let before = s.clone();
-        let cmd = Command::SetNodeLabels {
-            node: 9,
-            set: BTreeMap::from([("a".into(), "b".into())]),
-            remove: BTreeSet::new(),
-        };
-        assert_eq!(
-            s.apply(&at(1, cmd)),
-            ApplyResult::Rejected {
-                reason: Rejection::UnknownNode { node: 9 }
-            }
-        );
-        assert_eq!(s, before);
-    }
-
-    #[test]
-    fn invalid_labels_are_rejected_atomically() {
-        let mut s = ClusterState::default();
-        s.apply(&at(1, register(1)));
-        let before = s.clone();
-        let cmd = Command::SetNodeLabels {
-            node: 1,
-            set: BTreeMap::from([("ok".into(), "v".into()), ("../evil".into(), "v".into())]),
-            remove: BTreeSet::new(),
-        };
-        assert!(matches!(s.apply(&at(2, cmd)), ApplyResult::Rejected { .. }));
-        assert_eq!(s, before, "a rejected command must not half-apply");
-    }
-
-    #[test]
-    fn re_registration_keeps_operator_labels() {
-        let mut s = ClusterState::default();
-        let with_rack = |rack: &str| Command::RegisterNode {
-            node: 1,
-            addr: "h:1".into(),
-            labels: BTreeMap::from([("rack".into(), rack.into())]),
-        };
-        s.apply(&at(1, with_rack("r1")));
-        let zone = Command::SetNodeLabels {
-            node: 1,
-            set: BTreeMap::from([
-                ("zone".into(), "b".into()),
-                ("rack".into(), "override".into()),
-            ]),
-            remove: BTreeSet::new(),
-        };
-        s.apply(&at(2, zone));
-        s.apply(&at(3, with_rack("r2")));
-        let n = &s.nodes[&1];
-        assert_eq!(n.agent_labels["rack"], "r2");
-        assert_eq!(
-            n.effective_labels(),
-            BTreeMap::from([
-                ("rack".into(), "override".into()),
-                ("zone".into(), "b".into())
-            ])
-        );
-    }
-
-    #[test]
-    fn set_and_remove_labels() {
-        let mut s = ClusterState::default();
-        s.apply(&at(1, register(1)));
-        let set = |k: &str, v: &str| Command::SetNodeLabels {
-            node: 1,
-            set: BTreeMap::from([(k.into(), v.into())]),
-            remove: BTreeSet::new(),
-        };
-        s.apply(&at(2, set("zone", "a")));
-        s.apply(&at(3, set("rack", "r7")));
-        s.apply(&at(
-            4,
-            Command::SetNodeLabels {
-                node: 1,
-                set: BTreeMap::new(),
-                remove: BTreeSet::from(["zone".into()]),
-            },
-        ));
-        assert_eq!(
-            s.nodes[&1].labels,
-            BTreeMap::from([("rack".into(), "r7".into())])
-        );
-        assert_eq!(s.nodes[&1].updated_at_ms, 4);
-    }
 }

@@ -122,3 +122,233 @@ mod tests {
         }
     }
 }
+
+/// Limits on what one job spec may carry.
+pub mod limits {
+    pub const NAME_LEN: usize = 128;
+    pub const ARGS: usize = 1024;
+    pub const COMMAND_BYTES: usize = 256 * 1024;
+    pub const ENV_VARS: usize = 256;
+    pub const ENV_BYTES: usize = 256 * 1024;
+    pub const PATH_LEN: usize = 4096;
+    pub const GPUS: u32 = 64;
+    pub const GPU_TYPES: usize = 32;
+    pub const MAX_ATTEMPTS: u32 = 100;
+    pub const IDEMPOTENCY_KEY_LEN: usize = 128;
+}
+
+/// Environment variables the executor sets itself; a job may not override them.
+pub const RESERVED_ENV: &[&str] = &["CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"];
+const RESERVED_ENV_PREFIX: &str = "GPUMESH_";
+
+/// A name (job, tenant): 1–128 characters of `[A-Za-z0-9._-]`, starting with an alphanumeric.
+pub fn name(what: &str, value: &str) -> Result<(), String> {
+    let ok = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+    if value.is_empty() || value.len() > limits::NAME_LEN {
+        return Err(format!(
+            "{what} must be 1..={} characters",
+            limits::NAME_LEN
+        ));
+    }
+    if !value.starts_with(|c: char| c.is_ascii_alphanumeric()) || !value.chars().all(ok) {
+        return Err(format!(
+            "{what} {value:?} must match [A-Za-z0-9][A-Za-z0-9._-]*"
+        ));
+    }
+    Ok(())
+}
+
+/// A client idempotency key: 1–128 printable characters.
+pub fn idempotency_key(key: &str) -> Result<(), String> {
+    if key.is_empty()
+        || key.len() > limits::IDEMPOTENCY_KEY_LEN
+        || key.chars().any(char::is_control)
+    {
+        return Err(format!(
+            "idempotency key must be 1..={} printable characters",
+            limits::IDEMPOTENCY_KEY_LEN
+        ));
+    }
+    Ok(())
+}
+
+/// Everything a job spec must satisfy before it can be queued.
+pub fn job_spec(spec: &crate::job::JobSpec) -> Result<(), String> {
+    name("job name", &spec.name)?;
+    name("tenant", &spec.tenant)?;
+    let Some(program) = spec.command.first() else {
+        return Err("command must not be empty".into());
+    };
+    if program.is_empty() {
+        return Err("command must name a program".into());
+    }
+    if spec.command.len() > limits::ARGS {
+        return Err(format!("at most {} command arguments", limits::ARGS));
+    }
+    if spec.command.iter().map(String::len).sum::<usize>() > limits::COMMAND_BYTES {
+        return Err(format!(
+            "command must be at most {} bytes",
+            limits::COMMAND_BYTES
+        ));
+    }
+    if spec.command.iter().any(|a| a.contains('\0')) {
+        return Err("command arguments must not contain NUL".into());
+    }
+    if spec.env.len() > limits::ENV_VARS {
+        return Err(format!(
+            "at most {} environment variables",
+            limits::ENV_VARS
+        ));
+    }
+    if spec
+        .env
+        .iter()
+        .map(|(k, v)| k.len() + v.len())
+        .sum::<usize>()
+        > limits::ENV_BYTES
+    {
+        return Err(format!(
+            "environment must be at most {} bytes",
+            limits::ENV_BYTES
+        ));
+    }
+    for (k, v) in &spec.env {
+        let ok_start = k.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_');
+        if !ok_start || !k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(format!(
+                "environment variable name {k:?} must match [A-Za-z_][A-Za-z0-9_]*"
+            ));
+        }
+        if RESERVED_ENV.contains(&k.as_str()) || k.starts_with(RESERVED_ENV_PREFIX) {
+            return Err(format!(
+                "environment variable {k} is set by gpumesh and cannot be overridden"
+            ));
+        }
+        if v.contains('\0') {
+            return Err(format!("environment variable {k} must not contain NUL"));
+        }
+    }
+    if let Some(dir) = &spec.workdir {
+        let bad_component = std::path::Path::new(dir)
+            .components()
+            .any(|c| matches!(c, std::path::Component::ParentDir));
+        if !dir.starts_with('/')
+            || dir.len() > limits::PATH_LEN
+            || dir.contains('\0')
+            || bad_component
+        {
+            return Err(format!(
+                "workdir {dir:?} must be an absolute path without '..'"
+            ));
+        }
+    }
+    if spec.gpus > limits::GPUS {
+        return Err(format!(
+            "at most {} GPUs per job, asked for {}",
+            limits::GPUS,
+            spec.gpus
+        ));
+    }
+    if spec.gpu_types.len() > limits::GPU_TYPES {
+        return Err(format!("at most {} GPU types", limits::GPU_TYPES));
+    }
+    for t in &spec.gpu_types {
+        name("GPU type", t)?;
+    }
+    labels(&spec.node_selector).map_err(|e| format!("node selector: {e}"))?;
+    if spec.max_attempts == 0 || spec.max_attempts > limits::MAX_ATTEMPTS {
+        return Err(format!("max attempts must be 1..={}", limits::MAX_ATTEMPTS));
+    }
+    if spec.wall_time_limit_s == Some(0) {
+        return Err("wall-time limit must be positive".into());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod job_tests {
+    use super::*;
+    use crate::job::JobSpec;
+
+    pub fn spec() -> JobSpec {
+        JobSpec {
+            name: "train".into(),
+            tenant: "default".into(),
+            command: vec!["python".into(), "train.py".into()],
+            env: Default::default(),
+            workdir: None,
+            gpus: 2,
+            gpu_types: Default::default(),
+            min_gpu_memory_mib: 0,
+            node_selector: Default::default(),
+            priority: 0,
+            runtime_estimate_s: None,
+            wall_time_limit_s: None,
+            max_attempts: 1,
+        }
+    }
+
+    #[test]
+    fn a_plain_spec_is_valid() {
+        assert_eq!(job_spec(&spec()), Ok(()));
+    }
+
+    #[test]
+    fn hostile_specs_are_rejected() {
+        let cases: Vec<(&str, Box<dyn Fn(&mut JobSpec)>)> = vec![
+            ("empty command", Box::new(|s| s.command.clear())),
+            (
+                "empty program",
+                Box::new(|s| s.command = vec![String::new()]),
+            ),
+            ("NUL in arg", Box::new(|s| s.command.push("a\0b".into()))),
+            ("traversal name", Box::new(|s| s.name = "../etc".into())),
+            ("newline name", Box::new(|s| s.name = "a\nb".into())),
+            ("ANSI name", Box::new(|s| s.name = "\u{1b}[31mred".into())),
+            ("huge name", Box::new(|s| s.name = "a".repeat(1 << 20))),
+            ("too many GPUs", Box::new(|s| s.gpus = u32::MAX)),
+            (
+                "reserved env",
+                Box::new(|s| {
+                    s.env.insert("CUDA_VISIBLE_DEVICES".into(), "0".into());
+                }),
+            ),
+            (
+                "gpumesh env",
+                Box::new(|s| {
+                    s.env.insert("GPUMESH_JOB_ID".into(), "1".into());
+                }),
+            ),
+            (
+                "bad env name",
+                Box::new(|s| {
+                    s.env.insert("A=B".into(), "1".into());
+                }),
+            ),
+            (
+                "relative workdir",
+                Box::new(|s| s.workdir = Some("tmp".into())),
+            ),
+            (
+                "dotdot workdir",
+                Box::new(|s| s.workdir = Some("/srv/../etc".into())),
+            ),
+            ("zero attempts", Box::new(|s| s.max_attempts = 0)),
+            (
+                "zero wall time",
+                Box::new(|s| s.wall_time_limit_s = Some(0)),
+            ),
+            (
+                "bad type",
+                Box::new(|s| {
+                    s.gpu_types.insert("A100/../x".into());
+                }),
+            ),
+        ];
+        for (what, mutate) in cases {
+            let mut s = spec();
+            mutate(&mut s);
+            assert!(job_spec(&s).is_err(), "{what} should be rejected");
+        }
+    }
+}

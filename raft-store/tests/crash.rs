@@ -19,6 +19,7 @@ fn entry(index: u64) -> Entry {
         node: index,
         addr: format!("h{index}:1"),
         labels: BTreeMap::new(),
+        inventory: Default::default(),
     };
     Entry {
         log_id: LogId::new(CommittedLeaderId::new(1, 1), index),

@@ -18,6 +18,7 @@ fn register(index: u64) -> Entry {
         node: index,
         addr: format!("h{index}:7070"),
         labels: BTreeMap::new(),
+        inventory: Default::default(),
     };
     Entry {
         log_id: log_id(1, index),

@@ -1,0 +1,183 @@
+//! Jobs in the replicated state: what a user asked for (`JobSpec`), where it is bound, and how
+//! its life ended.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::NodeId;
+
+pub type JobId = u64;
+
+/// The tenant of every job until tenants exist.
+pub const DEFAULT_TENANT: &str = "default";
+
+/// What the user submitted. Immutable once accepted.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobSpec {
+    pub name: String,
+    #[serde(default = "default_tenant")]
+    pub tenant: String,
+    /// argv: program then arguments. Never run through a shell.
+    pub command: Vec<String>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    #[serde(default)]
+    pub workdir: Option<String>,
+    /// Whole GPUs, all on one node. 0 is a CPU-only job.
+    #[serde(default)]
+    pub gpus: u32,
+    /// Acceptable `gpu_type`s (empty = any).
+    #[serde(default)]
+    pub gpu_types: BTreeSet<String>,
+    #[serde(default)]
+    pub min_gpu_memory_mib: u64,
+    /// Node labels that must match exactly.
+    #[serde(default)]
+    pub node_selector: BTreeMap<String, String>,
+    #[serde(default)]
+    pub priority: i32,
+    #[serde(default)]
+    pub runtime_estimate_s: Option<u64>,
+    #[serde(default)]
+    pub wall_time_limit_s: Option<u64>,
+    /// How many times the job may be placed (it is requeued after a node loss while attempts
+    /// remain).
+    #[serde(default = "one")]
+    pub max_attempts: u32,
+}
+
+fn default_tenant() -> String {
+    DEFAULT_TENANT.to_owned()
+}
+
+fn one() -> u32 {
+    1
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobState {
+    Pending,
+    Bound,
+    Running,
+    Succeeded,
+    Failed,
+    Cancelled,
+}
+
+impl JobState {
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            JobState::Succeeded | JobState::Failed | JobState::Cancelled
+        )
+    }
+
+    /// Bound or Running: the job holds GPUs.
+    pub fn is_live(self) -> bool {
+        matches!(self, JobState::Bound | JobState::Running)
+    }
+}
+
+impl fmt::Display for JobState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = match self {
+            JobState::Pending => "Pending",
+            JobState::Bound => "Bound",
+            JobState::Running => "Running",
+            JobState::Succeeded => "Succeeded",
+            JobState::Failed => "Failed",
+            JobState::Cancelled => "Cancelled",
+        };
+        f.write_str(s)
+    }
+}
+
+/// Where a live job runs. `generation` increases with every placement of the job, so a report
+/// or a process from an earlier placement can always be told apart.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Binding {
+    pub node: NodeId,
+    pub gpus: Vec<u32>,
+    pub generation: u64,
+}
+
+/// How one run of a job ended, as the executor saw it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Outcome {
+    Exited {
+        code: i32,
+    },
+    Signaled {
+        signal: i32,
+    },
+    FailedToStart {
+        message: String,
+    },
+    WallTimeExceeded,
+    Cancelled,
+    /// Stopped so the node could be drained; the job is requeued without using an attempt.
+    Evicted,
+    /// The process disappeared (agent restart without it, node declared down).
+    Lost {
+        message: String,
+    },
+    /// Stopped by its own agent after losing contact with the cluster for longer than its lease.
+    Fenced,
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Outcome::Exited { code } => write!(f, "exited with code {code}"),
+            Outcome::Signaled { signal } => write!(f, "killed by signal {signal}"),
+            Outcome::FailedToStart { message } => write!(f, "failed to start: {message}"),
+            Outcome::WallTimeExceeded => f.write_str("wall-time limit exceeded"),
+            Outcome::Cancelled => f.write_str("cancelled"),
+            Outcome::Evicted => f.write_str("evicted"),
+            Outcome::Lost { message } => write!(f, "lost: {message}"),
+            Outcome::Fenced => f.write_str("fenced: its node lost contact with the cluster"),
+        }
+    }
+}
+
+/// A job and everything the cluster knows about it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Job {
+    pub id: JobId,
+    pub spec: JobSpec,
+    #[serde(default)]
+    pub idempotency_key: Option<String>,
+    pub state: JobState,
+    pub submitted_at_ms: u64,
+    /// Placements so far (an eviction gives one back).
+    #[serde(default)]
+    pub attempts: u32,
+    #[serde(default)]
+    pub generation: u64,
+    #[serde(default)]
+    pub binding: Option<Binding>,
+    /// Why it is still pending, or why it failed.
+    #[serde(default)]
+    pub reason: Option<String>,
+    #[serde(default)]
+    pub outcome: Option<Outcome>,
+    #[serde(default)]
+    pub cancel_requested: bool,
+    #[serde(default)]
+    pub evict_requested: bool,
+    #[serde(default)]
+    pub bound_at_ms: Option<u64>,
+    #[serde(default)]
+    pub started_at_ms: Option<u64>,
+    #[serde(default)]
+    pub finished_at_ms: Option<u64>,
+}
+
+/// `j-42`, the way job ids are shown to people.
+pub fn job_name(id: JobId) -> String {
+    format!("j-{id}")
+}

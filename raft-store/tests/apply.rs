@@ -1,0 +1,510 @@
+//! `ClusterState::apply`, driven through whole command sequences: node and job life cycles,
+//! idempotent submission, bind re-validation, and the GPU-exclusivity invariant under random
+//! command mixes.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use gpu_raft_store::{
+    ApplyResult, Bind, ClusterState, Command, GpuRecord, Inventory, JobSpec, JobState, LogEntry,
+    NodeStatus, Outcome, Rejection,
+};
+use proptest::prelude::*;
+
+fn at(ms: u64, cmd: Command) -> LogEntry {
+    LogEntry {
+        proposed_at_ms: ms,
+        cmd,
+    }
+}
+
+fn gpu(index: u32, gpu_type: &str, memory_mib: u64) -> GpuRecord {
+    GpuRecord {
+        index,
+        uuid: format!("GPU-{index}"),
+        model: format!("{gpu_type}-test"),
+        gpu_type: gpu_type.into(),
+        memory_mib,
+        numa_node: None,
+        nvlink_peers: vec![],
+        healthy: true,
+    }
+}
+
+fn register(node: u64, gpus: Vec<GpuRecord>) -> Command {
+    Command::RegisterNode {
+        node,
+        addr: format!("127.0.0.1:{}", 7000 + node),
+        labels: BTreeMap::new(),
+        inventory: Inventory {
+            gpus,
+            cpu_cores: 8,
+            memory_mib: 65536,
+        },
+    }
+}
+
+fn spec(gpus: u32) -> JobSpec {
+    JobSpec {
+        name: "job".into(),
+        tenant: "default".into(),
+        command: vec!["true".into()],
+        env: BTreeMap::new(),
+        workdir: None,
+        gpus,
+        gpu_types: BTreeSet::new(),
+        min_gpu_memory_mib: 0,
+        node_selector: BTreeMap::new(),
+        priority: 0,
+        runtime_estimate_s: None,
+        wall_time_limit_s: None,
+        max_attempts: 2,
+    }
+}
+
+fn submit(s: &mut ClusterState, spec: JobSpec, key: Option<&str>) -> ApplyResult {
+    s.apply(&at(
+        1,
+        Command::SubmitJob {
+            spec,
+            idempotency_key: key.map(Into::into),
+        },
+    ))
+}
+
+fn cluster() -> ClusterState {
+    let mut s = ClusterState::new();
+    s.apply(&at(
+        1,
+        register(1, vec![gpu(0, "A100", 81920), gpu(1, "A100", 81920)]),
+    ));
+    s.apply(&at(1, register(2, vec![gpu(0, "T4", 15360)])));
+    s
+}
+
+#[test]
+fn registration_keeps_operator_labels() {
+    let mut s = cluster();
+    let set = Command::SetNodeLabels {
+        node: 1,
+        set: BTreeMap::from([("zone".into(), "b".into())]),
+        remove: BTreeSet::new(),
+    };
+    assert_eq!(s.apply(&at(2, set)), ApplyResult::Ok);
+    s.apply(&at(3, register(1, vec![gpu(0, "A100", 81920)])));
+    assert_eq!(
+        s.nodes[&1]
+            .effective_labels()
+            .get("zone")
+            .map(String::as_str),
+        Some("b")
+    );
+    assert_eq!(s.nodes[&1].registered_at_ms, 1);
+}
+
+#[test]
+fn rejected_commands_change_nothing() {
+    let mut s = cluster();
+    let before = s.clone();
+    let bad = [
+        Command::SetNodeLabels {
+            node: 9,
+            set: BTreeMap::from([("a".into(), "b".into())]),
+            remove: BTreeSet::new(),
+        },
+        Command::SetNodeLabels {
+            node: 1,
+            set: BTreeMap::from([("ok".into(), "v".into()), ("../evil".into(), "v".into())]),
+            remove: BTreeSet::new(),
+        },
+        Command::SubmitJob {
+            spec: JobSpec {
+                command: vec![],
+                ..spec(1)
+            },
+            idempotency_key: None,
+        },
+        Command::CancelJob { job: 99 },
+        Command::JobStarted {
+            job: 99,
+            generation: 1,
+        },
+        Command::CordonNode {
+            node: 9,
+            cordoned: true,
+        },
+    ];
+    for cmd in bad {
+        assert!(
+            matches!(s.apply(&at(5, cmd.clone())), ApplyResult::Rejected { .. }),
+            "{cmd}"
+        );
+        assert_eq!(s, before, "{cmd} must not half-apply");
+    }
+}
+
+#[test]
+fn idempotency_key_returns_the_first_job_and_refuses_a_different_spec() {
+    let mut s = cluster();
+    assert_eq!(
+        submit(&mut s, spec(1), Some("k1")),
+        ApplyResult::JobSubmitted {
+            job: 1,
+            existing: false
+        }
+    );
+    assert_eq!(
+        submit(&mut s, spec(1), Some("k1")),
+        ApplyResult::JobSubmitted {
+            job: 1,
+            existing: true
+        }
+    );
+    assert_eq!(
+        submit(&mut s, spec(2), Some("k1")),
+        ApplyResult::Rejected {
+            reason: Rejection::IdempotencyConflict {
+                key: "k1".into(),
+                job: 1
+            }
+        }
+    );
+    // Keys are per tenant.
+    let other = JobSpec {
+        tenant: "other".into(),
+        ..spec(1)
+    };
+    assert_eq!(
+        submit(&mut s, other, Some("k1")),
+        ApplyResult::JobSubmitted {
+            job: 2,
+            existing: false
+        }
+    );
+    assert_eq!(s.jobs.len(), 2);
+}
+
+#[test]
+fn a_job_runs_through_its_life() {
+    let mut s = cluster();
+    submit(&mut s, spec(2), None);
+    let bind = Command::BindJobs {
+        binds: vec![Bind {
+            job: 1,
+            node: 1,
+            gpus: vec![0, 1],
+        }],
+    };
+    assert_eq!(
+        s.apply(&at(2, bind)),
+        ApplyResult::Bound {
+            bound: vec![1],
+            rejected: vec![]
+        }
+    );
+    assert_eq!(s.jobs[&1].state, JobState::Bound);
+    assert_eq!(s.nodes[&1].allocations.len(), 2);
+    assert_eq!(
+        s.apply(&at(
+            3,
+            Command::JobStarted {
+                job: 1,
+                generation: 1
+            }
+        )),
+        ApplyResult::Ok
+    );
+    let done = Command::JobFinished {
+        job: 1,
+        generation: 1,
+        outcome: Outcome::Exited { code: 0 },
+    };
+    assert_eq!(s.apply(&at(4, done.clone())), ApplyResult::Ok);
+    let j = &s.jobs[&1];
+    assert_eq!(
+        (j.state, j.started_at_ms, j.finished_at_ms),
+        (JobState::Succeeded, Some(3), Some(4))
+    );
+    assert!(s.nodes[&1].allocations.is_empty());
+    assert!(matches!(
+        s.apply(&at(5, done)),
+        ApplyResult::Rejected {
+            reason: Rejection::Stale { .. }
+        }
+    ));
+    assert!(matches!(
+        s.apply(&at(5, Command::CancelJob { job: 1 })),
+        ApplyResult::Rejected {
+            reason: Rejection::JobFinished { .. }
+        }
+    ));
+}
+
+#[test]
+fn binds_are_revalidated() {
+    let mut s = cluster();
+    submit(&mut s, spec(1), None);
+    submit(&mut s, spec(1), None);
+    submit(
+        &mut s,
+        JobSpec {
+            gpu_types: BTreeSet::from(["A100".into()]),
+            ..spec(1)
+        },
+        None,
+    );
+    let binds = vec![
+        Bind {
+            job: 1,
+            node: 1,
+            gpus: vec![0],
+        },
+        Bind {
+            job: 2,
+            node: 1,
+            gpus: vec![0],
+        }, // same GPU: must lose
+        Bind {
+            job: 1,
+            node: 1,
+            gpus: vec![1],
+        }, // job no longer pending
+        Bind {
+            job: 3,
+            node: 2,
+            gpus: vec![0],
+        }, // T4 does not match A100
+        Bind {
+            job: 2,
+            node: 1,
+            gpus: vec![7],
+        }, // no such GPU
+        Bind {
+            job: 2,
+            node: 3,
+            gpus: vec![0],
+        }, // no such node
+        Bind {
+            job: 2,
+            node: 1,
+            gpus: vec![],
+        }, // wrong count
+    ];
+    let ApplyResult::Bound { bound, rejected } = s.apply(&at(2, Command::BindJobs { binds }))
+    else {
+        panic!("bind result");
+    };
+    assert_eq!(bound, vec![1]);
+    assert_eq!(rejected.len(), 6, "{rejected:?}");
+    assert!(rejected[0].1.contains("held by j-1"), "{rejected:?}");
+}
+
+#[test]
+fn cordoned_and_down_nodes_take_no_work_and_down_requeues() {
+    let mut s = cluster();
+    submit(&mut s, spec(1), None);
+    s.apply(&at(
+        2,
+        Command::CordonNode {
+            node: 2,
+            cordoned: true,
+        },
+    ));
+    let r = s.apply(&at(
+        3,
+        Command::BindJobs {
+            binds: vec![Bind {
+                job: 1,
+                node: 2,
+                gpus: vec![0],
+            }],
+        },
+    ));
+    assert!(matches!(r, ApplyResult::Bound { ref bound, .. } if bound.is_empty()));
+    s.apply(&at(
+        4,
+        Command::BindJobs {
+            binds: vec![Bind {
+                job: 1,
+                node: 1,
+                gpus: vec![0],
+            }],
+        },
+    ));
+    s.apply(&at(
+        5,
+        Command::SetNodeStatus {
+            node: 1,
+            status: NodeStatus::Down,
+        },
+    ));
+    let j = &s.jobs[&1];
+    assert_eq!(
+        (j.state, j.attempts),
+        (JobState::Pending, 1),
+        "requeued while attempts remain"
+    );
+    assert!(s.nodes[&1].allocations.is_empty());
+    // The second loss uses the last attempt: the job fails.
+    s.apply(&at(6, register(1, vec![gpu(0, "A100", 81920)])));
+    s.apply(&at(
+        7,
+        Command::BindJobs {
+            binds: vec![Bind {
+                job: 1,
+                node: 1,
+                gpus: vec![0],
+            }],
+        },
+    ));
+    s.apply(&at(
+        8,
+        Command::SetNodeStatus {
+            node: 1,
+            status: NodeStatus::Down,
+        },
+    ));
+    assert_eq!(s.jobs[&1].state, JobState::Failed);
+}
+
+#[test]
+fn eviction_requeues_without_using_an_attempt() {
+    let mut s = cluster();
+    submit(
+        &mut s,
+        JobSpec {
+            max_attempts: 1,
+            ..spec(1)
+        },
+        None,
+    );
+    s.apply(&at(
+        2,
+        Command::BindJobs {
+            binds: vec![Bind {
+                job: 1,
+                node: 1,
+                gpus: vec![0],
+            }],
+        },
+    ));
+    s.apply(&at(
+        3,
+        Command::DrainNode {
+            node: 1,
+            evict: true,
+        },
+    ));
+    assert!(s.jobs[&1].evict_requested && s.nodes[&1].cordoned);
+    s.apply(&at(
+        4,
+        Command::JobFinished {
+            job: 1,
+            generation: 1,
+            outcome: Outcome::Evicted,
+        },
+    ));
+    let j = &s.jobs[&1];
+    assert_eq!(
+        (j.state, j.attempts, j.evict_requested),
+        (JobState::Pending, 0, false)
+    );
+}
+
+#[test]
+fn cancel_of_pending_is_immediate_and_of_running_is_requested() {
+    let mut s = cluster();
+    submit(&mut s, spec(1), None);
+    submit(&mut s, spec(1), None);
+    s.apply(&at(2, Command::CancelJob { job: 1 }));
+    assert_eq!(s.jobs[&1].state, JobState::Cancelled);
+    s.apply(&at(
+        3,
+        Command::BindJobs {
+            binds: vec![Bind {
+                job: 2,
+                node: 1,
+                gpus: vec![0],
+            }],
+        },
+    ));
+    s.apply(&at(4, Command::CancelJob { job: 2 }));
+    assert!(s.jobs[&2].cancel_requested);
+    s.apply(&at(
+        5,
+        Command::JobFinished {
+            job: 2,
+            generation: 1,
+            outcome: Outcome::Cancelled,
+        },
+    ));
+    assert_eq!(s.jobs[&2].state, JobState::Cancelled);
+}
+
+fn assert_exclusive(s: &ClusterState) {
+    let mut holders: BTreeMap<(u64, u32), u64> = BTreeMap::new();
+    for job in s.jobs.values().filter(|j| j.state.is_live()) {
+        let b = job.binding.as_ref().expect("a live job has a binding");
+        assert_eq!(b.gpus.len() as u32, job.spec.gpus);
+        for &g in &b.gpus {
+            assert!(
+                holders.insert((b.node, g), job.id).is_none(),
+                "GPU n{}/{g} bound twice",
+                b.node
+            );
+            assert_eq!(s.nodes[&b.node].allocations.get(&g), Some(&job.id));
+        }
+    }
+    let allocated: usize = s.nodes.values().map(|n| n.allocations.len()).sum();
+    assert_eq!(allocated, holders.len(), "allocations without a live job");
+}
+
+fn arb_command() -> impl Strategy<Value = Command> {
+    prop_oneof![
+        (0u32..4).prop_map(|g| Command::SubmitJob {
+            spec: spec(g),
+            idempotency_key: None
+        }),
+        (1u64..8, 1u64..4, proptest::collection::vec(0u32..3, 0..4)).prop_map(
+            |(job, node, gpus)| Command::BindJobs {
+                binds: vec![Bind { job, node, gpus }]
+            }
+        ),
+        (1u64..8, 1u64..4).prop_map(|(job, generation)| Command::JobStarted { job, generation }),
+        (1u64..8, 1u64..4).prop_map(|(job, generation)| Command::JobFinished {
+            job,
+            generation,
+            outcome: Outcome::Lost {
+                message: "x".into()
+            }
+        }),
+        (1u64..8).prop_map(|job| Command::CancelJob { job }),
+        (1u64..3).prop_map(|node| Command::SetNodeStatus {
+            node,
+            status: NodeStatus::Down
+        }),
+        (1u64..3).prop_map(|node| register(
+            node,
+            vec![gpu(0, "A100", 1), gpu(1, "A100", 1), gpu(2, "T4", 1)]
+        )),
+    ]
+}
+
+proptest! {
+    #[test]
+    fn no_gpu_is_ever_bound_twice(cmds in proptest::collection::vec(arb_command(), 1..80)) {
+        let mut s = cluster();
+        for (i, cmd) in cmds.into_iter().enumerate() {
+            s.apply(&at(i as u64, cmd));
+            assert_exclusive(&s);
+        }
+    }
+
+    #[test]
+    fn apply_is_deterministic(cmds in proptest::collection::vec(arb_command(), 1..40)) {
+        let (mut a, mut b) = (cluster(), cluster());
+        for (i, cmd) in cmds.iter().enumerate() {
+            prop_assert_eq!(a.apply(&at(i as u64, cmd.clone())), b.apply(&at(i as u64, cmd.clone())));
+        }
+        prop_assert_eq!(a, b);
+    }
+}
