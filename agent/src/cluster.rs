@@ -147,8 +147,9 @@ impl Cluster {
     }
 
     /// Replicate `cmd`; forwarded to the leader from a follower. Returns once the command is
-    /// committed and applied on this replica too (read-your-writes through any agent).
-    pub async fn write(&self, cmd: Command) -> Result<(), ClusterError> {
+    /// committed and applied on this replica too (read-your-writes through any agent). A
+    /// rejection by `apply` is an error.
+    pub async fn write(&self, cmd: Command) -> Result<ApplyResult, ClusterError> {
         let written = self
             .retrying(|| async {
                 match self.leader() {
@@ -166,8 +167,8 @@ impl Cluster {
             .await
             .map_err(|_| ClusterError::Timeout(self.op_timeout))?;
         match written.result {
-            ApplyResult::Ok => Ok(()),
             ApplyResult::Rejected { reason } => Err(ClusterError::Rejected(reason)),
+            other => Ok(other),
         }
     }
 

@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use anyhow::{Context, bail, ensure};
 use gpu_raft_store::{NodeId, validate};
+
+use crate::gpu::BackendKind;
 use serde::Deserialize;
 
 /// The file as written by the operator. Every key is optional; defaults live in `parse_and_validate`.
@@ -23,10 +25,25 @@ pub struct FileConfig {
     #[serde(default, with = "humantime_serde")]
     pub join_timeout: Option<Duration>,
     pub labels: Option<BTreeMap<String, String>>,
+    pub gpu_backend: Option<BackendKind>,
+    pub sim_gpus: Option<String>,
     #[serde(default)]
     pub raft: RaftSection,
     #[serde(default)]
     pub autopilot: AutopilotSection,
+    #[serde(default)]
+    pub jobs: JobsSection,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobsSection {
+    #[serde(default, with = "humantime_serde")]
+    pub lease: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    pub down_after: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    pub stop_grace: Option<Duration>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -73,15 +90,31 @@ pub struct Config {
     pub join: Vec<String>,
     pub join_timeout: Duration,
     pub labels: BTreeMap<String, String>,
+    pub gpu_backend: BackendKind,
+    /// Simulated GPUs (`4xA100-80GB,2xT4-16GB`), used by the sim backend.
+    pub sim_gpus: String,
     pub raft: RaftSettings,
     pub autopilot: AutopilotSettings,
+    pub jobs: JobSettings,
 }
 
-/// Raft timing. Defaults suit a LAN: heartbeat 50 ms; election timeout 200–400 ms. In openraft
+/// Job supervision timing. A node that cannot reach the cluster for `lease` stops its own jobs;
+/// the leader declares a node down (and re-places its jobs) only after `down_after`, which must
+/// be comfortably longer, so a job never runs on two nodes at once.
+#[derive(Clone, Debug)]
+pub struct JobSettings {
+    pub lease: Duration,
+    pub down_after: Duration,
+    /// SIGTERM → SIGKILL grace when a job is cancelled, evicted or fenced.
+    pub stop_grace: Duration,
+}
+
+/// Raft timing. Defaults suit a LAN: heartbeat 100 ms; election timeout 300–600 ms. In openraft
 /// 0.9 a follower waits out the leader lease (= `election_timeout_max`) plus one election timeout
-/// before campaigning, so a killed leader is replaced after ≈ 0.6–0.8 s. Shorter timeouts fail
-/// over faster but elect spuriously when a loaded host stalls a heartbeat; WAN and edge
-/// deployments should use several times these values.
+/// before campaigning, so a killed leader is replaced after ≈ 0.9–1.2 s. openraft 0.9 also uses
+/// the heartbeat interval as the deadline of every AppendEntries RPC: at 50 ms a loaded 2-core
+/// host missed heartbeats and elected spuriously, which is why the default is 100 ms. WAN and
+/// edge deployments should use several times these values.
 #[derive(Clone, Debug)]
 pub struct RaftSettings {
     pub heartbeat_interval: Duration,
@@ -109,6 +142,8 @@ pub struct Overrides {
     pub bootstrap: bool,
     pub join: Option<Vec<String>>,
     pub labels: Option<BTreeMap<String, String>>,
+    pub gpu_backend: Option<BackendKind>,
+    pub sim_gpus: Option<String>,
 }
 
 impl Config {
@@ -154,9 +189,9 @@ impl Config {
 
         let r = file.raft;
         let raft = RaftSettings {
-            heartbeat_interval: r.heartbeat_interval.unwrap_or(Duration::from_millis(50)),
-            election_timeout_min: r.election_timeout_min.unwrap_or(Duration::from_millis(200)),
-            election_timeout_max: r.election_timeout_max.unwrap_or(Duration::from_millis(400)),
+            heartbeat_interval: r.heartbeat_interval.unwrap_or(Duration::from_millis(100)),
+            election_timeout_min: r.election_timeout_min.unwrap_or(Duration::from_millis(300)),
+            election_timeout_max: r.election_timeout_max.unwrap_or(Duration::from_millis(600)),
             snapshot_every: r.snapshot_every.unwrap_or(10_000),
             voter_target: r.voter_target.unwrap_or(3),
         };
@@ -184,6 +219,20 @@ impl Config {
             autopilot.dead_voter_after > raft.election_timeout_max,
             "autopilot.dead_voter_after must exceed raft.election_timeout_max"
         );
+        let j = file.jobs;
+        let jobs = JobSettings {
+            lease: j.lease.unwrap_or(Duration::from_secs(10)),
+            down_after: j.down_after.unwrap_or(Duration::from_secs(20)),
+            stop_grace: j.stop_grace.unwrap_or(Duration::from_secs(10)),
+        };
+        ensure!(
+            jobs.lease >= raft.election_timeout_max * 2,
+            "jobs.lease must be at least twice raft.election_timeout_max"
+        );
+        ensure!(
+            jobs.down_after >= jobs.lease + jobs.lease / 2,
+            "jobs.down_after must be at least 1.5 x jobs.lease, so a cut-off node fences its jobs before they are re-placed"
+        );
         Ok(Self {
             node_id,
             listen,
@@ -193,8 +242,14 @@ impl Config {
             join,
             join_timeout: file.join_timeout.unwrap_or(Duration::from_secs(60)),
             labels,
+            gpu_backend: flags.gpu_backend.or(file.gpu_backend).unwrap_or_default(),
+            sim_gpus: flags
+                .sim_gpus
+                .or(file.sim_gpus)
+                .unwrap_or_else(|| "4xA100-80GB".to_owned()),
             raft,
             autopilot,
+            jobs,
         })
     }
 

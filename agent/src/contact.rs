@@ -10,11 +10,28 @@ use gpu_raft_store::NodeId;
 #[derive(Clone, Debug, Default)]
 pub struct ContactBook {
     last: Arc<Mutex<HashMap<NodeId, Instant>>>,
+    /// When this agent last accepted replication from a leader.
+    leader: Arc<Mutex<Option<Instant>>>,
 }
 
 impl ContactBook {
+    pub fn heard_from_leader(&self) {
+        *self.leader.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+    }
+
+    pub fn leader_heard_within(&self, d: std::time::Duration) -> bool {
+        self.leader
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some_and(|t| t.elapsed() < d)
+    }
+
     pub fn heard_from(&self, node: NodeId) {
         self.lock().insert(node, Instant::now());
+    }
+
+    pub fn heard_within(&self, node: NodeId, d: std::time::Duration) -> bool {
+        self.last_heard(node).is_some_and(|t| t.elapsed() < d)
     }
 
     pub fn last_heard(&self, node: NodeId) -> Option<Instant> {

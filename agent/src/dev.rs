@@ -23,7 +23,12 @@ pub struct DevOptions {
     pub dir: Option<PathBuf>,
     /// First port; agents use consecutive ports. 0 picks free ports.
     pub base_port: u16,
+    /// Simulated GPUs for every agent; `None` gives each a different kind of node.
+    pub sim_gpus: Option<String>,
 }
+
+/// The default mix, so placement by type is visible from the first minute.
+const NODE_KINDS: [&str; 3] = ["4xA100-80GB", "2xH100-80GB,2xL4-24GB", "4xT4-16GB"];
 
 struct DevAgent {
     id: u64,
@@ -56,7 +61,13 @@ pub async fn run(opts: DevOptions, cancel: CancellationToken) -> anyhow::Result<
         cmd.arg("run")
             .args(["--node-id", &id.to_string(), "--listen", addr])
             .arg("--data-dir")
-            .arg(dir.join(format!("node-{id}")));
+            .arg(dir.join(format!("node-{id}")))
+            .args(["--gpu-backend", "sim", "--sim-gpus"])
+            .arg(
+                opts.sim_gpus
+                    .as_deref()
+                    .unwrap_or(NODE_KINDS[i % NODE_KINDS.len()]),
+            );
         if id == 1 {
             cmd.arg("--bootstrap");
         } else {

@@ -9,6 +9,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use gpu_agent::config::{Config, FileConfig, Overrides};
 use gpu_agent::dev::DevOptions;
+use gpu_agent::gpu::BackendKind;
 use tokio_util::sync::CancellationToken;
 
 #[derive(Parser)]
@@ -46,7 +47,13 @@ enum Cmd {
         /// First listening port; agents take consecutive ports. 0 picks free ports.
         #[arg(long, default_value_t = 7070)]
         base_port: u16,
+        /// Simulated GPUs for every agent (default: a mix of A100, H100+L4 and T4 nodes).
+        #[arg(long)]
+        sim_gpus: Option<String>,
     },
+    /// Internal: supervise one job run (started by the agent's executor).
+    #[command(hide = true)]
+    Shim(gpu_agent::executor::shim::ShimArgs),
 }
 
 #[derive(clap::Args)]
@@ -73,6 +80,12 @@ struct RunArgs {
     /// Node labels, k=v,k=v.
     #[arg(long, value_delimiter = ',', value_parser = parse_label)]
     labels: Option<Vec<(String, String)>>,
+    /// GPU backend: nvml (real GPUs), sim (simulated), auto (nvml when the driver loads).
+    #[arg(long)]
+    gpu_backend: Option<BackendKind>,
+    /// Simulated GPUs, e.g. 4xA100-80GB,2xT4-16GB.
+    #[arg(long)]
+    sim_gpus: Option<String>,
 }
 
 fn parse_label(s: &str) -> Result<(String, String), String> {
@@ -83,6 +96,9 @@ fn parse_label(s: &str) -> Result<(String, String), String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Cmd::Shim(args) = cli.command {
+        return gpu_agent::executor::shim::run(args);
+    }
     init_tracing(cli.log_format);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
@@ -123,6 +139,8 @@ async fn run(command: Cmd) -> anyhow::Result<()> {
                 labels: args
                     .labels
                     .map(|l| l.into_iter().collect::<BTreeMap<_, _>>()),
+                gpu_backend: args.gpu_backend,
+                sim_gpus: args.sim_gpus,
             };
             let config =
                 Config::parse_and_validate(file, overrides).context("invalid configuration")?;
@@ -132,17 +150,20 @@ async fn run(command: Cmd) -> anyhow::Result<()> {
             nodes,
             dir,
             base_port,
+            sim_gpus,
         } => {
             gpu_agent::dev::run(
                 DevOptions {
                     nodes,
                     dir,
                     base_port,
+                    sim_gpus,
                 },
                 cancel,
             )
             .await
         }
+        Cmd::Shim(_) => anyhow::bail!("the shim runs without the agent runtime"),
     }
 }
 

@@ -2,6 +2,7 @@
 //! takes the shared cancellation token, and is joined (with a deadline) on shutdown.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,15 +18,27 @@ use tokio_util::task::TaskTracker;
 use tonic::transport::server::TcpIncoming;
 use tracing::{info, warn};
 
+use gpu_proto::v1::gpu_service_server::GpuServiceServer;
+use gpu_proto::v1::job_service_server::JobServiceServer;
+use gpu_raft_store::Inventory;
+
 use crate::autopilot::Autopilot;
 use crate::cluster::Cluster;
 use crate::cluster_service::ClusterApi;
 use crate::config::Config;
 use crate::contact::ContactBook;
+use crate::executor::lease::LeaseKeeper;
+use crate::executor::{Executor, ExecutorSettings};
+use crate::gpu::{self, GpuBackend};
+use crate::gpu_service::GpuApi;
+use crate::inventory;
+use crate::job_service::JobApi;
+use crate::liveness::Liveness;
 use crate::node_service::NodeApi;
 use crate::peer_client::PeerClients;
 use crate::peer_service::PeerService;
 use crate::raft_network::NetworkFactory;
+use crate::scheduler::{Policy, Scheduler};
 
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
@@ -35,6 +48,10 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
     let (data_dir, log, sm) = gpu_raft_store::open(&config.data_dir)?;
     let state = sm.reader();
     let committed = log.committed_index();
+
+    info!(node_id, backend = %config.gpu_backend, "opening the GPU backend");
+    let gpus: Arc<dyn GpuBackend> =
+        Arc::from(gpu::open(config.gpu_backend, &config.sim_gpus, node_id)?);
 
     info!(node_id, "starting raft");
     let contacts = ContactBook::default();
@@ -59,12 +76,14 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
         .await
         .with_context(|| format!("listening on {}", config.listen))?;
     let tasks = TaskTracker::new();
-    tasks.spawn(serve(
-        listener,
-        cluster.clone(),
-        config.reachable_within(),
-        cancel.clone(),
-    ));
+    let jobs_dir = config.data_dir.join("jobs");
+    let services = Services {
+        cluster: cluster.clone(),
+        reachable_within: config.reachable_within(),
+        gpus: gpus.clone(),
+        jobs_dir: jobs_dir.clone(),
+    };
+    tasks.spawn(serve(listener, services, cancel.clone()));
 
     let started = enter_cluster(&config, &cluster, &tasks, &cancel).await;
     if let Err(e) = started {
@@ -73,7 +92,13 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
     }
 
     info!(node_id, "registering this node");
-    tasks.spawn(register(cluster.clone(), config.clone(), cancel.clone()));
+    let inventory = inventory::collect(gpus.as_ref());
+    tasks.spawn(register(
+        cluster.clone(),
+        config.clone(),
+        inventory,
+        cancel.clone(),
+    ));
     info!(node_id, "starting autopilot");
     let autopilot = Autopilot {
         cluster: cluster.clone(),
@@ -82,6 +107,43 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
         interval: Duration::from_millis(500),
     };
     tasks.spawn(autopilot.run(cancel.clone()));
+    info!(node_id, "starting the scheduler (active while leader)");
+    let scheduler = Scheduler {
+        cluster: cluster.clone(),
+        policy: Policy::default(),
+        tick: Duration::from_secs(1),
+    };
+    tasks.spawn(scheduler.run(cancel.clone()));
+    info!(node_id, "starting node liveness (active while leader)");
+    let liveness = Liveness {
+        cluster: cluster.clone(),
+        down_after: config.jobs.down_after,
+        reachable_within: config.reachable_within(),
+        interval: Duration::from_millis(500),
+    };
+    tasks.spawn(liveness.run(cancel.clone()));
+    let lease_path = config.data_dir.join("lease");
+    info!(node_id, lease = ?config.jobs.lease, "starting the node lease");
+    let lease = LeaseKeeper {
+        cluster: cluster.clone(),
+        path: lease_path.clone(),
+        lease: config.jobs.lease,
+    };
+    tasks.spawn(lease.run(cancel.clone()));
+    info!(node_id, jobs_dir = %jobs_dir.display(), "starting the executor");
+    let executor = Executor {
+        cluster: cluster.clone(),
+        gpus,
+        settings: ExecutorSettings {
+            jobs_dir,
+            lease_path,
+            lease: config.jobs.lease,
+            stop_grace: config.jobs.stop_grace,
+            agent_exe: std::env::current_exe().context("locating the gpu-agent binary")?,
+            tick: Duration::from_secs(1),
+        },
+    };
+    tasks.spawn(executor.run(cancel.clone()));
     info!(node_id, "agent ready");
 
     cancel.cancelled().await;
@@ -168,17 +230,22 @@ fn rejoin_seeds(config: &Config, cluster: &Cluster) -> Vec<String> {
     seeds.into_iter().collect()
 }
 
-/// Announce this node (address, labels) through Raft, retrying until it lands.
-async fn register(cluster: Cluster, config: Config, cancel: CancellationToken) {
+/// Announce this node (address, labels, inventory) through Raft, retrying until it lands.
+async fn register(
+    cluster: Cluster,
+    config: Config,
+    inventory: Inventory,
+    cancel: CancellationToken,
+) {
     let cmd = Command::RegisterNode {
         node: config.node_id,
         addr: config.advertise.clone(),
         labels: config.labels.clone(),
-        inventory: Default::default(),
+        inventory,
     };
     loop {
         match cluster.write(cmd.clone()).await {
-            Ok(()) => {
+            Ok(_) => {
                 info!(node_id = config.node_id, "registered");
                 return;
             }
@@ -191,36 +258,57 @@ async fn register(cluster: Cluster, config: Config, cancel: CancellationToken) {
     }
 }
 
-async fn serve(
-    listener: TcpListener,
+/// Everything the gRPC services need.
+struct Services {
     cluster: Cluster,
     reachable_within: Duration,
-    cancel: CancellationToken,
-) {
+    gpus: Arc<dyn GpuBackend>,
+    jobs_dir: PathBuf,
+}
+
+async fn serve(listener: TcpListener, s: Services, cancel: CancellationToken) {
     let (health, health_service) = tonic_health::server::health_reporter();
     health
         .set_serving::<ClusterServiceServer<ClusterApi>>()
         .await;
     health.set_serving::<NodeServiceServer<NodeApi>>().await;
+    health.set_serving::<JobServiceServer<JobApi>>().await;
+    health.set_serving::<GpuServiceServer<GpuApi>>().await;
     let max = gpu_proto::MAX_MESSAGE_BYTES;
     let peer = RaftPeerServer::new(PeerService {
-        cluster: cluster.clone(),
-        reachable_within,
+        cluster: s.cluster.clone(),
+        reachable_within: s.reachable_within,
+        gpus: s.gpus.clone(),
+        jobs_dir: s.jobs_dir.clone(),
     })
     .max_decoding_message_size(max)
     .max_encoding_message_size(max);
     let cluster_api = ClusterServiceServer::new(ClusterApi {
-        cluster: cluster.clone(),
-        reachable_within,
+        cluster: s.cluster.clone(),
+        reachable_within: s.reachable_within,
     })
     .max_decoding_message_size(max);
-    let node_api = NodeServiceServer::new(NodeApi { cluster }).max_decoding_message_size(max);
+    let node_api = NodeServiceServer::new(NodeApi {
+        cluster: s.cluster.clone(),
+    })
+    .max_decoding_message_size(max);
+    let job_api = JobServiceServer::new(JobApi {
+        cluster: s.cluster.clone(),
+        jobs_dir: s.jobs_dir,
+    })
+    .max_decoding_message_size(max);
+    let gpu_api = GpuServiceServer::new(GpuApi {
+        cluster: s.cluster,
+        gpus: s.gpus,
+    })
+    .max_decoding_message_size(max);
     let result = tonic::transport::Server::builder()
-        .timeout(Duration::from_secs(30))
         .add_service(health_service)
         .add_service(peer)
         .add_service(cluster_api)
         .add_service(node_api)
+        .add_service(job_api)
+        .add_service(gpu_api)
         .serve_with_incoming_shutdown(TcpIncoming::from(listener), cancel.cancelled())
         .await;
     if let Err(e) = result {

@@ -88,4 +88,32 @@ impl NodeService for NodeApi {
             .await?;
         Ok(Response::new(self.node(req.id)?))
     }
+
+    async fn cordon_node(
+        &self,
+        req: Request<pb::CordonNodeRequest>,
+    ) -> Result<Response<pb::Node>, Status> {
+        let req = req.into_inner();
+        self.cluster
+            .write(Command::CordonNode {
+                node: req.id,
+                cordoned: req.cordoned,
+            })
+            .await?;
+        Ok(Response::new(self.node(req.id)?))
+    }
+
+    async fn drain_node(
+        &self,
+        req: Request<pb::DrainNodeRequest>,
+    ) -> Result<Response<pb::Node>, Status> {
+        let req = req.into_inner();
+        self.cluster
+            .write(Command::DrainNode {
+                node: req.id,
+                evict: req.evict,
+            })
+            .await?;
+        Ok(Response::new(self.node(req.id)?))
+    }
 }

@@ -1,23 +1,32 @@
 //! The internal `RaftPeer` gRPC service: Raft RPCs from other agents, plus joins, forwarded
 //! writes, read-index and the leader's status view.
 
+use std::path::PathBuf;
+use std::sync::Arc;
+
 use gpu_proto::internal::v1::raft_peer_server::RaftPeer;
 use gpu_proto::internal::v1::{
-    JoinRequest, JoinResponse, LeaderStatusRequest, RaftMessage, ReadIndexRequest,
-    ReadIndexResponse,
+    JoinRequest, JoinResponse, LeaderStatusRequest, LocalGpuTelemetryRequest,
+    LocalGpuTelemetryResponse, RaftMessage, ReadIndexRequest, ReadIndexResponse,
 };
 use gpu_proto::v1 as pb;
 use gpu_raft_store::{Command, validate};
+use openraft::raft::AppendEntriesResponse;
 use serde::Serialize;
 use tonic::{Request, Response, Status};
 
 use crate::cluster::{Attempt, Cluster, ClusterError};
 use crate::cluster_service::status_view;
+use crate::executor::logs::{self, LogStream};
+use crate::gpu::GpuBackend;
+use crate::gpu_service::{local_inject, local_telemetry};
 use crate::status::{bad_payload, invalid};
 
 pub struct PeerService {
     pub cluster: Cluster,
     pub reachable_within: std::time::Duration,
+    pub gpus: Arc<dyn GpuBackend>,
+    pub jobs_dir: PathBuf,
 }
 
 fn reply<T: Serialize>(value: &T) -> Result<Response<RaftMessage>, Status> {
@@ -41,7 +50,15 @@ impl RaftPeer for PeerService {
         req: Request<RaftMessage>,
     ) -> Result<Response<RaftMessage>, Status> {
         let rpc = serde_json::from_slice(&req.into_inner().json).map_err(bad_payload)?;
-        reply(&self.cluster.raft.append_entries(rpc).await)
+        let result = self.cluster.raft.append_entries(rpc).await;
+        // Anything but "your vote is stale" comes from the current leader: we are in contact.
+        if result
+            .as_ref()
+            .is_ok_and(|r| !matches!(r, AppendEntriesResponse::HigherVote(_)))
+        {
+            self.cluster.contacts.heard_from_leader();
+        }
+        reply(&result)
     }
 
     async fn vote(&self, req: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
@@ -101,5 +118,50 @@ impl RaftPeer for PeerService {
             &self.cluster,
             Some(self.reachable_within),
         )))
+    }
+
+    type ReadJobLogStream = LogStream;
+
+    async fn read_job_log(
+        &self,
+        req: Request<pb::JobLogsRequest>,
+    ) -> Result<Response<LogStream>, Status> {
+        let req = req.into_inner();
+        let generation = self
+            .cluster
+            .state
+            .read(|s| {
+                s.jobs
+                    .get(&req.job_id)
+                    .and_then(|j| j.binding.as_ref())
+                    .filter(|b| b.node == self.cluster.id)
+                    .map(|b| b.generation)
+            })
+            .ok_or_else(|| {
+                Status::not_found(format!("job j-{} did not run on this node", req.job_id))
+            })?;
+        Ok(Response::new(logs::stream(
+            &self.jobs_dir,
+            self.cluster.clone(),
+            req,
+            generation,
+        )))
+    }
+
+    async fn local_gpu_telemetry(
+        &self,
+        _: Request<LocalGpuTelemetryRequest>,
+    ) -> Result<Response<LocalGpuTelemetryResponse>, Status> {
+        Ok(Response::new(LocalGpuTelemetryResponse {
+            gpus: local_telemetry(self.gpus.as_ref()).into_iter().collect(),
+        }))
+    }
+
+    async fn local_inject_fault(
+        &self,
+        req: Request<pb::InjectFaultRequest>,
+    ) -> Result<Response<pb::InjectFaultResponse>, Status> {
+        local_inject(self.gpus.as_ref(), &req.into_inner())?;
+        Ok(Response::new(pb::InjectFaultResponse {}))
     }
 }

@@ -9,12 +9,16 @@ impl From<ClusterError> for Status {
     fn from(e: ClusterError) -> Self {
         match e {
             ClusterError::NoLeader | ClusterError::Timeout(_) => Status::unavailable(e.to_string()),
-            ClusterError::Rejected(r @ Rejection::UnknownNode { .. }) => {
-                Status::not_found(r.to_string())
-            }
-            ClusterError::Rejected(r @ Rejection::Invalid { .. }) => {
-                Status::invalid_argument(r.to_string())
-            }
+            ClusterError::Rejected(r) => match r {
+                Rejection::UnknownNode { .. } | Rejection::UnknownJob { .. } => {
+                    Status::not_found(r.to_string())
+                }
+                Rejection::Invalid { .. } => Status::invalid_argument(r.to_string()),
+                Rejection::IdempotencyConflict { .. } => Status::already_exists(r.to_string()),
+                Rejection::JobFinished { .. } | Rejection::Stale { .. } => {
+                    Status::failed_precondition(r.to_string())
+                }
+            },
             ClusterError::Raft(_) => {
                 tracing::error!(error = %e, "raft failure while serving a request");
                 Status::internal(e.to_string())

@@ -1,9 +1,11 @@
-//! Domain → wire conversions for the public API. Generated types are always written `pb::…`.
+//! Domain ↔ wire conversions for the public API, the only place they happen. Generated types
+//! are always written `pb::…`.
 
+use std::collections::BTreeMap;
 use std::time::Instant;
 
 use gpu_proto::v1 as pb;
-use gpu_raft_store::NodeRecord;
+use gpu_raft_store::{DEFAULT_TENANT, Job, JobSpec, JobState, NodeRecord, NodeStatus, Outcome};
 
 use crate::cluster::RaftView;
 use crate::contact::ContactBook;
@@ -15,6 +17,134 @@ pub fn node(n: &NodeRecord) -> pb::Node {
         labels: n.effective_labels().into_iter().collect(),
         registered_at_ms: n.registered_at_ms,
         updated_at_ms: n.updated_at_ms,
+        status: match n.status {
+            NodeStatus::Ready => pb::NodeStatus::Ready,
+            NodeStatus::Down => pb::NodeStatus::Down,
+        } as i32,
+        cordoned: n.cordoned,
+        gpus: n
+            .inventory
+            .gpus
+            .iter()
+            .map(|g| pb::Gpu {
+                index: g.index,
+                uuid: g.uuid.clone(),
+                model: g.model.clone(),
+                gpu_type: g.gpu_type.clone(),
+                memory_mib: g.memory_mib,
+                numa_node: g.numa_node,
+                nvlink_peers: g.nvlink_peers.clone(),
+                healthy: g.healthy,
+                job_id: n.allocations.get(&g.index).copied(),
+            })
+            .collect(),
+        cpu_cores: n.inventory.cpu_cores,
+        memory_mib: n.inventory.memory_mib,
+    }
+}
+
+pub fn job_state(s: JobState) -> pb::JobState {
+    match s {
+        JobState::Pending => pb::JobState::Pending,
+        JobState::Bound => pb::JobState::Bound,
+        JobState::Running => pb::JobState::Running,
+        JobState::Succeeded => pb::JobState::Succeeded,
+        JobState::Failed => pb::JobState::Failed,
+        JobState::Cancelled => pb::JobState::Cancelled,
+    }
+}
+
+pub fn job_state_from(s: i32) -> Option<JobState> {
+    match pb::JobState::try_from(s).ok()? {
+        pb::JobState::Pending => Some(JobState::Pending),
+        pb::JobState::Bound => Some(JobState::Bound),
+        pb::JobState::Running => Some(JobState::Running),
+        pb::JobState::Succeeded => Some(JobState::Succeeded),
+        pb::JobState::Failed => Some(JobState::Failed),
+        pb::JobState::Cancelled => Some(JobState::Cancelled),
+        pb::JobState::Unspecified => None,
+    }
+}
+
+fn spec(s: &JobSpec) -> pb::JobSpec {
+    pb::JobSpec {
+        name: s.name.clone(),
+        tenant: s.tenant.clone(),
+        command: s.command.clone(),
+        env: s.env.clone().into_iter().collect(),
+        workdir: s.workdir.clone().unwrap_or_default(),
+        gpus: s.gpus,
+        gpu_types: s.gpu_types.iter().cloned().collect(),
+        min_gpu_memory_mib: s.min_gpu_memory_mib,
+        node_selector: s.node_selector.clone().into_iter().collect(),
+        priority: s.priority,
+        runtime_estimate_s: s.runtime_estimate_s,
+        wall_time_limit_s: s.wall_time_limit_s,
+        max_attempts: s.max_attempts,
+    }
+}
+
+/// A submitted spec in domain form. Syntax only: `apply` validates the content.
+pub fn spec_from(p: pb::JobSpec) -> JobSpec {
+    JobSpec {
+        name: p.name,
+        tenant: if p.tenant.is_empty() {
+            DEFAULT_TENANT.to_owned()
+        } else {
+            p.tenant
+        },
+        command: p.command,
+        env: p.env.into_iter().collect(),
+        workdir: (!p.workdir.is_empty()).then_some(p.workdir),
+        gpus: p.gpus,
+        gpu_types: p.gpu_types.into_iter().collect(),
+        min_gpu_memory_mib: p.min_gpu_memory_mib,
+        node_selector: p.node_selector.into_iter().collect(),
+        priority: p.priority,
+        runtime_estimate_s: p.runtime_estimate_s,
+        wall_time_limit_s: p.wall_time_limit_s,
+        max_attempts: p.max_attempts.max(1),
+    }
+}
+
+/// `uuids` maps (node, GPU index) to the GPU's UUID, for the bound GPUs.
+pub fn job(j: &Job, uuids: &BTreeMap<u32, String>) -> pb::Job {
+    let binding = j.binding.as_ref();
+    let (exit_code, signal) = match &j.outcome {
+        Some(Outcome::Exited { code }) => (Some(*code), None),
+        Some(Outcome::Signaled { signal }) => (None, Some(*signal)),
+        _ => (None, None),
+    };
+    pb::Job {
+        id: j.id,
+        spec: Some(spec(&j.spec)),
+        state: job_state(j.state) as i32,
+        idempotency_key: j.idempotency_key.clone().unwrap_or_default(),
+        submitted_at_ms: j.submitted_at_ms,
+        attempts: j.attempts,
+        generation: j.generation,
+        node_id: binding.map(|b| b.node),
+        gpus: binding.map(|b| b.gpus.clone()).unwrap_or_default(),
+        gpu_uuids: binding
+            .map(|b| {
+                b.gpus
+                    .iter()
+                    .filter_map(|g| uuids.get(g).cloned())
+                    .collect()
+            })
+            .unwrap_or_default(),
+        reason: j.reason.clone().unwrap_or_default(),
+        outcome: j
+            .outcome
+            .as_ref()
+            .map(ToString::to_string)
+            .unwrap_or_default(),
+        exit_code,
+        signal,
+        bound_at_ms: j.bound_at_ms,
+        started_at_ms: j.started_at_ms,
+        finished_at_ms: j.finished_at_ms,
+        cancel_requested: j.cancel_requested,
     }
 }
 

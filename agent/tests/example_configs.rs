@@ -9,7 +9,8 @@ fn every_example_config_is_valid() {
     for entry in std::fs::read_dir(&dir).expect("deploy/config exists") {
         let path = entry.expect("entry").path();
         if path.extension().is_some_and(|e| e == "toml") {
-            let file = FileConfig::load(&path).unwrap_or_else(|e| panic!("{}: {e:#}", path.display()));
+            let file =
+                FileConfig::load(&path).unwrap_or_else(|e| panic!("{}: {e:#}", path.display()));
             Config::parse_and_validate(file, Overrides::default())
                 .unwrap_or_else(|e| panic!("{}: {e:#}", path.display()));
             checked += 1;

@@ -1,7 +1,15 @@
 //! The command line, as clap parses it. Resolution into validated requests happens in the
-//! command modules.
+//! command modules; the value parsers named here live in `ids`, `units` and `args`.
 
-use clap::{Parser, Subcommand, ValueEnum};
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::args::{self, Fault};
+use crate::{ids, units};
+
+/// Per-request deadline when `--timeout` is not given.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Parser, Debug)]
 #[command(
@@ -22,29 +30,12 @@ pub struct Cli {
     /// Output format.
     #[arg(short, long, global = true, value_enum, default_value_t = Output::Table)]
     pub output: Output,
-    /// Per-request deadline, e.g. 5s or 500ms.
-    #[arg(long, global = true, default_value = "10s", value_parser = humantime_duration)]
-    pub timeout: std::time::Duration,
+    /// Per-request deadline, e.g. 5s or 500ms [default: 10s]. For `job wait`, the limit on the
+    /// whole wait [default: none].
+    #[arg(long, global = true, value_parser = units::positive_duration)]
+    pub timeout: Option<Duration>,
     #[command(subcommand)]
     pub command: Noun,
-}
-
-fn humantime_duration(s: &str) -> Result<std::time::Duration, String> {
-    parse_duration(s).ok_or_else(|| format!("{s:?} is not a duration like 500ms, 5s or 1m"))
-}
-
-/// A small humantime subset: an integer followed by ms, s or m.
-fn parse_duration(s: &str) -> Option<std::time::Duration> {
-    let split = s.find(|c: char| !c.is_ascii_digit())?;
-    let (n, unit) = s.split_at(split);
-    let n: u64 = n.parse().ok()?;
-    match unit {
-        "ms" => Some(std::time::Duration::from_millis(n)),
-        "s" => Some(std::time::Duration::from_secs(n)),
-        "m" => Some(std::time::Duration::from_secs(n.checked_mul(60)?)),
-        _ => None,
-    }
-    .filter(|d| !d.is_zero())
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -58,9 +49,18 @@ pub enum Noun {
     /// The Raft group: leader, log progress, members.
     #[command(subcommand)]
     Cluster(ClusterVerb),
-    /// Registered agents and their labels.
+    /// Registered agents: status, GPUs, labels, schedulability.
     #[command(subcommand)]
     Node(NodeVerb),
+    /// Every GPU of the cluster with its state and live telemetry.
+    #[command(subcommand)]
+    Gpu(GpuVerb),
+    /// Submit, inspect, follow and cancel jobs.
+    #[command(subcommand)]
+    Job(JobVerb),
+    /// Testing aids for clusters running the simulated GPU backend.
+    #[command(subcommand)]
+    Debug(DebugVerb),
 }
 
 #[derive(Subcommand, Debug)]
@@ -85,36 +85,327 @@ pub enum NodeVerb {
         #[arg(long)]
         stale: bool,
     },
-    /// One node.
+    /// One node and its GPUs.
     Get {
+        /// Node id: 3 or n3.
+        #[arg(value_parser = ids::node_id)]
         id: u64,
         #[arg(long)]
         stale: bool,
     },
     /// Set labels (`key=value`) and remove them (`key-`).
     Label {
+        /// Node id: 3 or n3.
+        #[arg(value_parser = ids::node_id)]
         id: u64,
         #[arg(required = true)]
         changes: Vec<String>,
+    },
+    /// Stop placing new jobs on a node; running jobs keep running.
+    Cordon {
+        /// Node id: 3 or n3.
+        #[arg(value_parser = ids::node_id)]
+        id: u64,
+    },
+    /// Place new jobs on a node again.
+    Uncordon {
+        /// Node id: 3 or n3.
+        #[arg(value_parser = ids::node_id)]
+        id: u64,
+    },
+    /// Cordon a node and, with --evict, stop its jobs so they are requeued elsewhere.
+    Drain {
+        /// Node id: 3 or n3.
+        #[arg(value_parser = ids::node_id)]
+        id: u64,
+        /// Also stop the node's running jobs (they are requeued).
+        #[arg(long)]
+        evict: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum GpuVerb {
+    /// GPUs with state, job and live telemetry.
+    List {
+        /// Only this node's GPUs (3 or n3).
+        #[arg(long, value_parser = ids::node_id)]
+        node: Option<u64>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum JobVerb {
+    /// Queue a job: `gpuctl job submit --gpus 2 -- python train.py --lr 0.1`.
+    Submit(Box<SubmitArgs>),
+    /// Jobs, optionally filtered by state, node and tenant.
+    List {
+        /// Only jobs in this state; repeat or separate with commas.
+        #[arg(long = "state", value_enum, ignore_case = true, value_delimiter = ',')]
+        states: Vec<JobStateArg>,
+        /// Only jobs placed on this node (3 or n3).
+        #[arg(long, value_parser = ids::node_id)]
+        node: Option<u64>,
+        /// Only this tenant's jobs.
+        #[arg(long)]
+        tenant: Option<String>,
+        /// At most this many jobs [default: all].
+        #[arg(long)]
+        limit: Option<u32>,
+        /// Answer from the contacted agent's replica without asking the leader.
+        #[arg(long)]
+        stale: bool,
+    },
+    /// One job in detail.
+    Get {
+        /// Job id: 42 or j-42.
+        #[arg(value_parser = ids::job_id)]
+        id: u64,
+        #[arg(long)]
+        stale: bool,
+    },
+    /// Cancel a job: pending jobs at once, running ones are stopped (SIGTERM, grace, SIGKILL).
+    Cancel {
+        /// Job id: 42 or j-42.
+        #[arg(value_parser = ids::job_id)]
+        id: u64,
+    },
+    /// Write a job's output to stdout as it arrives.
+    Logs {
+        /// Job id: 42 or j-42.
+        #[arg(value_parser = ids::job_id)]
+        id: u64,
+        /// Keep streaming new output until the job finishes.
+        #[arg(short, long)]
+        follow: bool,
+        /// The job's stderr instead of its stdout.
+        #[arg(long)]
+        stderr: bool,
+    },
+    /// Wait until a job has finished, then print it. Exit 0 when it succeeded, 1 when it failed
+    /// or was cancelled, 2 on errors or when --timeout (the limit on the whole wait) runs out.
+    Wait {
+        /// Job id: 42 or j-42.
+        #[arg(value_parser = ids::job_id)]
+        id: u64,
+    },
+}
+
+/// `job submit`. Only syntax is checked here; the server judges the spec and its
+/// "invalid argument" answer is printed as is.
+#[derive(Args, Debug)]
+pub struct SubmitArgs {
+    /// Job name [default: the program's file name, reduced to [A-Za-z0-9._-]].
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Tenant that owns the job [default: the server's "default"].
+    #[arg(long)]
+    pub tenant: Option<String>,
+    /// Number of GPUs.
+    #[arg(long, default_value_t = 0)]
+    pub gpus: u32,
+    /// Acceptable GPU types; repeat or separate with commas [default: any].
+    #[arg(long = "gpu-type", value_delimiter = ',', value_parser = args::non_empty)]
+    pub gpu_types: Vec<String>,
+    /// Minimum memory per GPU: 40GiB, 80G, 40960MiB; a plain number is MiB.
+    #[arg(long, value_parser = units::size_mib)]
+    pub min_gpu_memory: Option<u64>,
+    /// Only nodes carrying this label (KEY=VALUE); repeatable.
+    #[arg(long = "selector", value_name = "KEY=VALUE", value_parser = args::key_value)]
+    pub selectors: Vec<(String, String)>,
+    /// Scheduling priority; higher runs first, may be negative.
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    pub priority: i32,
+    /// Expected run time (e.g. 90m), a scheduling hint; whole seconds.
+    #[arg(long, value_parser = units::whole_seconds)]
+    pub estimate: Option<u64>,
+    /// Stop the job after this long (e.g. 12h); whole seconds.
+    #[arg(long, value_parser = units::whole_seconds)]
+    pub wall_time: Option<u64>,
+    /// Runs to try before the job counts as failed [default: 1].
+    #[arg(long)]
+    pub max_attempts: Option<u32>,
+    /// Environment variable for the job (KEY=VALUE); repeatable.
+    #[arg(long = "env", value_name = "KEY=VALUE", value_parser = args::key_value)]
+    pub env: Vec<(String, String)>,
+    /// Absolute working directory on the node [default: the job's own directory].
+    #[arg(long)]
+    pub workdir: Option<String>,
+    /// Makes retrying this submission safe: a key the cluster has seen returns the original
+    /// job instead of queueing a second one.
+    ///
+    /// Without it, gpuctl generates a random key for this invocation, so that its own failover
+    /// to another endpoint can never create two jobs. Pass your own key to make re-running the
+    /// whole command (e.g. from a script that retries) safe as well.
+    #[arg(long, value_name = "KEY")]
+    pub idempotency_key: Option<String>,
+    /// The program and its arguments, after `--`. Run as given, without a shell.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+/// A job state as typed on the command line (any case).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum JobStateArg {
+    Pending,
+    Bound,
+    Running,
+    Succeeded,
+    Failed,
+    #[value(alias = "canceled")]
+    Cancelled,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum DebugVerb {
+    /// Inject a fault into a simulated GPU: overheat, ecc, lost, xid:N, or clear to undo.
+    Inject {
+        /// Node id: 3 or n3.
+        #[arg(value_parser = ids::node_id)]
+        node: u64,
+        /// GPU index on that node.
+        gpu: u32,
+        /// overheat | ecc | lost | clear | xid:N
+        #[arg(value_parser = args::fault)]
+        fault: Fault,
     },
 }
 
 #[cfg(test)]
 mod tests {
+    use clap::CommandFactory;
+
     use super::*;
 
-    #[test]
-    fn durations() {
-        assert_eq!(
-            parse_duration("500ms"),
-            Some(std::time::Duration::from_millis(500))
-        );
-        assert_eq!(
-            parse_duration("2m"),
-            Some(std::time::Duration::from_secs(120))
-        );
-        for bad in ["", "5", "0s", "s", "5h", "-1s", "99999999999999999999s"] {
-            assert_eq!(parse_duration(bad), None, "{bad}");
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("gpuctl").chain(args.iter().copied()))
+    }
+
+    fn submit(args: &[&str]) -> Result<SubmitArgs, clap::Error> {
+        let mut full = vec!["job", "submit"];
+        full.extend_from_slice(args);
+        match parse(&full)?.command {
+            Noun::Job(JobVerb::Submit(a)) => Ok(*a),
+            other => panic!("parsed as {other:?}"),
         }
+    }
+
+    #[test]
+    fn definitions_are_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn submit_flags() {
+        let a = submit(&[
+            "--gpus",
+            "2",
+            "--gpu-type",
+            "A100,H100",
+            "--gpu-type",
+            "L40S",
+            "--min-gpu-memory",
+            "40GiB",
+            "--selector",
+            "zone=a",
+            "--priority",
+            "-5",
+            "--estimate",
+            "90m",
+            "--wall-time",
+            "12h",
+            "--max-attempts",
+            "3",
+            "--env",
+            "A=1",
+            "--env",
+            "B=x=y",
+            "--workdir",
+            "/data",
+            "--idempotency-key",
+            "k1",
+            "--",
+            "python",
+            "train.py",
+            "--lr",
+            "0.1",
+        ])
+        .expect("parses");
+        assert_eq!(a.gpus, 2);
+        assert_eq!(a.gpu_types, ["A100", "H100", "L40S"]);
+        assert_eq!(a.min_gpu_memory, Some(40_960));
+        assert_eq!(a.selectors, [("zone".to_owned(), "a".to_owned())]);
+        assert_eq!(a.priority, -5);
+        assert_eq!((a.estimate, a.wall_time), (Some(5400), Some(43_200)));
+        assert_eq!(a.max_attempts, Some(3));
+        assert_eq!(a.env[1], ("B".to_owned(), "x=y".to_owned()));
+        assert_eq!(a.command, ["python", "train.py", "--lr", "0.1"]);
+    }
+
+    #[test]
+    fn submit_rejects_bad_syntax() {
+        for bad in [
+            &["python"][..],
+            &[],
+            &["--"],
+            &["--gpus", "-1", "--", "x"],
+            &["--gpus", "4294967296", "--", "x"],
+            &["--priority", "2147483648", "--", "x"],
+            &["--gpu-type", "A100,,H100", "--", "x"],
+            &["--min-gpu-memory", "1.5G", "--", "x"],
+            &["--selector", "zone", "--", "x"],
+            &["--env", "=1", "--", "x"],
+            &["--estimate", "500ms", "--", "x"],
+            &["--wall-time", "1.5h", "--", "x"],
+            &["--max-attempts", "-1", "--", "x"],
+        ] {
+            assert!(submit(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn job_states_ignore_case() {
+        let Noun::Job(JobVerb::List { states, .. }) = parse(&[
+            "job",
+            "list",
+            "--state",
+            "RUNNING,pending",
+            "--state",
+            "Canceled",
+        ])
+        .expect("parses")
+        .command
+        else {
+            panic!("not job list");
+        };
+        assert_eq!(
+            states,
+            [
+                JobStateArg::Running,
+                JobStateArg::Pending,
+                JobStateArg::Cancelled
+            ]
+        );
+        for s in [
+            "pending",
+            "bound",
+            "running",
+            "succeeded",
+            "failed",
+            "cancelled",
+        ] {
+            assert!(JobStateArg::from_str(s, true).is_ok(), "{s}");
+        }
+        for bad in ["", "done", "run", "unspecified"] {
+            assert!(parse(&["job", "list", "--state", bad]).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn timeout_is_optional_and_global() {
+        assert_eq!(parse(&["cluster", "status"]).expect("parses").timeout, None);
+        let cli = parse(&["job", "wait", "j-3", "--timeout", "5m"]).expect("parses");
+        assert_eq!(cli.timeout, Some(Duration::from_secs(300)));
+        assert!(parse(&["job", "wait", "3", "--timeout", "0s"]).is_err());
     }
 }

@@ -11,6 +11,20 @@ pub enum CallError {
     Status(tonic::Status),
 }
 
+impl CallError {
+    /// Worth asking again later: no agent answered, the cluster is between leaders, or the
+    /// request ran out of time (tonic reports its own per-request deadline as `Cancelled`).
+    pub fn is_transient(&self) -> bool {
+        match self {
+            CallError::Unreachable(_) => true,
+            CallError::Status(s) => matches!(
+                s.code(),
+                tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Cancelled
+            ),
+        }
+    }
+}
+
 impl std::fmt::Display for CallError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -83,7 +97,7 @@ impl Endpoints {
 }
 
 /// A status produced by the transport (agent gone mid-call), not by the agent's logic.
-fn is_transport(s: &tonic::Status) -> bool {
+pub fn is_transport(s: &tonic::Status) -> bool {
     std::error::Error::source(s).is_some() || s.message().contains("transport")
 }
 

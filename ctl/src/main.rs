@@ -1,16 +1,19 @@
 //! `gpuctl`: the gpumesh command-line client. Exit codes: 0 ok, 1 negative answer, 2 error.
 //! Data goes to stdout, messages to stderr.
 
+mod args;
 mod cli;
 mod client;
 mod commands;
+mod ids;
 mod output;
+mod units;
 
 use std::process::ExitCode;
 
 use clap::Parser;
 
-use crate::cli::{Cli, Noun};
+use crate::cli::{Cli, DEFAULT_TIMEOUT, Noun};
 use crate::client::Endpoints;
 use crate::commands::{Answer, Ctx, Failure};
 
@@ -27,13 +30,17 @@ fn main() -> ExitCode {
         }
     };
     let ctx = Ctx {
-        endpoints: Endpoints::new(cli.endpoint, cli.timeout),
+        endpoints: Endpoints::new(cli.endpoint, cli.timeout.unwrap_or(DEFAULT_TIMEOUT)),
         output: cli.output,
+        timeout: cli.timeout,
     };
     let result: Result<Answer, Failure> = runtime.block_on(async {
         match cli.command {
             Noun::Cluster(verb) => commands::cluster::run(&ctx, verb).await,
             Noun::Node(verb) => commands::node::run(&ctx, verb).await,
+            Noun::Gpu(verb) => commands::gpu::run(&ctx, verb).await,
+            Noun::Job(verb) => commands::job::run(&ctx, verb).await,
+            Noun::Debug(verb) => commands::debug::run(&ctx, verb).await,
         }
     });
     match result {

@@ -1,12 +1,19 @@
-//! Writing results: aligned tables for people, stable JSON for programs. A closed pipe
+//! Writing results: aligned tables and key: value blocks for people, stable JSON for programs,
+//! raw bytes for streamed logs, a redrawn progress line on stderr. A closed pipe
 //! (`gpuctl … | head`) ends the program quietly with success.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 
 /// Print `text` to stdout; exit 0 at once if the reader went away.
 pub fn emit(text: &str) {
+    emit_bytes(text.as_bytes());
+}
+
+/// Write `bytes` to stdout unchanged and flush them, so streamed output appears as it arrives;
+/// exit 0 at once if the reader went away.
+pub fn emit_bytes(bytes: &[u8]) {
     let mut out = std::io::stdout().lock();
-    if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+    if let Err(e) = out.write_all(bytes).and_then(|()| out.flush()) {
         if e.kind() == std::io::ErrorKind::BrokenPipe {
             std::process::exit(0);
         }
@@ -50,6 +57,84 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
+/// `Key:  value` lines with the values aligned, sanitised like table cells.
+pub fn fields(pairs: &[(&str, String)]) -> String {
+    let width = pairs.iter().map(|(k, _)| k.len() + 1).max().unwrap_or(0);
+    let mut out = String::new();
+    for (key, value) in pairs {
+        let key = format!("{key}:");
+        let line = format!("{key:<width$}  {}", sanitize(value));
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// At most `max` characters, the last one an ellipsis when something was cut.
+pub fn truncate(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        return s.to_owned();
+    }
+    let mut out: String = s.chars().take(max.saturating_sub(1)).collect();
+    out.push('…');
+    out
+}
+
+/// An `f32` from the wire as the JSON number it prints as (`0.1`, not `0.10000000149011612`);
+/// `null` when it is not finite.
+pub fn float(x: f32) -> serde_json::Value {
+    x.to_string()
+        .parse::<f64>()
+        .ok()
+        .and_then(serde_json::Number::from_f64)
+        .map_or(serde_json::Value::Null, serde_json::Value::Number)
+}
+
+/// One line on stderr redrawn in place (progress while waiting). Silent unless stderr is a
+/// terminal; erased when dropped, so nothing is left behind on any exit path.
+pub struct StatusLine {
+    enabled: bool,
+    drawn: bool,
+}
+
+impl StatusLine {
+    pub fn for_stderr() -> Self {
+        Self {
+            enabled: std::io::stderr().is_terminal(),
+            drawn: false,
+        }
+    }
+
+    pub fn show(&mut self, text: &str) {
+        if !self.enabled {
+            return;
+        }
+        // A line wider than the terminal would wrap and could not be redrawn in place.
+        let columns = std::env::var("COLUMNS")
+            .ok()
+            .and_then(|c| c.parse::<usize>().ok())
+            .unwrap_or(80);
+        let text = truncate(&sanitize(text), columns.saturating_sub(1).max(10));
+        let mut err = std::io::stderr().lock();
+        let _ = write!(err, "\r\x1b[2K{text}").and_then(|()| err.flush());
+        self.drawn = true;
+    }
+
+    pub fn clear(&mut self) {
+        if self.drawn {
+            let mut err = std::io::stderr().lock();
+            let _ = write!(err, "\r\x1b[2K").and_then(|()| err.flush());
+            self.drawn = false;
+        }
+    }
+}
+
+impl Drop for StatusLine {
+    fn drop(&mut self) {
+        self.clear();
+    }
+}
+
 fn sanitize(cell: &str) -> String {
     cell.chars()
         .map(|c| if c.is_control() { '?' } else { c })
@@ -77,5 +162,35 @@ mod tests {
             22  b?[31m
         "#]]
         .assert_eq(&t);
+    }
+
+    #[test]
+    fn fields_align_and_sanitise() {
+        let f = fields(&[
+            ("ID", "j-1".into()),
+            ("Command", "a\nb".into()),
+            ("Empty", String::new()),
+        ]);
+        expect![[r#"
+            ID:       j-1
+            Command:  a?b
+            Empty:
+        "#]]
+        .assert_eq(&f);
+    }
+
+    #[test]
+    fn truncation_counts_characters() {
+        assert_eq!(truncate("short", 60), "short");
+        assert_eq!(truncate("ééééé", 4), "ééé…");
+        assert_eq!(truncate("abc", 0), "…");
+    }
+
+    #[test]
+    fn floats_print_as_written() {
+        assert_eq!(float(0.1).to_string(), "0.1");
+        assert_eq!(float(95.0).to_string(), "95.0");
+        assert_eq!(float(f32::NAN), serde_json::Value::Null);
+        assert_eq!(float(f32::INFINITY), serde_json::Value::Null);
     }
 }

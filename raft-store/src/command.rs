@@ -83,7 +83,9 @@ pub enum Command {
     },
     /// Why pending jobs cannot be placed right now (scheduler feedback for users).
     NoteUnschedulable {
-        reasons: BTreeMap<JobId, String>,
+        /// (job, reason) pairs. A list, not a map: integer map keys do not survive the
+        /// internally tagged JSON encoding of `Command`.
+        reasons: Vec<(JobId, String)>,
     },
 }
 
@@ -254,6 +256,116 @@ mod tests {
                 inventory: Inventory::default(),
             }
         );
+    }
+
+    /// One of every command, with every collection non-empty.
+    fn every_command() -> Vec<Command> {
+        use crate::job::{JobSpec, Outcome};
+        use crate::node::{GpuRecord, Inventory, NodeStatus};
+        let spec = JobSpec {
+            name: "train".into(),
+            tenant: "t".into(),
+            command: vec!["python".into()],
+            env: BTreeMap::from([("A".into(), "1".into())]),
+            workdir: Some("/srv".into()),
+            gpus: 2,
+            gpu_types: BTreeSet::from(["A100".into()]),
+            min_gpu_memory_mib: 1,
+            node_selector: BTreeMap::from([("site".into(), "x".into())]),
+            priority: -3,
+            runtime_estimate_s: Some(5),
+            wall_time_limit_s: Some(6),
+            max_attempts: 2,
+        };
+        let gpu = GpuRecord {
+            index: 1,
+            uuid: "GPU-1".into(),
+            model: "A100-80GB".into(),
+            gpu_type: "A100".into(),
+            memory_mib: 81920,
+            numa_node: Some(0),
+            nvlink_peers: vec![2],
+            healthy: true,
+        };
+        vec![
+            Command::RegisterNode {
+                node: 1,
+                addr: "h:1".into(),
+                labels: BTreeMap::from([("k".into(), "v".into())]),
+                inventory: Inventory {
+                    gpus: vec![gpu],
+                    cpu_cores: 8,
+                    memory_mib: 9,
+                },
+            },
+            Command::SetNodeLabels {
+                node: 1,
+                set: BTreeMap::from([("k".into(), "v".into())]),
+                remove: BTreeSet::from(["x".into()]),
+            },
+            Command::SetNodeStatus {
+                node: 1,
+                status: NodeStatus::Down,
+            },
+            Command::CordonNode {
+                node: 1,
+                cordoned: true,
+            },
+            Command::DrainNode {
+                node: 1,
+                evict: true,
+            },
+            Command::SubmitJob {
+                spec,
+                idempotency_key: Some("k".into()),
+            },
+            Command::CancelJob { job: 7 },
+            Command::BindJobs {
+                binds: vec![Bind {
+                    job: 7,
+                    node: 1,
+                    gpus: vec![0, 1],
+                }],
+            },
+            Command::JobStarted {
+                job: 7,
+                generation: 1,
+            },
+            Command::JobFinished {
+                job: 7,
+                generation: 1,
+                outcome: Outcome::Signaled { signal: 9 },
+            },
+            Command::JobFinished {
+                job: 7,
+                generation: 1,
+                outcome: Outcome::Lost {
+                    message: "m".into(),
+                },
+            },
+            Command::NoteUnschedulable {
+                reasons: vec![(7, "why".into())],
+            },
+        ]
+    }
+
+    /// Every command must survive the trip through the Raft log's encoding (an openraft entry,
+    /// JSON). An entry that does not decode would stop the replica that stored it.
+    #[test]
+    fn every_command_round_trips_through_a_log_entry() {
+        for cmd in every_command() {
+            let entry = crate::Entry {
+                log_id: openraft::LogId::new(openraft::CommittedLeaderId::new(1, 1), 3),
+                payload: openraft::EntryPayload::Normal(LogEntry {
+                    proposed_at_ms: 1,
+                    cmd: cmd.clone(),
+                }),
+            };
+            let bytes = serde_json::to_vec(&entry).expect("encode");
+            let back: crate::Entry = serde_json::from_slice(&bytes)
+                .unwrap_or_else(|e| panic!("{cmd} does not decode: {e}"));
+            assert_eq!(back, entry);
+        }
     }
 
     #[test]

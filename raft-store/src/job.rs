@@ -158,6 +158,7 @@ pub struct Job {
     pub attempts: u32,
     #[serde(default)]
     pub generation: u64,
+    /// The current placement while Bound/Running; afterwards, where it last ran.
     #[serde(default)]
     pub binding: Option<Binding>,
     /// Why it is still pending, or why it failed.

@@ -21,7 +21,7 @@ pub mod validate;
 pub use command::{ApplyResult, Bind, Command, LogEntry, Rejection};
 pub use engine::{KvEngine, SledEngine, Space};
 pub use error::OpenError;
-pub use job::{Binding, Job, JobId, JobSpec, JobState, Outcome};
+pub use job::{Binding, DEFAULT_TENANT, Job, JobId, JobSpec, JobState, Outcome, job_name};
 pub use log_store::LogStore;
 pub use node::{GpuRecord, Inventory, NodeRecord, NodeStatus};
 pub use state::{ClusterState, gpu_fits};

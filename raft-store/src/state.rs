@@ -384,8 +384,8 @@ impl ClusterState {
         {
             node.allocations.retain(|_, holder| *holder != job);
         }
+        // The binding stays as the record of where the job last ran (for logs and history).
         let j = self.job_mut(job)?;
-        j.binding = None;
         j.outcome = Some(outcome.clone());
         j.cancel_requested = false;
         j.evict_requested = false;

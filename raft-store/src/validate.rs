@@ -295,7 +295,8 @@ mod job_tests {
 
     #[test]
     fn hostile_specs_are_rejected() {
-        let cases: Vec<(&str, Box<dyn Fn(&mut JobSpec)>)> = vec![
+        type Mutation = Box<dyn Fn(&mut JobSpec)>;
+        let cases: Vec<(&str, Mutation)> = vec![
             ("empty command", Box::new(|s| s.command.clear())),
             (
                 "empty program",

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use gpu_proto::v1 as pb;
 use gpu_proto::v1::cluster_service_client::ClusterServiceClient;
+use gpu_proto::v1::job_service_client::JobServiceClient;
 use gpu_proto::v1::node_service_client::NodeServiceClient;
 use tonic::transport::Channel;
 
@@ -35,6 +36,9 @@ pub fn free_addr() -> String {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     l.local_addr().expect("addr").to_string()
 }
+
+/// Simulated GPUs per agent, cycled: n1 A100s, n2 H100s and L4s, n3 T4s.
+pub const NODE_KINDS: [&str; 3] = ["4xA100-80GB", "2xH100-80GB,2xL4-24GB", "4xT4-16GB"];
 
 static ONE_CLUSTER_AT_A_TIME: Mutex<()> = Mutex::new(());
 
@@ -70,9 +74,11 @@ impl Cluster {
             } else {
                 format!("join = [{:?}]", addrs[0])
             };
+            let gpus = NODE_KINDS[(id as usize - 1) % NODE_KINDS.len()];
             let toml = format!(
                 "node_id = {id}\nlisten = {addr:?}\ndata_dir = {data:?}\n{start}\njoin_timeout = \"30s\"\n\
-                 [raft]\nvoter_target = {voter_target}\n{extra_toml}\n"
+                 gpu_backend = \"sim\"\nsim_gpus = {gpus:?}\n\
+                 [raft]\nvoter_target = {voter_target}\n[jobs]\nlease = \"2s\"\ndown_after = \"4s\"\nstop_grace = \"2s\"\n{extra_toml}\n"
             );
             let config = root.path().join(format!("node-{id}.toml"));
             std::fs::write(&config, toml).expect("write config");
@@ -206,6 +212,61 @@ impl Cluster {
             .into_inner())
     }
 
+    pub async fn submit(
+        &self,
+        via: u64,
+        spec: pb::JobSpec,
+        key: &str,
+    ) -> Result<pb::SubmitJobResponse, tonic::Status> {
+        let mut c = JobServiceClient::new(self.channel(via).await?);
+        let req = pb::SubmitJobRequest {
+            spec: Some(spec),
+            idempotency_key: key.to_owned(),
+        };
+        Ok(c.submit_job(req).await?.into_inner())
+    }
+
+    pub async fn job(&self, via: u64, id: u64) -> Result<pb::Job, tonic::Status> {
+        let mut c = JobServiceClient::new(self.channel(via).await?);
+        Ok(c.get_job(pb::GetJobRequest { id, stale: false })
+            .await?
+            .into_inner())
+    }
+
+    pub async fn cancel(&self, via: u64, id: u64) -> Result<pb::Job, tonic::Status> {
+        let mut c = JobServiceClient::new(self.channel(via).await?);
+        Ok(c.cancel_job(pb::CancelJobRequest { id })
+            .await?
+            .into_inner())
+    }
+
+    /// Poll job `id` through any running agent until `done` holds; returns it.
+    pub async fn wait_job(
+        &self,
+        id: u64,
+        timeout: Duration,
+        done: impl Fn(&pb::Job) -> bool,
+    ) -> pb::Job {
+        let start = Instant::now();
+        let mut last = None;
+        while start.elapsed() < timeout {
+            for via in self.running() {
+                if let Ok(j) = self.job(via, id).await {
+                    if done(&j) {
+                        return j;
+                    }
+                    last = Some(j);
+                    break;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        panic!(
+            "job j-{id} did not reach the expected state in {timeout:?}; last seen {last:?}\n{}",
+            self.logs()
+        );
+    }
+
     /// The leader as seen by the first running agent that knows a running one.
     pub async fn leader(&self) -> u64 {
         let start = Instant::now();
@@ -260,11 +321,37 @@ impl Drop for Cluster {
     fn drop(&mut self) {
         if std::thread::panicking() {
             eprintln!("{}", self.logs());
+            if std::env::var_os("GPUMESH_KEEP_TEST_DIR").is_some() {
+                let kept =
+                    std::mem::replace(&mut self.root, tempfile::tempdir().expect("tempdir")).keep();
+                eprintln!("kept the cluster's directory: {}", kept.display());
+            }
         }
         for id in self.running() {
             self.kill(id);
         }
     }
+}
+
+/// A job spec running `sh -c script` on `gpus` GPUs.
+pub fn shell_job(name: &str, gpus: u32, script: &str) -> pb::JobSpec {
+    pb::JobSpec {
+        name: name.to_owned(),
+        command: vec!["/bin/sh".into(), "-c".into(), script.to_owned()],
+        gpus,
+        max_attempts: 1,
+        ..Default::default()
+    }
+}
+
+pub fn is_terminal(j: &pb::Job) -> bool {
+    [
+        pb::JobState::Succeeded,
+        pb::JobState::Failed,
+        pb::JobState::Cancelled,
+    ]
+    .iter()
+    .any(|s| *s as i32 == j.state)
 }
 
 pub fn voters(s: &pb::ClusterStatus) -> Vec<u64> {

@@ -1,7 +1,16 @@
 //! One module per noun. Each verb resolves its arguments, calls the API, and renders the answer.
 
 pub mod cluster;
+pub mod debug;
+pub mod gpu;
+pub mod job;
+mod job_logs;
+mod job_submit;
+mod job_view;
+mod job_wait;
 pub mod node;
+
+use std::time::Duration;
 
 use crate::cli::Output;
 use crate::client::{CallError, Endpoints};
@@ -13,17 +22,31 @@ pub struct Answer {
     pub positive: bool,
 }
 
+impl Answer {
+    /// A positive answer (exit 0).
+    pub fn ok(text: String) -> Self {
+        Self {
+            text,
+            positive: true,
+        }
+    }
+}
+
 /// The resolved context every command runs in.
 pub struct Ctx {
     pub endpoints: Endpoints,
     pub output: Output,
+    /// `--timeout` exactly as given; `job wait` bounds the whole wait with it.
+    pub timeout: Option<Duration>,
 }
 
-/// A command failure: bad arguments (caught before any call) or the call failed.
+/// A command failure: bad arguments (caught before any call), the call failed, or a wait
+/// ran out of time.
 #[derive(Debug)]
 pub enum Failure {
     Usage(String),
     Call(CallError),
+    TimedOut(String),
 }
 
 impl From<CallError> for Failure {
@@ -35,7 +58,7 @@ impl From<CallError> for Failure {
 impl std::fmt::Display for Failure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Failure::Usage(m) => f.write_str(m),
+            Failure::Usage(m) | Failure::TimedOut(m) => f.write_str(m),
             Failure::Call(e) => e.fmt(f),
         }
     }

@@ -1,7 +1,11 @@
-//! `gpuctl node list|get|label`.
+//! `gpuctl node list|get|label|cordon|uncordon|drain`.
 //!
-//! JSON (stable): a node is `{"id", "addr", "labels": {k: v}, "registered_at_ms",
-//! "updated_at_ms"}`; `list` prints an array of them.
+//! JSON (stable): a node is `{"id", "addr", "status" ("ready"|"down"|"unknown"), "cordoned",
+//! "labels": {k: v}, "cpu_cores", "memory_mib", "gpus": [GPU], "registered_at_ms",
+//! "updated_at_ms"}` with each GPU `{"index", "uuid", "model", "gpu_type", "memory_mib",
+//! "numa_node" (null when unknown), "nvlink_peers": [index], "healthy", "job_id" (null when no
+//! job holds it)}`. `list` prints an array of nodes; every other verb prints the node as it is
+//! after the call.
 
 use std::collections::BTreeMap;
 
@@ -9,14 +13,16 @@ use gpu_proto::v1 as pb;
 use gpu_proto::v1::node_service_client::NodeServiceClient;
 use serde_json::{Value, json};
 
-use super::{Answer, Ctx, Failure};
+use super::{Answer, Ctx, Failure, gpu};
 use crate::cli::{NodeVerb, Output};
 use crate::output::{self, table};
+use crate::units;
 
 pub async fn run(ctx: &Ctx, verb: NodeVerb) -> Result<Answer, Failure> {
-    let nodes = match verb {
+    let node = match verb {
         NodeVerb::List { stale } => {
-            ctx.endpoints
+            let nodes = ctx
+                .endpoints
                 .call(|ch| async move {
                     Ok(NodeServiceClient::new(ch)
                         .list_nodes(pb::ListNodesRequest { stale })
@@ -24,24 +30,26 @@ pub async fn run(ctx: &Ctx, verb: NodeVerb) -> Result<Answer, Failure> {
                         .into_inner()
                         .nodes)
                 })
-                .await?
+                .await?;
+            let text = match ctx.output {
+                Output::Json => output::json(&Value::Array(nodes.iter().map(node_json).collect())),
+                Output::Table => nodes_table(&nodes),
+            };
+            return Ok(Answer::ok(text));
         }
         NodeVerb::Get { id, stale } => {
-            let node = ctx
-                .endpoints
+            ctx.endpoints
                 .call(|ch| async move {
                     Ok(NodeServiceClient::new(ch)
                         .get_node(pb::GetNodeRequest { id, stale })
                         .await?
                         .into_inner())
                 })
-                .await?;
-            return Ok(render_one(ctx, &node));
+                .await?
         }
         NodeVerb::Label { id, changes } => {
             let req = label_request(id, &changes).map_err(Failure::Usage)?;
-            let node = ctx
-                .endpoints
+            ctx.endpoints
                 .call(|ch| {
                     let req = req.clone();
                     async move {
@@ -51,18 +59,38 @@ pub async fn run(ctx: &Ctx, verb: NodeVerb) -> Result<Answer, Failure> {
                             .into_inner())
                     }
                 })
-                .await?;
-            return Ok(render_one(ctx, &node));
+                .await?
+        }
+        NodeVerb::Cordon { id } => cordon(ctx, id, true).await?,
+        NodeVerb::Uncordon { id } => cordon(ctx, id, false).await?,
+        NodeVerb::Drain { id, evict } => {
+            ctx.endpoints
+                .call(|ch| async move {
+                    Ok(NodeServiceClient::new(ch)
+                        .drain_node(pb::DrainNodeRequest { id, evict })
+                        .await?
+                        .into_inner())
+                })
+                .await?
         }
     };
     let text = match ctx.output {
-        Output::Json => output::json(&Value::Array(nodes.iter().map(node_json).collect())),
-        Output::Table => nodes_table(&nodes),
+        Output::Json => output::json(&node_json(&node)),
+        Output::Table => node_detail(&node),
     };
-    Ok(Answer {
-        text,
-        positive: true,
-    })
+    Ok(Answer::ok(text))
+}
+
+async fn cordon(ctx: &Ctx, id: u64, cordoned: bool) -> Result<pb::Node, Failure> {
+    Ok(ctx
+        .endpoints
+        .call(|ch| async move {
+            Ok(NodeServiceClient::new(ch)
+                .cordon_node(pb::CordonNodeRequest { id, cordoned })
+                .await?
+                .into_inner())
+        })
+        .await?)
 }
 
 /// `key=value` sets, `key-` removes.
@@ -85,26 +113,66 @@ fn label_request(id: u64, changes: &[String]) -> Result<pb::LabelNodeRequest, St
     Ok(req)
 }
 
-fn render_one(ctx: &Ctx, node: &pb::Node) -> Answer {
-    let text = match ctx.output {
-        Output::Json => output::json(&node_json(node)),
-        Output::Table => nodes_table(std::slice::from_ref(node)),
-    };
-    Answer {
-        text,
-        positive: true,
+fn status(n: &pb::Node) -> &'static str {
+    match pb::NodeStatus::try_from(n.status) {
+        Ok(pb::NodeStatus::Ready) => "ready",
+        Ok(pb::NodeStatus::Down) => "down",
+        _ => "unknown",
     }
 }
 
 fn node_json(n: &pb::Node) -> Value {
     let labels: BTreeMap<&String, &String> = n.labels.iter().collect();
+    let gpus: Vec<Value> = n
+        .gpus
+        .iter()
+        .map(|g| Value::Object(gpu::gpu_json(g)))
+        .collect();
     json!({
         "id": n.id,
         "addr": n.addr,
+        "status": status(n),
+        "cordoned": n.cordoned,
         "labels": labels,
+        "cpu_cores": n.cpu_cores,
+        "memory_mib": n.memory_mib,
+        "gpus": gpus,
         "registered_at_ms": n.registered_at_ms,
         "updated_at_ms": n.updated_at_ms,
     })
+}
+
+/// `Ready`, `Down,cordoned`, …
+fn status_cell(n: &pb::Node) -> String {
+    let mut s = match status(n) {
+        "ready" => "Ready".to_owned(),
+        "down" => "Down".to_owned(),
+        _ => "Unknown".to_owned(),
+    };
+    if n.cordoned {
+        s.push_str(",cordoned");
+    }
+    s
+}
+
+/// GPUs counted by model: `4xA100-80GB`, `2xA100-80GB,2xH100`, or `-`.
+fn gpus_cell(gpus: &[pb::Gpu]) -> String {
+    let mut by_model: BTreeMap<&str, usize> = BTreeMap::new();
+    for g in gpus {
+        let model = [g.model.as_str(), g.gpu_type.as_str(), "?"]
+            .into_iter()
+            .find(|m| !m.is_empty())
+            .unwrap_or("?");
+        *by_model.entry(model).or_default() += 1;
+    }
+    if by_model.is_empty() {
+        return "-".into();
+    }
+    by_model
+        .iter()
+        .map(|(model, count)| format!("{count}x{model}"))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 fn nodes_table(nodes: &[pb::Node]) -> String {
@@ -117,15 +185,108 @@ fn nodes_table(nodes: &[pb::Node]) -> String {
                 .map(|(k, v)| format!("{k}={v}"))
                 .collect::<Vec<_>>()
                 .join(",");
-            vec![format!("n{}", n.id), n.addr.clone(), labels]
+            let free = n.gpus.iter().filter(|g| gpu::state(g) == "free").count();
+            vec![
+                format!("n{}", n.id),
+                n.addr.clone(),
+                status_cell(n),
+                gpus_cell(&n.gpus),
+                free.to_string(),
+                labels,
+            ]
         })
         .collect();
-    table(&["NODE", "ADDRESS", "LABELS"], &rows)
+    table(
+        &["NODE", "ADDRESS", "STATUS", "GPUS", "FREE", "LABELS"],
+        &rows,
+    )
+}
+
+/// One node's row, then its GPUs one per line.
+fn node_detail(n: &pb::Node) -> String {
+    let mut out = nodes_table(std::slice::from_ref(n));
+    if n.gpus.is_empty() {
+        return out;
+    }
+    let rows: Vec<Vec<String>> = n
+        .gpus
+        .iter()
+        .map(|g| {
+            vec![
+                g.index.to_string(),
+                g.model.clone(),
+                g.gpu_type.clone(),
+                units::gib(g.memory_mib),
+                g.numa_node.map_or_else(|| "-".into(), |n| n.to_string()),
+                if g.nvlink_peers.is_empty() {
+                    "-".into()
+                } else {
+                    let peers: Vec<String> = g.nvlink_peers.iter().map(u32::to_string).collect();
+                    peers.join(",")
+                },
+                gpu::state(g).into(),
+                gpu::job_cell(g),
+            ]
+        })
+        .collect();
+    out.push('\n');
+    out.push_str(&table(
+        &[
+            "GPU", "MODEL", "TYPE", "MEMORY", "NUMA", "NVLINK", "STATE", "JOB",
+        ],
+        &rows,
+    ));
+    out
 }
 
 #[cfg(test)]
 mod tests {
+    use expect_test::expect;
+
     use super::*;
+    use crate::commands::gpu::tests::gpu;
+
+    fn node(id: u64, status: pb::NodeStatus, cordoned: bool, gpus: Vec<pb::Gpu>) -> pb::Node {
+        pb::Node {
+            id,
+            addr: format!("10.0.0.{id}:7070"),
+            labels: [
+                ("zone".to_owned(), "a".to_owned()),
+                ("rack".to_owned(), "r7".to_owned()),
+            ]
+            .into_iter()
+            .collect(),
+            registered_at_ms: 1_700_000_000_000,
+            updated_at_ms: 1_700_000_100_000,
+            status: status as i32,
+            cordoned,
+            gpus,
+            cpu_cores: 64,
+            memory_mib: 512 * 1024,
+        }
+    }
+
+    fn sample() -> Vec<pb::Node> {
+        let mixed = vec![
+            gpu(0, Some(42), true),
+            gpu(1, None, false),
+            pb::Gpu {
+                model: "H100".into(),
+                ..gpu(2, None, true)
+            },
+            gpu(3, None, true),
+        ];
+        vec![
+            node(1, pb::NodeStatus::Ready, false, mixed),
+            node(2, pb::NodeStatus::Down, true, vec![]),
+            node(
+                3,
+                pb::NodeStatus::Unspecified,
+                true,
+                vec![gpu(0, None, true)],
+            ),
+        ]
+    }
 
     #[test]
     fn label_changes_parse() {
@@ -133,5 +294,109 @@ mod tests {
         assert_eq!(req.set.get("zone").map(String::as_str), Some("a"));
         assert_eq!(req.remove, vec!["rack".to_owned()]);
         assert!(label_request(3, &["zone".into()]).is_err());
+    }
+
+    #[test]
+    fn table_renders() {
+        expect![[r#"
+            NODE  ADDRESS        STATUS            GPUS                FREE  LABELS
+            n1    10.0.0.1:7070  Ready             3xA100-80GB,1xH100  2     rack=r7,zone=a
+            n2    10.0.0.2:7070  Down,cordoned     -                   0     rack=r7,zone=a
+            n3    10.0.0.3:7070  Unknown,cordoned  1xA100-80GB         1     rack=r7,zone=a
+        "#]]
+        .assert_eq(&nodes_table(&sample()));
+    }
+
+    #[test]
+    fn detail_renders() {
+        expect![[r#"
+            NODE  ADDRESS        STATUS  GPUS                FREE  LABELS
+            n1    10.0.0.1:7070  Ready   3xA100-80GB,1xH100  2     rack=r7,zone=a
+
+            GPU  MODEL      TYPE  MEMORY  NUMA  NVLINK  STATE      JOB
+            0    A100-80GB  a100  80 GiB  0     1       busy       j-42
+            1    A100-80GB  a100  80 GiB  0     0       unhealthy  -
+            2    H100       a100  80 GiB  1     3       free       -
+            3    A100-80GB  a100  80 GiB  1     2       free       -
+        "#]]
+        .assert_eq(&node_detail(&sample()[0]));
+    }
+
+    #[test]
+    fn json_renders() {
+        let nodes = sample();
+        expect![[r#"
+            {
+              "addr": "10.0.0.1:7070",
+              "cordoned": false,
+              "cpu_cores": 64,
+              "gpus": [
+                {
+                  "gpu_type": "a100",
+                  "healthy": true,
+                  "index": 0,
+                  "job_id": 42,
+                  "memory_mib": 81920,
+                  "model": "A100-80GB",
+                  "numa_node": 0,
+                  "nvlink_peers": [
+                    1
+                  ],
+                  "uuid": "GPU-0000"
+                },
+                {
+                  "gpu_type": "a100",
+                  "healthy": false,
+                  "index": 1,
+                  "job_id": null,
+                  "memory_mib": 81920,
+                  "model": "A100-80GB",
+                  "numa_node": 0,
+                  "nvlink_peers": [
+                    0
+                  ],
+                  "uuid": "GPU-0001"
+                },
+                {
+                  "gpu_type": "a100",
+                  "healthy": true,
+                  "index": 2,
+                  "job_id": null,
+                  "memory_mib": 81920,
+                  "model": "H100",
+                  "numa_node": 1,
+                  "nvlink_peers": [
+                    3
+                  ],
+                  "uuid": "GPU-0002"
+                },
+                {
+                  "gpu_type": "a100",
+                  "healthy": true,
+                  "index": 3,
+                  "job_id": null,
+                  "memory_mib": 81920,
+                  "model": "A100-80GB",
+                  "numa_node": 1,
+                  "nvlink_peers": [
+                    2
+                  ],
+                  "uuid": "GPU-0003"
+                }
+              ],
+              "id": 1,
+              "labels": {
+                "rack": "r7",
+                "zone": "a"
+              },
+              "memory_mib": 524288,
+              "registered_at_ms": 1700000000000,
+              "status": "ready",
+              "updated_at_ms": 1700000100000
+            }
+        "#]]
+        .assert_eq(&output::json(&node_json(&nodes[0])));
+        assert_eq!(node_json(&nodes[1])["status"], "down");
+        assert_eq!(node_json(&nodes[1])["gpus"], json!([]));
     }
 }

@@ -1,0 +1,263 @@
+//! The agent's view of its GPUs: the `GpuBackend` trait, the device and sample types it reports,
+//! and `open`, which picks the real NVML backend or the simulator.
+//!
+//! Architecture invariant: nothing outside this module names NVML; the rest of the agent sees
+//! only `GpuBackend`, `GpuDevice` and `GpuSample`, whichever backend is behind them.
+
+pub mod models;
+pub mod nvml;
+pub mod sim;
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+use tracing::info;
+
+pub use nvml::NvmlBackend;
+pub use sim::SimBackend;
+
+/// One GPU as enumerated at start-up. Static for the life of the backend.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GpuDevice {
+    /// The driver's index (NVML / `nvidia-smi` order), 0-based.
+    pub index: u32,
+    pub uuid: String,
+    /// e.g. `A100-80GB`; the driver's product name when it is not in `models::MODELS`.
+    pub model: String,
+    /// The family label used for scheduling, e.g. `A100`.
+    pub gpu_type: String,
+    pub memory_mib: u64,
+    /// `DDDDDDDD:BB:DD.F`, hex digits upper case, as `nvidia-smi` prints it.
+    pub pci_bus_id: String,
+    pub numa_node: Option<u32>,
+    /// Indexes of the GPUs on this node reachable over NVLink, ascending.
+    pub nvlink_peers: Vec<u32>,
+    pub mig_capable: bool,
+    /// Default board power limit (TDP).
+    pub max_power_w: u32,
+}
+
+/// One reading of one GPU.
+///
+/// `healthy` is false only when the GPU cannot be read at all (lost, fallen off the bus); what
+/// to make of temperatures, XIDs and ECC counts is the caller's policy. A reading that failed for
+/// another reason leaves its field at zero and is described in `error`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GpuSample {
+    pub index: u32,
+    pub healthy: bool,
+    pub utilization_pct: f32,
+    pub memory_used_mib: u64,
+    pub temperature_c: f32,
+    pub power_w: f32,
+    pub power_limit_w: f32,
+    pub sm_clock_mhz: u32,
+    /// XID errors reported since the previous sample.
+    pub xid_events: Vec<u32>,
+    /// Uncorrected (double-bit) ECC errors since the driver loaded.
+    pub ecc_double_bit: u64,
+    pub error: Option<String>,
+}
+
+impl GpuSample {
+    /// A sample with every reading at zero, healthy and without error.
+    pub fn empty(index: u32) -> Self {
+        Self {
+            index,
+            healthy: true,
+            utilization_pct: 0.0,
+            memory_used_mib: 0,
+            temperature_c: 0.0,
+            power_w: 0.0,
+            power_limit_w: 0.0,
+            sm_clock_mhz: 0,
+            xid_events: Vec::new(),
+            ecc_double_bit: 0,
+            error: None,
+        }
+    }
+}
+
+/// A fault the simulator can be told to show (the real backend refuses them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Fault {
+    /// Pin the temperature 5 °C above the model's slowdown threshold (clocks halve).
+    Overheat,
+    /// Report this XID once, in the next sample.
+    Xid(u32),
+    /// Count one more uncorrected (double-bit) ECC error.
+    EccError,
+    /// The GPU falls off the bus: samples report it unhealthy (and XID 79 once).
+    Lost,
+    /// Undo every fault above, as a GPU reset would; the temperature then cools normally.
+    Clear,
+}
+
+/// A source of GPU facts: NVML on a real host, the simulator elsewhere.
+pub trait GpuBackend: Send + Sync {
+    /// `"nvml"` or `"sim"`.
+    fn name(&self) -> &'static str;
+    fn devices(&self) -> Vec<GpuDevice>;
+    /// One sample per device, in index order. A GPU that cannot be read gets a sample with
+    /// `error` set; it never hides the others.
+    fn sample(&self) -> Vec<GpuSample>;
+    /// Tell the backend whether a job is running on the GPU (drives the simulator's load;
+    /// the real backend ignores it).
+    fn set_busy(&self, index: u32, busy: bool);
+    fn inject(&self, index: u32, fault: Fault) -> Result<(), GpuError>;
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum GpuError {
+    /// No usable NVIDIA driver on this host. `open` with `BackendKind::Auto` falls back to the
+    /// simulator on this error, and only on this one.
+    #[error("NVIDIA driver not available ({0}); use --gpu-backend sim to run without GPUs")]
+    DriverUnavailable(String),
+    /// The driver is there but NVML failed (permissions, a broken GPU during enumeration, ...).
+    #[error("NVML: {0}")]
+    Nvml(String),
+    #[error("invalid simulated GPU spec {spec:?}: {reason}")]
+    InvalidSimSpec { spec: String, reason: String },
+    #[error("no GPU with index {index} (this node has {count})")]
+    NoSuchGpu { index: u32, count: usize },
+    #[error("the {backend} GPU backend cannot {what}")]
+    Unsupported {
+        backend: &'static str,
+        what: &'static str,
+    },
+}
+
+/// Which backend `open` uses.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendKind {
+    /// Real GPUs through NVML; fails without a driver.
+    Nvml,
+    /// Simulated GPUs from the spec.
+    Sim,
+    /// NVML when the NVIDIA driver is available, otherwise the simulator.
+    #[default]
+    Auto,
+}
+
+impl BackendKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BackendKind::Nvml => "nvml",
+            BackendKind::Sim => "sim",
+            BackendKind::Auto => "auto",
+        }
+    }
+}
+
+impl fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for BackendKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "nvml" => Ok(BackendKind::Nvml),
+            "sim" => Ok(BackendKind::Sim),
+            "auto" => Ok(BackendKind::Auto),
+            other => Err(format!(
+                "unknown GPU backend {other:?} (expected nvml, sim or auto)"
+            )),
+        }
+    }
+}
+
+/// Opens the GPU backend. `sim_spec` (e.g. `4xA100-80GB,2xT4-16GB`) is used only by the
+/// simulator; `node_id` seeds the simulated UUIDs so that every simulated node's GPUs differ.
+pub fn open(
+    kind: BackendKind,
+    sim_spec: &str,
+    node_id: u64,
+) -> Result<Box<dyn GpuBackend>, GpuError> {
+    let backend: Box<dyn GpuBackend> = match kind {
+        BackendKind::Nvml => Box::new(NvmlBackend::open()?),
+        BackendKind::Sim => Box::new(SimBackend::from_spec(sim_spec, node_id)?),
+        BackendKind::Auto => match NvmlBackend::open() {
+            Ok(nvml) => Box::new(nvml),
+            Err(GpuError::DriverUnavailable(why)) => {
+                info!(%why, "NVIDIA driver not available, simulating GPUs");
+                Box::new(SimBackend::from_spec(sim_spec, node_id)?)
+            }
+            Err(e) => return Err(e),
+        },
+    };
+    let devices = backend.devices();
+    let models: Vec<&str> = devices.iter().map(|d| d.model.as_str()).collect();
+    info!(
+        requested = %kind,
+        backend = backend.name(),
+        gpus = devices.len(),
+        models = %models.join(","),
+        "GPU backend open"
+    );
+    Ok(backend)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backend_kind_parses_and_prints() {
+        for kind in [BackendKind::Nvml, BackendKind::Sim, BackendKind::Auto] {
+            assert_eq!(kind.to_string().parse::<BackendKind>(), Ok(kind));
+        }
+        assert_eq!(
+            "gpu".parse::<BackendKind>(),
+            Err("unknown GPU backend \"gpu\" (expected nvml, sim or auto)".to_owned())
+        );
+        assert_eq!(BackendKind::default(), BackendKind::Auto);
+    }
+
+    #[test]
+    fn open_sim_uses_the_spec_and_node_id() {
+        let a = open(BackendKind::Sim, "2xT4-16GB", 1).expect("sim opens");
+        let b = open(BackendKind::Sim, "2xT4-16GB", 2).expect("sim opens");
+        assert_eq!(a.name(), "sim");
+        assert_eq!(a.devices().len(), 2);
+        assert_ne!(a.devices()[0].uuid, b.devices()[0].uuid);
+        let err = open(BackendKind::Sim, "", 1)
+            .err()
+            .expect("empty spec is refused");
+        assert!(matches!(err, GpuError::InvalidSimSpec { .. }), "{err}");
+    }
+
+    /// Written for hosts without an NVIDIA driver (developers, CI). On a GPU host the same test
+    /// checks the other branch: NVML opens and `Auto` picks it.
+    #[test]
+    fn nvml_without_driver_is_refused_and_auto_falls_back_to_sim() {
+        let auto = open(BackendKind::Auto, "4xA100-80GB", 7).expect("auto always opens here");
+        match open(BackendKind::Nvml, "4xA100-80GB", 7) {
+            Err(GpuError::DriverUnavailable(why)) => {
+                assert!(why.contains("libnvidia-ml.so.1"), "{why}");
+                let shown = GpuError::DriverUnavailable(why).to_string();
+                assert!(
+                    shown.starts_with("NVIDIA driver not available ("),
+                    "{shown}"
+                );
+                assert!(
+                    shown.ends_with("use --gpu-backend sim to run without GPUs"),
+                    "{shown}"
+                );
+                assert_eq!(auto.name(), "sim");
+                assert_eq!(auto.devices().len(), 4);
+            }
+            Ok(nvml) => {
+                assert_eq!(nvml.name(), "nvml");
+                assert_eq!(auto.name(), "nvml");
+            }
+            Err(other) => panic!("unexpected NVML error: {other}"),
+        }
+    }
+}

@@ -1,0 +1,179 @@
+//! Public `JobService`: submit, inspect, cancel jobs, and read their output from the node that
+//! ran them.
+
+use std::collections::BTreeMap;
+
+use gpu_proto::v1 as pb;
+use gpu_proto::v1::job_service_server::JobService;
+use gpu_raft_store::{ApplyResult, ClusterState, Command, Job, JobId, validate};
+use tonic::{Request, Response, Status};
+
+use crate::cluster::Cluster;
+use crate::executor::logs::{self, LogStream};
+use crate::peer_client::with_deadline;
+use crate::status::invalid;
+use crate::to_proto;
+
+pub struct JobApi {
+    pub cluster: Cluster,
+    /// Where this agent keeps its jobs' directories (for local log reads).
+    pub jobs_dir: std::path::PathBuf,
+}
+
+/// A job as the API shows it, with the UUIDs of its GPUs.
+pub fn job_view(state: &ClusterState, job: &Job) -> pb::Job {
+    let uuids: BTreeMap<u32, String> = job
+        .binding
+        .as_ref()
+        .and_then(|b| state.nodes.get(&b.node))
+        .map(|n| {
+            n.inventory
+                .gpus
+                .iter()
+                .map(|g| (g.index, g.uuid.clone()))
+                .collect()
+        })
+        .unwrap_or_default();
+    to_proto::job(job, &uuids)
+}
+
+impl JobApi {
+    fn get(&self, id: JobId) -> Result<pb::Job, Status> {
+        self.cluster
+            .state
+            .read(|s| s.jobs.get(&id).map(|j| job_view(s, j)))
+            .ok_or_else(|| Status::not_found(format!("job j-{id} does not exist")))
+    }
+}
+
+#[tonic::async_trait]
+impl JobService for JobApi {
+    async fn submit_job(
+        &self,
+        req: Request<pb::SubmitJobRequest>,
+    ) -> Result<Response<pb::SubmitJobResponse>, Status> {
+        let req = req.into_inner();
+        let spec = to_proto::spec_from(req.spec.ok_or_else(|| invalid("spec is required"))?);
+        validate::job_spec(&spec).map_err(invalid)?;
+        let key = (!req.idempotency_key.is_empty()).then_some(req.idempotency_key);
+        if let Some(k) = &key {
+            validate::idempotency_key(k).map_err(invalid)?;
+        }
+        match self
+            .cluster
+            .write(Command::SubmitJob {
+                spec,
+                idempotency_key: key,
+            })
+            .await?
+        {
+            ApplyResult::JobSubmitted { job, existing } => {
+                Ok(Response::new(pb::SubmitJobResponse {
+                    job_id: job,
+                    existing,
+                }))
+            }
+            other => Err(Status::internal(format!(
+                "unexpected submit result {other:?}"
+            ))),
+        }
+    }
+
+    async fn get_job(&self, req: Request<pb::GetJobRequest>) -> Result<Response<pb::Job>, Status> {
+        let req = req.into_inner();
+        if !req.stale {
+            self.cluster.linearizable_read().await?;
+        }
+        Ok(Response::new(self.get(req.id)?))
+    }
+
+    async fn list_jobs(
+        &self,
+        req: Request<pb::ListJobsRequest>,
+    ) -> Result<Response<pb::ListJobsResponse>, Status> {
+        let req = req.into_inner();
+        let mut states = Vec::new();
+        for s in &req.states {
+            states.push(
+                to_proto::job_state_from(*s)
+                    .ok_or_else(|| invalid(format!("unknown job state {s}")))?,
+            );
+        }
+        if !req.stale {
+            self.cluster.linearizable_read().await?;
+        }
+        let limit = if req.limit == 0 {
+            usize::MAX
+        } else {
+            req.limit as usize
+        };
+        let jobs = self.cluster.state.read(|s| {
+            s.jobs
+                .values()
+                .filter(|j| states.is_empty() || states.contains(&j.state))
+                .filter(|j| {
+                    req.node_id
+                        .is_none_or(|n| j.binding.as_ref().is_some_and(|b| b.node == n))
+                })
+                .filter(|j| req.tenant.is_empty() || j.spec.tenant == req.tenant)
+                .take(limit)
+                .map(|j| job_view(s, j))
+                .collect()
+        });
+        Ok(Response::new(pb::ListJobsResponse { jobs }))
+    }
+
+    async fn cancel_job(
+        &self,
+        req: Request<pb::CancelJobRequest>,
+    ) -> Result<Response<pb::Job>, Status> {
+        let id = req.into_inner().id;
+        self.cluster.write(Command::CancelJob { job: id }).await?;
+        Ok(Response::new(self.get(id)?))
+    }
+
+    type JobLogsStream = LogStream;
+
+    async fn job_logs(
+        &self,
+        req: Request<pb::JobLogsRequest>,
+    ) -> Result<Response<LogStream>, Status> {
+        let req = req.into_inner();
+        let (node, generation) = self
+            .cluster
+            .state
+            .read(|s| {
+                s.jobs
+                    .get(&req.job_id)
+                    .map(|j| j.binding.as_ref().map(|b| (b.node, b.generation)))
+            })
+            .ok_or_else(|| Status::not_found(format!("job j-{} does not exist", req.job_id)))?
+            .ok_or_else(|| {
+                Status::failed_precondition(format!("job j-{} has not run yet", req.job_id))
+            })?;
+        if node == self.cluster.id {
+            return Ok(Response::new(logs::stream(
+                &self.jobs_dir,
+                self.cluster.clone(),
+                req,
+                generation,
+            )));
+        }
+        let addr = self
+            .cluster
+            .state
+            .read(|s| s.nodes.get(&node).map(|n| n.addr.clone()))
+            .ok_or_else(|| Status::unavailable(format!("node n{node} is not registered")))?;
+        let mut client = self.cluster.peers.get(&addr)?;
+        let deadline = if req.follow {
+            std::time::Duration::from_secs(24 * 3600)
+        } else {
+            std::time::Duration::from_secs(30)
+        };
+        let upstream = client
+            .read_job_log(with_deadline(req, deadline))
+            .await?
+            .into_inner();
+        Ok(Response::new(Box::pin(upstream)))
+    }
+}

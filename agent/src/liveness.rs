@@ -1,0 +1,73 @@
+//! Node liveness (leader only): a registered node the leader has not heard from for
+//! `down_after` is marked Down — which requeues its jobs — and marked Ready again once it is
+//! heard from. `down_after` exceeds the node lease, so a silent node has fenced its own jobs
+//! before they are placed elsewhere.
+
+use std::time::{Duration, Instant};
+
+use gpu_raft_store::{Command, NodeStatus};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::cluster::Cluster;
+
+pub struct Liveness {
+    pub cluster: Cluster,
+    pub down_after: Duration,
+    pub reachable_within: Duration,
+    pub interval: Duration,
+}
+
+impl Liveness {
+    pub async fn run(self, cancel: CancellationToken) {
+        let mut leader_since: Option<Instant> = None;
+        loop {
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                () = tokio::time::sleep(self.interval) => {}
+            }
+            if !self.cluster.view().is_leader {
+                leader_since = None;
+                continue;
+            }
+            let since = *leader_since.get_or_insert_with(Instant::now);
+            let nodes: Vec<(u64, NodeStatus)> = self
+                .cluster
+                .state
+                .read(|s| s.nodes.values().map(|n| (n.id, n.status)).collect());
+            for (node, status) in nodes {
+                let silent = if node == self.cluster.id {
+                    Duration::ZERO
+                } else {
+                    // Silence counts from when this agent became leader: nobody reported before.
+                    self.cluster
+                        .contacts
+                        .last_heard(node)
+                        .map_or(since, |t| t.max(since))
+                        .elapsed()
+                };
+                let verdict = match status {
+                    NodeStatus::Ready if silent > self.down_after => NodeStatus::Down,
+                    NodeStatus::Down if silent <= self.reachable_within => NodeStatus::Ready,
+                    _ => continue,
+                };
+                info!(
+                    node_id = node,
+                    ?verdict,
+                    silent_ms = silent.as_millis() as u64,
+                    "node liveness changed"
+                );
+                if let Err(e) = self
+                    .cluster
+                    .write(Command::SetNodeStatus {
+                        node,
+                        status: verdict,
+                    })
+                    .await
+                {
+                    warn!(node_id = node, error = %e, "could not record node liveness");
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,64 @@
+//! The leader-only scheduling loop: plan on every applied change (and on a tick), propose the
+//! placements as one `BindJobs` entry and the new pending reasons as one `NoteUnschedulable`.
+
+use std::time::Duration;
+
+use gpu_raft_store::{ApplyResult, Command};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+
+use super::plan::{Policy, plan};
+use crate::cluster::Cluster;
+
+pub struct Scheduler {
+    pub cluster: Cluster,
+    pub policy: Policy,
+    pub tick: Duration,
+}
+
+impl Scheduler {
+    pub async fn run(self, cancel: CancellationToken) {
+        let mut applied = self.cluster.state.subscribe();
+        loop {
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                _ = applied.changed() => {}
+                () = tokio::time::sleep(self.tick) => {}
+            }
+            if !self.cluster.view().is_leader {
+                continue;
+            }
+            let pass = self.cluster.state.read(|s| plan(s, &self.policy));
+            if !pass.binds.is_empty() {
+                match self
+                    .cluster
+                    .write(Command::BindJobs { binds: pass.binds })
+                    .await
+                {
+                    Ok(ApplyResult::Bound { bound, rejected }) => {
+                        debug!(
+                            bound = bound.len(),
+                            rejected = rejected.len(),
+                            "scheduler pass"
+                        );
+                        for (job_id, reason) in rejected {
+                            debug!(job_id, %reason, "placement refused by apply");
+                        }
+                    }
+                    Ok(other) => warn!(?other, "unexpected result for a bind batch"),
+                    Err(e) => warn!(error = %e, "could not propose placements"),
+                }
+            }
+            if !pass.unschedulable.is_empty()
+                && let Err(e) = self
+                    .cluster
+                    .write(Command::NoteUnschedulable {
+                        reasons: pass.unschedulable,
+                    })
+                    .await
+            {
+                warn!(error = %e, "could not record pending reasons");
+            }
+        }
+    }
+}

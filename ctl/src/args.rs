@@ -1,0 +1,118 @@
+//! Small clap value parsers that check syntax only: `KEY=VALUE` pairs, non-empty words, GPU
+//! faults. What the values mean is the server's to judge.
+
+/// `KEY=VALUE`, split at the first `=`; the value may be empty or contain `=`.
+pub fn key_value(s: &str) -> Result<(String, String), String> {
+    let (k, v) = s
+        .split_once('=')
+        .ok_or_else(|| "expected KEY=VALUE".to_owned())?;
+    if k.is_empty() {
+        return Err("expected KEY=VALUE with a non-empty KEY".into());
+    }
+    Ok((k.to_owned(), v.to_owned()))
+}
+
+/// A word that must not be empty (e.g. one item of a comma-separated list).
+pub fn non_empty(s: &str) -> Result<String, String> {
+    if s.is_empty() {
+        return Err("must not be empty".into());
+    }
+    Ok(s.to_owned())
+}
+
+/// A fault to inject into a simulated GPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    Overheat,
+    Ecc,
+    Lost,
+    Clear,
+    Xid(u32),
+}
+
+impl std::fmt::Display for Fault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Fault::Overheat => f.write_str("overheat"),
+            Fault::Ecc => f.write_str("ecc"),
+            Fault::Lost => f.write_str("lost"),
+            Fault::Clear => f.write_str("clear"),
+            Fault::Xid(code) => write!(f, "xid:{code}"),
+        }
+    }
+}
+
+/// clap parser for a fault: `overheat`, `ecc`, `lost`, `clear` or `xid:N` (any case).
+pub fn fault(s: &str) -> Result<Fault, String> {
+    const HINT: &str = "expected overheat, ecc, lost, clear or xid:N (e.g. xid:79)";
+    let lower = s.to_ascii_lowercase();
+    match lower.as_str() {
+        "overheat" => Ok(Fault::Overheat),
+        "ecc" => Ok(Fault::Ecc),
+        "lost" => Ok(Fault::Lost),
+        "clear" => Ok(Fault::Clear),
+        _ => {
+            let code = lower.strip_prefix("xid:").ok_or(HINT)?;
+            if code.is_empty() || !code.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(HINT.into());
+            }
+            code.parse()
+                .map(Fault::Xid)
+                .map_err(|_| "XID code is too large".into())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_values() {
+        let kv = |k: &str, v: &str| Ok((k.to_owned(), v.to_owned()));
+        assert_eq!(key_value("zone=a"), kv("zone", "a"));
+        assert_eq!(key_value("EMPTY="), kv("EMPTY", ""));
+        assert_eq!(key_value("OPTS=a=b,c"), kv("OPTS", "a=b,c"));
+        assert_eq!(key_value("sp ace= x "), kv("sp ace", " x "));
+        for bad in ["", "zone", "=a", "=", "no-equals-sign"] {
+            assert!(key_value(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn non_empty_words() {
+        assert_eq!(non_empty("A100"), Ok("A100".to_owned()));
+        assert!(non_empty("").is_err());
+    }
+
+    #[test]
+    fn faults() {
+        for (input, want) in [
+            ("overheat", Fault::Overheat),
+            ("ECC", Fault::Ecc),
+            ("lost", Fault::Lost),
+            ("clear", Fault::Clear),
+            ("xid:79", Fault::Xid(79)),
+            ("XID:0", Fault::Xid(0)),
+            ("xid:4294967295", Fault::Xid(u32::MAX)),
+        ] {
+            assert_eq!(fault(input), Ok(want), "{input}");
+        }
+        for bad in [
+            "",
+            "xid",
+            "xid:",
+            "xid:-1",
+            "xid:+1",
+            "xid: 79",
+            "xid:79x",
+            "xid:4294967296",
+            "meltdown",
+            "overheat ",
+        ] {
+            assert!(fault(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(Fault::Xid(79).to_string(), "xid:79");
+        assert_eq!(Fault::Overheat.to_string(), "overheat");
+    }
+}

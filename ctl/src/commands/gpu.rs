@@ -1,0 +1,265 @@
+//! `gpuctl gpu list`.
+//!
+//! JSON (stable): an array of GPUs, each `{"node_id", "index", "uuid", "model", "gpu_type",
+//! "memory_mib", "numa_node" (null when unknown), "nvlink_peers": [index], "healthy",
+//! "job_id" (null when no job holds it), "telemetry"}` where `telemetry` is null when the node's
+//! agent did not answer in time, else `{"utilization_pct", "memory_used_mib", "temperature_c",
+//! "power_w", "power_limit_w", "sm_clock_mhz", "healthy", "error"}` (the floats are null when
+//! not finite). A node's `gpus` (see `node`) are these objects without `node_id` and `telemetry`.
+
+use gpu_proto::v1 as pb;
+use gpu_proto::v1::gpu_service_client::GpuServiceClient;
+use serde_json::{Map, Value, json};
+
+use super::{Answer, Ctx, Failure};
+use crate::cli::{GpuVerb, Output};
+use crate::output::{self, table};
+use crate::units;
+
+pub async fn run(ctx: &Ctx, verb: GpuVerb) -> Result<Answer, Failure> {
+    let GpuVerb::List { node } = verb;
+    let gpus = ctx
+        .endpoints
+        .call(|ch| async move {
+            Ok(GpuServiceClient::new(ch)
+                .list_gpus(pb::ListGpusRequest { node_id: node })
+                .await?
+                .into_inner()
+                .gpus)
+        })
+        .await?;
+    let text = match ctx.output {
+        Output::Json => output::json(&Value::Array(gpus.iter().map(status_json).collect())),
+        Output::Table => gpus_table(&gpus),
+    };
+    Ok(Answer::ok(text))
+}
+
+/// What the scheduler can do with a GPU: `free`, `busy` (a job holds it) or `unhealthy`.
+pub fn state(g: &pb::Gpu) -> &'static str {
+    if !g.healthy {
+        "unhealthy"
+    } else if g.job_id.is_some() {
+        "busy"
+    } else {
+        "free"
+    }
+}
+
+/// `j-42`, or `-` when no job holds the GPU.
+pub fn job_cell(g: &pb::Gpu) -> String {
+    g.job_id.map_or_else(|| "-".into(), |j| format!("j-{j}"))
+}
+
+/// A GPU as part of a node.
+pub fn gpu_json(g: &pb::Gpu) -> Map<String, Value> {
+    let value = json!({
+        "index": g.index,
+        "uuid": g.uuid,
+        "model": g.model,
+        "gpu_type": g.gpu_type,
+        "memory_mib": g.memory_mib,
+        "numa_node": g.numa_node,
+        "nvlink_peers": g.nvlink_peers,
+        "healthy": g.healthy,
+        "job_id": g.job_id,
+    });
+    match value {
+        Value::Object(map) => map,
+        _ => Map::new(),
+    }
+}
+
+fn status_json(s: &pb::GpuStatus) -> Value {
+    let mut map = gpu_json(&s.gpu.clone().unwrap_or_default());
+    map.insert("node_id".into(), s.node_id.into());
+    let telemetry = s.telemetry.as_ref().map_or(Value::Null, |t| {
+        json!({
+            "utilization_pct": output::float(t.utilization_pct),
+            "memory_used_mib": t.memory_used_mib,
+            "temperature_c": output::float(t.temperature_c),
+            "power_w": output::float(t.power_w),
+            "power_limit_w": output::float(t.power_limit_w),
+            "sm_clock_mhz": t.sm_clock_mhz,
+            "healthy": t.healthy,
+            "error": t.error,
+        })
+    });
+    map.insert("telemetry".into(), telemetry);
+    Value::Object(map)
+}
+
+fn gpus_table(gpus: &[pb::GpuStatus]) -> String {
+    let rows: Vec<Vec<String>> = gpus
+        .iter()
+        .map(|s| {
+            let g = s.gpu.clone().unwrap_or_default();
+            let t = s.telemetry.as_ref();
+            vec![
+                format!("n{}", s.node_id),
+                g.index.to_string(),
+                g.model.clone(),
+                units::gib(g.memory_mib),
+                state(&g).into(),
+                job_cell(&g),
+                t.map_or_else(|| "-".into(), |t| format!("{:.0}%", t.utilization_pct)),
+                t.map_or_else(|| "-".into(), |t| format!("{:.0}°C", t.temperature_c)),
+                t.map_or_else(|| "-".into(), power),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "NODE", "GPU", "MODEL", "MEMORY", "STATE", "JOB", "UTIL", "TEMP", "POWER",
+        ],
+        &rows,
+    )
+}
+
+fn power(t: &pb::GpuTelemetry) -> String {
+    if t.power_limit_w > 0.0 {
+        format!("{:.0}/{:.0}W", t.power_w, t.power_limit_w)
+    } else {
+        format!("{:.0}W", t.power_w)
+    }
+}
+
+#[cfg(test)]
+pub mod tests {
+    use expect_test::expect;
+
+    use super::*;
+
+    pub fn gpu(index: u32, job_id: Option<u64>, healthy: bool) -> pb::Gpu {
+        pb::Gpu {
+            index,
+            uuid: format!("GPU-{index:04}"),
+            model: "A100-80GB".into(),
+            gpu_type: "a100".into(),
+            memory_mib: 81_920,
+            numa_node: Some(index / 2),
+            nvlink_peers: vec![index ^ 1],
+            healthy,
+            job_id,
+        }
+    }
+
+    fn telemetry() -> pb::GpuTelemetry {
+        pb::GpuTelemetry {
+            utilization_pct: 95.4,
+            memory_used_mib: 40_000,
+            temperature_c: 61.2,
+            power_w: 250.0,
+            power_limit_w: 400.0,
+            sm_clock_mhz: 1410,
+            healthy: true,
+            error: String::new(),
+        }
+    }
+
+    fn sample() -> Vec<pb::GpuStatus> {
+        vec![
+            pb::GpuStatus {
+                node_id: 1,
+                gpu: Some(gpu(0, Some(42), true)),
+                telemetry: Some(telemetry()),
+            },
+            pb::GpuStatus {
+                node_id: 1,
+                gpu: Some(gpu(1, None, true)),
+                telemetry: Some(pb::GpuTelemetry {
+                    utilization_pct: 0.1,
+                    power_limit_w: 0.0,
+                    ..telemetry()
+                }),
+            },
+            pb::GpuStatus {
+                node_id: 12,
+                gpu: Some(pb::Gpu {
+                    model: "H100\u{1b}[2J".into(),
+                    ..gpu(3, None, false)
+                }),
+                telemetry: None,
+            },
+        ]
+    }
+
+    #[test]
+    fn states() {
+        assert_eq!(state(&gpu(0, None, true)), "free");
+        assert_eq!(state(&gpu(0, Some(1), true)), "busy");
+        assert_eq!(state(&gpu(0, Some(1), false)), "unhealthy");
+    }
+
+    #[test]
+    fn table_renders() {
+        expect![[r#"
+            NODE  GPU  MODEL      MEMORY  STATE      JOB   UTIL  TEMP  POWER
+            n1    0    A100-80GB  80 GiB  busy       j-42  95%   61°C  250/400W
+            n1    1    A100-80GB  80 GiB  free       -     0%    61°C  250W
+            n12   3    H100?[2J   80 GiB  unhealthy  -     -     -     -
+        "#]]
+        .assert_eq(&gpus_table(&sample()));
+    }
+
+    #[test]
+    fn json_renders() {
+        let v = Value::Array(sample().iter().take(2).map(status_json).collect());
+        expect![[r#"
+            [
+              {
+                "gpu_type": "a100",
+                "healthy": true,
+                "index": 0,
+                "job_id": 42,
+                "memory_mib": 81920,
+                "model": "A100-80GB",
+                "node_id": 1,
+                "numa_node": 0,
+                "nvlink_peers": [
+                  1
+                ],
+                "telemetry": {
+                  "error": "",
+                  "healthy": true,
+                  "memory_used_mib": 40000,
+                  "power_limit_w": 400.0,
+                  "power_w": 250.0,
+                  "sm_clock_mhz": 1410,
+                  "temperature_c": 61.2,
+                  "utilization_pct": 95.4
+                },
+                "uuid": "GPU-0000"
+              },
+              {
+                "gpu_type": "a100",
+                "healthy": true,
+                "index": 1,
+                "job_id": null,
+                "memory_mib": 81920,
+                "model": "A100-80GB",
+                "node_id": 1,
+                "numa_node": 0,
+                "nvlink_peers": [
+                  0
+                ],
+                "telemetry": {
+                  "error": "",
+                  "healthy": true,
+                  "memory_used_mib": 40000,
+                  "power_limit_w": 0.0,
+                  "power_w": 250.0,
+                  "sm_clock_mhz": 1410,
+                  "temperature_c": 61.2,
+                  "utilization_pct": 0.1
+                },
+                "uuid": "GPU-0001"
+              }
+            ]
+        "#]]
+        .assert_eq(&output::json(&v));
+        let absent = status_json(&sample()[2]);
+        assert_eq!(absent["telemetry"], Value::Null);
+        assert_eq!(absent["node_id"], 12);
+    }
+}

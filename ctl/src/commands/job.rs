@@ -1,0 +1,134 @@
+//! `gpuctl job submit|list|get|cancel|logs|wait`.
+//!
+//! JSON (stable):
+//! - a job (`get`, `cancel`, `wait`; `list` prints an array of them) is
+//!   `{"id", "name", "tenant" ("" = the default tenant), "state" ("pending"|"bound"|"running"|
+//!   "succeeded"|"failed"|"cancelled"|"unknown"), "command": [argv], "env": {k: v}, "workdir"
+//!   ("" = the job's own directory), "gpus" (requested count), "gpu_types": [type],
+//!   "min_gpu_memory_mib", "node_selector": {k: v}, "priority", "runtime_estimate_s" (null when
+//!   not given), "wall_time_limit_s" (null when none), "max_attempts", "idempotency_key",
+//!   "submitted_at_ms", "attempts", "generation", "node_id" (null before placement),
+//!   "bound_gpus": [index], "gpu_uuids": [uuid], "reason" (why pending or why failed; ""),
+//!   "outcome" (how the last run ended, in words; ""), "exit_code", "signal", "bound_at_ms",
+//!   "started_at_ms", "finished_at_ms" (each null when unknown), "cancel_requested"}`;
+//! - `submit` prints `{"job_id", "existing"}` (`existing`: the idempotency key had already
+//!   created this job);
+//! - `logs` writes the job's output bytes unchanged, in both output modes.
+//!
+//! Exit codes: `wait` exits 0 when the job succeeded, 1 when it failed or was cancelled;
+//! everything else exits 0 on success. Errors (and `wait` timing out) exit 2.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use gpu_proto::v1 as pb;
+use gpu_proto::v1::job_service_client::JobServiceClient;
+use serde_json::Value;
+
+use super::job_view::{jobs_table, render_one};
+use super::{Answer, Ctx, Failure, job_logs, job_submit, job_wait};
+use crate::cli::{JobStateArg, JobVerb, Output};
+use crate::output;
+
+pub async fn run(ctx: &Ctx, verb: JobVerb) -> Result<Answer, Failure> {
+    match verb {
+        JobVerb::Submit(args) => job_submit::run(ctx, *args).await,
+        JobVerb::List {
+            states,
+            node,
+            tenant,
+            limit,
+            stale,
+        } => {
+            let req = pb::ListJobsRequest {
+                states: states.into_iter().map(|s| state_of(s) as i32).collect(),
+                node_id: node,
+                tenant: tenant.unwrap_or_default(),
+                stale,
+                limit: limit.unwrap_or(0),
+            };
+            let jobs = ctx
+                .endpoints
+                .call(|ch| {
+                    let req = req.clone();
+                    async move {
+                        Ok(JobServiceClient::new(ch)
+                            .list_jobs(req)
+                            .await?
+                            .into_inner()
+                            .jobs)
+                    }
+                })
+                .await?;
+            let text = match ctx.output {
+                Output::Json => output::json(&Value::Array(
+                    jobs.iter().map(super::job_view::job_json).collect(),
+                )),
+                Output::Table => jobs_table(&jobs, now_ms()),
+            };
+            Ok(Answer::ok(text))
+        }
+        JobVerb::Get { id, stale } => {
+            let job = get(ctx, id, stale).await?;
+            Ok(Answer::ok(render_one(ctx.output, &job)))
+        }
+        JobVerb::Cancel { id } => {
+            let job = ctx
+                .endpoints
+                .call(|ch| async move {
+                    Ok(JobServiceClient::new(ch)
+                        .cancel_job(pb::CancelJobRequest { id })
+                        .await?
+                        .into_inner())
+                })
+                .await?;
+            Ok(Answer::ok(render_one(ctx.output, &job)))
+        }
+        JobVerb::Logs { id, follow, stderr } => job_logs::run(ctx, id, follow, stderr).await,
+        JobVerb::Wait { id } => job_wait::run(ctx, id).await,
+    }
+}
+
+/// One job, through the first agent that answers.
+pub async fn get(ctx: &Ctx, id: u64, stale: bool) -> Result<pb::Job, crate::client::CallError> {
+    ctx.endpoints
+        .call(|ch| async move {
+            Ok(JobServiceClient::new(ch)
+                .get_job(pb::GetJobRequest { id, stale })
+                .await?
+                .into_inner())
+        })
+        .await
+}
+
+fn state_of(s: JobStateArg) -> pb::JobState {
+    match s {
+        JobStateArg::Pending => pb::JobState::Pending,
+        JobStateArg::Bound => pb::JobState::Bound,
+        JobStateArg::Running => pb::JobState::Running,
+        JobStateArg::Succeeded => pb::JobState::Succeeded,
+        JobStateArg::Failed => pb::JobState::Failed,
+        JobStateArg::Cancelled => pb::JobState::Cancelled,
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::ValueEnum;
+
+    use super::*;
+    use crate::commands::job_view::state_name;
+
+    #[test]
+    fn every_state_argument_maps_to_its_wire_state() {
+        for arg in JobStateArg::value_variants() {
+            let name = arg.to_possible_value().map(|v| v.get_name().to_owned());
+            assert_eq!(name.as_deref(), Some(state_name(state_of(*arg))));
+        }
+    }
+}

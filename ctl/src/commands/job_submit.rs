@@ -1,0 +1,232 @@
+//! `gpuctl job submit`: flags → `SubmitJobRequest`, then one idempotent call.
+//!
+//! Every submission carries an idempotency key (the user's, or a random one), so the endpoint
+//! failover in `client.rs` can retry it on another agent without queueing the job twice.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use gpu_proto::v1 as pb;
+use gpu_proto::v1::job_service_client::JobServiceClient;
+use serde_json::json;
+
+use super::{Answer, Ctx, Failure};
+use crate::cli::{Output, SubmitArgs};
+use crate::output;
+
+/// The server's limit on job names.
+const NAME_MAX: usize = 128;
+
+pub async fn run(ctx: &Ctx, args: SubmitArgs) -> Result<Answer, Failure> {
+    let user_key = args.idempotency_key.is_some();
+    let req = request(args, random_key).map_err(Failure::Usage)?;
+    let reply = ctx
+        .endpoints
+        .call(|ch| {
+            let req = req.clone();
+            async move {
+                Ok(JobServiceClient::new(ch)
+                    .submit_job(req)
+                    .await?
+                    .into_inner())
+            }
+        })
+        .await?;
+    // With a generated key, `existing` only means our own failover found the first attempt's
+    // job: nothing the user needs to hear about.
+    if reply.existing && user_key {
+        eprintln!(
+            "job j-{} already existed (idempotency key {:?})",
+            reply.job_id, req.idempotency_key
+        );
+    }
+    let text = match ctx.output {
+        Output::Json => output::json(&json!({
+            "job_id": reply.job_id,
+            "existing": reply.existing,
+        })),
+        Output::Table => format!("j-{}\n", reply.job_id),
+    };
+    Ok(Answer::ok(text))
+}
+
+/// 128 random bits, hex.
+fn random_key() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}
+
+/// The request the flags describe. Fails only on what the server could not tell apart: a key
+/// given twice to `--env` or `--selector` (a map would keep just one of them).
+fn request(
+    args: SubmitArgs,
+    new_key: impl FnOnce() -> String,
+) -> Result<pb::SubmitJobRequest, String> {
+    let name = match args.name {
+        Some(name) => name,
+        None => default_name(args.command.first().map_or("", String::as_str)),
+    };
+    let spec = pb::JobSpec {
+        name,
+        tenant: args.tenant.unwrap_or_default(),
+        command: args.command,
+        env: unique_map("--env", args.env)?,
+        workdir: args.workdir.unwrap_or_default(),
+        gpus: args.gpus,
+        gpu_types: args.gpu_types,
+        min_gpu_memory_mib: args.min_gpu_memory.unwrap_or(0),
+        node_selector: unique_map("--selector", args.selectors)?,
+        priority: args.priority,
+        runtime_estimate_s: args.estimate,
+        wall_time_limit_s: args.wall_time,
+        max_attempts: args.max_attempts.unwrap_or(0),
+    };
+    Ok(pb::SubmitJobRequest {
+        spec: Some(spec),
+        idempotency_key: args.idempotency_key.unwrap_or_else(new_key),
+    })
+}
+
+fn unique_map(flag: &str, pairs: Vec<(String, String)>) -> Result<HashMap<String, String>, String> {
+    let mut map = HashMap::with_capacity(pairs.len());
+    for (k, v) in pairs {
+        if map.contains_key(&k) {
+            return Err(format!("{flag} {k:?} is given more than once"));
+        }
+        map.insert(k, v);
+    }
+    Ok(map)
+}
+
+/// A job name from the program: its file name with characters outside `[A-Za-z0-9._-]`
+/// replaced by `-`, leading non-alphanumerics dropped, at most 128 characters; `job` if
+/// nothing is left.
+fn default_name(program: &str) -> String {
+    let base = Path::new(program)
+        .file_name()
+        .map_or_else(|| program.into(), |b| b.to_string_lossy());
+    let cleaned: String = base
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    let name: String = cleaned
+        .trim_start_matches(|c: char| !c.is_ascii_alphanumeric())
+        .chars()
+        .take(NAME_MAX)
+        .collect();
+    if name.is_empty() { "job".into() } else { name }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::cli::{Cli, JobVerb, Noun};
+
+    fn args(flags: &[&str]) -> SubmitArgs {
+        let argv = ["gpuctl", "job", "submit"].iter().chain(flags);
+        match Cli::try_parse_from(argv).expect("parses").command {
+            Noun::Job(JobVerb::Submit(a)) => *a,
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn names_derive_from_the_program() {
+        for (program, name) in [
+            ("python3", "python3"),
+            ("/usr/bin/python3", "python3"),
+            ("./train.py", "train.py"),
+            ("/opt/my tool/run it", "run-it"),
+            ("--weird", "weird"),
+            (".hidden", "hidden"),
+            ("_x", "x"),
+            ("bin/", "bin"),
+            ("naïve", "na-ve"),
+            ("日本", "job"),
+            ("...", "job"),
+            ("/", "job"),
+            ("", "job"),
+            ("a\nb", "a-b"),
+        ] {
+            assert_eq!(default_name(program), name, "{program:?}");
+        }
+        assert_eq!(default_name(&"x".repeat(10_000)).len(), NAME_MAX);
+    }
+
+    #[test]
+    fn flags_become_the_request() {
+        let req = request(
+            args(&[
+                "--gpus",
+                "2",
+                "--env",
+                "A=1",
+                "--selector",
+                "zone=a",
+                "--wall-time",
+                "1h",
+                "--",
+                "/usr/bin/python3",
+                "-c",
+                "print(1)",
+            ]),
+            || "generated".into(),
+        )
+        .expect("valid");
+        let spec = req.spec.expect("spec");
+        assert_eq!(spec.name, "python3");
+        assert_eq!(spec.tenant, "");
+        assert_eq!(spec.command, ["/usr/bin/python3", "-c", "print(1)"]);
+        assert_eq!(spec.env.get("A").map(String::as_str), Some("1"));
+        assert_eq!(
+            spec.node_selector.get("zone").map(String::as_str),
+            Some("a")
+        );
+        assert_eq!((spec.gpus, spec.wall_time_limit_s), (2, Some(3600)));
+        assert_eq!((spec.runtime_estimate_s, spec.max_attempts), (None, 0));
+        assert_eq!(req.idempotency_key, "generated");
+    }
+
+    #[test]
+    fn a_given_name_and_key_are_kept() {
+        let req = request(
+            args(&["--name", "../odd", "--idempotency-key", "k", "--", "x"]),
+            || unreachable!("no key needed"),
+        )
+        .expect("valid");
+        assert_eq!(req.spec.map(|s| s.name).as_deref(), Some("../odd"));
+        assert_eq!(req.idempotency_key, "k");
+    }
+
+    #[test]
+    fn duplicate_keys_are_refused() {
+        let err = request(
+            args(&["--env", "A=1", "--env", "A=2", "--", "x"]),
+            random_key,
+        )
+        .expect_err("duplicate");
+        assert!(err.contains("--env \"A\""), "{err}");
+        assert!(
+            request(
+                args(&["--selector", "z=a", "--selector", "z=a", "--", "x"]),
+                random_key
+            )
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn generated_keys_are_128_random_bits() {
+        let (a, b) = (random_key(), random_key());
+        assert_eq!(a.len(), 32);
+        assert!(a.bytes().all(|c| c.is_ascii_hexdigit()));
+        assert_ne!(a, b);
+    }
+}

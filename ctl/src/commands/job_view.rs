@@ -1,0 +1,474 @@
+//! How a job looks: the stable JSON object, the `job list` table and the `job get` block.
+//! The JSON schema is documented in `job.rs`.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use gpu_proto::v1 as pb;
+use serde_json::{Value, json};
+
+use crate::cli::Output;
+use crate::output::{self, fields, table, truncate};
+use crate::units;
+
+/// Longest reason shown in the list table.
+const REASON_WIDTH: usize = 60;
+
+pub fn state(j: &pb::Job) -> pb::JobState {
+    pb::JobState::try_from(j.state).unwrap_or(pb::JobState::Unspecified)
+}
+
+/// The state as JSON spells it: `pending`, …, `cancelled`, or `unknown`.
+pub fn state_name(s: pb::JobState) -> &'static str {
+    match s {
+        pb::JobState::Pending => "pending",
+        pb::JobState::Bound => "bound",
+        pb::JobState::Running => "running",
+        pb::JobState::Succeeded => "succeeded",
+        pb::JobState::Failed => "failed",
+        pb::JobState::Cancelled => "cancelled",
+        pb::JobState::Unspecified => "unknown",
+    }
+}
+
+/// The state as tables spell it: `Running`.
+pub fn state_title(s: pb::JobState) -> String {
+    let name = state_name(s);
+    let mut chars = name.chars();
+    chars.next().map_or_else(String::new, |c| {
+        c.to_ascii_uppercase().to_string() + chars.as_str()
+    })
+}
+
+pub fn is_terminal(s: pb::JobState) -> bool {
+    matches!(
+        s,
+        pb::JobState::Succeeded | pb::JobState::Failed | pb::JobState::Cancelled
+    )
+}
+
+/// A single job for stdout: the JSON object or the key: value block.
+pub fn render_one(output: Output, j: &pb::Job) -> String {
+    match output {
+        Output::Json => output::json(&job_json(j)),
+        Output::Table => job_block(j),
+    }
+}
+
+pub fn job_json(j: &pb::Job) -> Value {
+    let spec = j.spec.clone().unwrap_or_default();
+    let env: BTreeMap<&String, &String> = spec.env.iter().collect();
+    let selector: BTreeMap<&String, &String> = spec.node_selector.iter().collect();
+    let mut spec_part = json!({
+        "name": spec.name,
+        "tenant": spec.tenant,
+        "command": spec.command,
+        "env": env,
+        "workdir": spec.workdir,
+        "gpus": spec.gpus,
+        "gpu_types": spec.gpu_types,
+        "min_gpu_memory_mib": spec.min_gpu_memory_mib,
+        "node_selector": selector,
+        "priority": spec.priority,
+        "runtime_estimate_s": spec.runtime_estimate_s,
+        "wall_time_limit_s": spec.wall_time_limit_s,
+        "max_attempts": spec.max_attempts.max(1),
+    });
+    let status_part = json!({
+        "id": j.id,
+        "state": state_name(state(j)),
+        "idempotency_key": j.idempotency_key,
+        "submitted_at_ms": j.submitted_at_ms,
+        "attempts": j.attempts,
+        "generation": j.generation,
+        "node_id": j.node_id,
+        "bound_gpus": j.gpus,
+        "gpu_uuids": j.gpu_uuids,
+        "reason": j.reason,
+        "outcome": j.outcome,
+        "exit_code": j.exit_code,
+        "signal": j.signal,
+        "bound_at_ms": j.bound_at_ms,
+        "started_at_ms": j.started_at_ms,
+        "finished_at_ms": j.finished_at_ms,
+        "cancel_requested": j.cancel_requested,
+    });
+    if let (Value::Object(all), Value::Object(status)) = (&mut spec_part, status_part) {
+        all.extend(status);
+    }
+    spec_part
+}
+
+/// `Running`, or `Running,cancelling` while a cancel is on its way.
+fn state_cell(j: &pb::Job) -> String {
+    let s = state(j);
+    let mut cell = state_title(s);
+    if j.cancel_requested && !is_terminal(s) {
+        cell.push_str(",cancelling");
+    }
+    cell
+}
+
+fn tenant(spec: &pb::JobSpec) -> &str {
+    if spec.tenant.is_empty() {
+        "default"
+    } else {
+        &spec.tenant
+    }
+}
+
+fn or_dash(s: &str) -> String {
+    if s.is_empty() { "-".into() } else { s.into() }
+}
+
+/// ID, NAME, TENANT, STATE, GPUS (requested), NODE, AGE (since submission), REASON.
+pub fn jobs_table(jobs: &[pb::Job], now_ms: u64) -> String {
+    let rows: Vec<Vec<String>> = jobs
+        .iter()
+        .map(|j| {
+            let spec = j.spec.clone().unwrap_or_default();
+            let age = Duration::from_secs(now_ms.saturating_sub(j.submitted_at_ms) / 1000);
+            vec![
+                format!("j-{}", j.id),
+                spec.name.clone(),
+                tenant(&spec).into(),
+                state_cell(j),
+                spec.gpus.to_string(),
+                j.node_id.map_or_else(|| "-".into(), |n| format!("n{n}")),
+                units::format_duration(age),
+                or_dash(&truncate(&j.reason, REASON_WIDTH)),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "ID", "NAME", "TENANT", "STATE", "GPUS", "NODE", "AGE", "REASON",
+        ],
+        &rows,
+    )
+}
+
+/// The `job get` view: one `Key: value` line per fact.
+pub fn job_block(j: &pb::Job) -> String {
+    let spec = j.spec.clone().unwrap_or_default();
+    let time = |ms: Option<u64>| ms.map_or_else(|| "-".into(), units::rfc3339);
+    let mut state = state_title(state(j));
+    if j.cancel_requested {
+        state.push_str(" (cancel requested)");
+    }
+    let command: Vec<Cow<'_, str>> = spec.command.iter().map(|a| shell_quote(a)).collect();
+    let mut lines: Vec<(&str, String)> = vec![
+        ("ID", format!("j-{}", j.id)),
+        ("Name", spec.name.clone()),
+        ("Tenant", tenant(&spec).into()),
+        ("State", state),
+        ("Command", command.join(" ")),
+    ];
+    if !spec.workdir.is_empty() {
+        lines.push(("Workdir", spec.workdir.clone()));
+    }
+    lines.push(("GPUs", requested_gpus(&spec)));
+    if !spec.node_selector.is_empty() {
+        let selector: BTreeMap<&String, &String> = spec.node_selector.iter().collect();
+        let pairs: Vec<String> = selector.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        lines.push(("Selector", pairs.join(",")));
+    }
+    lines.extend([
+        (
+            "Node",
+            j.node_id.map_or_else(|| "-".into(), |n| format!("n{n}")),
+        ),
+        ("Bound GPUs", bound_gpus(j)),
+        (
+            "Attempts",
+            format!("{}/{}", j.attempts, spec.max_attempts.max(1)),
+        ),
+        ("Priority", spec.priority.to_string()),
+        ("Reason", or_dash(&j.reason)),
+        ("Outcome", or_dash(&j.outcome)),
+        ("Submitted", units::rfc3339(j.submitted_at_ms)),
+        ("Bound", time(j.bound_at_ms)),
+        ("Started", time(j.started_at_ms)),
+        ("Finished", time(j.finished_at_ms)),
+    ]);
+    fields(&lines)
+}
+
+/// `2 (types A100,H100; at least 40 GiB each)`.
+fn requested_gpus(spec: &pb::JobSpec) -> String {
+    let mut constraints = Vec::new();
+    if !spec.gpu_types.is_empty() {
+        constraints.push(format!("types {}", spec.gpu_types.join(",")));
+    }
+    if spec.min_gpu_memory_mib > 0 {
+        constraints.push(format!("at least {} MiB each", spec.min_gpu_memory_mib));
+    }
+    if constraints.is_empty() {
+        spec.gpus.to_string()
+    } else {
+        format!("{} ({})", spec.gpus, constraints.join("; "))
+    }
+}
+
+/// `0 (GPU-a), 1 (GPU-b)`; indexes alone where the UUIDs are unknown.
+fn bound_gpus(j: &pb::Job) -> String {
+    if j.gpus.is_empty() {
+        return "-".into();
+    }
+    let parts: Vec<String> = j
+        .gpus
+        .iter()
+        .enumerate()
+        .map(|(i, index)| match j.gpu_uuids.get(i) {
+            Some(uuid) if !uuid.is_empty() => format!("{index} ({uuid})"),
+            _ => index.to_string(),
+        })
+        .collect();
+    parts.join(", ")
+}
+
+/// An argument as a POSIX shell would need it, for display only (jobs never run in a shell).
+pub fn shell_quote(arg: &str) -> Cow<'_, str> {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "@%+=:,./_-".contains(c);
+    if !arg.is_empty() && arg.chars().all(plain) {
+        Cow::Borrowed(arg)
+    } else {
+        Cow::Owned(format!("'{}'", arg.replace('\'', r"'\''")))
+    }
+}
+
+#[cfg(test)]
+pub mod tests {
+    use expect_test::expect;
+
+    use super::*;
+
+    pub fn running() -> pb::Job {
+        pb::Job {
+            id: 42,
+            spec: Some(pb::JobSpec {
+                name: "train".into(),
+                tenant: "vision".into(),
+                command: vec![
+                    "python".into(),
+                    "train.py".into(),
+                    "--note".into(),
+                    "it's a test".into(),
+                    String::new(),
+                ],
+                env: [
+                    ("B".to_owned(), "2".to_owned()),
+                    ("A".to_owned(), "1".to_owned()),
+                ]
+                .into_iter()
+                .collect(),
+                workdir: "/data/run".into(),
+                gpus: 2,
+                gpu_types: vec!["A100".into(), "H100".into()],
+                min_gpu_memory_mib: 40_960,
+                node_selector: [("zone".to_owned(), "a".to_owned())].into_iter().collect(),
+                priority: -5,
+                runtime_estimate_s: Some(5400),
+                wall_time_limit_s: None,
+                max_attempts: 3,
+            }),
+            state: pb::JobState::Running as i32,
+            idempotency_key: "0123abcd".into(),
+            submitted_at_ms: 1_700_000_000_000,
+            attempts: 1,
+            generation: 7,
+            node_id: Some(3),
+            gpus: vec![0, 1],
+            gpu_uuids: vec!["GPU-aaaa".into(), "GPU-bbbb".into()],
+            reason: String::new(),
+            outcome: String::new(),
+            exit_code: None,
+            signal: None,
+            bound_at_ms: Some(1_700_000_001_000),
+            started_at_ms: Some(1_700_000_002_500),
+            finished_at_ms: None,
+            cancel_requested: true,
+        }
+    }
+
+    pub fn pending() -> pb::Job {
+        pb::Job {
+            id: 43,
+            spec: Some(pb::JobSpec {
+                name: "eval".into(),
+                command: vec!["./eval".into()],
+                gpus: 8,
+                ..Default::default()
+            }),
+            state: pb::JobState::Pending as i32,
+            submitted_at_ms: 1_700_000_090_000,
+            reason: format!("no node has 8 free GPUs of type {}", "A100,".repeat(20)),
+            ..Default::default()
+        }
+    }
+
+    pub fn failed() -> pb::Job {
+        pb::Job {
+            id: 7,
+            spec: Some(pb::JobSpec {
+                name: "bad".into(),
+                command: vec!["false".into()],
+                gpus: 1,
+                ..Default::default()
+            }),
+            state: pb::JobState::Failed as i32,
+            submitted_at_ms: 1_699_990_000_000,
+            attempts: 1,
+            node_id: Some(1),
+            gpus: vec![3],
+            reason: "exited with code 1\u{1b}[31m".into(),
+            outcome: "exited with code 1".into(),
+            exit_code: Some(1),
+            finished_at_ms: Some(1_699_990_060_000),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn states_have_names() {
+        assert_eq!(state_title(pb::JobState::Cancelled), "Cancelled");
+        assert_eq!(state_name(pb::JobState::Unspecified), "unknown");
+        let odd = pb::Job {
+            state: 99,
+            ..Default::default()
+        };
+        assert_eq!(state(&odd), pb::JobState::Unspecified);
+        assert!(is_terminal(pb::JobState::Failed) && !is_terminal(pb::JobState::Bound));
+    }
+
+    #[test]
+    fn quoting_for_display() {
+        assert_eq!(shell_quote("train.py"), "train.py");
+        assert_eq!(shell_quote("--lr=0.1"), "--lr=0.1");
+        assert_eq!(shell_quote(""), "''");
+        assert_eq!(shell_quote("a b"), "'a b'");
+        assert_eq!(shell_quote("it's"), r"'it'\''s'");
+        assert_eq!(shell_quote("$HOME"), "'$HOME'");
+        assert_eq!(shell_quote("日本"), "'日本'");
+    }
+
+    #[test]
+    fn table_renders() {
+        let now = 1_700_000_100_000;
+        expect![[r#"
+            ID    NAME   TENANT   STATE               GPUS  NODE  AGE    REASON
+            j-7   bad    default  Failed              1     n1    2h48m  exited with code 1?[31m
+            j-42  train  vision   Running,cancelling  2     n3    1m40s  -
+            j-43  eval   default  Pending             8     -     10s    no node has 8 free GPUs of type A100,A100,A100,A100,A100,A1…
+        "#]]
+        .assert_eq(&jobs_table(&[failed(), running(), pending()], now));
+    }
+
+    #[test]
+    fn block_renders() {
+        expect![[r#"
+            ID:          j-42
+            Name:        train
+            Tenant:      vision
+            State:       Running (cancel requested)
+            Command:     python train.py --note 'it'\''s a test' ''
+            Workdir:     /data/run
+            GPUs:        2 (types A100,H100; at least 40960 MiB each)
+            Selector:    zone=a
+            Node:        n3
+            Bound GPUs:  0 (GPU-aaaa), 1 (GPU-bbbb)
+            Attempts:    1/3
+            Priority:    -5
+            Reason:      -
+            Outcome:     -
+            Submitted:   2023-11-14T22:13:20Z
+            Bound:       2023-11-14T22:13:21Z
+            Started:     2023-11-14T22:13:22Z
+            Finished:    -
+        "#]]
+        .assert_eq(&job_block(&running()));
+        expect![[r#"
+            ID:          j-43
+            Name:        eval
+            Tenant:      default
+            State:       Pending
+            Command:     ./eval
+            GPUs:        8
+            Node:        -
+            Bound GPUs:  -
+            Attempts:    0/1
+            Priority:    0
+            Reason:      no node has 8 free GPUs of type A100,A100,A100,A100,A100,A100,A100,A100,A100,A100,A100,A100,A100,A100,A100,A100,A100,A100,A100,A100,
+            Outcome:     -
+            Submitted:   2023-11-14T22:14:50Z
+            Bound:       -
+            Started:     -
+            Finished:    -
+        "#]]
+        .assert_eq(&job_block(&pending()));
+    }
+
+    #[test]
+    fn json_renders() {
+        expect![[r#"
+            {
+              "attempts": 1,
+              "bound_at_ms": 1700000001000,
+              "bound_gpus": [
+                0,
+                1
+              ],
+              "cancel_requested": true,
+              "command": [
+                "python",
+                "train.py",
+                "--note",
+                "it's a test",
+                ""
+              ],
+              "env": {
+                "A": "1",
+                "B": "2"
+              },
+              "exit_code": null,
+              "finished_at_ms": null,
+              "generation": 7,
+              "gpu_types": [
+                "A100",
+                "H100"
+              ],
+              "gpu_uuids": [
+                "GPU-aaaa",
+                "GPU-bbbb"
+              ],
+              "gpus": 2,
+              "id": 42,
+              "idempotency_key": "0123abcd",
+              "max_attempts": 3,
+              "min_gpu_memory_mib": 40960,
+              "name": "train",
+              "node_id": 3,
+              "node_selector": {
+                "zone": "a"
+              },
+              "outcome": "",
+              "priority": -5,
+              "reason": "",
+              "runtime_estimate_s": 5400,
+              "signal": null,
+              "started_at_ms": 1700000002500,
+              "state": "running",
+              "submitted_at_ms": 1700000000000,
+              "tenant": "vision",
+              "wall_time_limit_s": null,
+              "workdir": "/data/run"
+            }
+        "#]]
+        .assert_eq(&output::json(&job_json(&running())));
+        let empty = job_json(&pb::Job::default());
+        assert_eq!(empty["state"], "unknown");
+        assert_eq!(empty["max_attempts"], 1);
+        assert_eq!(empty["node_id"], Value::Null);
+    }
+}

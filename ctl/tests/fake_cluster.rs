@@ -1,0 +1,471 @@
+//! gpuctl end to end against an in-process fake of the public API: exit codes, the stdout/stderr
+//! split, raw log bytes, idempotent submits, failover. The fake answers from fixed scripts; the
+//! real agents are tested in `tests/`.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::process::Command;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use gpu_proto::v1 as pb;
+use gpu_proto::v1::gpu_service_server::{GpuService, GpuServiceServer};
+use gpu_proto::v1::job_service_server::{JobService, JobServiceServer};
+use gpu_proto::v1::node_service_server::{NodeService, NodeServiceServer};
+use tonic::codegen::tokio_stream;
+use tonic::{Request, Response, Status};
+
+/// Job 1 goes Pending → Running → Succeeded over three polls; job 2 has failed; job 3 runs
+/// forever; anything else does not exist. Job 4's log stream breaks after its first chunk the
+/// first time it is read.
+#[derive(Clone, Default)]
+struct Fake {
+    polls: Arc<Mutex<HashMap<u64, u32>>>,
+    /// Offsets asked for by `JobLogs`, in order.
+    log_offsets: Arc<Mutex<Vec<u64>>>,
+    submits: Arc<Mutex<Vec<pb::SubmitJobRequest>>>,
+    faults: Arc<Mutex<Vec<pb::InjectFaultRequest>>>,
+}
+
+const LOG: &[u8] = b"hello \xff\x00world\n";
+
+fn job(id: u64, state: pb::JobState) -> pb::Job {
+    pb::Job {
+        id,
+        spec: Some(pb::JobSpec {
+            name: format!("job{id}"),
+            command: vec!["python".into(), "train.py".into()],
+            gpus: 1,
+            ..Default::default()
+        }),
+        state: state as i32,
+        submitted_at_ms: 1_700_000_000_000,
+        ..Default::default()
+    }
+}
+
+impl Fake {
+    fn lookup(&self, id: u64) -> Result<pb::Job, Status> {
+        let mut polls = self.polls.lock().unwrap_or_else(PoisonError::into_inner);
+        let n = polls.entry(id).or_default();
+        *n += 1;
+        let state = match (id, *n) {
+            (1, 1) => pb::JobState::Pending,
+            (1, 2) => pb::JobState::Running,
+            (1, _) => pb::JobState::Succeeded,
+            (2, _) => pb::JobState::Failed,
+            (3, _) => pb::JobState::Running,
+            _ => return Err(Status::not_found(format!("job j-{id} does not exist"))),
+        };
+        Ok(job(id, state))
+    }
+}
+
+type LogStream = std::pin::Pin<
+    Box<dyn tokio_stream::Stream<Item = Result<pb::LogChunk, Status>> + Send + 'static>,
+>;
+
+#[tonic::async_trait]
+impl JobService for Fake {
+    async fn submit_job(
+        &self,
+        req: Request<pb::SubmitJobRequest>,
+    ) -> Result<Response<pb::SubmitJobResponse>, Status> {
+        let req = req.into_inner();
+        self.submits
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(req.clone());
+        if req.spec.is_some_and(|s| s.name == "bad") {
+            return Err(Status::invalid_argument("job name \"bad\" is reserved"));
+        }
+        let existing = req.idempotency_key == "seen";
+        Ok(Response::new(pb::SubmitJobResponse {
+            job_id: if existing { 5 } else { 6 },
+            existing,
+        }))
+    }
+
+    async fn get_job(&self, req: Request<pb::GetJobRequest>) -> Result<Response<pb::Job>, Status> {
+        self.lookup(req.into_inner().id).map(Response::new)
+    }
+
+    async fn list_jobs(
+        &self,
+        _: Request<pb::ListJobsRequest>,
+    ) -> Result<Response<pb::ListJobsResponse>, Status> {
+        Ok(Response::new(pb::ListJobsResponse {
+            jobs: vec![job(2, pb::JobState::Failed), job(3, pb::JobState::Running)],
+        }))
+    }
+
+    async fn cancel_job(
+        &self,
+        req: Request<pb::CancelJobRequest>,
+    ) -> Result<Response<pb::Job>, Status> {
+        let mut job = job(req.into_inner().id, pb::JobState::Running);
+        job.cancel_requested = true;
+        Ok(Response::new(job))
+    }
+
+    type JobLogsStream = LogStream;
+
+    async fn job_logs(
+        &self,
+        req: Request<pb::JobLogsRequest>,
+    ) -> Result<Response<LogStream>, Status> {
+        let req = req.into_inner();
+        if req.job_id != 1 && req.job_id != 4 {
+            return Err(Status::failed_precondition("job has not run yet"));
+        }
+        let first_read = {
+            let mut offsets = self
+                .log_offsets
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            offsets.push(req.offset);
+            offsets.len() == 1
+        };
+        let skip = usize::try_from(req.offset)
+            .unwrap_or(usize::MAX)
+            .min(LOG.len());
+        let chunks: Vec<Result<pb::LogChunk, Status>> = LOG[skip..]
+            .chunks(6)
+            .map(|c| Ok(pb::LogChunk { data: c.to_vec() }))
+            .collect();
+        if req.job_id == 4 && first_read {
+            // The stream's task dies mid-way: the client sees the HTTP/2 stream reset.
+            let first = tokio_stream::iter(chunks.into_iter().take(1));
+            let broken = DiesLater(Box::pin(tokio::time::sleep(
+                std::time::Duration::from_millis(200),
+            )));
+            return Ok(Response::new(Box::pin(tokio_stream::StreamExt::chain(
+                first, broken,
+            ))));
+        }
+        Ok(Response::new(Box::pin(tokio_stream::iter(chunks))))
+    }
+}
+
+/// A stream that, once its delay is over, panics: the agent's stream task dies and the client
+/// sees its HTTP/2 stream reset (the delay lets the chunks before it reach the client first).
+struct DiesLater(std::pin::Pin<Box<tokio::time::Sleep>>);
+
+impl tokio_stream::Stream for DiesLater {
+    type Item = Result<pb::LogChunk, Status>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        match self.0.as_mut().poll(cx) {
+            std::task::Poll::Ready(()) => panic!("fake agent dies mid-stream"),
+            std::task::Poll::Pending => std::task::Poll::Pending,
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl NodeService for Fake {
+    async fn list_nodes(
+        &self,
+        _: Request<pb::ListNodesRequest>,
+    ) -> Result<Response<pb::ListNodesResponse>, Status> {
+        Err(Status::unimplemented("not faked"))
+    }
+
+    async fn get_node(
+        &self,
+        req: Request<pb::GetNodeRequest>,
+    ) -> Result<Response<pb::Node>, Status> {
+        Ok(Response::new(pb::Node {
+            id: req.into_inner().id,
+            addr: "10.0.0.1:7070".into(),
+            status: pb::NodeStatus::Ready as i32,
+            ..Default::default()
+        }))
+    }
+
+    async fn label_node(
+        &self,
+        _: Request<pb::LabelNodeRequest>,
+    ) -> Result<Response<pb::Node>, Status> {
+        Err(Status::unimplemented("not faked"))
+    }
+
+    async fn cordon_node(
+        &self,
+        req: Request<pb::CordonNodeRequest>,
+    ) -> Result<Response<pb::Node>, Status> {
+        let req = req.into_inner();
+        Ok(Response::new(pb::Node {
+            id: req.id,
+            addr: "10.0.0.1:7070".into(),
+            status: pb::NodeStatus::Ready as i32,
+            cordoned: req.cordoned,
+            ..Default::default()
+        }))
+    }
+
+    async fn drain_node(
+        &self,
+        _: Request<pb::DrainNodeRequest>,
+    ) -> Result<Response<pb::Node>, Status> {
+        Err(Status::unimplemented("not faked"))
+    }
+}
+
+#[tonic::async_trait]
+impl GpuService for Fake {
+    async fn list_gpus(
+        &self,
+        _: Request<pb::ListGpusRequest>,
+    ) -> Result<Response<pb::ListGpusResponse>, Status> {
+        Err(Status::unimplemented("not faked"))
+    }
+
+    async fn inject_fault(
+        &self,
+        req: Request<pb::InjectFaultRequest>,
+    ) -> Result<Response<pb::InjectFaultResponse>, Status> {
+        self.faults
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(req.into_inner());
+        Ok(Response::new(pb::InjectFaultResponse {}))
+    }
+}
+
+/// Serve a fresh fake on a free port for the rest of the test process.
+fn serve() -> (Fake, String) {
+    let fake = Fake::default();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let served = fake.clone();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Runtime::new().expect("runtime");
+        rt.block_on(async move {
+            let incoming =
+                tonic::transport::server::TcpIncoming::bind("127.0.0.1:0".parse().expect("addr"))
+                    .expect("bind");
+            tx.send(incoming.local_addr().expect("addr").to_string())
+                .expect("send");
+            tonic::transport::Server::builder()
+                .add_service(JobServiceServer::new(served.clone()))
+                .add_service(NodeServiceServer::new(served.clone()))
+                .add_service(GpuServiceServer::new(served))
+                .serve_with_incoming(incoming)
+                .await
+                .expect("serve");
+        });
+    });
+    (fake, rx.recv().expect("address"))
+}
+
+fn dead_addr() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").to_string()
+}
+
+struct Run {
+    code: Option<i32>,
+    stdout: Vec<u8>,
+    stderr: String,
+}
+
+fn gpuctl(endpoint: &str, args: &[&str]) -> Run {
+    let out = Command::new(env!("CARGO_BIN_EXE_gpuctl"))
+        .arg("--endpoint")
+        .arg(endpoint)
+        .args(args)
+        .env_remove("GPUCTL_ENDPOINT")
+        .output()
+        .expect("run gpuctl");
+    Run {
+        code: out.status.code(),
+        stdout: out.stdout,
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+fn text(run: &Run) -> String {
+    String::from_utf8_lossy(&run.stdout).into_owned()
+}
+
+#[test]
+fn wait_exits_0_on_success_and_prints_the_job() {
+    let (_, addr) = serve();
+    let run = gpuctl(&addr, &["job", "wait", "j-1"]);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert!(
+        text(&run).contains("State:       Succeeded\n"),
+        "{}",
+        text(&run)
+    );
+    // Not a terminal: no progress line.
+    assert_eq!(run.stderr, "");
+}
+
+#[test]
+fn wait_exits_1_on_failure() {
+    let (_, addr) = serve();
+    let run = gpuctl(&addr, &["-o", "json", "job", "wait", "2"]);
+    assert_eq!(run.code, Some(1), "{}", run.stderr);
+    let job: serde_json::Value = serde_json::from_slice(&run.stdout).expect("json");
+    assert_eq!(job["state"], "failed");
+    assert_eq!(job["id"], 2);
+}
+
+#[test]
+fn wait_timeout_names_the_state() {
+    let (_, addr) = serve();
+    let run = gpuctl(&addr, &["job", "wait", "3", "--timeout", "1200ms"]);
+    assert_eq!(run.code, Some(2));
+    assert!(run.stdout.is_empty());
+    assert_eq!(run.stderr, "error: timed out after 1.2s, job is Running\n");
+}
+
+#[test]
+fn wait_for_a_missing_job_fails_at_once() {
+    let (_, addr) = serve();
+    let run = gpuctl(&addr, &["job", "wait", "99"]);
+    assert_eq!(run.code, Some(2));
+    assert_eq!(run.stderr, "error: not found: job j-99 does not exist\n");
+}
+
+#[test]
+fn logs_are_copied_byte_for_byte() {
+    let (_, addr) = serve();
+    let run = gpuctl(&addr, &["job", "logs", "j-1"]);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert_eq!(run.stdout, LOG);
+    let run = gpuctl(&addr, &["job", "logs", "2", "--follow"]);
+    assert_eq!(run.code, Some(2));
+    assert!(
+        run.stderr
+            .contains("failed precondition: job has not run yet")
+    );
+}
+
+#[test]
+fn logs_resume_at_the_offset_written_when_the_stream_breaks() {
+    let (fake, addr) = serve();
+    let run = gpuctl(&addr, &["job", "logs", "4"]);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert_eq!(run.stdout, LOG);
+    let offsets = fake
+        .log_offsets
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    assert_eq!(offsets, [0, 6]);
+}
+
+#[test]
+fn submit_fails_over_with_one_generated_key() {
+    let (fake, addr) = serve();
+    let endpoints = format!("{},{addr}", dead_addr());
+    let run = gpuctl(
+        &endpoints,
+        &["job", "submit", "--gpus", "2", "--", "/bin/train.sh", "-x"],
+    );
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert_eq!(text(&run), "j-6\n");
+    assert_eq!(run.stderr, "");
+    let submits = fake
+        .submits
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    assert_eq!(submits.len(), 1);
+    let key = &submits[0].idempotency_key;
+    assert!(
+        key.len() == 32 && key.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{key}"
+    );
+    let spec = submits[0].spec.clone().expect("spec");
+    assert_eq!((spec.name.as_str(), spec.gpus), ("train.sh", 2));
+}
+
+#[test]
+fn submit_reports_an_existing_job_on_stderr() {
+    let (_, addr) = serve();
+    let run = gpuctl(
+        &addr,
+        &["job", "submit", "--idempotency-key", "seen", "--", "x"],
+    );
+    assert_eq!(run.code, Some(0));
+    assert_eq!(text(&run), "j-5\n");
+    assert_eq!(
+        run.stderr,
+        "job j-5 already existed (idempotency key \"seen\")\n"
+    );
+    let run = gpuctl(
+        &addr,
+        &[
+            "-o",
+            "json",
+            "job",
+            "submit",
+            "--idempotency-key",
+            "seen",
+            "--",
+            "x",
+        ],
+    );
+    let reply: serde_json::Value = serde_json::from_slice(&run.stdout).expect("json");
+    assert_eq!(reply, serde_json::json!({"job_id": 5, "existing": true}));
+}
+
+#[test]
+fn submit_prints_the_servers_invalid_argument() {
+    let (_, addr) = serve();
+    let run = gpuctl(&addr, &["job", "submit", "--name", "bad", "--", "x"]);
+    assert_eq!(run.code, Some(2));
+    assert!(run.stdout.is_empty());
+    assert_eq!(
+        run.stderr,
+        "error: invalid argument: job name \"bad\" is reserved\n"
+    );
+}
+
+#[test]
+fn list_cancel_cordon_inject_render() {
+    let (fake, addr) = serve();
+    let run = gpuctl(&addr, &["job", "list"]);
+    assert_eq!(run.code, Some(0));
+    let table = text(&run);
+    assert!(
+        table.starts_with("ID   NAME  TENANT   STATE    GPUS  NODE  AGE"),
+        "{table}"
+    );
+    assert!(
+        table.contains("j-3  job3  default  Running  1     -"),
+        "{table}"
+    );
+
+    let run = gpuctl(&addr, &["job", "cancel", "3"]);
+    assert!(text(&run).contains("State:       Running (cancel requested)\n"));
+
+    let run = gpuctl(&addr, &["node", "cordon", "n4"]);
+    assert!(
+        text(&run).contains("n4    10.0.0.1:7070  Ready,cordoned  -     0"),
+        "{}",
+        text(&run)
+    );
+
+    let run = gpuctl(&addr, &["debug", "inject", "n4", "2", "XID:79"]);
+    assert_eq!(text(&run), "injected xid:79 into n4/2\n");
+    let faults = fake
+        .faults
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    assert_eq!(
+        (
+            faults[0].node_id,
+            faults[0].gpu_index,
+            faults[0].fault,
+            faults[0].xid
+        ),
+        (4, 2, pb::GpuFault::Xid as i32, 79)
+    );
+}

@@ -1,0 +1,310 @@
+//! Jobs end to end on real agents: submit → bind → run pinned to GPUs → finish; no GPU runs two
+//! jobs at once; node loss requeues without running a job twice; idempotent submission; bad
+//! input.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use gpu_proto::v1 as pb;
+use gpu_tests::{Cluster, is_terminal, shell_job};
+
+/// A job script that records, in `dir/j-<id>-g<generation>`, its GPUs, node and start/end
+/// times (ns), and a `term` line if it is stopped.
+fn recording_script(dir: &Path, sleep: &str) -> String {
+    format!(
+        "f={dir}/j-$GPUMESH_JOB_ID-g$GPUMESH_GENERATION; \
+         trap 'echo term $(date +%s%N) >> $f; exit 143' TERM; \
+         echo start $(date +%s%N) $GPUMESH_NODE_ID $CUDA_VISIBLE_DEVICES >> $f; \
+         sleep {sleep} & wait; \
+         echo end $(date +%s%N) >> $f",
+        dir = dir.display()
+    )
+}
+
+struct Run {
+    start: u128,
+    end: u128,
+    node: u64,
+    gpus: Vec<String>,
+}
+
+fn read_run(path: &Path) -> Run {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut run = Run {
+        start: 0,
+        end: 0,
+        node: 0,
+        gpus: vec![],
+    };
+    for line in text.lines() {
+        let parts: Vec<&str> = line.split_whitespace().collect();
+        match parts.as_slice() {
+            ["start", t, node, rest @ ..] => {
+                run.start = t.parse().expect("ns");
+                run.node = node.parse().expect("node");
+                run.gpus = rest
+                    .first()
+                    .map(|g| g.split(',').map(str::to_owned).collect())
+                    .unwrap_or_default();
+            }
+            ["end" | "term", t] => run.end = t.parse().expect("ns"),
+            _ => panic!("unexpected record line {line:?} in {}", path.display()),
+        }
+    }
+    run
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_jobs_succeed_and_never_share_a_gpu() {
+    let c = Cluster::start(3, 3, "").await;
+    let records = c.root.path().join("records");
+    std::fs::create_dir_all(&records).expect("records dir");
+    let mut ids = Vec::new();
+    for i in 0..50u32 {
+        let spec = shell_job(
+            &format!("job-{i}"),
+            1 + i % 4,
+            &recording_script(&records, "0.3"),
+        );
+        let via = c.running()[i as usize % 3];
+        ids.push(
+            c.submit(via, spec, &format!("key-{i}"))
+                .await
+                .expect("submit")
+                .job_id,
+        );
+    }
+    let mut runs = Vec::new();
+    for id in &ids {
+        let j = c.wait_job(*id, Duration::from_secs(120), is_terminal).await;
+        assert_eq!(
+            j.state,
+            pb::JobState::Succeeded as i32,
+            "j-{id}: {} {}",
+            j.reason,
+            j.outcome
+        );
+        assert_eq!(
+            j.gpu_uuids.len(),
+            j.spec.as_ref().expect("spec").gpus as usize
+        );
+        let run = read_run(&records.join(format!("j-{id}-g{}", j.generation)));
+        assert_eq!(
+            run.gpus, j.gpu_uuids,
+            "CUDA_VISIBLE_DEVICES must be exactly the bound GPUs"
+        );
+        assert_eq!(Some(run.node), j.node_id);
+        runs.push(run);
+    }
+    let mut by_gpu: BTreeMap<&str, Vec<(u128, u128)>> = BTreeMap::new();
+    for r in &runs {
+        assert!(r.end > r.start, "every run ended");
+        for g in &r.gpus {
+            by_gpu.entry(g).or_default().push((r.start, r.end));
+        }
+    }
+    for (gpu, mut intervals) in by_gpu {
+        intervals.sort_unstable();
+        for w in intervals.windows(2) {
+            assert!(w[0].1 <= w[1].0, "GPU {gpu} ran two jobs at once: {w:?}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_on_a_killed_agent_is_requeued_and_never_runs_twice() {
+    let mut c = Cluster::start(3, 3, "").await;
+    let records = c.root.path().join("records");
+    std::fs::create_dir_all(&records).expect("records dir");
+    // A100s only exist on n1; T4s on n3. Any node will do: 1 GPU.
+    let spec = pb::JobSpec {
+        max_attempts: 2,
+        ..shell_job("long", 1, &recording_script(&records, "8"))
+    };
+    let leader = c.leader().await;
+    let id = c
+        .submit(leader, spec, "long-1")
+        .await
+        .expect("submit")
+        .job_id;
+    let running = c
+        .wait_job(id, Duration::from_secs(30), |j| {
+            j.state == pb::JobState::Running as i32
+        })
+        .await;
+    let victim = running.node_id.expect("placed");
+    let survivor = c
+        .running()
+        .into_iter()
+        .find(|n| *n != victim)
+        .expect("another agent");
+    c.kill(victim);
+
+    let done = c.wait_job(id, Duration::from_secs(60), is_terminal).await;
+    assert_eq!(
+        done.state,
+        pb::JobState::Succeeded as i32,
+        "{} {}",
+        done.reason,
+        done.outcome
+    );
+    assert_eq!(done.generation, 2, "exactly one requeue");
+    assert_ne!(done.node_id, Some(victim), "re-placed on another node");
+
+    // The first run was fenced by its own node before the second started.
+    let first = read_run(&records.join(format!("j-{id}-g1")));
+    let second = read_run(&records.join(format!("j-{id}-g2")));
+    assert!(
+        first.end > 0,
+        "the first run must have been stopped (fenced)"
+    );
+    assert!(
+        first.end <= second.start,
+        "runs overlapped: first ended {} after second started {}",
+        first.end,
+        second.start
+    );
+
+    // The killed agent comes back and does not run the job again.
+    c.start_agent(victim);
+    c.wait_for(
+        "the restarted agent to be ready again",
+        Duration::from_secs(30),
+        |c| async move {
+            c.status(victim, true)
+                .await
+                .is_ok_and(|s| s.leader_id.is_some())
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let runs: Vec<_> = std::fs::read_dir(&records)
+        .expect("records")
+        .filter_map(Result::ok)
+        .collect();
+    assert_eq!(runs.len(), 2, "the job ran exactly twice (once fenced)");
+    let after = c.job(survivor, id).await.expect("job");
+    assert_eq!(
+        (after.state, after.generation),
+        (pb::JobState::Succeeded as i32, 2)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idempotent_submission_survives_a_leader_change() {
+    let mut c = Cluster::start(3, 3, "").await;
+    let spec = shell_job("once", 0, "true");
+    let leader = c.leader().await;
+    let first = c
+        .submit(leader, spec.clone(), "the-key")
+        .await
+        .expect("submit");
+    assert!(!first.existing);
+    c.kill(leader);
+    let other = c.running()[0];
+    let again = c
+        .submit(other, spec.clone(), "the-key")
+        .await
+        .expect("resubmit");
+    assert_eq!((again.job_id, again.existing), (first.job_id, true));
+    let different = pb::JobSpec {
+        name: "twice".into(),
+        ..spec
+    };
+    let err = c
+        .submit(other, different, "the-key")
+        .await
+        .expect_err("same key, different spec");
+    assert_eq!(err.code(), tonic::Code::AlreadyExists, "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_jobs_get_clear_answers() {
+    let c = Cluster::start(3, 3, "").await;
+
+    let missing = shell_job("missing", 0, "x");
+    let missing = pb::JobSpec {
+        command: vec!["/no/such/program".into()],
+        ..missing
+    };
+    let id = c.submit(1, missing, "").await.expect("submit").job_id;
+    let j = c.wait_job(id, Duration::from_secs(30), is_terminal).await;
+    assert_eq!(j.state, pb::JobState::Failed as i32);
+    assert!(
+        j.outcome.contains("failed to start") && j.outcome.contains("/no/such/program"),
+        "{}",
+        j.outcome
+    );
+
+    let huge = c
+        .submit(2, shell_job("huge", 64, "true"), "")
+        .await
+        .expect("submit")
+        .job_id;
+    let j = c
+        .wait_job(huge, Duration::from_secs(10), |j| !j.reason.is_empty())
+        .await;
+    assert_eq!(j.state, pb::JobState::Pending as i32);
+    assert!(j.reason.contains("no node has 64 GPUs"), "{}", j.reason);
+    assert!(
+        j.node_id.is_none() && j.gpus.is_empty(),
+        "never partly bound"
+    );
+
+    for (what, spec) in [
+        (
+            "empty command",
+            pb::JobSpec {
+                command: vec![],
+                ..shell_job("e", 0, "")
+            },
+        ),
+        ("control chars", shell_job("bad\nname", 0, "true")),
+        ("traversal", shell_job("../../etc", 0, "true")),
+        ("long name", shell_job(&"n".repeat(1 << 20), 0, "true")),
+        ("u32::MAX gpus", shell_job("many", u32::MAX, "true")),
+    ] {
+        let err = c.submit(3, spec, "").await.expect_err(what);
+        assert!(
+            matches!(
+                err.code(),
+                tonic::Code::InvalidArgument
+                    | tonic::Code::OutOfRange
+                    | tonic::Code::ResourceExhausted
+            ),
+            "{what}: {err}"
+        );
+    }
+
+    assert_eq!(
+        c.cancel(1, 999_999).await.expect_err("unknown").code(),
+        tonic::Code::NotFound
+    );
+    let quick = c
+        .submit(1, shell_job("quick", 0, "true"), "")
+        .await
+        .expect("submit")
+        .job_id;
+    c.wait_job(quick, Duration::from_secs(30), is_terminal)
+        .await;
+    assert_eq!(
+        c.cancel(1, quick).await.expect_err("finished").code(),
+        tonic::Code::FailedPrecondition
+    );
+
+    let sleeper = c
+        .submit(2, shell_job("sleeper", 1, "sleep 60"), "")
+        .await
+        .expect("submit")
+        .job_id;
+    c.wait_job(sleeper, Duration::from_secs(30), |j| {
+        j.state == pb::JobState::Running as i32
+    })
+    .await;
+    c.cancel(3, sleeper).await.expect("cancel");
+    let j = c
+        .wait_job(sleeper, Duration::from_secs(30), is_terminal)
+        .await;
+    assert_eq!(j.state, pb::JobState::Cancelled as i32, "{}", j.outcome);
+}
