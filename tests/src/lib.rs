@@ -75,10 +75,16 @@ impl Cluster {
                 format!("join = [{:?}]", addrs[0])
             };
             let gpus = NODE_KINDS[(id as usize - 1) % NODE_KINDS.len()];
+            // Short job timings keep failure tests fast, unless the test brings its own.
+            let jobs = if extra_toml.contains("[jobs]") {
+                ""
+            } else {
+                "[jobs]\nlease = \"2s\"\ndown_after = \"4s\"\nstop_grace = \"2s\"\n"
+            };
             let toml = format!(
                 "node_id = {id}\nlisten = {addr:?}\ndata_dir = {data:?}\n{start}\njoin_timeout = \"30s\"\n\
                  gpu_backend = \"sim\"\nsim_gpus = {gpus:?}\n\
-                 [raft]\nvoter_target = {voter_target}\n[jobs]\nlease = \"2s\"\ndown_after = \"4s\"\nstop_grace = \"2s\"\n{extra_toml}\n"
+                 [raft]\nvoter_target = {voter_target}\n{jobs}{extra_toml}\n"
             );
             let config = root.path().join(format!("node-{id}.toml"));
             std::fs::write(&config, toml).expect("write config");

@@ -147,7 +147,7 @@ fn why_unplaceable(spec: &JobSpec, nodes: &[Candidate<'_>]) -> String {
         .max()
         .unwrap_or(0);
     if largest < spec.gpus as usize {
-        format!("no node has {what} (the most any node has is {largest})")
+        format!("no schedulable node has {what} (the most any has is {largest})")
     } else {
         format!("waiting for {what} to be free")
     }
@@ -329,11 +329,11 @@ mod tests {
         let reasons: BTreeMap<JobId, String> = p.unschedulable.iter().cloned().collect();
         assert_eq!(
             reasons[&1],
-            "no node has 4 GPUs (the most any node has is 2)"
+            "no schedulable node has 4 GPUs (the most any has is 2)"
         );
         assert_eq!(
             reasons[&2],
-            "no node has 1 GPU of type H100 (the most any node has is 0)"
+            "no schedulable node has 1 GPU of type H100 (the most any has is 0)"
         );
         assert_eq!(reasons[&3], "no schedulable node matches the node selector");
         // Reasons already recorded are not proposed again.
