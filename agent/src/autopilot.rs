@@ -87,13 +87,7 @@ impl Autopilot {
             }
             let since = *leader_since.get_or_insert_with(Instant::now);
             let health = |id: NodeId| {
-                // Silence only counts from when we became leader: before that nobody reported.
-                let last = self
-                    .cluster
-                    .contacts
-                    .last_heard(id)
-                    .map_or(since, |t| t.max(since));
-                let silent = last.elapsed();
+                let silent = self.cluster.contacts.silent_for(id, since);
                 if silent <= self.reachable_within {
                     Health::Healthy
                 } else if silent > self.dead_voter_after {

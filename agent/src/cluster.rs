@@ -249,18 +249,7 @@ impl Cluster {
         retry_until(timeout, || {
             i += 1;
             let seed = seeds[i % seeds.len()].clone();
-            async move {
-                let mut client = self.peers.get(&seed).map_err(remote)?;
-                let req = JoinRequest {
-                    node_id: node,
-                    addr: addr.to_owned(),
-                };
-                let reply = client
-                    .join(with_deadline(req, self.op_timeout))
-                    .await
-                    .map_err(remote)?;
-                Ok(reply.into_inner().voter)
-            }
+            async move { self.send_join(&seed, node, addr).await }
         })
         .await
     }
@@ -271,21 +260,24 @@ impl Cluster {
             match self.leader() {
                 None => Err(Attempt::Retry(ClusterError::NoLeader)),
                 Some((leader, _)) if leader == self.id => self.admit(node, &addr).await,
-                Some((_, leader_addr)) => {
-                    let mut client = self.peers.get(&leader_addr).map_err(remote)?;
-                    let req = JoinRequest {
-                        node_id: node,
-                        addr: addr.clone(),
-                    };
-                    let reply = client
-                        .join(with_deadline(req, self.op_timeout))
-                        .await
-                        .map_err(remote)?;
-                    Ok(reply.into_inner().voter)
-                }
+                Some((_, leader_addr)) => self.send_join(&leader_addr, node, &addr).await,
             }
         })
         .await
+    }
+
+    /// Ask the agent at `to` to admit `node` (reachable at `addr`); returns whether it is a voter.
+    async fn send_join(&self, to: &str, node: NodeId, addr: &str) -> Result<bool, Attempt> {
+        let mut client = self.peers.get(to).map_err(remote)?;
+        let req = JoinRequest {
+            node_id: node,
+            addr: addr.to_owned(),
+        };
+        let reply = client
+            .join(with_deadline(req, self.op_timeout))
+            .await
+            .map_err(remote)?;
+        Ok(reply.into_inner().voter)
     }
 
     /// Leader side of a join: add as learner (waiting for it to catch up), then fill voter seats.

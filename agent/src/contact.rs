@@ -34,6 +34,14 @@ impl ContactBook {
         self.last_heard(node).is_some_and(|t| t.elapsed() < d)
     }
 
+    /// How long `node` has been silent, counting no earlier than `since` (when this agent
+    /// became leader: before that nobody was reporting to it).
+    pub fn silent_for(&self, node: NodeId, since: Instant) -> std::time::Duration {
+        self.last_heard(node)
+            .map_or(since, |t| t.max(since))
+            .elapsed()
+    }
+
     pub fn last_heard(&self, node: NodeId) -> Option<Instant> {
         self.lock().get(&node).copied()
     }

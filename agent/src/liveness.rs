@@ -39,12 +39,7 @@ impl Liveness {
                 let silent = if node == self.cluster.id {
                     Duration::ZERO
                 } else {
-                    // Silence counts from when this agent became leader: nobody reported before.
-                    self.cluster
-                        .contacts
-                        .last_heard(node)
-                        .map_or(since, |t| t.max(since))
-                        .elapsed()
+                    self.cluster.contacts.silent_for(node, since)
                 };
                 let verdict = match status {
                     NodeStatus::Ready if silent > self.down_after => NodeStatus::Down,

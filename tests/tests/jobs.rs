@@ -193,20 +193,50 @@ async fn a_job_on_a_killed_agent_is_requeued_and_never_runs_twice() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_agent_adopts_its_running_job() {
-    let mut c = Cluster::start(3, 3, "[jobs]\nlease = \"6s\"\ndown_after = \"10s\"\nstop_grace = \"2s\"\n").await;
+    let mut c = Cluster::start(
+        3,
+        3,
+        "[jobs]\nlease = \"6s\"\ndown_after = \"10s\"\nstop_grace = \"2s\"\n",
+    )
+    .await;
     let records = c.root.path().join("records");
     std::fs::create_dir_all(&records).expect("records dir");
-    let id = c.submit(1, shell_job("adopted", 1, &recording_script(&records, "4")), "").await.expect("submit").job_id;
-    let running = c.wait_job(id, Duration::from_secs(30), |j| j.state == pb::JobState::Running as i32).await;
+    let id = c
+        .submit(
+            1,
+            shell_job("adopted", 1, &recording_script(&records, "4")),
+            "",
+        )
+        .await
+        .expect("submit")
+        .job_id;
+    let running = c
+        .wait_job(id, Duration::from_secs(30), |j| {
+            j.state == pb::JobState::Running as i32
+        })
+        .await;
     let node = running.node_id.expect("placed");
     c.kill(node);
     c.start_agent(node);
     let done = c.wait_job(id, Duration::from_secs(60), is_terminal).await;
-    assert_eq!(done.state, pb::JobState::Succeeded as i32, "{} {}", done.reason, done.outcome);
-    assert_eq!((done.generation, done.node_id), (1, Some(node)), "the same run, not a re-placement");
+    assert_eq!(
+        done.state,
+        pb::JobState::Succeeded as i32,
+        "{} {}",
+        done.reason,
+        done.outcome
+    );
+    assert_eq!(
+        (done.generation, done.node_id),
+        (1, Some(node)),
+        "the same run, not a re-placement"
+    );
     let run = read_run(&records.join(format!("j-{id}-g1")));
     let text = std::fs::read_to_string(records.join(format!("j-{id}-g1"))).expect("record");
-    assert!(run.end > run.start && !text.contains("term"), "the run was not disturbed:\n{text}");
+    assert!(
+        run.end > run.start && !text.contains("term"),
+        "the run was not disturbed:\n{text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -264,7 +294,11 @@ async fn bad_jobs_get_clear_answers() {
         .wait_job(huge, Duration::from_secs(10), |j| !j.reason.is_empty())
         .await;
     assert_eq!(j.state, pb::JobState::Pending as i32);
-    assert!(j.reason.contains("no schedulable node has 64 GPUs"), "{}", j.reason);
+    assert!(
+        j.reason.contains("no schedulable node has 64 GPUs"),
+        "{}",
+        j.reason
+    );
     assert!(
         j.node_id.is_none() && j.gpus.is_empty(),
         "never partly bound"
