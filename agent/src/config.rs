@@ -56,6 +56,7 @@ pub struct RaftSection {
     #[serde(default, with = "humantime_serde")]
     pub election_timeout_max: Option<Duration>,
     pub snapshot_every: Option<u64>,
+    pub keep_logs: Option<u64>,
     pub voter_target: Option<usize>,
 }
 
@@ -122,6 +123,9 @@ pub struct RaftSettings {
     pub election_timeout_max: Duration,
     /// Build a snapshot (and allow purging the log) after this many entries.
     pub snapshot_every: u64,
+    /// Log entries kept behind the last snapshot, so slightly lagging followers catch up from
+    /// the log instead of a snapshot.
+    pub keep_logs: u64,
     /// How many voters the cluster aims for; every other member is a learner.
     pub voter_target: usize,
 }
@@ -193,6 +197,7 @@ impl Config {
             election_timeout_min: r.election_timeout_min.unwrap_or(Duration::from_millis(300)),
             election_timeout_max: r.election_timeout_max.unwrap_or(Duration::from_millis(600)),
             snapshot_every: r.snapshot_every.unwrap_or(10_000),
+            keep_logs: r.keep_logs.unwrap_or(1_000),
             voter_target: r.voter_target.unwrap_or(3),
         };
         ensure!(
@@ -262,7 +267,7 @@ impl Config {
             election_timeout_min: ms(self.raft.election_timeout_min),
             election_timeout_max: ms(self.raft.election_timeout_max),
             snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(self.raft.snapshot_every),
-            max_in_snapshot_log_to_keep: 1_000,
+            max_in_snapshot_log_to_keep: self.raft.keep_logs,
             snapshot_max_chunk_size: 4 * 1024 * 1024,
             ..Default::default()
         };

@@ -58,7 +58,7 @@ pub struct Cluster {
 
 impl Cluster {
     /// Start `n` agents: n1 bootstraps, the others join through it. `extra_toml` is appended to
-    /// every agent's config. Waits until all are members and the voter seats are filled.
+    /// every agent's config, inside its `[raft]` table unless it opens tables of its own. Waits until all are members and the voter seats are filled.
     pub async fn start(n: u64, voter_target: usize, extra_toml: &str) -> Cluster {
         let turn = ONE_CLUSTER_AT_A_TIME
             .lock()
@@ -84,7 +84,7 @@ impl Cluster {
             let toml = format!(
                 "node_id = {id}\nlisten = {addr:?}\ndata_dir = {data:?}\n{start}\njoin_timeout = \"30s\"\n\
                  gpu_backend = \"sim\"\nsim_gpus = {gpus:?}\n\
-                 [raft]\nvoter_target = {voter_target}\n{jobs}{extra_toml}\n"
+                 {jobs}[raft]\nvoter_target = {voter_target}\n{extra_toml}\n"
             );
             let config = root.path().join(format!("node-{id}.toml"));
             std::fs::write(&config, toml).expect("write config");

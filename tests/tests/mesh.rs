@@ -156,3 +156,54 @@ async fn a_dead_voter_is_replaced_by_a_learner_and_rejoins_as_learner() {
     let written_after = write_labels(&c, &[victim], leader, 10..12).await;
     assert_all_present(&c, victim, leader, &written_after).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_behind_a_purged_log_catches_up_from_a_snapshot() {
+    let mut c = Cluster::start(3, 3, "snapshot_every = 20\nkeep_logs = 5\n").await;
+    let leader = c.leader().await;
+    let behind = c
+        .running()
+        .into_iter()
+        .find(|n| *n != leader)
+        .expect("a follower");
+    let had = c.status(behind, true).await.expect("status").applied_index;
+    c.kill(behind);
+    let alive: Vec<u64> = c.running();
+    // Far more entries than the leader keeps after a snapshot: the follower cannot catch up
+    // from the log.
+    for i in 0..120u32 {
+        let via = alive[i as usize % alive.len()];
+        c.label(via, leader, "counter", &i.to_string())
+            .await
+            .unwrap_or_else(|e| panic!("write {i}: {e}"));
+    }
+    let leader_status = c.status(leader, false).await.expect("status");
+    c.start_agent(behind);
+    c.wait_for(
+        "the follower to catch up",
+        Duration::from_secs(30),
+        |c| async move {
+            c.status(behind, true)
+                .await
+                .is_ok_and(|s| s.applied_index >= leader_status.commit_index)
+        },
+    )
+    .await;
+    let node = c
+        .node(behind, leader, true)
+        .await
+        .expect("stale read on the caught-up follower");
+    assert_eq!(node.labels.get("counter").map(String::as_str), Some("119"));
+    // Its snapshot now covers entries it never had in its log: it was installed from the leader.
+    let snapshot = std::fs::read(c.root.path().join(format!("node-{behind}/snapshot")))
+        .expect("snapshot file");
+    let header = snapshot.split(|b| *b == b'\n').next().expect("header line");
+    let header: serde_json::Value = serde_json::from_slice(header).expect("header json");
+    let covered = header["meta"]["last_log_id"]["index"]
+        .as_u64()
+        .expect("snapshot index");
+    assert!(
+        covered > had + 20,
+        "snapshot covers up to {covered}, the follower had {had} before it died"
+    );
+}
