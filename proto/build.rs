@@ -3,6 +3,9 @@
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let protos = [
         "proto/gpumesh/v1/cluster.proto",
+        "proto/gpumesh/v1/node.proto",
+        "proto/gpumesh/v1/job.proto",
+        "proto/gpumesh/v1/auth.proto",
         "proto/gpumesh/internal/v1/peer.proto",
     ];
     let mut config = prost_build::Config::new();

@@ -9,7 +9,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use gpu_proto::internal::v1::{JoinRequest, RaftMessage, ReadIndexRequest};
-use gpu_raft_store::{ApplyResult, Command, LogEntry, NodeId, Raft, Rejection, StateReader};
+use gpu_raft_store::{
+    ApplyResult, Command, LogEntry, NodeId, Raft, Rejection, RequestMeta, StateReader,
+};
 use openraft::error::{ChangeMembershipError, ClientWriteError, RaftError};
 use openraft::{BasicNode, ChangeMembers, RaftMetrics, ServerState};
 
@@ -38,6 +40,14 @@ pub enum Attempt {
     /// Safe to try again (no leader yet, leadership moved, peer not reachable).
     Retry(ClusterError),
     Fail(ClusterError),
+}
+
+/// A write on its way to the leader: the command and, for API requests, who asked.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct Proposal {
+    pub cmd: Command,
+    #[serde(default)]
+    pub meta: Option<RequestMeta>,
 }
 
 /// A committed write: its log index and how it applied. The reply of a forwarded write.
@@ -150,14 +160,24 @@ impl Cluster {
     /// committed and applied on this replica too (read-your-writes through any agent). A
     /// rejection by `apply` is an error.
     pub async fn write(&self, cmd: Command) -> Result<ApplyResult, ClusterError> {
+        self.write_as(cmd, None).await
+    }
+
+    /// `write` on behalf of an API caller: `meta` becomes the command's audit entry.
+    pub async fn write_as(
+        &self,
+        cmd: Command,
+        meta: Option<RequestMeta>,
+    ) -> Result<ApplyResult, ClusterError> {
+        let proposal = Proposal { cmd, meta };
         let written = self
             .retrying(|| async {
                 match self.leader() {
                     None => Err(Attempt::Retry(ClusterError::NoLeader)),
                     Some((leader, _)) if leader == self.id => {
-                        self.write_as_leader(cmd.clone()).await
+                        self.write_as_leader(proposal.clone()).await
                     }
-                    Some((_, addr)) => self.forward_write(&addr, &cmd).await,
+                    Some((_, addr)) => self.forward_write(&addr, &proposal).await,
                 }
             })
             .await?;
@@ -173,10 +193,11 @@ impl Cluster {
     }
 
     /// Propose on this node, which must be the leader. The proposer stamps the entry's time.
-    pub async fn write_as_leader(&self, cmd: Command) -> Result<Written, Attempt> {
+    pub async fn write_as_leader(&self, proposal: Proposal) -> Result<Written, Attempt> {
         let entry = LogEntry {
             proposed_at_ms: now_ms(),
-            cmd,
+            cmd: proposal.cmd,
+            meta: proposal.meta,
         };
         match self.raft.client_write(entry).await {
             Ok(reply) => Ok(Written {
@@ -190,8 +211,8 @@ impl Cluster {
         }
     }
 
-    async fn forward_write(&self, addr: &str, cmd: &Command) -> Result<Written, Attempt> {
-        let json = serde_json::to_vec(cmd)
+    async fn forward_write(&self, addr: &str, proposal: &Proposal) -> Result<Written, Attempt> {
+        let json = serde_json::to_vec(proposal)
             .map_err(|e| Attempt::Fail(ClusterError::Raft(e.to_string())))?;
         let mut client = self.peers.get(addr).map_err(remote)?;
         let reply = client

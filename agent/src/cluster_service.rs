@@ -8,12 +8,15 @@ use gpu_proto::v1 as pb;
 use gpu_proto::v1::cluster_service_server::ClusterService;
 use tonic::{Request, Response, Status};
 
+use crate::auth::Auth;
+use crate::auth::rbac::Action;
 use crate::cluster::{Attempt, Cluster, ClusterError, retry_until};
 use crate::peer_client::with_deadline;
 use crate::to_proto::{self, Liveness};
 
 pub struct ClusterApi {
     pub cluster: Cluster,
+    pub auth: Auth,
     pub reachable_within: Duration,
 }
 
@@ -32,6 +35,9 @@ impl ClusterService for ClusterApi {
         &self,
         req: Request<pb::GetStatusRequest>,
     ) -> Result<Response<pb::ClusterStatus>, Status> {
+        self.auth
+            .check(&req, "cluster.status", "cluster", Action::ReadCluster)
+            .await?;
         if req.into_inner().stale {
             return Ok(Response::new(status_view(&self.cluster, None)));
         }

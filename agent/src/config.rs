@@ -27,6 +27,7 @@ pub struct FileConfig {
     pub labels: Option<BTreeMap<String, String>>,
     pub gpu_backend: Option<BackendKind>,
     pub sim_gpus: Option<String>,
+    pub bootstrap_token_file: Option<PathBuf>,
     #[serde(default)]
     pub raft: RaftSection,
     #[serde(default)]
@@ -44,6 +45,10 @@ pub struct JobsSection {
     pub down_after: Option<Duration>,
     #[serde(default, with = "humantime_serde")]
     pub stop_grace: Option<Duration>,
+    /// User name jobs run as.
+    pub run_as: Option<String>,
+    /// The cgroup v2 directory job cgroups are created under.
+    pub cgroup_root: Option<PathBuf>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -94,6 +99,8 @@ pub struct Config {
     pub gpu_backend: BackendKind,
     /// Simulated GPUs (`4xA100-80GB,2xT4-16GB`), used by the sim backend.
     pub sim_gpus: String,
+    /// Where `--bootstrap` writes the first admin token (mode 0600).
+    pub bootstrap_token_file: PathBuf,
     pub raft: RaftSettings,
     pub autopilot: AutopilotSettings,
     pub jobs: JobSettings,
@@ -108,6 +115,96 @@ pub struct JobSettings {
     pub down_after: Duration,
     /// SIGTERM → SIGKILL grace when a job is cancelled, evicted or fenced.
     pub stop_grace: Duration,
+    /// The user jobs run as: `jobs.run_as`, by default `nobody` when the agent runs as root and
+    /// the agent's own user otherwise. Never root unless the operator says `run_as = "root"`.
+    pub run_as: RunAs,
+    /// Every run gets a cgroup `<cgroup_root>/job-<id>-g<generation>` with its CPU and memory
+    /// limits when this is (or can be made) a cgroup v2 directory with the `cpu` and `memory`
+    /// controllers delegated; otherwise jobs run without limits (see `executor::isolation`).
+    pub cgroup_root: PathBuf,
+}
+
+/// Where job cgroups live by default: a cgroup of our own directly under the cgroup v2 root,
+/// beside systemd's slices (systemd leaves cgroups it did not create alone).
+pub const DEFAULT_CGROUP_ROOT: &str = "/sys/fs/cgroup/gpumesh";
+
+/// The user jobs run as, resolved to ids when the configuration is validated.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunAs {
+    pub name: String,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+impl RunAs {
+    pub fn is_root(&self) -> bool {
+        self.uid == 0
+    }
+
+    /// `jobs.run_as` (or its default) resolved against this host's users and the agent's own
+    /// effective ids.
+    fn resolve(requested: Option<&str>) -> anyhow::Result<Self> {
+        use nix::unistd::{Uid, User, getegid, geteuid};
+        let (uid, gid) = (geteuid().as_raw(), getegid().as_raw());
+        let own_name = User::from_uid(Uid::from_raw(uid))
+            .ok()
+            .flatten()
+            .map_or_else(|| uid.to_string(), |u| u.name);
+        let lookup = |name: &str| -> anyhow::Result<Option<(u32, u32)>> {
+            let user =
+                User::from_name(name).with_context(|| format!("looking up user {name:?}"))?;
+            Ok(user.map(|u| (u.uid.as_raw(), u.gid.as_raw())))
+        };
+        choose_run_as(requested, (uid, gid, &own_name), lookup)
+    }
+}
+
+/// The pure part of `RunAs::resolve`: `agent` is the agent's own (uid, gid, name), `lookup`
+/// finds a user's (uid, primary gid) by name.
+fn choose_run_as(
+    requested: Option<&str>,
+    agent: (u32, u32, &str),
+    lookup: impl Fn(&str) -> anyhow::Result<Option<(u32, u32)>>,
+) -> anyhow::Result<RunAs> {
+    let (agent_uid, agent_gid, agent_name) = agent;
+    let Some(name) = requested else {
+        if agent_uid != 0 {
+            return Ok(RunAs {
+                name: agent_name.to_owned(),
+                uid: agent_uid,
+                gid: agent_gid,
+            });
+        }
+        let (uid, gid) = lookup("nobody")?.context(
+            "jobs.run_as is not set and this host has no user \"nobody\" to run jobs as; \
+             set jobs.run_as to an unprivileged user",
+        )?;
+        return Ok(RunAs {
+            name: "nobody".into(),
+            uid,
+            gid,
+        });
+    };
+    ensure!(!name.is_empty(), "jobs.run_as must name a user");
+    let (uid, gid) =
+        lookup(name)?.with_context(|| format!("jobs.run_as: this host has no user {name:?}"))?;
+    if agent_uid == 0 {
+        return Ok(RunAs {
+            name: name.to_owned(),
+            uid,
+            gid,
+        });
+    }
+    ensure!(
+        uid == agent_uid,
+        "jobs.run_as = {name:?} (uid {uid}) needs the agent to run as root; it runs as uid {agent_uid}"
+    );
+    // Not root: jobs keep the agent's own ids (it could not switch to the user's primary group).
+    Ok(RunAs {
+        name: name.to_owned(),
+        uid,
+        gid: agent_gid,
+    })
 }
 
 /// Raft timing. Defaults suit a LAN: heartbeat 100 ms; election timeout 300–600 ms. In openraft
@@ -148,6 +245,7 @@ pub struct Overrides {
     pub labels: Option<BTreeMap<String, String>>,
     pub gpu_backend: Option<BackendKind>,
     pub sim_gpus: Option<String>,
+    pub bootstrap_token_file: Option<PathBuf>,
 }
 
 impl Config {
@@ -229,7 +327,16 @@ impl Config {
             lease: j.lease.unwrap_or(Duration::from_secs(10)),
             down_after: j.down_after.unwrap_or(Duration::from_secs(20)),
             stop_grace: j.stop_grace.unwrap_or(Duration::from_secs(10)),
+            run_as: RunAs::resolve(j.run_as.as_deref())?,
+            cgroup_root: j
+                .cgroup_root
+                .unwrap_or_else(|| PathBuf::from(DEFAULT_CGROUP_ROOT)),
         };
+        ensure!(
+            jobs.cgroup_root.is_absolute(),
+            "jobs.cgroup_root must be an absolute path, got {}",
+            jobs.cgroup_root.display()
+        );
         ensure!(
             jobs.lease >= raft.election_timeout_max * 2,
             "jobs.lease must be at least twice raft.election_timeout_max"
@@ -242,12 +349,16 @@ impl Config {
             node_id,
             listen,
             advertise,
-            data_dir,
+            data_dir: data_dir.clone(),
             bootstrap,
             join,
             join_timeout: file.join_timeout.unwrap_or(Duration::from_secs(60)),
             labels,
             gpu_backend: flags.gpu_backend.or(file.gpu_backend).unwrap_or_default(),
+            bootstrap_token_file: flags
+                .bootstrap_token_file
+                .or(file.bootstrap_token_file)
+                .unwrap_or_else(|| data_dir.join("bootstrap-admin.token")),
             sim_gpus: flags
                 .sim_gpus
                 .or(file.sim_gpus)
@@ -339,5 +450,78 @@ mod tests {
         let no_id = FileConfig::parse("data_dir = \"d\"\n").expect("parses");
         let err = Config::parse_and_validate(no_id, Overrides::default()).expect_err("no id");
         assert!(err.to_string().contains("node_id"), "{err}");
+    }
+
+    fn users(name: &str) -> anyhow::Result<Option<(u32, u32)>> {
+        Ok(match name {
+            "root" => Some((0, 0)),
+            "nobody" => Some((65534, 65534)),
+            "alice" => Some((1000, 1000)),
+            _ => None,
+        })
+    }
+
+    #[test]
+    fn jobs_never_run_as_root_by_default() {
+        let root = (0, 0, "root");
+        let alice = (1000, 1001, "alice");
+        let pick = |requested, agent| choose_run_as(requested, agent, users);
+        let nobody = RunAs {
+            name: "nobody".into(),
+            uid: 65534,
+            gid: 65534,
+        };
+        assert_eq!(pick(None, root).expect("default"), nobody);
+        assert_eq!(pick(Some("nobody"), root).expect("named"), nobody);
+        // An unprivileged agent runs jobs as itself, with its own group.
+        let own = RunAs {
+            name: "alice".into(),
+            uid: 1000,
+            gid: 1001,
+        };
+        assert_eq!(pick(None, alice).expect("own user"), own);
+        assert_eq!(pick(Some("alice"), alice).expect("same user"), own);
+        // Root only when asked for by name.
+        assert!(pick(Some("root"), root).expect("explicit root").is_root());
+    }
+
+    #[test]
+    fn impossible_run_as_users_are_config_errors() {
+        let err = choose_run_as(Some("mallory"), (0, 0, "root"), users).expect_err("unknown");
+        assert!(err.to_string().contains("no user \"mallory\""), "{err}");
+        let err =
+            choose_run_as(Some("nobody"), (1000, 1000, "alice"), users).expect_err("not root");
+        assert!(
+            err.to_string().contains("needs the agent to run as root"),
+            "{err}"
+        );
+        assert!(choose_run_as(Some(""), (0, 0, "root"), users).is_err());
+        let no_nobody = |_: &str| Ok(None);
+        let err = choose_run_as(None, (0, 0, "root"), no_nobody).expect_err("no nobody");
+        assert!(err.to_string().contains("jobs.run_as"), "{err}");
+    }
+
+    #[test]
+    fn job_isolation_keys_parse() {
+        let c = Config::parse_and_validate(minimal(), Overrides::default()).expect("valid");
+        assert_eq!(c.jobs.cgroup_root, Path::new(DEFAULT_CGROUP_ROOT));
+        assert!(!c.jobs.run_as.is_root(), "{:?}", c.jobs.run_as);
+        let f = FileConfig::parse(
+            "node_id = 1\ndata_dir = \"d\"\n[jobs]\ncgroup_root = \"/sys/fs/cgroup/jobs\"\n",
+        )
+        .expect("parses");
+        let c = Config::parse_and_validate(f, Overrides::default()).expect("valid");
+        assert_eq!(c.jobs.cgroup_root, Path::new("/sys/fs/cgroup/jobs"));
+        let relative =
+            FileConfig::parse("node_id = 1\ndata_dir = \"d\"\n[jobs]\ncgroup_root = \"jobs\"\n")
+                .expect("parses");
+        let err = Config::parse_and_validate(relative, Overrides::default()).expect_err("relative");
+        assert!(err.to_string().contains("cgroup_root"), "{err}");
+        let unknown = FileConfig::parse(
+            "node_id = 1\ndata_dir = \"d\"\n[jobs]\nrun_as = \"no-such-user-here\"\n",
+        )
+        .expect("parses");
+        let err = Config::parse_and_validate(unknown, Overrides::default()).expect_err("unknown");
+        assert!(err.to_string().contains("no-such-user-here"), "{err}");
     }
 }

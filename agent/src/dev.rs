@@ -27,6 +27,9 @@ pub struct DevOptions {
     pub sim_gpus: Option<String>,
 }
 
+/// The admin token of the mesh, in the dev directory.
+const TOKEN_FILE: &str = "admin.token";
+
 /// The default mix, so placement by type is visible from the first minute.
 const NODE_KINDS: [&str; 3] = ["4xA100-80GB", "2xH100-80GB,2xL4-24GB", "4xT4-16GB"];
 
@@ -51,6 +54,10 @@ pub async fn run(opts: DevOptions, cancel: CancellationToken) -> anyhow::Result<
         ),
     };
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    // Jobs run as an unprivileged user, who must be able to pass through to their run
+    // directories (listing stays closed).
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o711))
+        .with_context(|| format!("opening {} to job users", dir.display()))?;
     let addrs = pick_addrs(opts.nodes, opts.base_port)?;
 
     let mut agents = Vec::new();
@@ -69,7 +76,9 @@ pub async fn run(opts: DevOptions, cancel: CancellationToken) -> anyhow::Result<
                     .unwrap_or(NODE_KINDS[i % NODE_KINDS.len()]),
             );
         if id == 1 {
-            cmd.arg("--bootstrap");
+            cmd.arg("--bootstrap")
+                .arg("--bootstrap-token-file")
+                .arg(dir.join(TOKEN_FILE));
         } else {
             cmd.args(["--join", &addrs[0]]);
         }
@@ -90,9 +99,10 @@ pub async fn run(opts: DevOptions, cancel: CancellationToken) -> anyhow::Result<
         });
     }
 
+    let token_file = dir.join(TOKEN_FILE);
     let ready = tokio::select! {
         () = cancel.cancelled() => Ok(None),
-        r = wait_ready(&mut agents) => r.map(Some),
+        r = wait_ready(&mut agents, &token_file) => r.map(Some),
     };
     let outcome = match ready {
         Ok(Some(leader)) => {
@@ -134,7 +144,7 @@ fn pick_addrs(n: usize, base_port: u16) -> anyhow::Result<Vec<String>> {
 }
 
 /// Wait until a leader exists and every agent is a member; returns the leader id.
-async fn wait_ready(agents: &mut [DevAgent]) -> anyhow::Result<u64> {
+async fn wait_ready(agents: &mut [DevAgent], token_file: &Path) -> anyhow::Result<u64> {
     let started = Instant::now();
     let want_voters = agents.len().min(3);
     loop {
@@ -147,7 +157,8 @@ async fn wait_ready(agents: &mut [DevAgent]) -> anyhow::Result<u64> {
                 );
             }
         }
-        if let Ok(s) = status(&agents[0].addr).await {
+        let token = std::fs::read_to_string(token_file).unwrap_or_default();
+        if let Ok(s) = status(&agents[0].addr, token.trim()).await {
             let voters = s
                 .members
                 .iter()
@@ -170,31 +181,76 @@ async fn wait_ready(agents: &mut [DevAgent]) -> anyhow::Result<u64> {
     }
 }
 
-async fn status(addr: &str) -> anyhow::Result<gpu_proto::v1::ClusterStatus> {
+async fn status(addr: &str, token: &str) -> anyhow::Result<gpu_proto::v1::ClusterStatus> {
     let mut client = ClusterServiceClient::connect(format!("http://{addr}")).await?;
     let mut req = tonic::Request::new(GetStatusRequest { stale: false });
     req.set_timeout(Duration::from_secs(2));
+    req.metadata_mut()
+        .insert("authorization", format!("Bearer {token}").parse()?);
     Ok(client.get_status(req).await?.into_inner())
 }
 
 fn print_banner(agents: &[DevAgent], leader: u64, dir: &Path) {
-    let endpoints = agents
-        .iter()
-        .map(|a| a.addr.as_str())
-        .collect::<Vec<_>>()
-        .join(",");
+    let addrs: Vec<&str> = agents.iter().map(|a| a.addr.as_str()).collect();
+    let endpoints = addrs.join(",");
+    let token = dir.join(TOKEN_FILE);
     println!(
         "gpumesh dev mesh: {} agents up, leader n{leader}, data and logs in {}",
         agents.len(),
         dir.display()
     );
     println!("endpoint: {endpoints}");
+    println!("token file: {}", token.display());
     println!();
-    println!("  export GPUCTL_ENDPOINT={endpoints}");
+    match write_gpuctl_config(&addrs, &token) {
+        Ok(path) => println!("gpuctl is set up for this mesh through {}:", path.display()),
+        Err(why) => {
+            println!("{why}; point gpuctl at this mesh with:");
+            println!("  export GPUCTL_ENDPOINT={endpoints}");
+            println!("  export GPUCTL_TOKEN_FILE={}", token.display());
+        }
+    }
     println!("  cargo run --release --bin gpuctl -- cluster status");
-    println!("  cargo run --release --bin gpuctl -- cluster members -o json");
+    println!("  cargo run --release --bin gpuctl -- gpu list");
     println!();
     println!("Ctrl-C stops the mesh.");
+}
+
+const CONFIG_MARKER: &str = "# written by gpu-agent dev";
+
+/// Point gpuctl's config file (`$GPUCTL_CONFIG`, else `~/.config/gpumesh/gpuctl.toml`) at this
+/// mesh, unless the file exists and is not one `dev` wrote.
+fn write_gpuctl_config(addrs: &[&str], token: &Path) -> Result<PathBuf, String> {
+    let path = match std::env::var_os("GPUCTL_CONFIG") {
+        Some(p) => PathBuf::from(p),
+        None => PathBuf::from(std::env::var_os("HOME").ok_or("HOME is not set")?)
+            .join(".config/gpumesh/gpuctl.toml"),
+    };
+    if let Ok(existing) = std::fs::read_to_string(&path)
+        && !existing.starts_with(CONFIG_MARKER)
+    {
+        return Err(format!(
+            "left {} alone (it was not written by gpu-agent dev)",
+            path.display()
+        ));
+    }
+    let endpoints = addrs
+        .iter()
+        .map(|a| format!("{a:?}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let text = format!(
+        "{CONFIG_MARKER}: points gpuctl at a local dev mesh.\nendpoint = [{endpoints}]\ntoken_file = {:?}\n",
+        token.display().to_string()
+    );
+    let write = || -> std::io::Result<()> {
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::write(&path, text)
+    };
+    write().map_err(|e| format!("could not write {}: {e}", path.display()))?;
+    Ok(path)
 }
 
 /// Run until cancelled, reporting agents that exit on their own.

@@ -11,6 +11,8 @@ use gpu_proto::v1::gpu_service_server::GpuService;
 use gpu_raft_store::NodeId;
 use tonic::{Request, Response, Status};
 
+use crate::auth::Auth;
+use crate::auth::rbac::Action;
 use crate::cluster::Cluster;
 use crate::gpu::{Fault, GpuBackend, GpuError};
 use crate::peer_client::with_deadline;
@@ -21,6 +23,7 @@ const TELEMETRY_DEADLINE: Duration = Duration::from_secs(1);
 
 pub struct GpuApi {
     pub cluster: Cluster,
+    pub auth: Auth,
     pub gpus: Arc<dyn GpuBackend>,
 }
 
@@ -89,6 +92,9 @@ impl GpuService for GpuApi {
         &self,
         req: Request<pb::ListGpusRequest>,
     ) -> Result<Response<pb::ListGpusResponse>, Status> {
+        self.auth
+            .check(&req, "gpu.list", "gpu/*", Action::ReadCluster)
+            .await?;
         let only = req.into_inner().node_id;
         let nodes: Vec<pb::Node> = self.cluster.state.read(|s| {
             s.nodes
@@ -126,6 +132,10 @@ impl GpuService for GpuApi {
         &self,
         req: Request<pb::InjectFaultRequest>,
     ) -> Result<Response<pb::InjectFaultResponse>, Status> {
+        let object = format!("gpu/n{}/{}", req.get_ref().node_id, req.get_ref().gpu_index);
+        self.auth
+            .check(&req, "gpu.inject", &object, Action::ManageNodes)
+            .await?;
         let req = req.into_inner();
         if req.node_id == self.cluster.id {
             local_inject(self.gpus.as_ref(), &req)?;

@@ -8,6 +8,8 @@ use gpu_proto::v1::job_service_server::JobService;
 use gpu_raft_store::{ApplyResult, ClusterState, Command, Job, JobId, validate};
 use tonic::{Request, Response, Status};
 
+use crate::auth::Auth;
+use crate::auth::rbac::Action;
 use crate::cluster::Cluster;
 use crate::executor::logs::{self, LogStream};
 use crate::peer_client::with_deadline;
@@ -16,6 +18,7 @@ use crate::to_proto;
 
 pub struct JobApi {
     pub cluster: Cluster,
+    pub auth: Auth,
     /// Where this agent keeps its jobs' directories (for local log reads).
     pub jobs_dir: std::path::PathBuf,
 }
@@ -44,6 +47,13 @@ impl JobApi {
             .read(|s| s.jobs.get(&id).map(|j| job_view(s, j)))
             .ok_or_else(|| Status::not_found(format!("job j-{id} does not exist")))
     }
+
+    fn tenant_of(&self, id: JobId) -> Result<String, Status> {
+        self.cluster
+            .state
+            .read(|s| s.jobs.get(&id).map(|j| j.spec.tenant.clone()))
+            .ok_or_else(|| Status::not_found(format!("job j-{id} does not exist")))
+    }
 }
 
 #[tonic::async_trait]
@@ -52,19 +62,27 @@ impl JobService for JobApi {
         &self,
         req: Request<pb::SubmitJobRequest>,
     ) -> Result<Response<pb::SubmitJobResponse>, Status> {
-        let req = req.into_inner();
-        let spec = to_proto::spec_from(req.spec.ok_or_else(|| invalid("spec is required"))?);
+        let r = req.get_ref();
+        let spec = to_proto::spec_from(r.spec.clone().ok_or_else(|| invalid("spec is required"))?);
         validate::job_spec(&spec).map_err(invalid)?;
-        let key = (!req.idempotency_key.is_empty()).then_some(req.idempotency_key);
+        let key = (!r.idempotency_key.is_empty()).then(|| r.idempotency_key.clone());
         if let Some(k) = &key {
             validate::idempotency_key(k).map_err(invalid)?;
         }
+        let object = format!("job/{}", spec.name);
+        let caller = self
+            .auth
+            .check(&req, "job.submit", &object, Action::WriteJob(&spec.tenant))
+            .await?;
         match self
             .cluster
-            .write(Command::SubmitJob {
-                spec,
-                idempotency_key: key,
-            })
+            .write_as(
+                Command::SubmitJob {
+                    spec,
+                    idempotency_key: key,
+                },
+                Some(caller.meta),
+            )
             .await?
         {
             ApplyResult::JobSubmitted { job, existing } => {
@@ -80,17 +98,25 @@ impl JobService for JobApi {
     }
 
     async fn get_job(&self, req: Request<pb::GetJobRequest>) -> Result<Response<pb::Job>, Status> {
-        let req = req.into_inner();
-        if !req.stale {
+        let pb::GetJobRequest { id, stale } = *req.get_ref();
+        let caller = self
+            .auth
+            .authenticate(&req, "job.get", &format!("job/j-{id}"))
+            .await?;
+        if !stale {
             self.cluster.linearizable_read().await?;
         }
-        Ok(Response::new(self.get(req.id)?))
+        self.auth
+            .require(&caller, Action::ReadJob(&self.tenant_of(id)?))
+            .await?;
+        Ok(Response::new(self.get(id)?))
     }
 
     async fn list_jobs(
         &self,
         req: Request<pb::ListJobsRequest>,
     ) -> Result<Response<pb::ListJobsResponse>, Status> {
+        let caller = self.auth.authenticate(&req, "job.list", "job/*").await?;
         let req = req.into_inner();
         let mut states = Vec::new();
         for s in &req.states {
@@ -107,9 +133,11 @@ impl JobService for JobApi {
         } else {
             req.limit as usize
         };
+        let visible = |tenant: &str| caller.identity.may(Action::ReadJob(tenant)).is_ok();
         let jobs = self.cluster.state.read(|s| {
             s.jobs
                 .values()
+                .filter(|j| visible(&j.spec.tenant))
                 .filter(|j| states.is_empty() || states.contains(&j.state))
                 .filter(|j| {
                     req.node_id
@@ -127,8 +155,17 @@ impl JobService for JobApi {
         &self,
         req: Request<pb::CancelJobRequest>,
     ) -> Result<Response<pb::Job>, Status> {
-        let id = req.into_inner().id;
-        self.cluster.write(Command::CancelJob { job: id }).await?;
+        let id = req.get_ref().id;
+        let caller = self
+            .auth
+            .authenticate(&req, "job.cancel", &format!("job/j-{id}"))
+            .await?;
+        self.auth
+            .require(&caller, Action::WriteJob(&self.tenant_of(id)?))
+            .await?;
+        self.cluster
+            .write_as(Command::CancelJob { job: id }, Some(caller.meta))
+            .await?;
         Ok(Response::new(self.get(id)?))
     }
 
@@ -138,6 +175,14 @@ impl JobService for JobApi {
         &self,
         req: Request<pb::JobLogsRequest>,
     ) -> Result<Response<LogStream>, Status> {
+        let id = req.get_ref().job_id;
+        let caller = self
+            .auth
+            .authenticate(&req, "job.logs", &format!("job/j-{id}"))
+            .await?;
+        self.auth
+            .require(&caller, Action::ReadJob(&self.tenant_of(id)?))
+            .await?;
         let req = req.into_inner();
         let (node, generation) = self
             .cluster

@@ -4,6 +4,8 @@
 //! Architecture invariant: all Raft retries and leader forwarding live in `cluster.rs`; all
 //! error → gRPC status mapping lives in `status.rs`; all wire conversion lives in `to_proto.rs`.
 
+pub mod audit_service;
+pub mod auth;
 pub mod autopilot;
 pub mod cluster;
 pub mod cluster_service;
@@ -24,3 +26,4 @@ pub mod raft_network;
 pub mod scheduler;
 pub mod status;
 pub mod to_proto;
+pub mod token_service;

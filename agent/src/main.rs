@@ -86,6 +86,9 @@ struct RunArgs {
     /// Simulated GPUs, e.g. 4xA100-80GB,2xT4-16GB.
     #[arg(long)]
     sim_gpus: Option<String>,
+    /// Where --bootstrap writes the first admin token (default: <data-dir>/bootstrap-admin.token).
+    #[arg(long)]
+    bootstrap_token_file: Option<PathBuf>,
 }
 
 fn parse_label(s: &str) -> Result<(String, String), String> {
@@ -141,6 +144,7 @@ async fn run(command: Cmd) -> anyhow::Result<()> {
                     .map(|l| l.into_iter().collect::<BTreeMap<_, _>>()),
                 gpu_backend: args.gpu_backend,
                 sim_gpus: args.sim_gpus,
+                bootstrap_token_file: args.bootstrap_token_file,
             };
             let config =
                 Config::parse_and_validate(file, overrides).context("invalid configuration")?;

@@ -22,6 +22,11 @@ use gpu_proto::v1::gpu_service_server::GpuServiceServer;
 use gpu_proto::v1::job_service_server::JobServiceServer;
 use gpu_raft_store::Inventory;
 
+use gpu_proto::v1::audit_service_server::AuditServiceServer;
+use gpu_proto::v1::token_service_server::TokenServiceServer;
+
+use crate::audit_service::AuditApi;
+use crate::auth::Auth;
 use crate::autopilot::Autopilot;
 use crate::cluster::Cluster;
 use crate::cluster_service::ClusterApi;
@@ -39,6 +44,7 @@ use crate::peer_client::PeerClients;
 use crate::peer_service::PeerService;
 use crate::raft_network::NetworkFactory;
 use crate::scheduler::{Policy, Scheduler};
+use crate::token_service::TokenApi;
 
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
@@ -141,6 +147,8 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
             stop_grace: config.jobs.stop_grace,
             agent_exe: std::env::current_exe().context("locating the gpu-agent binary")?,
             tick: Duration::from_secs(1),
+            run_as: config.jobs.run_as.clone(),
+            cgroup_root: config.jobs.cgroup_root.clone(),
         },
     };
     tasks.spawn(executor.run(cancel.clone()));
@@ -191,6 +199,8 @@ async fn enter_cluster(
             .initialize(members)
             .await
             .context("initializing the cluster")?;
+        info!(node_id = config.node_id, path = %config.bootstrap_token_file.display(), "minting the bootstrap admin token");
+        write_bootstrap_token(cluster, &config.bootstrap_token_file).await?;
         return Ok(());
     }
     if config.join.is_empty() {
@@ -213,6 +223,39 @@ async fn enter_cluster(
         )
     })?;
     info!(node_id = config.node_id, voter, "joined the cluster");
+    Ok(())
+}
+
+/// Mint the first admin token and hand it to the operator as a 0600 file (the cluster keeps
+/// only its hash). Revoke it once real admin tokens exist.
+async fn write_bootstrap_token(cluster: &Cluster, path: &std::path::Path) -> anyhow::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let minted = crate::auth::token::mint();
+    let record = gpu_raft_store::TokenRecord {
+        id: minted.id.clone(),
+        secret_sha256: minted.secret_sha256,
+        role: gpu_raft_store::Role::Admin,
+        tenant: None,
+        description: "bootstrap admin token".into(),
+        created_at_ms: crate::cluster::now_ms(),
+        created_by: "system:bootstrap".into(),
+        revoked: false,
+    };
+    cluster
+        .write(Command::CreateToken { token: record })
+        .await
+        .context("recording the bootstrap token")?;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("creating {}", path.display()))?;
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    writeln!(file, "{}", minted.bearer).with_context(|| format!("writing {}", path.display()))?;
+    file.sync_all()?;
     Ok(())
 }
 
@@ -275,40 +318,51 @@ async fn serve(listener: TcpListener, s: Services, cancel: CancellationToken) {
     health.set_serving::<JobServiceServer<JobApi>>().await;
     health.set_serving::<GpuServiceServer<GpuApi>>().await;
     let max = gpu_proto::MAX_MESSAGE_BYTES;
+    let cluster = s.cluster;
+    let auth = Auth {
+        cluster: cluster.clone(),
+    };
     let peer = RaftPeerServer::new(PeerService {
-        cluster: s.cluster.clone(),
+        cluster: cluster.clone(),
         reachable_within: s.reachable_within,
         gpus: s.gpus.clone(),
         jobs_dir: s.jobs_dir.clone(),
     })
     .max_decoding_message_size(max)
     .max_encoding_message_size(max);
-    let cluster_api = ClusterServiceServer::new(ClusterApi {
-        cluster: s.cluster.clone(),
+    let cluster_api = ClusterApi {
+        cluster: cluster.clone(),
+        auth: auth.clone(),
         reachable_within: s.reachable_within,
-    })
-    .max_decoding_message_size(max);
-    let node_api = NodeServiceServer::new(NodeApi {
-        cluster: s.cluster.clone(),
-    })
-    .max_decoding_message_size(max);
-    let job_api = JobServiceServer::new(JobApi {
-        cluster: s.cluster.clone(),
+    };
+    let node_api = NodeApi {
+        cluster: cluster.clone(),
+        auth: auth.clone(),
+    };
+    let job_api = JobApi {
+        cluster: cluster.clone(),
+        auth: auth.clone(),
         jobs_dir: s.jobs_dir,
-    })
-    .max_decoding_message_size(max);
-    let gpu_api = GpuServiceServer::new(GpuApi {
-        cluster: s.cluster,
+    };
+    let gpu_api = GpuApi {
+        cluster: cluster.clone(),
+        auth: auth.clone(),
         gpus: s.gpus,
-    })
-    .max_decoding_message_size(max);
+    };
+    let token_api = TokenApi {
+        cluster: cluster.clone(),
+        auth: auth.clone(),
+    };
+    let audit_api = AuditApi { cluster, auth };
     let result = tonic::transport::Server::builder()
         .add_service(health_service)
         .add_service(peer)
-        .add_service(cluster_api)
-        .add_service(node_api)
-        .add_service(job_api)
-        .add_service(gpu_api)
+        .add_service(ClusterServiceServer::new(cluster_api).max_decoding_message_size(max))
+        .add_service(NodeServiceServer::new(node_api).max_decoding_message_size(max))
+        .add_service(JobServiceServer::new(job_api).max_decoding_message_size(max))
+        .add_service(GpuServiceServer::new(gpu_api).max_decoding_message_size(max))
+        .add_service(TokenServiceServer::new(token_api).max_decoding_message_size(max))
+        .add_service(AuditServiceServer::new(audit_api).max_decoding_message_size(max))
         .serve_with_incoming_shutdown(TcpIncoming::from(listener), cancel.cancelled())
         .await;
     if let Err(e) = result {

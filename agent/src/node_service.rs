@@ -1,4 +1,4 @@
-//! Public `NodeService`: registered agents and their labels.
+//! Public `NodeService`: registered agents, their labels and schedulability.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -7,12 +7,15 @@ use gpu_proto::v1::node_service_server::NodeService;
 use gpu_raft_store::{Command, NodeId, validate};
 use tonic::{Request, Response, Status};
 
+use crate::auth::Auth;
+use crate::auth::rbac::Action;
 use crate::cluster::Cluster;
 use crate::status::invalid;
 use crate::to_proto;
 
 pub struct NodeApi {
     pub cluster: Cluster,
+    pub auth: Auth,
 }
 
 impl NodeApi {
@@ -29,6 +32,22 @@ impl NodeApi {
             .read(|s| s.nodes.get(&id).map(to_proto::node))
             .ok_or_else(|| Status::not_found(format!("node {id} is not registered")))
     }
+
+    /// Authorize a node mutation, replicate it with its audit metadata, return the node.
+    async fn change<T>(
+        &self,
+        req: &Request<T>,
+        verb: &str,
+        id: NodeId,
+        cmd: Command,
+    ) -> Result<Response<pb::Node>, Status> {
+        let caller = self
+            .auth
+            .check(req, verb, &format!("node/n{id}"), Action::ManageNodes)
+            .await?;
+        self.cluster.write_as(cmd, Some(caller.meta)).await?;
+        Ok(Response::new(self.node(id)?))
+    }
 }
 
 #[tonic::async_trait]
@@ -37,6 +56,9 @@ impl NodeService for NodeApi {
         &self,
         req: Request<pb::ListNodesRequest>,
     ) -> Result<Response<pb::ListNodesResponse>, Status> {
+        self.auth
+            .check(&req, "node.list", "node/*", Action::ReadCluster)
+            .await?;
         self.consistent(req.into_inner().stale).await?;
         let nodes = self
             .cluster
@@ -49,18 +71,26 @@ impl NodeService for NodeApi {
         &self,
         req: Request<pb::GetNodeRequest>,
     ) -> Result<Response<pb::Node>, Status> {
-        let req = req.into_inner();
-        self.consistent(req.stale).await?;
-        Ok(Response::new(self.node(req.id)?))
+        let id = req.get_ref().id;
+        self.auth
+            .check(
+                &req,
+                "node.get",
+                &format!("node/n{id}"),
+                Action::ReadCluster,
+            )
+            .await?;
+        self.consistent(req.into_inner().stale).await?;
+        Ok(Response::new(self.node(id)?))
     }
 
     async fn label_node(
         &self,
         req: Request<pb::LabelNodeRequest>,
     ) -> Result<Response<pb::Node>, Status> {
-        let req = req.into_inner();
-        let set: BTreeMap<String, String> = req.set.into_iter().collect();
-        let remove: BTreeSet<String> = req.remove.into_iter().collect();
+        let r = req.get_ref();
+        let set: BTreeMap<String, String> = r.set.clone().into_iter().collect();
+        let remove: BTreeSet<String> = r.remove.iter().cloned().collect();
         if set.is_empty() && remove.is_empty() {
             return Err(invalid(
                 "nothing to change: give labels to set or keys to remove",
@@ -79,41 +109,45 @@ impl NodeService for NodeApi {
         for k in &remove {
             validate::label_key(k).map_err(invalid)?;
         }
-        self.cluster
-            .write(Command::SetNodeLabels {
-                node: req.id,
+        let id = r.id;
+        self.change(
+            &req,
+            "node.label",
+            id,
+            Command::SetNodeLabels {
+                node: id,
                 set,
                 remove,
-            })
-            .await?;
-        Ok(Response::new(self.node(req.id)?))
+            },
+        )
+        .await
     }
 
     async fn cordon_node(
         &self,
         req: Request<pb::CordonNodeRequest>,
     ) -> Result<Response<pb::Node>, Status> {
-        let req = req.into_inner();
-        self.cluster
-            .write(Command::CordonNode {
-                node: req.id,
-                cordoned: req.cordoned,
-            })
-            .await?;
-        Ok(Response::new(self.node(req.id)?))
+        let pb::CordonNodeRequest { id, cordoned } = *req.get_ref();
+        let verb = if cordoned {
+            "node.cordon"
+        } else {
+            "node.uncordon"
+        };
+        self.change(&req, verb, id, Command::CordonNode { node: id, cordoned })
+            .await
     }
 
     async fn drain_node(
         &self,
         req: Request<pb::DrainNodeRequest>,
     ) -> Result<Response<pb::Node>, Status> {
-        let req = req.into_inner();
-        self.cluster
-            .write(Command::DrainNode {
-                node: req.id,
-                evict: req.evict,
-            })
-            .await?;
-        Ok(Response::new(self.node(req.id)?))
+        let pb::DrainNodeRequest { id, evict } = *req.get_ref();
+        self.change(
+            &req,
+            "node.drain",
+            id,
+            Command::DrainNode { node: id, evict },
+        )
+        .await
     }
 }

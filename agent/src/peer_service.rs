@@ -10,12 +10,12 @@ use gpu_proto::internal::v1::{
     LocalGpuTelemetryResponse, RaftMessage, ReadIndexRequest, ReadIndexResponse,
 };
 use gpu_proto::v1 as pb;
-use gpu_raft_store::{Command, validate};
+use gpu_raft_store::validate;
 use openraft::raft::AppendEntriesResponse;
 use serde::Serialize;
 use tonic::{Request, Response, Status};
 
-use crate::cluster::{Attempt, Cluster, ClusterError};
+use crate::cluster::{Attempt, Cluster, ClusterError, Proposal};
 use crate::cluster_service::status_view;
 use crate::executor::logs::{self, LogStream};
 use crate::gpu::GpuBackend;
@@ -86,10 +86,11 @@ impl RaftPeer for PeerService {
     }
 
     async fn propose(&self, req: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
-        let cmd: Command = serde_json::from_slice(&req.into_inner().json).map_err(bad_payload)?;
+        let proposal: Proposal =
+            serde_json::from_slice(&req.into_inner().json).map_err(bad_payload)?;
         let result = self
             .cluster
-            .write_as_leader(cmd)
+            .write_as_leader(proposal)
             .await
             .map_err(not_leader)?;
         reply(&result)

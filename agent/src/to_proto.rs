@@ -5,7 +5,9 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use gpu_proto::v1 as pb;
-use gpu_raft_store::{DEFAULT_TENANT, Job, JobSpec, JobState, NodeRecord, NodeStatus, Outcome};
+use gpu_raft_store::{
+    DEFAULT_TENANT, Job, JobSpec, JobState, NodeRecord, NodeStatus, Outcome, Role, TokenRecord,
+};
 
 use crate::cluster::RaftView;
 use crate::contact::ContactBook;
@@ -40,6 +42,39 @@ pub fn node(n: &NodeRecord) -> pb::Node {
             .collect(),
         cpu_cores: n.inventory.cpu_cores,
         memory_mib: n.inventory.memory_mib,
+    }
+}
+
+pub fn role(r: Role) -> pb::Role {
+    match r {
+        Role::Admin => pb::Role::Admin,
+        Role::Operator => pb::Role::Operator,
+        Role::TenantAdmin => pb::Role::TenantAdmin,
+        Role::User => pb::Role::User,
+        Role::Viewer => pb::Role::Viewer,
+    }
+}
+
+pub fn role_from(r: i32) -> Option<Role> {
+    match pb::Role::try_from(r).ok()? {
+        pb::Role::Admin => Some(Role::Admin),
+        pb::Role::Operator => Some(Role::Operator),
+        pb::Role::TenantAdmin => Some(Role::TenantAdmin),
+        pb::Role::User => Some(Role::User),
+        pb::Role::Viewer => Some(Role::Viewer),
+        pb::Role::Unspecified => None,
+    }
+}
+
+pub fn token(t: &TokenRecord) -> pb::Token {
+    pb::Token {
+        id: t.id.clone(),
+        role: role(t.role) as i32,
+        tenant: t.tenant.clone().unwrap_or_default(),
+        description: t.description.clone(),
+        created_at_ms: t.created_at_ms,
+        created_by: t.created_by.clone(),
+        revoked: t.revoked,
     }
 }
 
@@ -81,6 +116,8 @@ fn spec(s: &JobSpec) -> pb::JobSpec {
         runtime_estimate_s: s.runtime_estimate_s,
         wall_time_limit_s: s.wall_time_limit_s,
         max_attempts: s.max_attempts,
+        cpu_millis: s.cpu_millis,
+        memory_mib: s.memory_mib,
     }
 }
 
@@ -104,6 +141,8 @@ pub fn spec_from(p: pb::JobSpec) -> JobSpec {
         runtime_estimate_s: p.runtime_estimate_s,
         wall_time_limit_s: p.wall_time_limit_s,
         max_attempts: p.max_attempts.max(1),
+        cpu_millis: p.cpu_millis,
+        memory_mib: p.memory_mib,
     }
 }
 

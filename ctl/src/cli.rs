@@ -18,15 +18,10 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
     about = "Control a gpumesh GPU cluster through any of its agents"
 )]
 pub struct Cli {
-    /// Agent addresses, tried in order until one answers.
-    #[arg(
-        long,
-        global = true,
-        env = "GPUCTL_ENDPOINT",
-        value_delimiter = ',',
-        default_value = "127.0.0.1:7070"
-    )]
-    pub endpoint: Vec<String>,
+    /// Agent addresses, tried in order until one answers [default: the config file's, else
+    /// 127.0.0.1:7070].
+    #[arg(long, global = true, env = "GPUCTL_ENDPOINT", value_delimiter = ',')]
+    pub endpoint: Option<Vec<String>>,
     /// Output format.
     #[arg(short, long, global = true, value_enum, default_value_t = Output::Table)]
     pub output: Output,
@@ -34,6 +29,10 @@ pub struct Cli {
     /// whole wait [default: none].
     #[arg(long, global = true, value_parser = units::positive_duration)]
     pub timeout: Option<Duration>,
+    /// File holding the bearer token (`<id>.<secret>`). The token itself may instead be given
+    /// in the environment as GPUCTL_TOKEN; it is never taken from the command line.
+    #[arg(long, global = true, env = "GPUCTL_TOKEN_FILE")]
+    pub token_file: Option<std::path::PathBuf>,
     #[command(subcommand)]
     pub command: Noun,
 }
@@ -61,6 +60,55 @@ pub enum Noun {
     /// Testing aids for clusters running the simulated GPU backend.
     #[command(subcommand)]
     Debug(DebugVerb),
+    /// API tokens: create (the secret is shown once), list, revoke, and which one you use.
+    #[command(subcommand)]
+    Token(TokenVerb),
+    /// The hash-chained audit log of every API mutation and refused request.
+    #[command(subcommand)]
+    Audit(AuditVerb),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum TokenVerb {
+    /// Mint a token. Prints `<id>.<secret>` once; store it, the cluster keeps only a hash.
+    Create {
+        #[arg(long, value_enum)]
+        role: RoleArg,
+        /// Tenant for tenant-admin and user tokens (and optionally viewer tokens).
+        #[arg(long)]
+        tenant: Option<String>,
+        #[arg(long, default_value = "")]
+        description: String,
+    },
+    /// Tokens you may manage.
+    List,
+    /// Revoke a token by id; it stops working as soon as each agent applies the revocation.
+    Revoke { id: String },
+    /// The token this gpuctl uses.
+    Whoami,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum RoleArg {
+    Admin,
+    Operator,
+    TenantAdmin,
+    User,
+    Viewer,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum AuditVerb {
+    /// Audit entries, oldest first.
+    List {
+        /// Only entries after this sequence number.
+        #[arg(long, default_value_t = 0)]
+        after: u64,
+        #[arg(long, default_value_t = 1000)]
+        limit: u32,
+    },
+    /// Check the hash chain; exit 1 when it is broken.
+    Verify,
 }
 
 #[derive(Subcommand, Debug)]
@@ -225,6 +273,12 @@ pub struct SubmitArgs {
     /// Runs to try before the job counts as failed [default: 1].
     #[arg(long)]
     pub max_attempts: Option<u32>,
+    /// CPU limit in cores, at most 3 decimals: 0.5, 2, 1.25 [default: no limit].
+    #[arg(long, value_name = "CORES", value_parser = cpu_millis)]
+    pub cpus: Option<u32>,
+    /// Memory limit: 4GiB, 512M, 8192MiB; a plain number is MiB [default: no limit].
+    #[arg(long, value_name = "SIZE", value_parser = units::size_mib)]
+    pub memory: Option<u64>,
     /// Environment variable for the job (KEY=VALUE); repeatable.
     #[arg(long = "env", value_name = "KEY=VALUE", value_parser = args::key_value)]
     pub env: Vec<(String, String)>,
@@ -242,6 +296,31 @@ pub struct SubmitArgs {
     /// The program and its arguments, after `--`. Run as given, without a shell.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,
+}
+
+/// clap parser for `--cpus`: cores as a decimal with at most 3 decimals (`1.5`), in thousandths
+/// of a core (`1500`). Zero, signs, exponents, `NaN` and `inf` are refused.
+fn cpu_millis(s: &str) -> Result<u32, String> {
+    const HINT: &str = "expected cores like 0.5, 2 or 1.25 (at most 3 decimals)";
+    let (whole, frac) = s.split_once('.').unwrap_or((s, ""));
+    let digits = |t: &str| t.bytes().all(|b| b.is_ascii_digit());
+    if whole.is_empty() || !digits(whole) || !digits(frac) || (s.contains('.') && frac.is_empty()) {
+        return Err(HINT.into());
+    }
+    if frac.len() > 3 {
+        return Err("at most 3 decimals (thousandths of a core)".into());
+    }
+    let frac_millis: u32 = format!("{frac:0<3}").parse().map_err(|_| HINT)?;
+    let millis = whole
+        .parse::<u32>()
+        .ok()
+        .and_then(|w| w.checked_mul(1000))
+        .and_then(|m| m.checked_add(frac_millis))
+        .ok_or("too many cores")?;
+    if millis == 0 {
+        return Err("must be more than zero".into());
+    }
+    Ok(millis)
 }
 
 /// A job state as typed on the command line (any case).
@@ -358,9 +437,39 @@ mod tests {
             &["--estimate", "500ms", "--", "x"],
             &["--wall-time", "1.5h", "--", "x"],
             &["--max-attempts", "-1", "--", "x"],
+            &["--memory", "4GB", "--", "x"],
+            &["--memory", "1.5G", "--", "x"],
         ] {
             assert!(submit(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn cpus_are_thousandths_of_a_core() {
+        for (cores, millis) in [
+            ("1.5", 1500),
+            ("2", 2000),
+            ("0.25", 250),
+            ("0.001", 1),
+            ("1.250", 1250),
+            ("007", 7000),
+        ] {
+            assert_eq!(cpu_millis(cores), Ok(millis), "{cores}");
+        }
+        for bad in [
+            "", "0", "0.0", "0.000", "-1", "+1", "-0.5", "NaN", "nan", "inf", "1e3", "1.", ".5",
+            "1.2345", "1,5", " 1", "1.5 ", "4294968", "1..5",
+        ] {
+            assert!(cpu_millis(bad).is_err(), "{bad:?}");
+        }
+        assert!(
+            cpu_millis("1.0001")
+                .expect_err("too precise")
+                .contains("3 decimals")
+        );
+        let a = submit(&["--cpus", "1.5", "--memory", "4GiB", "--", "x"]).expect("parses");
+        assert_eq!((a.cpus, a.memory), (Some(1500), Some(4096)));
+        assert!(submit(&["--cpus", "-1", "--", "x"]).is_err());
     }
 
     #[test]

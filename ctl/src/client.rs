@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::{Interceptor, interceptor::InterceptedService};
 use tonic::transport::{Channel, Endpoint};
 
 /// Why a command failed: the server's answer, or no agent reachable at all.
@@ -50,21 +52,62 @@ fn code_name(code: tonic::Code) -> &'static str {
     }
 }
 
+/// A connection to one agent that sends the caller's bearer token and a fresh request id with
+/// every call.
+pub type Conn = InterceptedService<Channel, Credentials>;
+
+#[derive(Clone, Debug)]
+pub struct Credentials {
+    authorization: Option<MetadataValue<Ascii>>,
+}
+
+impl Credentials {
+    /// `bearer` is `<id>.<secret>`; a value that cannot be a header is refused.
+    pub fn new(bearer: Option<&str>) -> Result<Self, String> {
+        let authorization = bearer
+            .map(|b| {
+                format!("Bearer {}", b.trim())
+                    .parse()
+                    .map_err(|_| "the token has characters a header cannot carry".to_owned())
+            })
+            .transpose()?;
+        Ok(Self { authorization })
+    }
+}
+
+impl Interceptor for Credentials {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(auth) = &self.authorization {
+            req.metadata_mut().insert("authorization", auth.clone());
+        }
+        let id = format!("{:016x}", rand::random::<u64>());
+        if let Ok(v) = id.parse() {
+            req.metadata_mut().insert("x-request-id", v);
+        }
+        Ok(req)
+    }
+}
+
 pub struct Endpoints {
     addrs: Vec<String>,
     timeout: Duration,
+    credentials: Credentials,
 }
 
 impl Endpoints {
-    pub fn new(addrs: Vec<String>, timeout: Duration) -> Self {
-        Self { addrs, timeout }
+    pub fn new(addrs: Vec<String>, timeout: Duration, credentials: Credentials) -> Self {
+        Self {
+            addrs,
+            timeout,
+            credentials,
+        }
     }
 
     /// Run `call` against the first agent that accepts a connection and answers. An agent that
     /// is down (connection refused, unavailable) is skipped; any other answer is final.
     pub async fn call<T, F, Fut>(&self, mut call: F) -> Result<T, CallError>
     where
-        F: FnMut(Channel) -> Fut,
+        F: FnMut(Conn) -> Fut,
         Fut: std::future::Future<Output = Result<T, tonic::Status>>,
     {
         let mut tried = Vec::new();
@@ -76,7 +119,7 @@ impl Endpoints {
                     continue;
                 }
             };
-            match call(channel).await {
+            match call(InterceptedService::new(channel, self.credentials.clone())).await {
                 Ok(v) => return Ok(v),
                 Err(s) if s.code() == tonic::Code::Unavailable && is_transport(&s) => {
                     tried.push(format!("{addr}: {}", s.message()));

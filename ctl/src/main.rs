@@ -5,6 +5,7 @@ mod args;
 mod cli;
 mod client;
 mod commands;
+mod config;
 mod ids;
 mod output;
 mod units;
@@ -14,8 +15,25 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use crate::cli::{Cli, DEFAULT_TIMEOUT, Noun};
-use crate::client::Endpoints;
+use crate::client::{Credentials, Endpoints};
 use crate::commands::{Answer, Ctx, Failure};
+use crate::config::{CtlConfig, DEFAULT_ENDPOINT};
+
+/// The bearer token: `GPUCTL_TOKEN`, else the token file. Without either, requests go out
+/// unauthenticated and the agent says so.
+fn load_credentials(token_file: Option<&std::path::Path>) -> Result<Credentials, String> {
+    if let Ok(token) = std::env::var("GPUCTL_TOKEN") {
+        return Credentials::new(Some(&token));
+    }
+    match token_file {
+        Some(path) => {
+            let token = std::fs::read_to_string(path)
+                .map_err(|e| format!("reading the token file {}: {e}", path.display()))?;
+            Credentials::new(Some(&token))
+        }
+        None => Credentials::new(None),
+    }
+}
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -29,8 +47,31 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let config = match CtlConfig::load() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let endpoints = cli
+        .endpoint
+        .or(config.endpoint)
+        .unwrap_or_else(|| vec![DEFAULT_ENDPOINT.to_owned()]);
+    let token_file = cli.token_file.or(config.token_file);
+    let credentials = match load_credentials(token_file.as_deref()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let ctx = Ctx {
-        endpoints: Endpoints::new(cli.endpoint, cli.timeout.unwrap_or(DEFAULT_TIMEOUT)),
+        endpoints: Endpoints::new(
+            endpoints,
+            cli.timeout.unwrap_or(DEFAULT_TIMEOUT),
+            credentials,
+        ),
         output: cli.output,
         timeout: cli.timeout,
     };
@@ -41,6 +82,8 @@ fn main() -> ExitCode {
             Noun::Gpu(verb) => commands::gpu::run(&ctx, verb).await,
             Noun::Job(verb) => commands::job::run(&ctx, verb).await,
             Noun::Debug(verb) => commands::debug::run(&ctx, verb).await,
+            Noun::Token(verb) => commands::token::run(&ctx, verb).await,
+            Noun::Audit(verb) => commands::audit::run(&ctx, verb).await,
         }
     });
     match result {

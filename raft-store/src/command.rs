@@ -9,6 +9,8 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::NodeId;
+use crate::audit::RequestMeta;
+use crate::auth::TokenRecord;
 use crate::job::{JobId, JobSpec, Outcome};
 use crate::node::{Inventory, NodeStatus};
 
@@ -18,6 +20,9 @@ use crate::node::{Inventory, NodeStatus};
 pub struct LogEntry {
     pub proposed_at_ms: u64,
     pub cmd: Command,
+    /// Who asked, for API requests; `apply` turns it into exactly one audit entry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub meta: Option<RequestMeta>,
 }
 
 /// A state change proposed through Raft.
@@ -82,6 +87,17 @@ pub enum Command {
         outcome: Outcome,
     },
     /// Why pending jobs cannot be placed right now (scheduler feedback for users).
+    /// A new API token (its secret's hash only). `apply` re-checks that the actor may grant it.
+    CreateToken {
+        token: TokenRecord,
+    },
+    RevokeToken {
+        id: String,
+    },
+    /// Record a refused request in the audit log; changes nothing else.
+    AuditDenied {
+        reason: String,
+    },
     NoteUnschedulable {
         /// (job, reason) pairs. A list, not a map: integer map keys do not survive the
         /// internally tagged JSON encoding of `Command`.
@@ -135,6 +151,10 @@ pub enum Rejection {
     },
     #[error("idempotency key {key:?} already created job j-{job} with a different spec")]
     IdempotencyConflict { key: String, job: JobId },
+    #[error("permission denied: {message}")]
+    PermissionDenied { message: String },
+    #[error("token {id} does not exist")]
+    UnknownToken { id: String },
     #[error(
         "report for job j-{job} generation {generation} is stale (current generation {current}, {state})"
     )]
@@ -204,6 +224,11 @@ impl fmt::Display for Command {
             } => {
                 write!(f, "finished j-{job} g{generation}: {outcome}")
             }
+            Command::CreateToken { token } => {
+                write!(f, "token create {} {}", token.id, token.role)
+            }
+            Command::RevokeToken { id } => write!(f, "token revoke {id}"),
+            Command::AuditDenied { reason } => write!(f, "denied: {reason}"),
             Command::NoteUnschedulable { reasons } => write!(f, "unschedulable x{}", reasons.len()),
         }
     }
@@ -219,6 +244,7 @@ mod tests {
         LogEntry {
             proposed_at_ms: 1_700_000_000_000,
             cmd,
+            meta: None,
         }
     }
 
@@ -276,6 +302,8 @@ mod tests {
             runtime_estimate_s: Some(5),
             wall_time_limit_s: Some(6),
             max_attempts: 2,
+            cpu_millis: None,
+            memory_mib: None,
         };
         let gpu = GpuRecord {
             index: 1,
@@ -346,6 +374,22 @@ mod tests {
             Command::NoteUnschedulable {
                 reasons: vec![(7, "why".into())],
             },
+            Command::CreateToken {
+                token: crate::auth::TokenRecord {
+                    id: "t1".into(),
+                    secret_sha256: "ab".repeat(32),
+                    role: crate::auth::Role::TenantAdmin,
+                    tenant: Some("a".into()),
+                    description: "d".into(),
+                    created_at_ms: 1,
+                    created_by: "system:bootstrap".into(),
+                    revoked: false,
+                },
+            },
+            Command::RevokeToken { id: "t1".into() },
+            Command::AuditDenied {
+                reason: "no".into(),
+            },
         ]
     }
 
@@ -359,6 +403,7 @@ mod tests {
                 payload: openraft::EntryPayload::Normal(LogEntry {
                     proposed_at_ms: 1,
                     cmd: cmd.clone(),
+                    meta: None,
                 }),
             };
             let bytes = serde_json::to_vec(&entry).expect("encode");

@@ -46,6 +46,12 @@ pub struct JobSpec {
     /// remain).
     #[serde(default = "one")]
     pub max_attempts: u32,
+    /// CPU limit in thousandths of a core (cgroup `cpu.max`), if any.
+    #[serde(default)]
+    pub cpu_millis: Option<u32>,
+    /// Memory limit in MiB (cgroup `memory.max`), if any.
+    #[serde(default)]
+    pub memory_mib: Option<u64>,
 }
 
 fn default_tenant() -> String {

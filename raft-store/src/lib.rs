@@ -6,6 +6,8 @@
 
 #![allow(clippy::result_large_err)] // openraft's StorageError is large by design.
 
+pub mod audit;
+pub mod auth;
 mod command;
 mod engine;
 mod error;
@@ -18,6 +20,8 @@ mod state_machine;
 mod store;
 pub mod validate;
 
+pub use audit::{AuditEntry, RequestMeta};
+pub use auth::{Grant, Role, TokenRecord};
 pub use command::{ApplyResult, Bind, Command, LogEntry, Rejection};
 pub use engine::{KvEngine, SledEngine, Space};
 pub use error::OpenError;

@@ -4,6 +4,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::audit::{self, AuditEntry, RequestMeta};
+use crate::auth::{self, Grant, TokenRecord};
 use crate::command::{ApplyResult, Bind, Command, LogEntry, Rejection};
 use crate::job::{Binding, Job, JobId, JobState, Outcome};
 use crate::node::{NodeRecord, NodeStatus};
@@ -22,6 +24,12 @@ pub struct ClusterState {
     /// `tenant/key` → the job that key created.
     #[serde(default)]
     pub idempotency: BTreeMap<String, JobId>,
+    /// API tokens by id (secrets are never stored, only their SHA-256).
+    #[serde(default)]
+    pub tokens: BTreeMap<String, TokenRecord>,
+    /// The hash-chained audit log.
+    #[serde(default)]
+    pub audit: Vec<AuditEntry>,
 }
 
 fn first_job_id() -> JobId {
@@ -37,7 +45,8 @@ impl ClusterState {
     }
 
     /// Apply one entry. Pure: the result depends only on `self` and `entry`. A rejected command
-    /// leaves the state untouched.
+    /// leaves the state untouched, except that an API request (one with `meta`) always gets
+    /// exactly one audit entry, whatever its outcome.
     pub fn apply(&mut self, entry: &LogEntry) -> ApplyResult {
         let now = entry.proposed_at_ms;
         let result = match &entry.cmd {
@@ -89,8 +98,102 @@ impl ClusterState {
                 }
                 Ok(ApplyResult::Ok)
             }
+            Command::CreateToken { token } => self.create_token(token, entry.meta.as_ref()),
+            Command::RevokeToken { id } => self.revoke_token(id, entry.meta.as_ref()),
+            Command::AuditDenied { .. } => Ok(ApplyResult::Ok),
         };
-        result.unwrap_or_else(|reason| ApplyResult::Rejected { reason })
+        let result = result.unwrap_or_else(|reason| ApplyResult::Rejected { reason });
+        if let Some(meta) = &entry.meta {
+            let outcome = match (&entry.cmd, &result) {
+                (Command::AuditDenied { reason }, _) => format!("denied: {reason}"),
+                (_, ApplyResult::Rejected { reason }) => format!("rejected: {reason}"),
+                _ => "ok".to_owned(),
+            };
+            let prev = self
+                .audit
+                .last()
+                .map_or(audit::GENESIS, |e| e.hash.as_str())
+                .to_owned();
+            let seq = self.audit.len() as u64 + 1;
+            self.audit
+                .push(AuditEntry::new(seq, now, meta, outcome, &prev));
+        }
+        result
+    }
+
+    /// The rights of the actor behind `meta`: `None` for the system (agents themselves).
+    fn actor_grant(&self, meta: Option<&RequestMeta>) -> Result<Option<Grant>, Rejection> {
+        let Some(meta) = meta else { return Ok(None) };
+        if meta.actor.starts_with("system:") {
+            return Ok(None);
+        }
+        match self.tokens.get(&meta.actor) {
+            Some(t) if !t.revoked => Ok(Some(Grant {
+                role: t.role,
+                tenant: t.tenant.clone(),
+            })),
+            _ => Err(Rejection::PermissionDenied {
+                message: format!("token {} is not valid", meta.actor),
+            }),
+        }
+    }
+
+    fn create_token(
+        &mut self,
+        token: &TokenRecord,
+        meta: Option<&RequestMeta>,
+    ) -> Result<ApplyResult, Rejection> {
+        let wanted = Grant {
+            role: token.role,
+            tenant: token.tenant.clone(),
+        };
+        auth::check_grant_shape(&wanted).map_err(invalid)?;
+        if let Some(holder) = self.actor_grant(meta)?
+            && !auth::can_grant(&holder, &wanted)
+        {
+            return Err(Rejection::PermissionDenied {
+                message: format!("a {} token cannot grant {}", holder.role, token.role),
+            });
+        }
+        let well_formed = token.secret_sha256.len() == 64
+            && token.secret_sha256.chars().all(|c| c.is_ascii_hexdigit());
+        if !well_formed {
+            return Err(invalid("token secret hash must be 64 hex digits".into()));
+        }
+        validate::name("token id", &token.id).map_err(invalid)?;
+        if self.tokens.contains_key(&token.id) {
+            return Err(invalid(format!("token {} already exists", token.id)));
+        }
+        self.tokens.insert(token.id.clone(), token.clone());
+        Ok(ApplyResult::Ok)
+    }
+
+    fn revoke_token(
+        &mut self,
+        id: &str,
+        meta: Option<&RequestMeta>,
+    ) -> Result<ApplyResult, Rejection> {
+        let holder = self.actor_grant(meta)?;
+        let token = self
+            .tokens
+            .get_mut(id)
+            .ok_or_else(|| Rejection::UnknownToken { id: id.to_owned() })?;
+        if let Some(holder) = holder {
+            let target = Grant {
+                role: token.role,
+                tenant: token.tenant.clone(),
+            };
+            if !auth::can_grant(&holder, &target) {
+                return Err(Rejection::PermissionDenied {
+                    message: format!(
+                        "a {} token cannot revoke a {} token",
+                        holder.role, token.role
+                    ),
+                });
+            }
+        }
+        token.revoked = true;
+        Ok(ApplyResult::Ok)
     }
 
     fn node_mut(&mut self, node: NodeId) -> Result<&mut NodeRecord, Rejection> {

@@ -135,6 +135,8 @@ pub mod limits {
     pub const GPU_TYPES: usize = 32;
     pub const MAX_ATTEMPTS: u32 = 100;
     pub const IDEMPOTENCY_KEY_LEN: usize = 128;
+    pub const CPU_MILLIS: u32 = 1024 * 1000;
+    pub const MEMORY_MIB: u64 = 64 * 1024 * 1024;
 }
 
 /// Environment variables the executor sets itself; a job may not override them.
@@ -262,6 +264,18 @@ pub fn job_spec(spec: &crate::job::JobSpec) -> Result<(), String> {
     if spec.wall_time_limit_s == Some(0) {
         return Err("wall-time limit must be positive".into());
     }
+    if spec.cpu_millis == Some(0) || spec.cpu_millis.is_some_and(|m| m > limits::CPU_MILLIS) {
+        return Err(format!(
+            "CPU limit must be 1..={} millicores",
+            limits::CPU_MILLIS
+        ));
+    }
+    if spec.memory_mib == Some(0) || spec.memory_mib.is_some_and(|m| m > limits::MEMORY_MIB) {
+        return Err(format!(
+            "memory limit must be 1..={} MiB",
+            limits::MEMORY_MIB
+        ));
+    }
     Ok(())
 }
 
@@ -285,6 +299,8 @@ mod job_tests {
             runtime_estimate_s: None,
             wall_time_limit_s: None,
             max_attempts: 1,
+            cpu_millis: None,
+            memory_mib: None,
         }
     }
 

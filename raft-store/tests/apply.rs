@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use gpu_raft_store::{
     ApplyResult, Bind, ClusterState, Command, GpuRecord, Inventory, JobSpec, JobState, LogEntry,
-    NodeStatus, Outcome, Rejection,
+    NodeStatus, Outcome, Rejection, RequestMeta, Role, TokenRecord, audit,
 };
 use proptest::prelude::*;
 
@@ -14,6 +14,7 @@ fn at(ms: u64, cmd: Command) -> LogEntry {
     LogEntry {
         proposed_at_ms: ms,
         cmd,
+        meta: None,
     }
 }
 
@@ -58,6 +59,8 @@ fn spec(gpus: u32) -> JobSpec {
         runtime_estimate_s: None,
         wall_time_limit_s: None,
         max_attempts: 2,
+        cpu_millis: None,
+        memory_mib: None,
     }
 }
 
@@ -507,4 +510,177 @@ proptest! {
         }
         prop_assert_eq!(a, b);
     }
+}
+
+fn token(id: &str, role: Role, tenant: Option<&str>) -> TokenRecord {
+    TokenRecord {
+        id: id.into(),
+        secret_sha256: "ab".repeat(32),
+        role,
+        tenant: tenant.map(Into::into),
+        description: String::new(),
+        created_at_ms: 1,
+        created_by: "system:test".into(),
+        revoked: false,
+    }
+}
+
+fn by(actor: &str, cmd: Command) -> LogEntry {
+    let meta = RequestMeta {
+        actor: actor.into(),
+        verb: "test".into(),
+        object: "x".into(),
+        request_id: "r".into(),
+        source: "127.0.0.1:1".into(),
+    };
+    LogEntry {
+        proposed_at_ms: 9,
+        cmd,
+        meta: Some(meta),
+    }
+}
+
+#[test]
+fn tokens_cannot_grant_more_than_their_holder_has() {
+    let mut s = cluster();
+    s.apply(&at(
+        1,
+        Command::CreateToken {
+            token: token("root", Role::Admin, None),
+        },
+    ));
+    s.apply(&by(
+        "root",
+        Command::CreateToken {
+            token: token("ta", Role::TenantAdmin, Some("a")),
+        },
+    ));
+    s.apply(&by(
+        "root",
+        Command::CreateToken {
+            token: token("u", Role::User, Some("a")),
+        },
+    ));
+    assert_eq!(s.tokens.len(), 3);
+    let denied = [
+        by(
+            "u",
+            Command::CreateToken {
+                token: token("x1", Role::Viewer, Some("a")),
+            },
+        ),
+        by(
+            "ta",
+            Command::CreateToken {
+                token: token("x2", Role::Admin, None),
+            },
+        ),
+        by(
+            "ta",
+            Command::CreateToken {
+                token: token("x3", Role::User, Some("b")),
+            },
+        ),
+        by("ta", Command::RevokeToken { id: "root".into() }),
+        by(
+            "nobody",
+            Command::CreateToken {
+                token: token("x4", Role::Viewer, None),
+            },
+        ),
+    ];
+    for e in denied {
+        assert!(
+            matches!(
+                s.apply(&e),
+                ApplyResult::Rejected {
+                    reason: Rejection::PermissionDenied { .. }
+                }
+            ),
+            "{}",
+            e.cmd
+        );
+    }
+    assert_eq!(s.tokens.len(), 3, "no denied token was created");
+    assert_eq!(
+        s.apply(&by(
+            "ta",
+            Command::CreateToken {
+                token: token("v", Role::Viewer, Some("a"))
+            }
+        )),
+        ApplyResult::Ok
+    );
+    // A revoked token loses its powers at once.
+    s.apply(&by("root", Command::RevokeToken { id: "ta".into() }));
+    assert!(matches!(
+        s.apply(&by(
+            "ta",
+            Command::CreateToken {
+                token: token("v2", Role::Viewer, Some("a"))
+            }
+        )),
+        ApplyResult::Rejected { .. }
+    ));
+}
+
+#[test]
+fn every_api_request_leaves_exactly_one_chained_audit_entry() {
+    let mut s = cluster();
+    s.apply(&at(
+        1,
+        Command::CreateToken {
+            token: token("root", Role::Admin, None),
+        },
+    ));
+    let before = s.audit.len();
+    let requests = [
+        by(
+            "root",
+            Command::SubmitJob {
+                spec: spec(1),
+                idempotency_key: None,
+            },
+        ),
+        by("root", Command::CancelJob { job: 999 }),
+        by(
+            "root",
+            Command::AuditDenied {
+                reason: "viewer cannot submit".into(),
+            },
+        ),
+        by(
+            "root",
+            Command::CordonNode {
+                node: 1,
+                cordoned: true,
+            },
+        ),
+    ];
+    for r in &requests {
+        s.apply(r);
+    }
+    let outcomes: Vec<&str> = s.audit[before..]
+        .iter()
+        .map(|e| e.outcome.as_str())
+        .collect();
+    assert_eq!(
+        outcomes,
+        [
+            "ok",
+            "rejected: job j-999 does not exist",
+            "denied: viewer cannot submit",
+            "ok"
+        ]
+    );
+    assert_eq!(audit::verify(&s.audit), Ok(requests.len() + before));
+    // Internal commands (no meta) are not audited.
+    s.apply(&at(
+        3,
+        Command::JobStarted {
+            job: 1,
+            generation: 9,
+        },
+    ));
+    assert_eq!(s.audit.len(), before + requests.len());
 }

@@ -26,6 +26,7 @@ fn entry(index: u64) -> Entry {
         payload: EntryPayload::Normal(LogEntry {
             proposed_at_ms: index,
             cmd,
+            meta: None,
         }),
     }
 }

@@ -25,6 +25,7 @@ fn register(index: u64) -> Entry {
         payload: EntryPayload::Normal(LogEntry {
             proposed_at_ms: index,
             cmd,
+            meta: None,
         }),
     }
 }

@@ -13,6 +13,8 @@ use gpu_proto::v1 as pb;
 use gpu_proto::v1::cluster_service_client::ClusterServiceClient;
 use gpu_proto::v1::job_service_client::JobServiceClient;
 use gpu_proto::v1::node_service_client::NodeServiceClient;
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::{Interceptor, interceptor::InterceptedService};
 use tonic::transport::Channel;
 
 /// Path of a workspace binary built beside this test (`cargo test --workspace` builds them).
@@ -39,6 +41,25 @@ pub fn free_addr() -> String {
 
 /// Simulated GPUs per agent, cycled: n1 A100s, n2 H100s and L4s, n3 T4s.
 pub const NODE_KINDS: [&str; 3] = ["4xA100-80GB", "2xH100-80GB,2xL4-24GB", "4xT4-16GB"];
+
+/// Where n1 writes the bootstrap admin token, in the cluster's root directory (outside every
+/// data directory, so the secret scans of data directories stay meaningful).
+pub const ADMIN_TOKEN: &str = "admin.token";
+
+/// A channel that sends a bearer token with every request.
+pub type Conn = InterceptedService<Channel, Bearer>;
+
+#[derive(Clone)]
+pub struct Bearer(Option<MetadataValue<Ascii>>);
+
+impl Interceptor for Bearer {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(v) = &self.0 {
+            req.metadata_mut().insert("authorization", v.clone());
+        }
+        Ok(req)
+    }
+}
 
 static ONE_CLUSTER_AT_A_TIME: Mutex<()> = Mutex::new(());
 
@@ -70,7 +91,10 @@ impl Cluster {
             let addr = addrs[id as usize - 1].clone();
             let data = root.path().join(format!("node-{id}"));
             let start = if id == 1 {
-                "bootstrap = true".to_owned()
+                format!(
+                    "bootstrap = true\nbootstrap_token_file = {:?}",
+                    root.path().join(ADMIN_TOKEN)
+                )
             } else {
                 format!("join = [{:?}]", addrs[0])
             };
@@ -177,14 +201,33 @@ impl Cluster {
         &self.agents[&id].addr
     }
 
-    pub async fn channel(&self, id: u64) -> Result<Channel, tonic::Status> {
-        tonic::transport::Endpoint::from_shared(format!("http://{}", self.addr(id)))
+    /// A connection to agent `id` acting with the cluster's bootstrap admin token.
+    pub async fn channel(&self, id: u64) -> Result<Conn, tonic::Status> {
+        self.channel_as(id, Some(&self.admin_token())).await
+    }
+
+    /// A connection to agent `id` sending `bearer` (`<id>.<secret>`), or no token at all.
+    pub async fn channel_as(&self, id: u64, bearer: Option<&str>) -> Result<Conn, tonic::Status> {
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", self.addr(id)))
             .map_err(|e| tonic::Status::invalid_argument(e.to_string()))?
             .connect_timeout(Duration::from_secs(2))
             .timeout(Duration::from_secs(15))
             .connect()
             .await
-            .map_err(|e| tonic::Status::unavailable(e.to_string()))
+            .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+        let header = bearer
+            .map(|b| format!("Bearer {b}").parse())
+            .transpose()
+            .map_err(|_| tonic::Status::invalid_argument("token is not a valid header"))?;
+        Ok(InterceptedService::new(channel, Bearer(header)))
+    }
+
+    /// The bootstrap admin token n1 wrote (empty until it has).
+    pub fn admin_token(&self) -> String {
+        std::fs::read_to_string(self.root.path().join(ADMIN_TOKEN))
+            .unwrap_or_default()
+            .trim()
+            .to_owned()
     }
 
     pub async fn status(&self, via: u64, stale: bool) -> Result<pb::ClusterStatus, tonic::Status> {

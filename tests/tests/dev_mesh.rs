@@ -9,10 +9,12 @@ use gpu_tests::bin;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-fn gpuctl(endpoint: &str, args: &[&str]) -> std::process::Output {
+fn gpuctl(endpoint: &str, token_file: &str, args: &[&str]) -> std::process::Output {
     Command::new(bin("gpuctl"))
         .arg("--endpoint")
         .arg(endpoint)
+        .env("GPUCTL_TOKEN_FILE", token_file)
+        .env_remove("GPUCTL_TOKEN")
         .args(args)
         .output()
         .expect("run gpuctl")
@@ -21,21 +23,35 @@ fn gpuctl(endpoint: &str, args: &[&str]) -> std::process::Output {
 #[test]
 fn dev_mesh_serves_gpuctl_and_stops_on_sigterm() {
     let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("gpuctl.toml");
     let mut dev = Command::new(bin("gpu-agent"))
         .args(["dev", "--nodes", "3", "--base-port", "0", "--dir"])
         .arg(dir.path())
+        .env("GPUCTL_CONFIG", &config)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .expect("start gpu-agent dev");
     let stdout = dev.stdout.take().expect("stdout");
-    let endpoint = BufReader::new(stdout)
-        .lines()
-        .map_while(Result::ok)
+    let mut lines = BufReader::new(stdout).lines().map_while(Result::ok);
+    let endpoint = lines
+        .by_ref()
         .find_map(|l| l.strip_prefix("endpoint: ").map(str::to_owned))
         .expect("dev prints its endpoint once the mesh is up");
+    let token_file = lines
+        .find_map(|l| l.strip_prefix("token file: ").map(str::to_owned))
+        .expect("dev prints its admin token file");
+    let gpuctl = |endpoint: &str, args: &[&str]| gpuctl(endpoint, &token_file, args);
 
-    let out = gpuctl(&endpoint, &["cluster", "status", "-o", "json"]);
+    // The newcomer path: no flags, no exports; the config file dev wrote says where and how.
+    let out = Command::new(bin("gpuctl"))
+        .args(["cluster", "status", "-o", "json"])
+        .env("GPUCTL_CONFIG", &config)
+        .env_remove("GPUCTL_ENDPOINT")
+        .env_remove("GPUCTL_TOKEN")
+        .env_remove("GPUCTL_TOKEN_FILE")
+        .output()
+        .expect("run gpuctl");
     assert_eq!(
         out.status.code(),
         Some(0),

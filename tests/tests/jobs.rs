@@ -3,7 +3,8 @@
 //! input.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use gpu_proto::v1 as pb;
@@ -20,6 +21,21 @@ fn recording_script(dir: &Path, sleep: &str) -> String {
          echo end $(date +%s%N) >> $f",
         dir = dir.display()
     )
+}
+
+/// `<cluster root>/records`, where job scripts write. Jobs run as an unprivileged user (`nobody`
+/// when the agents are root), so the directory is world-writable (sticky, like /tmp) and the
+/// cluster root, which tempfile creates 0700, is opened for passing through (not for listing).
+fn records_dir(c: &Cluster) -> PathBuf {
+    let set_mode = |path: &Path, mode: u32| {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+            .unwrap_or_else(|e| panic!("chmod {mode:o} {}: {e}", path.display()));
+    };
+    let records = c.root.path().join("records");
+    std::fs::create_dir_all(&records).expect("records dir");
+    set_mode(c.root.path(), 0o711);
+    set_mode(&records, 0o1777);
+    records
 }
 
 struct Run {
@@ -58,8 +74,7 @@ fn read_run(path: &Path) -> Run {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_jobs_succeed_and_never_share_a_gpu() {
     let c = Cluster::start(3, 3, "").await;
-    let records = c.root.path().join("records");
-    std::fs::create_dir_all(&records).expect("records dir");
+    let records = records_dir(&c);
     let mut ids = Vec::new();
     for i in 0..50u32 {
         let spec = shell_job(
@@ -115,8 +130,7 @@ async fn fifty_jobs_succeed_and_never_share_a_gpu() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_on_a_killed_agent_is_requeued_and_never_runs_twice() {
     let mut c = Cluster::start(3, 3, "").await;
-    let records = c.root.path().join("records");
-    std::fs::create_dir_all(&records).expect("records dir");
+    let records = records_dir(&c);
     // A100s only exist on n1; T4s on n3. Any node will do: 1 GPU.
     let spec = pb::JobSpec {
         max_attempts: 2,
@@ -199,8 +213,7 @@ async fn a_restarted_agent_adopts_its_running_job() {
         "[jobs]\nlease = \"6s\"\ndown_after = \"10s\"\nstop_grace = \"2s\"\n",
     )
     .await;
-    let records = c.root.path().join("records");
-    std::fs::create_dir_all(&records).expect("records dir");
+    let records = records_dir(&c);
     let id = c
         .submit(
             1,

@@ -2,6 +2,7 @@
 //! gives it. Each pass compares desired (bindings for this node) with observed (its job
 //! directories and supervisor processes), acts, and reports transitions through Raft.
 
+pub mod isolation;
 pub mod job_dir;
 pub mod lease;
 pub mod logs;
@@ -9,11 +10,13 @@ mod reconcile;
 pub mod shim;
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::ffi::OsString;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use gpu_raft_store::{ClusterState, Command, Job, JobId, JobState, NodeId, Rejection};
+use gpu_raft_store::{ClusterState, Command, Job, JobId, JobSpec, JobState, NodeId, Rejection};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tokio::process::Child;
@@ -23,6 +26,7 @@ use tracing::{info, warn};
 use self::job_dir::JobDir;
 use self::reconcile::{Action, Desired, Observed, reconcile};
 use crate::cluster::{Cluster, ClusterError};
+use crate::config::RunAs;
 use crate::gpu::GpuBackend;
 
 #[derive(Clone, Debug)]
@@ -37,6 +41,17 @@ pub struct ExecutorSettings {
     /// This binary, run as `shim`.
     pub agent_exe: PathBuf,
     pub tick: Duration,
+    /// The user jobs run as (`jobs.run_as`).
+    pub run_as: RunAs,
+    /// Where job cgroups go when the node has cgroup v2 (`jobs.cgroup_root`).
+    pub cgroup_root: PathBuf,
+}
+
+/// What this host offers jobs, found once at start.
+#[derive(Clone, Debug, Default)]
+struct Host {
+    /// `cgroup_root`, ready for job cgroups; `None`: jobs run without CPU/memory limits.
+    cgroups: Option<PathBuf>,
 }
 
 pub struct Executor {
@@ -53,9 +68,7 @@ const START_GRACE: Duration = Duration::from_secs(10);
 
 impl Executor {
     pub async fn run(self, cancel: CancellationToken) {
-        if let Err(e) = std::fs::create_dir_all(&self.settings.jobs_dir) {
-            warn!(error = %e, dir = %self.settings.jobs_dir.display(), "cannot create the jobs directory");
-        }
+        let host = self.prepare_host();
         let mut applied = self.cluster.state.subscribe();
         let mut children = Children::new();
         loop {
@@ -64,11 +77,56 @@ impl Executor {
                 _ = applied.changed() => {}
                 () = tokio::time::sleep(self.settings.tick) => {}
             }
-            self.pass(&mut children).await;
+            self.pass(&mut children, &host).await;
         }
     }
 
-    async fn pass(&self, children: &mut Children) {
+    /// Create the jobs directory, check the job user can reach it, and set up job cgroups,
+    /// saying once what jobs will and will not get on this host.
+    fn prepare_host(&self) -> Host {
+        let s = &self.settings;
+        let jobs_dir = &s.jobs_dir;
+        // Jobs pass through to their own `work/` directories but cannot list the runs.
+        let created = std::fs::create_dir_all(jobs_dir).and_then(|()| {
+            std::fs::set_permissions(jobs_dir, std::fs::Permissions::from_mode(0o711))
+        });
+        if let Err(e) = created {
+            warn!(error = %e, dir = %jobs_dir.display(), "cannot create the jobs directory");
+        }
+        let RunAs { name, uid, gid } = &s.run_as;
+        if s.run_as.is_root() {
+            warn!(user = %name, "jobs run as root (jobs.run_as): a job can do anything on this host");
+        } else {
+            info!(user = %name, uid, gid, "jobs run as an unprivileged user");
+        }
+        if let Some(blocked) = isolation::unreachable_ancestor(jobs_dir, *uid, *gid) {
+            warn!(
+                user = %name,
+                dir = %blocked.display(),
+                "the job user cannot reach the jobs directory {}: jobs will fail to start until {} is searchable by it (e.g. chmod o+x)",
+                jobs_dir.display(),
+                blocked.display()
+            );
+        }
+        let root = &s.cgroup_root;
+        match isolation::prepare_root(root) {
+            Ok(()) => {
+                info!(cgroup_root = %root.display(), "each job runs in a cgroup of its own with its CPU/memory limits");
+                Host {
+                    cgroups: Some(root.clone()),
+                }
+            }
+            Err(reason) => {
+                warn!(
+                    "cgroup v2 with cpu/memory delegation not available at {}: {reason}: jobs run without CPU/memory limits",
+                    root.display()
+                );
+                Host::default()
+            }
+        }
+    }
+
+    async fn pass(&self, children: &mut Children, host: &Host) {
         children.retain(|_, child| matches!(child.try_wait(), Ok(None)));
         let me = self.cluster.id;
         let (desired, jobs) = self.cluster.state.read(|s| desired_runs(s, me));
@@ -87,7 +145,7 @@ impl Executor {
             if !lease_fresh && matches!(action, Action::Start { .. }) {
                 continue;
             }
-            self.act(action, &jobs, children).await;
+            self.act(action, &jobs, children, host).await;
         }
     }
 
@@ -124,12 +182,18 @@ impl Executor {
         }
     }
 
-    async fn act(&self, action: Action, jobs: &HashMap<JobId, Job>, children: &mut Children) {
+    async fn act(
+        &self,
+        action: Action,
+        jobs: &HashMap<JobId, Job>,
+        children: &mut Children,
+        host: &Host,
+    ) {
         match action {
             Action::Start { job, generation } => {
                 let Some(j) = jobs.get(&job) else { return };
                 let dir = JobDir::new(&self.settings.jobs_dir, job, generation);
-                match self.start(j, &dir) {
+                match self.start(j, &dir, host) {
                     Ok(child) => {
                         info!(job_id = job, generation, "started");
                         children.insert((job, generation), child);
@@ -218,7 +282,7 @@ impl Executor {
     }
 
     /// Launch the supervisor for one placement, with the job's environment.
-    fn start(&self, job: &Job, dir: &JobDir) -> Result<Child, String> {
+    fn start(&self, job: &Job, dir: &JobDir, host: &Host) -> Result<Child, String> {
         dir.create()
             .map_err(|e| format!("creating {}: {e}", dir.path.display()))?;
         let Some(binding) = job.binding.as_ref() else {
@@ -234,28 +298,18 @@ impl Executor {
         });
         let visible = uuids.join(",");
         let mut cmd = tokio::process::Command::new(&self.settings.agent_exe);
-        cmd.arg("shim")
-            .arg("--job-dir")
-            .arg(&dir.path)
-            .arg("--lease")
-            .arg(&self.settings.lease_path)
-            .arg("--lease-timeout")
-            .arg(humantime::format_duration(self.settings.lease).to_string())
-            .arg("--grace")
-            .arg(humantime::format_duration(self.settings.stop_grace).to_string());
-        if let Some(limit) = job.spec.wall_time_limit_s {
-            cmd.arg("--wall-time").arg(format!("{limit}s"));
-        }
-        if let Some(w) = &job.spec.workdir {
-            cmd.arg("--workdir").arg(w);
-        }
-        cmd.arg("--").args(&job.spec.command);
+        cmd.args(shim_args(
+            &self.settings,
+            &job.spec,
+            dir,
+            host.cgroups.as_deref(),
+        ));
         cmd.env_clear()
             .env(
                 "PATH",
                 std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into()),
             )
-            .env("HOME", &dir.path)
+            .env("HOME", isolation::work_dir(&dir.path))
             .env("LANG", "C.UTF-8")
             .envs(&job.spec.env)
             .env("CUDA_VISIBLE_DEVICES", &visible)
@@ -288,6 +342,60 @@ impl Executor {
         cmd.spawn()
             .map_err(|e| format!("spawning the supervisor: {e}"))
     }
+}
+
+/// The `gpu-agent` arguments that supervise one run: `shim`, its flags, `--`, the job's argv.
+/// `cgroup_root` is `Some` when the node can give the run a cgroup.
+pub fn shim_args(
+    settings: &ExecutorSettings,
+    spec: &JobSpec,
+    dir: &JobDir,
+    cgroup_root: Option<&Path>,
+) -> Vec<OsString> {
+    let mut args: Vec<OsString> = vec![
+        "shim".into(),
+        "--job-dir".into(),
+        dir.path.clone().into(),
+        "--lease".into(),
+        settings.lease_path.clone().into(),
+        "--lease-timeout".into(),
+        humantime::format_duration(settings.lease)
+            .to_string()
+            .into(),
+        "--grace".into(),
+        humantime::format_duration(settings.stop_grace)
+            .to_string()
+            .into(),
+        "--run-as-uid".into(),
+        settings.run_as.uid.to_string().into(),
+        "--run-as-gid".into(),
+        settings.run_as.gid.to_string().into(),
+    ];
+    let mut flag = |name: &str, value: OsString| {
+        args.push(name.into());
+        args.push(value);
+    };
+    if let Some(limit) = spec.wall_time_limit_s {
+        flag("--wall-time", format!("{limit}s").into());
+    }
+    if let Some(w) = &spec.workdir {
+        flag("--workdir", w.into());
+    }
+    if let Some(root) = cgroup_root {
+        flag(
+            "--cgroup",
+            isolation::job_cgroup(root, dir.job, dir.generation).into(),
+        );
+    }
+    if let Some(m) = spec.cpu_millis {
+        flag("--cpu-millis", m.to_string().into());
+    }
+    if let Some(m) = spec.memory_mib {
+        flag("--memory-mib", m.to_string().into());
+    }
+    args.push("--".into());
+    args.extend(spec.command.iter().map(OsString::from));
+    args
 }
 
 /// This node's live placements, plus the jobs they belong to.
@@ -332,4 +440,62 @@ fn is_zombie(pid: i32) -> bool {
                 .map(|(_, rest)| rest.trim_start().starts_with('Z'))
         })
         .unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use expect_test::expect;
+
+    use super::*;
+
+    fn settings(run_as: RunAs) -> ExecutorSettings {
+        ExecutorSettings {
+            jobs_dir: "/data/jobs".into(),
+            lease_path: "/data/lease".into(),
+            lease: Duration::from_secs(10),
+            stop_grace: Duration::from_secs(5),
+            agent_exe: "/usr/bin/gpu-agent".into(),
+            tick: Duration::from_secs(1),
+            run_as,
+            cgroup_root: "/sys/fs/cgroup/gpumesh".into(),
+        }
+    }
+
+    fn render(args: &[OsString]) -> String {
+        args.iter()
+            .map(|a| a.to_string_lossy())
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    #[test]
+    fn the_supervisor_gets_the_user_and_the_limits() {
+        let s = settings(RunAs {
+            name: "nobody".into(),
+            uid: 65534,
+            gid: 65534,
+        });
+        let dir = JobDir::new(&s.jobs_dir, 42, 3);
+        let spec: JobSpec = serde_json::from_value(serde_json::json!({
+            "name": "train",
+            "command": ["python", "train.py"],
+            "workdir": "/srv/data",
+            "wall_time_limit_s": 90,
+            "cpu_millis": 1500,
+            "memory_mib": 4096,
+        }))
+        .expect("spec");
+        expect![[r#"shim --job-dir /data/jobs/j-42-g3 --lease /data/lease --lease-timeout 10s --grace 5s --run-as-uid 65534 --run-as-gid 65534 --wall-time 90s --workdir /srv/data --cgroup /sys/fs/cgroup/gpumesh/job-42-g3 --cpu-millis 1500 --memory-mib 4096 -- python train.py"#]]
+        .assert_eq(&render(&shim_args(&s, &spec, &dir, Some(&s.cgroup_root))));
+        // Without cgroup v2 the limits still travel, so the supervisor can say they are not
+        // enforced.
+        let plain: JobSpec = serde_json::from_value(serde_json::json!({
+            "name": "t",
+            "command": ["true"],
+            "cpu_millis": 500,
+        }))
+        .expect("spec");
+        expect![[r#"shim --job-dir /data/jobs/j-42-g3 --lease /data/lease --lease-timeout 10s --grace 5s --run-as-uid 65534 --run-as-gid 65534 --cpu-millis 500 -- true"#]]
+        .assert_eq(&render(&shim_args(&s, &plain, &dir, None)));
+    }
 }

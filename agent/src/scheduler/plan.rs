@@ -194,6 +194,7 @@ mod tests {
         s.apply(&LogEntry {
             proposed_at_ms: 1,
             cmd,
+            meta: None,
         })
     }
 
@@ -229,6 +230,8 @@ mod tests {
             runtime_estimate_s: None,
             wall_time_limit_s: None,
             max_attempts: 1,
+            cpu_millis: None,
+            memory_mib: None,
         }
     }
 

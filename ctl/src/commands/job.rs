@@ -6,7 +6,8 @@
 //!   "succeeded"|"failed"|"cancelled"|"unknown"), "command": [argv], "env": {k: v}, "workdir"
 //!   ("" = the job's own directory), "gpus" (requested count), "gpu_types": [type],
 //!   "min_gpu_memory_mib", "node_selector": {k: v}, "priority", "runtime_estimate_s" (null when
-//!   not given), "wall_time_limit_s" (null when none), "max_attempts", "idempotency_key",
+//!   not given), "wall_time_limit_s" (null when none), "max_attempts", "cpu_millis" and
+//!   "memory_mib" (null when no limit), "idempotency_key",
 //!   "submitted_at_ms", "attempts", "generation", "node_id" (null before placement),
 //!   "bound_gpus": [index], "gpu_uuids": [uuid], "reason" (why pending or why failed; ""),
 //!   "outcome" (how the last run ended, in words; ""), "exit_code", "signal", "bound_at_ms",

@@ -79,6 +79,8 @@ fn request(
         runtime_estimate_s: args.estimate,
         wall_time_limit_s: args.wall_time,
         max_attempts: args.max_attempts.unwrap_or(0),
+        cpu_millis: args.cpus,
+        memory_mib: args.memory,
     };
     Ok(pb::SubmitJobRequest {
         spec: Some(spec),
@@ -172,6 +174,10 @@ mod tests {
                 "zone=a",
                 "--wall-time",
                 "1h",
+                "--cpus",
+                "0.5",
+                "--memory",
+                "2G",
                 "--",
                 "/usr/bin/python3",
                 "-c",
@@ -191,7 +197,17 @@ mod tests {
         );
         assert_eq!((spec.gpus, spec.wall_time_limit_s), (2, Some(3600)));
         assert_eq!((spec.runtime_estimate_s, spec.max_attempts), (None, 0));
+        assert_eq!((spec.cpu_millis, spec.memory_mib), (Some(500), Some(2048)));
         assert_eq!(req.idempotency_key, "generated");
+    }
+
+    #[test]
+    fn limits_are_absent_unless_given() {
+        let spec = request(args(&["--", "x"]), random_key)
+            .expect("valid")
+            .spec
+            .expect("spec");
+        assert_eq!((spec.cpu_millis, spec.memory_mib), (None, None));
     }
 
     #[test]

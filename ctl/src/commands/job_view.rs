@@ -74,6 +74,8 @@ pub fn job_json(j: &pb::Job) -> Value {
         "runtime_estimate_s": spec.runtime_estimate_s,
         "wall_time_limit_s": spec.wall_time_limit_s,
         "max_attempts": spec.max_attempts.max(1),
+        "cpu_millis": spec.cpu_millis,
+        "memory_mib": spec.memory_mib,
     });
     let status_part = json!({
         "id": j.id,
@@ -169,6 +171,9 @@ pub fn job_block(j: &pb::Job) -> String {
         lines.push(("Workdir", spec.workdir.clone()));
     }
     lines.push(("GPUs", requested_gpus(&spec)));
+    if let Some(limits) = limits(&spec) {
+        lines.push(("Limits", limits));
+    }
     if !spec.node_selector.is_empty() {
         let selector: BTreeMap<&String, &String> = spec.node_selector.iter().collect();
         let pairs: Vec<String> = selector.iter().map(|(k, v)| format!("{k}={v}")).collect();
@@ -209,6 +214,24 @@ fn requested_gpus(spec: &pb::JobSpec) -> String {
     } else {
         format!("{} ({})", spec.gpus, constraints.join("; "))
     }
+}
+
+/// `1.5 CPUs, 4 GiB memory`; `None` without limits.
+fn limits(spec: &pb::JobSpec) -> Option<String> {
+    let mut parts = Vec::new();
+    if let Some(m) = spec.cpu_millis {
+        let cores = format!("{}.{:03}", m / 1000, m % 1000);
+        let cores = cores.trim_end_matches('0').trim_end_matches('.');
+        parts.push(format!("{cores} CPU{}", if m == 1000 { "" } else { "s" }));
+    }
+    if let Some(m) = spec.memory_mib {
+        parts.push(if m % 1024 == 0 {
+            format!("{} GiB memory", m / 1024)
+        } else {
+            format!("{m} MiB memory")
+        });
+    }
+    (!parts.is_empty()).then(|| parts.join(", "))
 }
 
 /// `0 (GPU-a), 1 (GPU-b)`; indexes alone where the UUIDs are unknown.
@@ -272,6 +295,8 @@ pub mod tests {
                 runtime_estimate_s: Some(5400),
                 wall_time_limit_s: None,
                 max_attempts: 3,
+                cpu_millis: Some(1500),
+                memory_mib: Some(4096),
             }),
             state: pb::JobState::Running as i32,
             idempotency_key: "0123abcd".into(),
@@ -343,6 +368,28 @@ pub mod tests {
     }
 
     #[test]
+    fn limits_read_naturally() {
+        let spec = |cpu_millis, memory_mib| pb::JobSpec {
+            cpu_millis,
+            memory_mib,
+            ..Default::default()
+        };
+        assert_eq!(limits(&spec(None, None)), None);
+        for (cpu, mem, text) in [
+            (Some(1500), None, "1.5 CPUs"),
+            (Some(1000), None, "1 CPU"),
+            (Some(2000), None, "2 CPUs"),
+            (Some(250), None, "0.25 CPUs"),
+            (Some(1), None, "0.001 CPUs"),
+            (None, Some(4096), "4 GiB memory"),
+            (None, Some(1536), "1536 MiB memory"),
+            (Some(500), Some(512), "0.5 CPUs, 512 MiB memory"),
+        ] {
+            assert_eq!(limits(&spec(cpu, mem)).as_deref(), Some(text));
+        }
+    }
+
+    #[test]
     fn quoting_for_display() {
         assert_eq!(shell_quote("train.py"), "train.py");
         assert_eq!(shell_quote("--lr=0.1"), "--lr=0.1");
@@ -375,6 +422,7 @@ pub mod tests {
             Command:     python train.py --note 'it'\''s a test' ''
             Workdir:     /data/run
             GPUs:        2 (types A100,H100; at least 40960 MiB each)
+            Limits:      1.5 CPUs, 4 GiB memory
             Selector:    zone=a
             Node:        n3
             Bound GPUs:  0 (GPU-aaaa), 1 (GPU-bbbb)
@@ -427,6 +475,7 @@ pub mod tests {
                 "it's a test",
                 ""
               ],
+              "cpu_millis": 1500,
               "env": {
                 "A": "1",
                 "B": "2"
@@ -446,6 +495,7 @@ pub mod tests {
               "id": 42,
               "idempotency_key": "0123abcd",
               "max_attempts": 3,
+              "memory_mib": 4096,
               "min_gpu_memory_mib": 40960,
               "name": "train",
               "node_id": 3,

@@ -1,5 +1,6 @@
 //! One module per noun. Each verb resolves its arguments, calls the API, and renders the answer.
 
+pub mod audit;
 pub mod cluster;
 pub mod debug;
 pub mod gpu;
@@ -9,6 +10,7 @@ mod job_submit;
 mod job_view;
 mod job_wait;
 pub mod node;
+pub mod token;
 
 use std::time::Duration;
 

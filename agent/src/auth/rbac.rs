@@ -1,0 +1,117 @@
+//! The permission table: which role may do what, pure and in one place.
+
+use gpu_raft_store::Role;
+
+/// The caller's rights, from its token.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Identity {
+    pub token_id: String,
+    pub role: Role,
+    pub tenant: Option<String>,
+}
+
+/// What a request wants to do.
+#[derive(Clone, Copy, Debug)]
+pub enum Action<'a> {
+    /// Cluster status, nodes, GPUs.
+    ReadCluster,
+    /// Label, cordon, drain nodes; inject simulated faults.
+    ManageNodes,
+    /// Submit or cancel a job of this tenant.
+    WriteJob(&'a str),
+    /// Read a job (state, logs) of this tenant.
+    ReadJob(&'a str),
+    /// Create, list or revoke tokens (what exactly is granted is checked by the grant rule).
+    ManageTokens,
+    ReadAudit,
+}
+
+impl Identity {
+    /// `Ok` when allowed, else why not.
+    pub fn may(&self, action: Action<'_>) -> Result<(), String> {
+        let own = |t: &str| self.tenant.as_deref() == Some(t);
+        let allowed = match (self.role, action) {
+            (Role::Admin, _) => true,
+            (_, Action::ReadCluster) => true,
+            (Role::Operator, Action::ManageNodes | Action::ReadJob(_) | Action::ReadAudit) => true,
+            (Role::TenantAdmin, Action::ManageTokens) => true,
+            (Role::TenantAdmin | Role::User, Action::WriteJob(t) | Action::ReadJob(t)) => own(t),
+            (Role::Viewer, Action::ReadJob(t)) => self.tenant.is_none() || own(t),
+            _ => false,
+        };
+        if allowed {
+            Ok(())
+        } else {
+            let scope = self
+                .tenant
+                .as_deref()
+                .map(|t| format!(" of tenant {t}"))
+                .unwrap_or_default();
+            Err(format!(
+                "a {} token{scope} may not {}",
+                self.role,
+                describe(action)
+            ))
+        }
+    }
+}
+
+fn describe(action: Action<'_>) -> String {
+    match action {
+        Action::ReadCluster => "read the cluster".into(),
+        Action::ManageNodes => "manage nodes".into(),
+        Action::WriteJob(t) => format!("submit or cancel jobs of tenant {t}"),
+        Action::ReadJob(t) => format!("read jobs of tenant {t}"),
+        Action::ManageTokens => "manage tokens".into(),
+        Action::ReadAudit => "read the audit log".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(role: Role, tenant: Option<&str>) -> Identity {
+        Identity {
+            token_id: "t".into(),
+            role,
+            tenant: tenant.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn the_permission_table() {
+        let admin = id(Role::Admin, None);
+        let op = id(Role::Operator, None);
+        let ta = id(Role::TenantAdmin, Some("a"));
+        let user = id(Role::User, Some("a"));
+        let viewer = id(Role::Viewer, None);
+        let tviewer = id(Role::Viewer, Some("a"));
+        let cases = [
+            (&admin, Action::ManageNodes, true),
+            (&op, Action::ManageNodes, true),
+            (&op, Action::WriteJob("a"), false),
+            (&op, Action::ReadJob("a"), true),
+            (&ta, Action::WriteJob("a"), true),
+            (&ta, Action::WriteJob("b"), false),
+            (&ta, Action::ManageNodes, false),
+            (&ta, Action::ManageTokens, true),
+            (&user, Action::WriteJob("a"), true),
+            (&user, Action::ReadJob("b"), false),
+            (&user, Action::ManageTokens, false),
+            (&user, Action::ReadAudit, false),
+            (&viewer, Action::ReadCluster, true),
+            (&viewer, Action::ReadJob("b"), true),
+            (&viewer, Action::WriteJob("a"), false),
+            (&viewer, Action::ManageNodes, false),
+            (&tviewer, Action::ReadJob("b"), false),
+        ];
+        for (who, action, want) in cases {
+            assert_eq!(who.may(action).is_ok(), want, "{:?} {:?}", who.role, action);
+        }
+        assert_eq!(
+            viewer.may(Action::WriteJob("a")).expect_err("denied"),
+            "a viewer token may not submit or cancel jobs of tenant a"
+        );
+    }
+}

@@ -1,0 +1,404 @@
+//! Job isolation on the host: the job's own directory (owned by the user the job runs as) and a
+//! cgroup v2 per run carrying its CPU and memory limits.
+//!
+//! Layout: the agent manages one cgroup, `jobs.cgroup_root` (default `/sys/fs/cgroup/gpumesh`),
+//! with `cpu` and `memory` enabled in its `cgroup.subtree_control`; each run's supervisor
+//! creates `<root>/job-<id>-g<generation>/`, writes `cpu.max` and `memory.max`, moves the job
+//! into it and removes it when the job has ended. The root holds no processes itself (cgroup v2
+//! allows controllers to be delegated only from cgroups without processes).
+//!
+//! The decisions (which limits to write, whether a hierarchy can be used and what to enable)
+//! are pure functions of file contents; the I/O around them is kept thin.
+
+use std::fs;
+use std::io::ErrorKind;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+/// The controllers a job cgroup needs.
+pub const CONTROLLERS: [&str; 2] = ["cpu", "memory"];
+
+/// The `cpu.max` period, µs (the kernel's default).
+pub const CPU_PERIOD_US: u64 = 100_000;
+
+/// The smallest quota the kernel accepts in `cpu.max`, µs.
+const CPU_MIN_QUOTA_US: u64 = 1_000;
+
+/// The directory inside a run's directory that belongs to the job: its `HOME` and default
+/// working directory. The run directory itself stays the supervisor's, so the job cannot forge
+/// `exit.json` or `shim.pid` or swap its log files for links.
+pub const WORK_DIR: &str = "work";
+
+pub fn work_dir(run_dir: &Path) -> PathBuf {
+    run_dir.join(WORK_DIR)
+}
+
+/// A run's cgroup under `root`.
+pub fn job_cgroup(root: &Path, job: u64, generation: u64) -> PathBuf {
+    root.join(format!("job-{job}-g{generation}"))
+}
+
+/// `cpu.max` for `millis` thousandths of a core: `"<quota> <period>"`. The quota is raised to
+/// the kernel's minimum (1 ms per period, i.e. 10 millicores) when the limit is below it.
+pub fn cpu_max(millis: u32) -> String {
+    let quota = (u64::from(millis) * CPU_PERIOD_US / 1000).max(CPU_MIN_QUOTA_US);
+    format!("{quota} {CPU_PERIOD_US}")
+}
+
+/// `memory.max` for `mib` MiB, in bytes (`max` if it does not fit in 64 bits).
+pub fn memory_max(mib: u64) -> String {
+    mib.checked_mul(1024 * 1024)
+        .map_or_else(|| "max".into(), |bytes| bytes.to_string())
+}
+
+/// The one-line note written to a job's `stderr.log` when it asked for limits the node cannot
+/// enforce.
+pub fn not_enforced_notice(cpu_millis: Option<u32>, memory_mib: Option<u64>) -> Option<String> {
+    let mut asked = Vec::new();
+    if let Some(m) = cpu_millis {
+        asked.push(format!("cpu {}.{:03} cores", m / 1000, m % 1000));
+    }
+    if let Some(m) = memory_mib {
+        asked.push(format!("memory {m} MiB"));
+    }
+    (!asked.is_empty()).then(|| {
+        format!(
+            "gpumesh: this node has no cgroup v2 with cpu/memory delegation: the job's limits ({}) are not enforced\n",
+            asked.join(", ")
+        )
+    })
+}
+
+/// Whether a cgroup can delegate `cpu` and `memory` to its children, from its
+/// `cgroup.controllers` (`None`: the file does not exist, so this is not cgroup v2) and
+/// `cgroup.subtree_control`. `Ok(Some(line))`: write `line` to `cgroup.subtree_control` first.
+pub fn delegation(
+    controllers: Option<&str>,
+    subtree_control: &str,
+) -> Result<Option<String>, String> {
+    let Some(controllers) = controllers else {
+        return Err("not a cgroup v2 hierarchy (no cgroup.controllers)".into());
+    };
+    let unavailable = missing(controllers);
+    if !unavailable.is_empty() {
+        return Err(format!(
+            "controller(s) {} not available (cgroup.controllers: {:?})",
+            unavailable.join(", "),
+            controllers.trim()
+        ));
+    }
+    let disabled = missing(subtree_control);
+    Ok((!disabled.is_empty()).then(|| {
+        disabled
+            .iter()
+            .map(|c| format!("+{c}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }))
+}
+
+/// The needed controllers absent from a space-separated controller list.
+fn missing(list: &str) -> Vec<&'static str> {
+    CONTROLLERS
+        .into_iter()
+        .filter(|c| !list.split_whitespace().any(|l| l == *c))
+        .collect()
+}
+
+/// Whether a user (`uid`, primary `gid`) may pass through a directory with this mode and owner.
+pub fn can_search(mode: u32, owner: u32, group: u32, uid: u32, gid: u32) -> bool {
+    uid == 0
+        || if owner == uid {
+            mode & 0o100 != 0
+        } else if group == gid {
+            mode & 0o010 != 0
+        } else {
+            mode & 0o001 != 0
+        }
+}
+
+/// The first directory on the way to `path` (itself included) the user cannot pass through.
+/// Supplementary groups are not considered: jobs run without them.
+pub fn unreachable_ancestor(path: &Path, uid: u32, gid: u32) -> Option<PathBuf> {
+    path.ancestors()
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .find_map(|dir| {
+            let m = fs::metadata(dir).ok()?;
+            (!can_search(m.mode(), m.uid(), m.gid(), uid, gid)).then(|| dir.to_owned())
+        })
+}
+
+/// Make `root` ready for job cgroups: check its parent is cgroup v2 with `cpu` and `memory`,
+/// enable them for the parent's children, create `root`, and enable them for its children.
+/// `Err` says why job cgroups cannot be used (nothing is created in that case unless the
+/// parent qualified).
+pub fn prepare_root(root: &Path) -> Result<(), String> {
+    let parent = root
+        .parent()
+        .ok_or_else(|| format!("{} has no parent cgroup", root.display()))?;
+    enable_for_children(parent)?;
+    match fs::create_dir(root) {
+        Ok(()) => {}
+        Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(format!("creating {}: {e}", root.display())),
+    }
+    enable_for_children(root)
+}
+
+fn enable_for_children(cgroup: &Path) -> Result<(), String> {
+    let controllers = read_optional(&cgroup.join("cgroup.controllers"))
+        .map_err(|e| format!("{}: {e}", cgroup.display()))?;
+    let subtree_path = cgroup.join("cgroup.subtree_control");
+    let subtree = if controllers.is_some() {
+        fs::read_to_string(&subtree_path)
+            .map_err(|e| format!("reading {}: {e}", subtree_path.display()))?
+    } else {
+        String::new()
+    };
+    let decision = delegation(controllers.as_deref(), &subtree)
+        .map_err(|e| format!("{}: {e}", cgroup.display()))?;
+    if let Some(line) = decision {
+        fs::write(&subtree_path, &line)
+            .map_err(|e| format!("writing {line:?} to {}: {e}", subtree_path.display()))?;
+    }
+    Ok(())
+}
+
+fn read_optional(path: &Path) -> std::io::Result<Option<String>> {
+    match fs::read_to_string(path) {
+        Ok(s) => Ok(Some(s)),
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Give the job its own directory: created if missing, owned by the job's user, private to it.
+pub fn prepare_work_dir(dir: &Path, owner: Option<(u32, u32)>) -> std::io::Result<()> {
+    match fs::create_dir(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
+    if let Some((uid, gid)) = owner {
+        // lchown: never follow a link, whoever put it there.
+        std::os::unix::fs::lchown(dir, Some(uid), Some(gid))?;
+    }
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
+}
+
+/// One run's cgroup, created by its supervisor.
+#[derive(Debug)]
+pub struct JobCgroup {
+    pub path: PathBuf,
+}
+
+impl JobCgroup {
+    /// Create the cgroup and write the limits the job asked for (the others stay `max`).
+    pub fn create(
+        path: &Path,
+        cpu_millis: Option<u32>,
+        memory_mib: Option<u64>,
+    ) -> Result<Self, String> {
+        match fs::create_dir(path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(format!("creating cgroup {}: {e}", path.display())),
+        }
+        let cgroup = Self {
+            path: path.to_owned(),
+        };
+        let limits = [
+            ("cpu.max", cpu_millis.map(cpu_max)),
+            ("memory.max", memory_mib.map(memory_max)),
+        ];
+        for (file, value) in limits {
+            if let Some(value) = value {
+                let target = path.join(file);
+                if let Err(e) = fs::write(&target, &value) {
+                    fs::remove_dir(path).ok();
+                    return Err(format!("writing {value:?} to {}: {e}", target.display()));
+                }
+            }
+        }
+        Ok(cgroup)
+    }
+
+    /// Move a process into this cgroup.
+    pub fn add(&self, pid: u32) -> std::io::Result<()> {
+        fs::write(self.path.join("cgroup.procs"), pid.to_string())
+    }
+
+    /// Move every process of process group `pgid` into this cgroup, best effort: the job may
+    /// have forked between its spawn and `add`.
+    pub fn adopt_group(&self, pgid: u32) {
+        let Ok(entries) = fs::read_dir("/proc") else {
+            return;
+        };
+        for pid in entries
+            .filter_map(Result::ok)
+            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        {
+            if process_group(pid) == Some(pgid) {
+                self.add(pid).ok();
+            }
+        }
+    }
+
+    /// The processes still in the cgroup.
+    fn pids(&self) -> Vec<i32> {
+        fs::read_to_string(self.path.join("cgroup.procs"))
+            .map(|s| {
+                s.lines()
+                    .filter_map(|l| l.trim().parse().ok())
+                    .filter(|pid| *pid > 0)
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Kill whatever the job left behind in the cgroup and remove it, retrying for a moment
+    /// while the kernel still counts exiting processes. `Err` only if it stays.
+    pub async fn remove(&self) -> Result<(), String> {
+        let deadline = Instant::now() + Duration::from_secs(3);
+        loop {
+            let left = self.pids();
+            if !left.is_empty() {
+                // cgroup.kill (Linux 5.14+) also catches processes that are forking right now.
+                fs::write(self.path.join("cgroup.kill"), "1").ok();
+                for pid in left {
+                    kill(Pid::from_raw(pid), Signal::SIGKILL).ok();
+                }
+            }
+            match fs::remove_dir(&self.path) {
+                Ok(()) => return Ok(()),
+                Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
+                Err(e) if Instant::now() >= deadline => {
+                    return Err(format!("removing cgroup {}: {e}", self.path.display()));
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+    }
+}
+
+/// A process's group, from `/proc/<pid>/stat` (`pid (comm) state ppid pgrp ...`).
+fn process_group(pid: u32) -> Option<u32> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_pgrp(&stat)
+}
+
+fn parse_pgrp(stat: &str) -> Option<u32> {
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(2)?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_become_cgroup_values() {
+        assert_eq!(cpu_max(1500), "150000 100000");
+        assert_eq!(cpu_max(1000), "100000 100000");
+        assert_eq!(cpu_max(250), "25000 100000");
+        assert_eq!(cpu_max(10), "1000 100000");
+        assert_eq!(cpu_max(1), "1000 100000", "raised to the kernel's minimum");
+        assert_eq!(cpu_max(u32::MAX), "429496729500 100000");
+        assert_eq!(memory_max(4096), "4294967296");
+        assert_eq!(memory_max(1), "1048576");
+        assert_eq!(memory_max(u64::MAX), "max");
+    }
+
+    #[test]
+    fn delegation_is_decided_from_the_files() {
+        assert!(
+            delegation(None, "")
+                .expect_err("v1")
+                .contains("not a cgroup v2 hierarchy")
+        );
+        // A cgroup2 mount without controllers (cgroup v1 hybrid hosts: /sys/fs/cgroup/unified).
+        let err = delegation(Some("\n"), "").expect_err("no controllers");
+        assert!(err.contains("cpu, memory not available"), "{err}");
+        let err = delegation(Some("cpuset cpu io pids\n"), "").expect_err("no memory");
+        assert!(err.contains("memory not available"), "{err}");
+        let all = "cpuset cpu io memory hugetlb pids rdma misc\n";
+        assert_eq!(delegation(Some(all), "cpu memory pids\n"), Ok(None));
+        assert_eq!(
+            delegation(Some(all), "pids\n"),
+            Ok(Some("+cpu +memory".into()))
+        );
+        assert_eq!(
+            delegation(Some(all), "cpuset cpu\n"),
+            Ok(Some("+memory".into()))
+        );
+        // `cpuset` is not `cpu`.
+        assert_eq!(
+            delegation(Some(all), "cpuset memory"),
+            Ok(Some("+cpu".into()))
+        );
+    }
+
+    #[test]
+    fn the_notice_names_the_unenforced_limits() {
+        assert_eq!(not_enforced_notice(None, None), None);
+        let n = not_enforced_notice(Some(1500), Some(4096)).expect("notice");
+        assert!(
+            n.contains("(cpu 1.500 cores, memory 4096 MiB) are not enforced"),
+            "{n}"
+        );
+        assert!(n.ends_with('\n') && n.lines().count() == 1, "{n:?}");
+        let n = not_enforced_notice(Some(5), None).expect("notice");
+        assert!(n.contains("(cpu 0.005 cores)"), "{n}");
+    }
+
+    #[test]
+    fn search_permission_follows_the_mode_bits() {
+        let (nobody, nogroup) = (65534, 65534);
+        assert!(!can_search(0o700, 0, 0, nobody, nogroup));
+        assert!(can_search(0o711, 0, 0, nobody, nogroup));
+        assert!(can_search(0o750, 0, nogroup, nobody, nogroup));
+        assert!(
+            !can_search(0o705, 0, nogroup, nobody, nogroup),
+            "group bits apply"
+        );
+        assert!(can_search(0o700, nobody, 0, nobody, nogroup));
+        assert!(can_search(0o000, 1, 1, 0, 0), "root passes anywhere");
+    }
+
+    #[test]
+    fn process_groups_are_read_from_stat() {
+        assert_eq!(parse_pgrp("42 (sh) S 1 42 42 0 -1"), Some(42));
+        assert_eq!(parse_pgrp("43 (a) b (c)) R 42 40 40 0"), Some(40));
+        assert_eq!(parse_pgrp("garbage"), None);
+    }
+
+    #[test]
+    fn names_and_paths() {
+        assert_eq!(
+            job_cgroup(Path::new("/sys/fs/cgroup/gpumesh"), 42, 3),
+            Path::new("/sys/fs/cgroup/gpumesh/job-42-g3")
+        );
+        assert_eq!(
+            work_dir(Path::new("/d/j-1-g1")),
+            Path::new("/d/j-1-g1/work")
+        );
+    }
+
+    #[test]
+    fn a_root_is_not_prepared_where_there_is_no_cgroup_v2() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let root = tmp.path().join("gpumesh");
+        let err = prepare_root(&root).expect_err("a plain directory is no cgroup");
+        assert!(err.contains("not a cgroup v2 hierarchy"), "{err}");
+        assert!(
+            !root.exists(),
+            "nothing is created outside a cgroup hierarchy"
+        );
+    }
+}

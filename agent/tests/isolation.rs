@@ -1,0 +1,263 @@
+//! Job isolation through the real `gpu-agent shim`, started with the arguments the executor
+//! builds: the job runs as `nobody` in its own `work/` directory and cannot write the run's
+//! records; its CPU/memory limits are enforced in a cgroup where this host has cgroup v2 with
+//! delegation, and reported as not enforced where it has not; a missing workdir fails the start.
+//!
+//! Changing user needs root: those tests say why and return early when not run as root.
+
+use std::ffi::OsString;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use gpu_agent::config::RunAs;
+use gpu_agent::executor::job_dir::JobDir;
+use gpu_agent::executor::{ExecutorSettings, isolation, shim_args};
+use gpu_raft_store::{JobSpec, Outcome};
+
+/// A jobs directory laid out as an agent's, reachable by other users (the temporary
+/// directory itself is 0700).
+struct Node {
+    _tmp: tempfile::TempDir,
+    settings: ExecutorSettings,
+}
+
+impl Node {
+    fn new(run_as: RunAs, cgroup_root: PathBuf) -> Node {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755))
+            .expect("chmod tempdir");
+        let jobs_dir = tmp.path().join("jobs");
+        std::fs::create_dir(&jobs_dir).expect("jobs dir");
+        std::fs::set_permissions(&jobs_dir, std::fs::Permissions::from_mode(0o711))
+            .expect("chmod jobs dir");
+        let lease_path = tmp.path().join("lease");
+        // The lease timeout below outlasts every test, so the file never needs renewing.
+        std::fs::write(&lease_path, "0").expect("lease");
+        let settings = ExecutorSettings {
+            jobs_dir,
+            lease_path,
+            lease: Duration::from_secs(600),
+            stop_grace: Duration::from_secs(2),
+            agent_exe: env!("CARGO_BIN_EXE_gpu-agent").into(),
+            tick: Duration::from_secs(1),
+            run_as,
+            cgroup_root,
+        };
+        Node {
+            _tmp: tmp,
+            settings,
+        }
+    }
+
+    /// Start the supervisor for run (job, 1) of `spec` as the executor would, with `HOME` set
+    /// the executor's way.
+    fn start(&self, job: u64, spec: &JobSpec, cgroup_root: Option<&Path>) -> (JobDir, Supervisor) {
+        let dir = JobDir::new(&self.settings.jobs_dir, job, 1);
+        dir.create().expect("run dir");
+        let args: Vec<OsString> = shim_args(&self.settings, spec, &dir, cgroup_root);
+        let child = Command::new(&self.settings.agent_exe)
+            .args(&args)
+            .env_clear()
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .env("HOME", isolation::work_dir(&dir.path))
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("spawn the supervisor");
+        (dir, Supervisor(child))
+    }
+}
+
+struct Supervisor(std::process::Child);
+
+impl Supervisor {
+    fn wait(mut self, dir: &JobDir) -> Outcome {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(status) = self.0.try_wait().expect("try_wait") {
+                assert!(status.success(), "the supervisor failed: {status}");
+                return dir.exit().expect("exit.json is written");
+            }
+            assert!(Instant::now() < deadline, "the supervisor did not finish");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Supervisor {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            self.0.kill().ok();
+            self.0.wait().ok();
+        }
+    }
+}
+
+fn nobody() -> RunAs {
+    let user = nix::unistd::User::from_name("nobody")
+        .expect("reading the user database")
+        .expect("this host has a user nobody");
+    RunAs {
+        name: "nobody".into(),
+        uid: user.uid.as_raw(),
+        gid: user.gid.as_raw(),
+    }
+}
+
+fn is_root() -> bool {
+    if nix::unistd::geteuid().is_root() {
+        return true;
+    }
+    eprintln!("SKIPPED: running jobs as another user needs root, and this test is not root");
+    false
+}
+
+fn shell(script: &str, limits: serde_json::Value) -> JobSpec {
+    let mut spec = serde_json::json!({
+        "name": "iso",
+        "command": ["sh", "-c", script],
+    });
+    if let (Some(spec), Some(limits)) = (spec.as_object_mut(), limits.as_object()) {
+        spec.extend(limits.clone());
+    }
+    serde_json::from_value(spec).expect("spec")
+}
+
+#[test]
+fn the_job_runs_as_the_job_user_in_its_own_directory() {
+    if !is_root() {
+        return;
+    }
+    let user = nobody();
+    let node = Node::new(user.clone(), "/nonexistent/cgroup".into());
+    let spec = shell(
+        "id -u > out; id -G > groups; touch \"$HOME/x\"; \
+         touch ../planted 2>/dev/null; echo forged > ../exit.json 2>/dev/null; exit 0",
+        serde_json::json!({}),
+    );
+    let (dir, shim) = node.start(1, &spec, None);
+    assert_eq!(shim.wait(&dir), Outcome::Exited { code: 0 });
+
+    let work = isolation::work_dir(&dir.path);
+    let read = |name: &str| {
+        std::fs::read_to_string(work.join(name)).unwrap_or_else(|e| {
+            panic!(
+                "{name}: {e}; stderr.log: {:?}",
+                std::fs::read_to_string(dir.stderr())
+            )
+        })
+    };
+    assert_eq!(read("out").trim(), user.uid.to_string(), "ran as nobody");
+    assert_eq!(
+        read("groups").trim(),
+        user.gid.to_string(),
+        "only nobody's primary group, none of the supervisor's"
+    );
+    let x = std::fs::metadata(work.join("x")).expect("the job wrote to its HOME");
+    assert_eq!((x.uid(), x.gid()), (user.uid, user.gid));
+    let w = std::fs::metadata(&work).expect("work dir");
+    assert_eq!((w.uid(), w.mode() & 0o777), (user.uid, 0o700));
+    // The run directory and its records stay the supervisor's.
+    assert!(
+        !dir.path.join("planted").exists(),
+        "the job could write into the run directory"
+    );
+    assert_eq!(std::fs::metadata(&dir.path).expect("run dir").uid(), 0);
+    for log in [dir.stdout(), dir.stderr()] {
+        assert_eq!(
+            std::fs::metadata(&log).expect("log").uid(),
+            0,
+            "{}",
+            log.display()
+        );
+    }
+}
+
+#[test]
+fn limits_are_enforced_by_cgroup_v2_or_reported_as_not_enforced() {
+    if !is_root() {
+        return;
+    }
+    // A root of our own beside the agent's default, removed at the end.
+    let root = PathBuf::from(format!(
+        "/sys/fs/cgroup/gpumesh-test-{}",
+        std::process::id()
+    ));
+    let node = Node::new(nobody(), root.clone());
+    let available = isolation::prepare_root(&root);
+    let spec = shell(
+        "sleep 0.2; cat /proc/self/cgroup > cgroup; touch started; \
+         i=0; while [ ! -e release ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done",
+        serde_json::json!({"cpu_millis": 500, "memory_mib": 256}),
+    );
+    let (dir, shim) = node.start(2, &spec, available.as_ref().ok().map(|()| root.as_path()));
+    let work = isolation::work_dir(&dir.path);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !work.join("started").exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the job did not start; stderr.log: {:?}",
+            std::fs::read_to_string(dir.stderr())
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let cgroup = isolation::job_cgroup(&root, 2, 1);
+    match &available {
+        Ok(()) => {
+            println!("cgroup v2 is available at {}", root.display());
+            let read = |f: &str| std::fs::read_to_string(cgroup.join(f)).expect(f);
+            assert_eq!(read("memory.max").trim(), (256u64 << 20).to_string());
+            assert_eq!(read("cpu.max").trim(), "50000 100000");
+            let own = std::fs::read_to_string(work.join("cgroup")).expect("job's cgroup");
+            assert!(own.contains("/job-2-g1"), "the job is in its cgroup: {own}");
+        }
+        Err(reason) => {
+            println!("cgroup v2 is not available here ({reason}): checking the notice");
+            assert!(!cgroup.exists());
+        }
+    }
+    std::fs::write(work.join("release"), "").expect("release the job");
+    assert_eq!(shim.wait(&dir), Outcome::Exited { code: 0 });
+    let stderr = std::fs::read_to_string(dir.stderr()).expect("stderr.log");
+    match available {
+        Ok(()) => {
+            assert!(!stderr.contains("not enforced"), "{stderr}");
+            assert!(!cgroup.exists(), "the run's cgroup is removed when it ends");
+            std::fs::remove_dir(&root).expect("remove the test's cgroup root");
+        }
+        Err(_) => {
+            let notice = stderr
+                .lines()
+                .find(|l| l.contains("not enforced"))
+                .unwrap_or_else(|| panic!("no notice in stderr.log: {stderr:?}"));
+            assert!(
+                notice.contains("cpu 0.500 cores") && notice.contains("memory 256 MiB"),
+                "{notice}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_missing_workdir_fails_the_start_clearly() {
+    let me = RunAs {
+        name: "me".into(),
+        uid: nix::unistd::geteuid().as_raw(),
+        gid: nix::unistd::getegid().as_raw(),
+    };
+    let node = Node::new(me, "/nonexistent/cgroup".into());
+    let mut spec = shell("touch ran", serde_json::json!({}));
+    spec.workdir = Some("/no/such/dir".into());
+    let (dir, shim) = node.start(3, &spec, None);
+    match shim.wait(&dir) {
+        Outcome::FailedToStart { message } => {
+            assert!(
+                message.contains("/no/such/dir") && message.contains("does not exist"),
+                "{message}"
+            );
+        }
+        other => panic!("expected a failed start, got {other:?}"),
+    }
+    assert!(!isolation::work_dir(&dir.path).join("ran").exists());
+}

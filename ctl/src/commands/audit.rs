@@ -1,0 +1,102 @@
+//! `gpuctl audit list|verify`.
+//!
+//! JSON (stable): `list` prints an array of `{"seq", "time_ms", "actor", "verb", "object",
+//! "outcome", "request_id", "source", "prev_hash", "hash"}`; `verify` prints
+//! `{"ok", "entries", "problem", "head_hash"}` and exits 1 when the chain is broken.
+
+use gpu_proto::v1 as pb;
+use gpu_proto::v1::audit_service_client::AuditServiceClient;
+use serde_json::{Value, json};
+
+use super::{Answer, Ctx, Failure};
+use crate::cli::{AuditVerb, Output};
+use crate::output::{self, table};
+
+pub async fn run(ctx: &Ctx, verb: AuditVerb) -> Result<Answer, Failure> {
+    match verb {
+        AuditVerb::List { after, limit } => {
+            let entries = ctx
+                .endpoints
+                .call(|ch| async move {
+                    let req = pb::ListAuditRequest { after, limit };
+                    Ok(AuditServiceClient::new(ch)
+                        .list_audit(req)
+                        .await?
+                        .into_inner()
+                        .entries)
+                })
+                .await?;
+            let text = match ctx.output {
+                Output::Json => {
+                    output::json(&Value::Array(entries.iter().map(entry_json).collect()))
+                }
+                Output::Table => {
+                    let rows: Vec<Vec<String>> = entries
+                        .iter()
+                        .map(|e| {
+                            vec![
+                                e.seq.to_string(),
+                                e.time_ms.to_string(),
+                                e.actor.clone(),
+                                e.verb.clone(),
+                                e.object.clone(),
+                                e.outcome.clone(),
+                                e.source.clone(),
+                            ]
+                        })
+                        .collect();
+                    table(
+                        &[
+                            "SEQ", "TIME_MS", "ACTOR", "VERB", "OBJECT", "OUTCOME", "SOURCE",
+                        ],
+                        &rows,
+                    )
+                }
+            };
+            Ok(Answer::ok(text))
+        }
+        AuditVerb::Verify => {
+            let v = ctx
+                .endpoints
+                .call(|ch| async move {
+                    Ok(AuditServiceClient::new(ch)
+                        .verify_audit(pb::VerifyAuditRequest {})
+                        .await?
+                        .into_inner())
+                })
+                .await?;
+            let text = match ctx.output {
+                Output::Json => output::json(&json!({
+                    "ok": v.ok,
+                    "entries": v.entries,
+                    "problem": v.problem,
+                    "head_hash": v.head_hash,
+                })),
+                Output::Table if v.ok => format!(
+                    "audit chain intact: {} entries, head {}\n",
+                    v.entries, v.head_hash
+                ),
+                Output::Table => format!("audit chain BROKEN: {}\n", v.problem),
+            };
+            Ok(Answer {
+                text,
+                positive: v.ok,
+            })
+        }
+    }
+}
+
+fn entry_json(e: &pb::AuditEntry) -> Value {
+    json!({
+        "seq": e.seq,
+        "time_ms": e.time_ms,
+        "actor": e.actor,
+        "verb": e.verb,
+        "object": e.object,
+        "outcome": e.outcome,
+        "request_id": e.request_id,
+        "source": e.source,
+        "prev_hash": e.prev_hash,
+        "hash": e.hash,
+    })
+}

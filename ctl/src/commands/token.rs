@@ -1,0 +1,162 @@
+//! `gpuctl token create|list|revoke|whoami`.
+//!
+//! JSON (stable): a token is `{"id", "role" ("admin"|"operator"|"tenant-admin"|"user"|"viewer"),
+//! "tenant" (null when cluster-wide), "description", "created_at_ms", "created_by", "revoked"}`;
+//! `list` prints an array of them; `create` prints `{"token": <token>, "bearer": "<id>.<secret>"}`.
+
+use gpu_proto::v1 as pb;
+use gpu_proto::v1::token_service_client::TokenServiceClient;
+use serde_json::{Value, json};
+
+use super::{Answer, Ctx, Failure};
+use crate::cli::{Output, RoleArg, TokenVerb};
+use crate::output::{self, table};
+
+pub async fn run(ctx: &Ctx, verb: TokenVerb) -> Result<Answer, Failure> {
+    match verb {
+        TokenVerb::Create {
+            role,
+            tenant,
+            description,
+        } => {
+            let req = pb::CreateTokenRequest {
+                role: role_pb(role) as i32,
+                tenant: tenant.unwrap_or_default(),
+                description,
+            };
+            let reply = ctx
+                .endpoints
+                .call(|ch| {
+                    let req = req.clone();
+                    async move {
+                        Ok(TokenServiceClient::new(ch)
+                            .create_token(req)
+                            .await?
+                            .into_inner())
+                    }
+                })
+                .await?;
+            let token = reply.token.unwrap_or_default();
+            let text = match ctx.output {
+                Output::Json => {
+                    output::json(&json!({ "token": token_json(&token), "bearer": reply.bearer }))
+                }
+                Output::Table => {
+                    eprintln!(
+                        "created {} ({}); the secret below is shown only once",
+                        token.id,
+                        role_name(token.role)
+                    );
+                    format!("{}\n", reply.bearer)
+                }
+            };
+            Ok(Answer::ok(text))
+        }
+        TokenVerb::List => {
+            let tokens = ctx
+                .endpoints
+                .call(|ch| async move {
+                    Ok(TokenServiceClient::new(ch)
+                        .list_tokens(pb::ListTokensRequest {})
+                        .await?
+                        .into_inner()
+                        .tokens)
+                })
+                .await?;
+            Ok(Answer::ok(render(ctx, &tokens)))
+        }
+        TokenVerb::Revoke { id } => {
+            let token = ctx
+                .endpoints
+                .call(|ch| {
+                    let id = id.clone();
+                    async move {
+                        Ok(TokenServiceClient::new(ch)
+                            .revoke_token(pb::RevokeTokenRequest { id })
+                            .await?
+                            .into_inner())
+                    }
+                })
+                .await?;
+            Ok(Answer::ok(render(ctx, std::slice::from_ref(&token))))
+        }
+        TokenVerb::Whoami => {
+            let token = ctx
+                .endpoints
+                .call(|ch| async move {
+                    Ok(TokenServiceClient::new(ch)
+                        .who_am_i(pb::WhoAmIRequest {})
+                        .await?
+                        .into_inner())
+                })
+                .await?;
+            Ok(Answer::ok(render(ctx, std::slice::from_ref(&token))))
+        }
+    }
+}
+
+fn role_pb(r: RoleArg) -> pb::Role {
+    match r {
+        RoleArg::Admin => pb::Role::Admin,
+        RoleArg::Operator => pb::Role::Operator,
+        RoleArg::TenantAdmin => pb::Role::TenantAdmin,
+        RoleArg::User => pb::Role::User,
+        RoleArg::Viewer => pb::Role::Viewer,
+    }
+}
+
+fn role_name(r: i32) -> &'static str {
+    match pb::Role::try_from(r) {
+        Ok(pb::Role::Admin) => "admin",
+        Ok(pb::Role::Operator) => "operator",
+        Ok(pb::Role::TenantAdmin) => "tenant-admin",
+        Ok(pb::Role::User) => "user",
+        Ok(pb::Role::Viewer) => "viewer",
+        _ => "unknown",
+    }
+}
+
+fn token_json(t: &pb::Token) -> Value {
+    json!({
+        "id": t.id,
+        "role": role_name(t.role),
+        "tenant": (!t.tenant.is_empty()).then_some(&t.tenant),
+        "description": t.description,
+        "created_at_ms": t.created_at_ms,
+        "created_by": t.created_by,
+        "revoked": t.revoked,
+    })
+}
+
+fn render(ctx: &Ctx, tokens: &[pb::Token]) -> String {
+    match ctx.output {
+        Output::Json => output::json(&Value::Array(tokens.iter().map(token_json).collect())),
+        Output::Table => {
+            let rows: Vec<Vec<String>> = tokens
+                .iter()
+                .map(|t| {
+                    vec![
+                        t.id.clone(),
+                        role_name(t.role).to_owned(),
+                        if t.tenant.is_empty() {
+                            "-".into()
+                        } else {
+                            t.tenant.clone()
+                        },
+                        if t.revoked {
+                            "revoked".into()
+                        } else {
+                            "active".into()
+                        },
+                        t.created_by.clone(),
+                        t.description.clone(),
+                    ]
+                })
+                .collect();
+            table(
+                &["ID", "ROLE", "TENANT", "STATE", "CREATED BY", "DESCRIPTION"],
+                &rows,
+            )
+        }
+    }
+}
