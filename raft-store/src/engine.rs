@@ -51,14 +51,27 @@ const CACHE_BYTES: u64 = 64 * 1024 * 1024;
 
 impl SledEngine {
     pub fn open(dir: &Path) -> std::io::Result<Self> {
-        let db = sled::Config::new()
+        let config = sled::Config::new()
             .path(dir)
             .cache_capacity(CACHE_BYTES)
             // Durability comes from our explicit flush before acknowledging; the background
             // flusher only bounds how much un-acknowledged data a crash can drop.
-            .flush_every_ms(Some(1000))
-            .open()
-            .map_err(io)?;
+            .flush_every_ms(Some(1000));
+        // The caller holds the data directory's own lock, so a held sled lock can only be an
+        // instance of this process still shutting down (sled releases it from a background
+        // thread after drop): wait for it briefly.
+        let mut attempts = 0;
+        let db = loop {
+            match config.open() {
+                Err(sled::Error::Io(e))
+                    if e.to_string().contains("could not acquire lock") && attempts < 50 =>
+                {
+                    attempts += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                other => break other.map_err(io)?,
+            }
+        };
         let meta = db.open_tree("meta").map_err(io)?;
         let log = db.open_tree("log").map_err(io)?;
         Ok(Self {

@@ -222,6 +222,24 @@ impl Cluster {
         Ok(InterceptedService::new(channel, Bearer(header)))
     }
 
+    /// Wait until every running agent answers its own status (restarted agents need a moment
+    /// before they listen).
+    pub async fn wait_serving(&self) {
+        self.wait_for(
+            "every running agent to serve",
+            Duration::from_secs(30),
+            |c| async move {
+                for id in c.running() {
+                    if c.status(id, true).await.is_err() {
+                        return false;
+                    }
+                }
+                true
+            },
+        )
+        .await;
+    }
+
     /// The bootstrap admin token n1 wrote (empty until it has).
     pub fn admin_token(&self) -> String {
         std::fs::read_to_string(self.root.path().join(ADMIN_TOKEN))

@@ -101,6 +101,7 @@ async fn leader_kill_and_full_restart_lose_no_acknowledged_write() {
         c.start_agent(id);
     }
     c.leader().await;
+    c.wait_serving().await;
     for id in [1, 2, 3] {
         assert_all_present(&c, id, 1, &written).await;
     }

@@ -278,6 +278,7 @@ async fn no_raw_secret_is_ever_stored_and_an_edited_audit_log_is_detected() {
         c.start_agent(id);
     }
     c.leader().await;
+    c.wait_serving().await;
     let out = std::process::Command::new(gpu_tests::bin("gpuctl"))
         .args(["--endpoint", c.addr(1), "audit", "verify"])
         .env("GPUCTL_TOKEN", &admin)
