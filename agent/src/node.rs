@@ -355,6 +355,14 @@ async fn serve(listener: TcpListener, s: Services, cancel: CancellationToken) {
     };
     let audit_api = AuditApi { cluster, auth };
     let result = tonic::transport::Server::builder()
+        // Hostile or broken clients: no request runs forever (streams are not cut: the limit
+        // covers producing the response), one connection cannot monopolise the agent, and dead
+        // peers are noticed.
+        .timeout(Duration::from_secs(60))
+        .concurrency_limit_per_connection(256)
+        .http2_keepalive_interval(Some(Duration::from_secs(20)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+        .tcp_keepalive(Some(Duration::from_secs(60)))
         .add_service(health_service)
         .add_service(peer)
         .add_service(ClusterServiceServer::new(cluster_api).max_decoding_message_size(max))

@@ -300,6 +300,14 @@ impl Cluster {
             .into_inner())
     }
 
+    pub async fn list_jobs(&self, via: u64) -> Result<Vec<pb::Job>, tonic::Status> {
+        let mut c = JobServiceClient::new(self.channel(via).await?);
+        Ok(c.list_jobs(pb::ListJobsRequest::default())
+            .await?
+            .into_inner()
+            .jobs)
+    }
+
     pub async fn cancel(&self, via: u64, id: u64) -> Result<pb::Job, tonic::Status> {
         let mut c = JobServiceClient::new(self.channel(via).await?);
         Ok(c.cancel_job(pb::CancelJobRequest { id })

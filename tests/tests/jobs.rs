@@ -342,6 +342,25 @@ async fn bad_jobs_get_clear_answers() {
         );
     }
 
+    // Over the message size limit (16 MiB): refused before it is decoded, nothing queued.
+    let jobs_before = c.list_jobs(1).await.expect("list").len();
+    let huge_env = [("BLOB".to_owned(), "x".repeat(20 << 20))]
+        .into_iter()
+        .collect();
+    let big = pb::JobSpec {
+        env: huge_env,
+        ..shell_job("big", 0, "true")
+    };
+    let err = c.submit(1, big, "").await.expect_err("too big");
+    assert!(
+        matches!(
+            err.code(),
+            tonic::Code::ResourceExhausted | tonic::Code::OutOfRange
+        ),
+        "{err}"
+    );
+    assert_eq!(c.list_jobs(1).await.expect("list").len(), jobs_before);
+
     assert_eq!(
         c.cancel(1, 999_999).await.expect_err("unknown").code(),
         tonic::Code::NotFound
