@@ -62,17 +62,21 @@ impl JobService for JobApi {
         &self,
         req: Request<pb::SubmitJobRequest>,
     ) -> Result<Response<pb::SubmitJobResponse>, Status> {
-        let r = req.get_ref();
-        let spec = to_proto::spec_from(r.spec.clone().ok_or_else(|| invalid("spec is required"))?);
+        // Who first (default deny), then what: the spec is only looked at for a known caller.
+        let mut caller = self
+            .auth
+            .authenticate(&req, "job.submit", "job/new")
+            .await?;
+        let r = req.into_inner();
+        let spec = to_proto::spec_from(r.spec.ok_or_else(|| invalid("spec is required"))?);
         validate::job_spec(&spec).map_err(invalid)?;
-        let key = (!r.idempotency_key.is_empty()).then(|| r.idempotency_key.clone());
+        let key = (!r.idempotency_key.is_empty()).then_some(r.idempotency_key);
         if let Some(k) = &key {
             validate::idempotency_key(k).map_err(invalid)?;
         }
-        let object = format!("job/{}", spec.name);
-        let caller = self
-            .auth
-            .check(&req, "job.submit", &object, Action::WriteJob(&spec.tenant))
+        caller.meta.object = format!("job/{}", spec.name);
+        self.auth
+            .require(&caller, Action::WriteJob(&spec.tenant))
             .await?;
         match self
             .cluster

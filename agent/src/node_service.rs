@@ -88,6 +88,12 @@ impl NodeService for NodeApi {
         &self,
         req: Request<pb::LabelNodeRequest>,
     ) -> Result<Response<pb::Node>, Status> {
+        let id = req.get_ref().id;
+        let object = format!("node/n{id}");
+        let caller = self
+            .auth
+            .check(&req, "node.label", &object, Action::ManageNodes)
+            .await?;
         let r = req.get_ref();
         let set: BTreeMap<String, String> = r.set.clone().into_iter().collect();
         let remove: BTreeSet<String> = r.remove.iter().cloned().collect();
@@ -109,18 +115,13 @@ impl NodeService for NodeApi {
         for k in &remove {
             validate::label_key(k).map_err(invalid)?;
         }
-        let id = r.id;
-        self.change(
-            &req,
-            "node.label",
-            id,
-            Command::SetNodeLabels {
-                node: id,
-                set,
-                remove,
-            },
-        )
-        .await
+        let cmd = Command::SetNodeLabels {
+            node: id,
+            set,
+            remove,
+        };
+        self.cluster.write_as(cmd, Some(caller.meta)).await?;
+        Ok(Response::new(self.node(id)?))
     }
 
     async fn cordon_node(
