@@ -1,2 +1,15 @@
-//! gpu-chaos: the fault-injection harness and history checkers (the [chaos] issue). Not built
-//! yet; the multi-agent harness it will grow from is `gpu-tests` (`tests/src/lib.rs`).
+//! gpu-chaos: the fault-injection harness and history checkers (a first slice of the [chaos]
+//! issue). A scenario starts a real cluster (`gpu-tests`), runs a recorded client workload
+//! (`workload`, `client`) against it while a nemesis injects faults (`nemesis`, `storm`), heals,
+//! and runs pure checkers (`check`) over the history and the final job list.
+
+pub mod check;
+pub mod client;
+pub mod history;
+pub mod model;
+pub mod nemesis;
+pub mod records;
+pub mod scenario;
+pub mod seed;
+pub mod storm;
+pub mod workload;

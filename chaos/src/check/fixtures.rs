@@ -1,0 +1,29 @@
+//! Hand-made history pieces for the checkers' unit tests.
+
+use crate::history::{Event, OpKind, Phase};
+use crate::model::{FinalJob, SUCCEEDED};
+
+pub fn submit(process: &str, phase: Phase, key: &str, job_id: Option<u64>) -> Event {
+    Event {
+        key: Some(key.to_owned()),
+        job_id,
+        ..Event::new(process, phase, OpKind::Submit)
+    }
+}
+
+/// invoke + ok for `key` acknowledged as `job_id`.
+pub fn acked(process: &str, key: &str, job_id: u64) -> Vec<Event> {
+    vec![
+        submit(process, Phase::Invoke, key, None),
+        submit(process, Phase::Ok, key, Some(job_id)),
+    ]
+}
+
+pub fn job(id: u64, key: &str) -> FinalJob {
+    FinalJob {
+        id,
+        key: key.to_owned(),
+        state: SUCCEEDED.to_owned(),
+        generation: 1,
+    }
+}

@@ -1,0 +1,68 @@
+//! Checkers: pure functions over the history, the final job list and the jobs' own records,
+//! each returning named violations. `all` runs every one.
+
+pub mod all_succeeded;
+pub mod exactly_once;
+pub mod gpu_overlap;
+pub mod total_queue;
+
+#[cfg(test)]
+pub(crate) mod fixtures;
+
+use crate::history::Event;
+use crate::model::{FinalJob, RunRecord, Violation};
+
+/// Every checker's violations, in checker order.
+pub fn all(history: &[Event], jobs: &[FinalJob], runs: &[RunRecord]) -> Vec<Violation> {
+    let mut out = total_queue::check(history, jobs);
+    out.extend(exactly_once::check(history, jobs));
+    out.extend(gpu_overlap::check(runs));
+    out.extend(all_succeeded::check(history, jobs));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::check::fixtures::{acked, job};
+    use crate::model::FinalJob;
+
+    #[test]
+    fn all_runs_every_checker() {
+        let h = [
+            acked("w0", "a", 1),
+            acked("w1", "a", 2),
+            acked("w0", "b", 3),
+        ]
+        .concat();
+        let failed = FinalJob {
+            state: "JOB_STATE_FAILED".into(),
+            ..job(1, "a")
+        };
+        let run = |job_id, start_ns| RunRecord {
+            job_id,
+            generation: 1,
+            node: 1,
+            gpus: vec!["G".into()],
+            start_ns,
+            end_ns: Some(start_ns + 10),
+        };
+        let v = all(&h, &[failed], &[run(1, 0), run(2, 5)]);
+        let mut checkers: Vec<&str> = v.iter().map(|v| v.checker).collect();
+        checkers.dedup();
+        assert_eq!(
+            checkers,
+            [
+                "total-queue",
+                "exactly-once",
+                "gpu-overlap",
+                "all-succeeded"
+            ],
+            "{v:?}"
+        );
+        assert_eq!(
+            all(&acked("w0", "b", 3), &[job(3, "b")], &[run(3, 0)]),
+            vec![]
+        );
+    }
+}

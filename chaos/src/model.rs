@@ -1,0 +1,56 @@
+//! What the checkers read besides the history: the final job list, the jobs' own run records,
+//! and what they report (named violations).
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// The final state name of a job that finished well (`gpu_proto` `JobState::Succeeded`).
+pub const SUCCEEDED: &str = "JOB_STATE_SUCCEEDED";
+
+/// One job as the cluster lists it at the end of a run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FinalJob {
+    pub id: u64,
+    pub key: String,
+    /// `JobState` name, e.g. `JOB_STATE_SUCCEEDED`.
+    pub state: String,
+    pub generation: u64,
+}
+
+/// One run of a job as the job itself recorded it (`records::parse`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunRecord {
+    pub job_id: u64,
+    pub generation: u64,
+    pub node: u64,
+    pub gpus: Vec<String>,
+    /// Wall-clock ns.
+    pub start_ns: u128,
+    /// `None` when the run never wrote `end`/`term`: treated as still running.
+    pub end_ns: Option<u128>,
+}
+
+/// A named violation found by a checker.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Violation {
+    pub checker: &'static str,
+    pub kind: &'static str,
+    pub detail: String,
+}
+
+impl Violation {
+    pub fn new(checker: &'static str, kind: &'static str, detail: String) -> Violation {
+        Violation {
+            checker,
+            kind,
+            detail,
+        }
+    }
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}: {}", self.checker, self.kind, self.detail)
+    }
+}

@@ -1,0 +1,210 @@
+//! One chaos scenario end to end: start a 3-agent cluster, run the recorded workload while the
+//! nemesis works, heal, drain, collect the final job list and the jobs' records, check, and
+//! write `history.jsonl`, `jobs.json` and `report.json` into the run directory.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use gpu_tests::{Cluster, is_terminal};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::check;
+use crate::client::{Client, state_name};
+use crate::history::{OpKind, Phase, Recorder};
+use crate::model::{FinalJob, Violation};
+use crate::{nemesis, records, storm, workload};
+
+/// Which faults a scenario injects.
+#[derive(Clone, Copy, Debug)]
+pub enum Nemesis {
+    /// C1: kill -9 the leader and restart it, `rounds` times.
+    LeaderKillLoop { rounds: u32 },
+    /// C3: kill -9 every agent at once mid-load, restart all.
+    KillAll,
+    /// C16: keys stormed one after another by `tasks` concurrent submitters each, at least
+    /// `min_keys` of them and until a leader kill midway has healed.
+    RetryStorm { min_keys: usize, tasks: usize },
+}
+
+/// Background workers submitting during every scenario.
+const WORKERS: usize = 2;
+/// How long the healed cluster gets to finish every job.
+const DRAIN: Duration = Duration::from_secs(60);
+
+#[derive(Debug)]
+pub struct Report {
+    pub name: String,
+    pub seed: u64,
+    pub dir: PathBuf,
+    /// From the cluster being up to the checks being done.
+    pub wall: Duration,
+    pub ok: usize,
+    pub fail: usize,
+    pub info: usize,
+    pub acked_jobs: usize,
+    pub final_jobs: usize,
+    pub runs: usize,
+    pub violations: Vec<Violation>,
+}
+
+impl Report {
+    /// One line for humans.
+    pub fn summary(&self) -> String {
+        format!(
+            "{} seed={} {:.1}s: submits ok={} fail={} info={}; {} acked, {} jobs, {} runs; {} \
+             violation(s) [{}]",
+            self.name,
+            self.seed,
+            self.wall.as_secs_f64(),
+            self.ok,
+            self.fail,
+            self.info,
+            self.acked_jobs,
+            self.final_jobs,
+            self.runs,
+            self.violations.len(),
+            self.dir.display()
+        )
+    }
+}
+
+/// Run scenario `name` with `seed`, writing its files under `out/<name>-<seed>/`.
+pub async fn run(name: &str, seed: u64, nemesis: Nemesis, out: &Path) -> anyhow::Result<Report> {
+    println!(
+        "chaos {name}: seed {seed} (reproduce with {}={seed})",
+        crate::seed::SEED_ENV
+    );
+    let dir = out.join(format!("{name}-{seed}"));
+    std::fs::create_dir_all(&dir)?;
+    let mut rng = StdRng::seed_from_u64(seed);
+    // Clusters take turns (a process-wide lock in `Cluster::start`): time from the start.
+    let mut c = Cluster::start(3, 3, "").await;
+    let started = Instant::now();
+    let rec = Arc::new(Recorder::create(&dir.join("history.jsonl"))?);
+    let records = records::prepare_dir(c.root.path())?;
+    let client = Client::new(&c, rec.clone());
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut workers = tokio::task::JoinSet::new();
+    for w in 0..WORKERS {
+        workers.spawn(workload::worker(
+            client.clone(),
+            w,
+            rng.random(),
+            name.to_owned(),
+            records.clone(),
+            stop.clone(),
+        ));
+    }
+    let faults = inject(&mut c, &rec, &mut rng, nemesis, &client, name, &records).await;
+    nemesis::heal(&mut c, &rec).await?;
+    stop.store(true, Ordering::Relaxed);
+    while let Some(r) = workers.join_next().await {
+        r??;
+    }
+    faults?;
+
+    let jobs = drain(&c).await?;
+    std::fs::write(dir.join("jobs.json"), serde_json::to_vec_pretty(&jobs)?)?;
+    let runs = records::read_all(&records)?;
+    let history = rec.events();
+    let violations = check::all(&history, &jobs, &runs);
+    std::fs::write(
+        dir.join("report.json"),
+        serde_json::to_vec_pretty(&violations)?,
+    )?;
+
+    let submits = history.iter().filter(|e| e.op == OpKind::Submit);
+    let count = |p: Phase| submits.clone().filter(|e| e.phase == p).count();
+    let mut acked: Vec<u64> = submits
+        .clone()
+        .filter(|e| e.phase == Phase::Ok)
+        .filter_map(|e| e.job_id)
+        .collect();
+    acked.sort_unstable();
+    acked.dedup();
+    Ok(Report {
+        name: name.to_owned(),
+        seed,
+        dir,
+        wall: started.elapsed(),
+        ok: count(Phase::Ok),
+        fail: count(Phase::Fail),
+        info: count(Phase::Info),
+        acked_jobs: acked.len(),
+        final_jobs: jobs.len(),
+        runs: runs.len(),
+        violations,
+    })
+}
+
+async fn inject(
+    c: &mut Cluster,
+    rec: &Recorder,
+    rng: &mut StdRng,
+    nemesis: Nemesis,
+    client: &Client,
+    name: &str,
+    records: &Path,
+) -> anyhow::Result<()> {
+    match nemesis {
+        Nemesis::LeaderKillLoop { rounds } => nemesis::leader_kill_loop(c, rec, rng, rounds).await,
+        Nemesis::KillAll => nemesis::kill_all(c, rec, rng).await,
+        Nemesis::RetryStorm { min_keys, tasks } => {
+            let stop = Arc::new(AtomicBool::new(false));
+            let task = tokio::spawn(storm::storm(
+                client.clone(),
+                min_keys,
+                tasks,
+                stop.clone(),
+                rng.random(),
+                name.to_owned(),
+                records.to_owned(),
+            ));
+            tokio::time::sleep(Duration::from_millis(rng.random_range(500..1500))).await;
+            let killed = nemesis::kill_leader_once(c, rec, rng).await;
+            tokio::time::sleep(Duration::from_millis(rng.random_range(1000..2000))).await;
+            stop.store(true, Ordering::Relaxed);
+            killed?;
+            task.await?
+        }
+    }
+}
+
+/// Wait (up to `DRAIN`) until every job is terminal; return the final list.
+async fn drain(c: &Cluster) -> anyhow::Result<Vec<FinalJob>> {
+    let start = Instant::now();
+    let mut last = Vec::new();
+    while start.elapsed() < DRAIN {
+        for via in c.running() {
+            if let Ok(jobs) = c.list_jobs(via).await {
+                let done = jobs.iter().all(is_terminal);
+                last = jobs;
+                if done {
+                    return Ok(to_final(&last));
+                }
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    anyhow::ensure!(
+        !last.is_empty(),
+        "no agent listed the jobs within {DRAIN:?}"
+    );
+    Ok(to_final(&last))
+}
+
+fn to_final(jobs: &[gpu_proto::v1::Job]) -> Vec<FinalJob> {
+    jobs.iter()
+        .map(|j| FinalJob {
+            id: j.id,
+            key: j.idempotency_key.clone(),
+            state: state_name(j.state),
+            generation: j.generation,
+        })
+        .collect()
+}

@@ -1,0 +1,59 @@
+//! The short chaos suite: C1 (leader kill loop), C3 (kill every node at once) and C16 (client
+//! retry storm) against a 3-agent cluster with fixed seeds (`GPUMESH_CHAOS_SEED` overrides);
+//! every checker must find nothing.
+
+use std::path::PathBuf;
+
+use gpu_chaos::scenario::{self, Nemesis};
+use gpu_chaos::seed::seed_or;
+
+fn out_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("chaos")
+}
+
+async fn scenario(name: &str, default_seed: u64, nemesis: Nemesis) {
+    let seed = seed_or(default_seed).expect("seed");
+    let report = scenario::run(name, seed, nemesis, &out_dir())
+        .await
+        .unwrap_or_else(|e| panic!("{name} (seed {seed}) did not complete: {e:#}"));
+    println!("{}", report.summary());
+    let lines: Vec<String> = report.violations.iter().map(ToString::to_string).collect();
+    assert!(
+        report.violations.is_empty(),
+        "{name} seed {seed}: {} violation(s):\n{}",
+        lines.len(),
+        lines.join("\n")
+    );
+    assert!(
+        report.acked_jobs > 0,
+        "{name}: the workload acknowledged nothing"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c1_leader_kill_loop() {
+    scenario(
+        "c1-leader-kill-loop",
+        1,
+        Nemesis::LeaderKillLoop { rounds: 4 },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c3_kill_every_node_at_once() {
+    scenario("c3-kill-all", 3, Nemesis::KillAll).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c16_client_retry_storm() {
+    scenario(
+        "c16-retry-storm",
+        16,
+        Nemesis::RetryStorm {
+            min_keys: 6,
+            tasks: 4,
+        },
+    )
+    .await;
+}
