@@ -104,9 +104,10 @@ pub async fn run(opts: DevOptions, cancel: CancellationToken) -> anyhow::Result<
         () = cancel.cancelled() => Ok(None),
         r = wait_ready(&mut agents, &token_file) => r.map(Some),
     };
+    let mut config_written = None;
     let outcome = match ready {
         Ok(Some(leader)) => {
-            print_banner(&agents, leader, &dir);
+            config_written = print_banner(&agents, leader, &dir);
             watch(&mut agents, &cancel).await;
             Ok(())
         }
@@ -115,6 +116,12 @@ pub async fn run(opts: DevOptions, cancel: CancellationToken) -> anyhow::Result<
     };
     eprintln!("stopping {} agents", agents.len());
     stop(&mut agents).await;
+    // The gpuctl config pointed at this mesh; take it away with the mesh (unless it changed).
+    if let Some((path, text)) = config_written
+        && std::fs::read_to_string(&path).is_ok_and(|now| now == text)
+    {
+        std::fs::remove_file(&path).ok();
+    }
     if throwaway && outcome.is_ok() {
         std::fs::remove_dir_all(&dir).ok();
     }
@@ -190,7 +197,8 @@ async fn status(addr: &str, token: &str) -> anyhow::Result<gpu_proto::v1::Cluste
     Ok(client.get_status(req).await?.into_inner())
 }
 
-fn print_banner(agents: &[DevAgent], leader: u64, dir: &Path) {
+/// Tell the user how to reach the mesh; returns the gpuctl config written for it, if any.
+fn print_banner(agents: &[DevAgent], leader: u64, dir: &Path) -> Option<(PathBuf, String)> {
     let addrs: Vec<&str> = agents.iter().map(|a| a.addr.as_str()).collect();
     let endpoints = addrs.join(",");
     let token = dir.join(TOKEN_FILE);
@@ -202,8 +210,9 @@ fn print_banner(agents: &[DevAgent], leader: u64, dir: &Path) {
     println!("endpoint: {endpoints}");
     println!("token file: {}", token.display());
     println!();
-    match write_gpuctl_config(&addrs, &token) {
-        Ok(path) => println!("gpuctl is set up for this mesh through {}:", path.display()),
+    let written = write_gpuctl_config(&addrs, &token);
+    match &written {
+        Ok((path, _)) => println!("gpuctl is set up for this mesh through {}:", path.display()),
         Err(why) => {
             println!("{why}; point gpuctl at this mesh with:");
             println!("  export GPUCTL_ENDPOINT={endpoints}");
@@ -214,13 +223,14 @@ fn print_banner(agents: &[DevAgent], leader: u64, dir: &Path) {
     println!("  cargo run --release --bin gpuctl -- gpu list");
     println!();
     println!("Ctrl-C stops the mesh.");
+    written.ok()
 }
 
 const CONFIG_MARKER: &str = "# written by gpu-agent dev";
 
 /// Point gpuctl's config file (`$GPUCTL_CONFIG`, else `~/.config/gpumesh/gpuctl.toml`) at this
 /// mesh, unless the file exists and is not one `dev` wrote.
-fn write_gpuctl_config(addrs: &[&str], token: &Path) -> Result<PathBuf, String> {
+fn write_gpuctl_config(addrs: &[&str], token: &Path) -> Result<(PathBuf, String), String> {
     let path = match std::env::var_os("GPUCTL_CONFIG") {
         Some(p) => PathBuf::from(p),
         None => PathBuf::from(std::env::var_os("HOME").ok_or("HOME is not set")?)
@@ -247,10 +257,10 @@ fn write_gpuctl_config(addrs: &[&str], token: &Path) -> Result<PathBuf, String> 
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent)?;
         }
-        std::fs::write(&path, text)
+        std::fs::write(&path, &text)
     };
     write().map_err(|e| format!("could not write {}: {e}", path.display()))?;
-    Ok(path)
+    Ok((path, text))
 }
 
 /// Run until cancelled, reporting agents that exit on their own.

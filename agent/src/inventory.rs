@@ -1,10 +1,79 @@
-//! What this host reports when it registers: its GPUs (from the backend), CPU cores and memory.
+//! What this host reports about itself — its GPUs (with health from the backend), CPU cores
+//! and memory — and the task that registers it at start and again whenever it changes.
 
-use gpu_raft_store::{GpuRecord, Inventory};
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
 
+use gpu_raft_store::{Command, GpuRecord, Inventory, NodeId};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::cluster::Cluster;
 use crate::gpu::GpuBackend;
 
+/// Registers this node, then re-registers whenever its inventory changes (a GPU lost or back).
+pub struct InventoryReporter {
+    pub cluster: Cluster,
+    pub gpus: Arc<dyn GpuBackend>,
+    pub node_id: NodeId,
+    pub addr: String,
+    pub labels: BTreeMap<String, String>,
+    pub interval: Duration,
+}
+
+impl InventoryReporter {
+    pub async fn run(self, cancel: CancellationToken) {
+        let mut registered: Option<Inventory> = None;
+        loop {
+            let inventory = collect(self.gpus.as_ref());
+            if registered.as_ref() != Some(&inventory) {
+                let cmd = Command::RegisterNode {
+                    node: self.node_id,
+                    addr: self.addr.clone(),
+                    labels: self.labels.clone(),
+                    inventory: inventory.clone(),
+                };
+                match self.cluster.write(cmd).await {
+                    Ok(_) => {
+                        let unhealthy = inventory.gpus.iter().filter(|g| !g.healthy).count();
+                        let first = registered.is_none();
+                        info!(
+                            node_id = self.node_id,
+                            gpus = inventory.gpus.len(),
+                            unhealthy,
+                            first,
+                            "registered"
+                        );
+                        registered = Some(inventory);
+                    }
+                    Err(e) => {
+                        warn!(node_id = self.node_id, error = %e, "registration failed; retrying")
+                    }
+                }
+            }
+            let wait = if registered.is_some() {
+                self.interval
+            } else {
+                Duration::from_secs(1)
+            };
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                () = tokio::time::sleep(wait) => {}
+            }
+        }
+    }
+}
+
+/// This host as the cluster should see it now. A GPU the backend cannot read is unhealthy, so
+/// the scheduler stops placing work on it.
 pub fn collect(gpus: &dyn GpuBackend) -> Inventory {
+    let unhealthy: HashSet<u32> = gpus
+        .sample()
+        .into_iter()
+        .filter(|s| !s.healthy)
+        .map(|s| s.index)
+        .collect();
     Inventory {
         gpus: gpus
             .devices()
@@ -16,8 +85,8 @@ pub fn collect(gpus: &dyn GpuBackend) -> Inventory {
                 gpu_type: d.gpu_type,
                 memory_mib: d.memory_mib,
                 numa_node: d.numa_node,
+                healthy: !unhealthy.contains(&d.index),
                 nvlink_peers: d.nvlink_peers,
-                healthy: true,
             })
             .collect(),
         cpu_cores: std::thread::available_parallelism()

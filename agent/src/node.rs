@@ -20,7 +20,6 @@ use tracing::{info, warn};
 
 use gpu_proto::v1::gpu_service_server::GpuServiceServer;
 use gpu_proto::v1::job_service_server::JobServiceServer;
-use gpu_raft_store::Inventory;
 
 use gpu_proto::v1::audit_service_server::AuditServiceServer;
 use gpu_proto::v1::token_service_server::TokenServiceServer;
@@ -36,7 +35,7 @@ use crate::executor::lease::LeaseKeeper;
 use crate::executor::{Executor, ExecutorSettings};
 use crate::gpu::{self, GpuBackend};
 use crate::gpu_service::GpuApi;
-use crate::inventory;
+use crate::inventory::InventoryReporter;
 use crate::job_service::JobApi;
 use crate::liveness::Liveness;
 use crate::node_service::NodeApi;
@@ -97,14 +96,19 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
         return Err(e);
     }
 
-    info!(node_id, "registering this node");
-    let inventory = inventory::collect(gpus.as_ref());
-    tasks.spawn(register(
-        cluster.clone(),
-        config.clone(),
-        inventory,
-        cancel.clone(),
-    ));
+    info!(
+        node_id,
+        "registering this node (and again whenever its inventory changes)"
+    );
+    let reporter = InventoryReporter {
+        cluster: cluster.clone(),
+        gpus: gpus.clone(),
+        node_id,
+        addr: config.advertise.clone(),
+        labels: config.labels.clone(),
+        interval: Duration::from_secs(2),
+    };
+    tasks.spawn(reporter.run(cancel.clone()));
     info!(node_id, "starting autopilot");
     let autopilot = Autopilot {
         cluster: cluster.clone(),
@@ -271,34 +275,6 @@ fn rejoin_seeds(config: &Config, cluster: &Cluster) -> Vec<String> {
             .map(|(_, a)| a),
     );
     seeds.into_iter().collect()
-}
-
-/// Announce this node (address, labels, inventory) through Raft, retrying until it lands.
-async fn register(
-    cluster: Cluster,
-    config: Config,
-    inventory: Inventory,
-    cancel: CancellationToken,
-) {
-    let cmd = Command::RegisterNode {
-        node: config.node_id,
-        addr: config.advertise.clone(),
-        labels: config.labels.clone(),
-        inventory,
-    };
-    loop {
-        match cluster.write(cmd.clone()).await {
-            Ok(_) => {
-                info!(node_id = config.node_id, "registered");
-                return;
-            }
-            Err(e) => warn!(node_id = config.node_id, error = %e, "registration failed; retrying"),
-        }
-        tokio::select! {
-            () = cancel.cancelled() => return,
-            () = tokio::time::sleep(Duration::from_secs(1)) => {}
-        }
-    }
 }
 
 /// Everything the gRPC services need.

@@ -6,6 +6,9 @@ fn gpuctl(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_gpuctl"))
         .args(args)
         .env_remove("GPUCTL_ENDPOINT")
+        .env_remove("GPUCTL_TOKEN")
+        .env_remove("GPUCTL_TOKEN_FILE")
+        .env("GPUCTL_CONFIG", "/nonexistent/gpuctl.toml")
         .output()
         .expect("run gpuctl")
 }

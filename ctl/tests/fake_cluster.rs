@@ -277,6 +277,9 @@ fn gpuctl(endpoint: &str, args: &[&str]) -> Run {
         .arg(endpoint)
         .args(args)
         .env_remove("GPUCTL_ENDPOINT")
+        .env_remove("GPUCTL_TOKEN")
+        .env_remove("GPUCTL_TOKEN_FILE")
+        .env("GPUCTL_CONFIG", "/nonexistent/gpuctl.toml")
         .output()
         .expect("run gpuctl");
     Run {

@@ -392,3 +392,80 @@ async fn bad_jobs_get_clear_answers() {
         .await;
     assert_eq!(j.state, pb::JobState::Cancelled as i32, "{}", j.outcome);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_gpu_is_taken_out_of_scheduling_until_it_is_back() {
+    use gpu_proto::v1::gpu_service_client::GpuServiceClient;
+    use gpu_proto::v1::node_service_client::NodeServiceClient;
+    let c = Cluster::start(3, 3, "").await;
+    let inject = |fault: pb::GpuFault| pb::InjectFaultRequest {
+        node_id: 1,
+        gpu_index: 0,
+        fault: fault as i32,
+        xid: 0,
+    };
+    let mut gpus = GpuServiceClient::new(c.channel(2).await.expect("channel"));
+    gpus.inject_fault(inject(pb::GpuFault::Lost))
+        .await
+        .expect("inject through another agent");
+    c.wait_for(
+        "n1 to report GPU 0 unhealthy",
+        Duration::from_secs(15),
+        |c| async move {
+            let Ok(ch) = c.channel(3).await else {
+                return false;
+            };
+            let node = NodeServiceClient::new(ch)
+                .get_node(pb::GetNodeRequest {
+                    id: 1,
+                    stale: false,
+                })
+                .await;
+            node.is_ok_and(|n| {
+                n.into_inner()
+                    .gpus
+                    .iter()
+                    .any(|g| g.index == 0 && !g.healthy)
+            })
+        },
+    )
+    .await;
+
+    // Four A100s exist only on n1, and one of them is lost: the job must wait.
+    let spec = pb::JobSpec {
+        gpu_types: vec!["A100".into()],
+        ..shell_job("four", 4, "true")
+    };
+    let id = c.submit(1, spec, "").await.expect("submit").job_id;
+    let waiting = c
+        .wait_job(id, Duration::from_secs(15), |j| !j.reason.is_empty())
+        .await;
+    assert_eq!(
+        waiting.state,
+        pb::JobState::Pending as i32,
+        "{}",
+        waiting.reason
+    );
+    assert!(
+        waiting.reason.contains("waiting for 4 GPUs of type A100"),
+        "{}",
+        waiting.reason
+    );
+
+    gpus.inject_fault(inject(pb::GpuFault::Clear))
+        .await
+        .expect("clear");
+    let done = c.wait_job(id, Duration::from_secs(30), is_terminal).await;
+    assert_eq!(
+        done.state,
+        pb::JobState::Succeeded as i32,
+        "{} {}",
+        done.reason,
+        done.outcome
+    );
+    assert!(
+        done.gpus.contains(&0),
+        "the recovered GPU is used again: {:?}",
+        done.gpus
+    );
+}
