@@ -401,7 +401,13 @@ where
 /// remote's answer and goes back to the client as it is.
 fn remote(status: tonic::Status) -> Attempt {
     match status.code() {
-        tonic::Code::Unavailable => Attempt::Retry(ClusterError::Remote(status)),
+        // Unreachable, or the connection dropped mid-call (the peer died). A forwarded write
+        // may then have been applied already, so this retry is at-least-once: submissions are
+        // made exactly-once by their idempotency key (gpuctl always sends one), most other
+        // commands are idempotent, and a repeated one is rejected as stale or duplicate.
+        tonic::Code::Unavailable | tonic::Code::Cancelled => {
+            Attempt::Retry(ClusterError::Remote(status))
+        }
         _ => Attempt::Fail(ClusterError::Remote(status)),
     }
 }

@@ -61,6 +61,7 @@ struct RunArgs {
     /// TOML configuration file (see deploy/config/agent.example.toml).
     #[arg(long)]
     config: Option<PathBuf>,
+    /// This agent's Raft node id: unique, at least 1, stable for the host's life.
     #[arg(long)]
     node_id: Option<u64>,
     /// Address to listen on for peers and clients.
@@ -69,6 +70,7 @@ struct RunArgs {
     /// Address others use to reach this agent (default: --listen).
     #[arg(long)]
     advertise: Option<String>,
+    /// Where the vote, Raft log, snapshots and job runs live (locked while running).
     #[arg(long)]
     data_dir: Option<PathBuf>,
     /// Create a new cluster with this agent as its first member.

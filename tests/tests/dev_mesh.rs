@@ -106,5 +106,8 @@ fn dev_mesh_serves_gpuctl_and_stops_on_sigterm() {
         std::net::TcpStream::connect(first).is_err(),
         "agents must be stopped with dev"
     );
-    assert!(!config.exists(), "dev removes the gpuctl config it wrote for the mesh it stopped");
+    assert!(
+        !config.exists(),
+        "dev removes the gpuctl config it wrote for the mesh it stopped"
+    );
 }
