@@ -8,7 +8,6 @@ pub mod client;
 pub mod history;
 pub mod model;
 pub mod nemesis;
-pub mod records;
 pub mod scenario;
 pub mod seed;
 pub mod storm;

@@ -18,18 +18,8 @@ pub struct FinalJob {
     pub generation: u64,
 }
 
-/// One run of a job as the job itself recorded it (`records::parse`).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RunRecord {
-    pub job_id: u64,
-    pub generation: u64,
-    pub node: u64,
-    pub gpus: Vec<String>,
-    /// Wall-clock ns.
-    pub start_ns: u128,
-    /// `None` when the run never wrote `end`/`term`: treated as still running.
-    pub end_ns: Option<u128>,
-}
+/// One run of a job as the job itself recorded it.
+pub use gpu_tests::records::RunRecord;
 
 /// A named violation found by a checker.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

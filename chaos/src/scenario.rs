@@ -15,7 +15,9 @@ use crate::check;
 use crate::client::{Client, state_name};
 use crate::history::{OpKind, Phase, Recorder};
 use crate::model::{FinalJob, Violation};
-use crate::{nemesis, records, storm, workload};
+use gpu_tests::records;
+
+use crate::{nemesis, storm, workload};
 
 /// Which faults a scenario injects.
 #[derive(Clone, Copy, Debug)]

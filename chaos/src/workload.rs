@@ -12,7 +12,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::client::{Client, Outcome};
-use crate::records;
+use gpu_tests::records;
 
 /// Tries per key before a worker moves on (each on the next agent).
 const TRIES_PER_KEY: usize = 3;

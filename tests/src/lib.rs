@@ -2,6 +2,8 @@
 //! directory and log, with kill/restart knobs and gRPC clients. One cluster runs at a time per
 //! test binary (the machines are small; parallel clusters make elections flaky).
 
+pub mod records;
+
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};

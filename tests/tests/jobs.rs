@@ -3,84 +3,29 @@
 //! input.
 
 use std::collections::BTreeMap;
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use gpu_proto::v1 as pb;
+use gpu_tests::records::{self, RunRecord};
 use gpu_tests::{Cluster, is_terminal, shell_job};
 
-/// A job script that records, in `dir/j-<id>-g<generation>`, its GPUs, node and start/end
-/// times (ns), and a `term` line if it is stopped.
-fn recording_script(dir: &Path, sleep: &str) -> String {
-    format!(
-        "f={dir}/j-$GPUMESH_JOB_ID-g$GPUMESH_GENERATION; \
-         trap 'echo term $(date +%s%N) >> $f; exit 143' TERM; \
-         echo start $(date +%s%N) $GPUMESH_NODE_ID $CUDA_VISIBLE_DEVICES >> $f; \
-         sleep {sleep} & wait; \
-         echo end $(date +%s%N) >> $f",
-        dir = dir.display()
-    )
-}
-
-/// `<cluster root>/records`, where job scripts write. Jobs run as an unprivileged user (`nobody`
-/// when the agents are root), so the directory is world-writable (sticky, like /tmp) and the
-/// cluster root, which tempfile creates 0700, is opened for passing through (not for listing).
-fn records_dir(c: &Cluster) -> PathBuf {
-    let set_mode = |path: &Path, mode: u32| {
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
-            .unwrap_or_else(|e| panic!("chmod {mode:o} {}: {e}", path.display()));
-    };
-    let records = c.root.path().join("records");
-    std::fs::create_dir_all(&records).expect("records dir");
-    set_mode(c.root.path(), 0o711);
-    set_mode(&records, 0o1777);
-    records
-}
-
-struct Run {
-    start: u128,
-    end: u128,
-    node: u64,
-    gpus: Vec<String>,
-}
-
-fn read_run(path: &Path) -> Run {
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let mut run = Run {
-        start: 0,
-        end: 0,
-        node: 0,
-        gpus: vec![],
-    };
-    for line in text.lines() {
-        let parts: Vec<&str> = line.split_whitespace().collect();
-        match parts.as_slice() {
-            ["start", t, node, rest @ ..] => {
-                run.start = t.parse().expect("ns");
-                run.node = node.parse().expect("node");
-                run.gpus = rest
-                    .first()
-                    .map(|g| g.split(',').map(str::to_owned).collect())
-                    .unwrap_or_default();
-            }
-            ["end" | "term", t] => run.end = t.parse().expect("ns"),
-            _ => panic!("unexpected record line {line:?} in {}", path.display()),
-        }
-    }
-    run
+/// The run of job `id` at `generation`, as the job recorded it.
+fn read_run(records: &Path, id: u64, generation: u64) -> RunRecord {
+    records::read(records, id, generation)
+        .unwrap_or_else(|e| panic!("record of j-{id}-g{generation}: {e}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_jobs_succeed_and_never_share_a_gpu() {
     let c = Cluster::start(3, 3, "").await;
-    let records = records_dir(&c);
+    let records = records::prepare_dir(c.root.path()).expect("records dir");
     let mut ids = Vec::new();
     for i in 0..50u32 {
         let spec = shell_job(
             &format!("job-{i}"),
             1 + i % 4,
-            &recording_script(&records, "0.3"),
+            &records::script(&records, "0.3"),
         );
         let via = c.running()[i as usize % 3];
         ids.push(
@@ -104,7 +49,7 @@ async fn fifty_jobs_succeed_and_never_share_a_gpu() {
             j.gpu_uuids.len(),
             j.spec.as_ref().expect("spec").gpus as usize
         );
-        let run = read_run(&records.join(format!("j-{id}-g{}", j.generation)));
+        let run = read_run(&records, *id, j.generation);
         assert_eq!(
             run.gpus, j.gpu_uuids,
             "CUDA_VISIBLE_DEVICES must be exactly the bound GPUs"
@@ -114,9 +59,12 @@ async fn fifty_jobs_succeed_and_never_share_a_gpu() {
     }
     let mut by_gpu: BTreeMap<&str, Vec<(u128, u128)>> = BTreeMap::new();
     for r in &runs {
-        assert!(r.end > r.start, "every run ended");
+        let end = r
+            .end_ns
+            .filter(|end| *end > r.start_ns)
+            .expect("every run ended");
         for g in &r.gpus {
-            by_gpu.entry(g).or_default().push((r.start, r.end));
+            by_gpu.entry(g).or_default().push((r.start_ns, end));
         }
     }
     for (gpu, mut intervals) in by_gpu {
@@ -130,11 +78,11 @@ async fn fifty_jobs_succeed_and_never_share_a_gpu() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_on_a_killed_agent_is_requeued_and_never_runs_twice() {
     let mut c = Cluster::start(3, 3, "").await;
-    let records = records_dir(&c);
+    let records = records::prepare_dir(c.root.path()).expect("records dir");
     // A100s only exist on n1; T4s on n3. Any node will do: 1 GPU.
     let spec = pb::JobSpec {
         max_attempts: 2,
-        ..shell_job("long", 1, &recording_script(&records, "8"))
+        ..shell_job("long", 1, &records::script(&records, "8"))
     };
     let leader = c.leader().await;
     let id = c
@@ -167,17 +115,15 @@ async fn a_job_on_a_killed_agent_is_requeued_and_never_runs_twice() {
     assert_ne!(done.node_id, Some(victim), "re-placed on another node");
 
     // The first run was fenced by its own node before the second started.
-    let first = read_run(&records.join(format!("j-{id}-g1")));
-    let second = read_run(&records.join(format!("j-{id}-g2")));
+    let first = read_run(&records, id, 1);
+    let second = read_run(&records, id, 2);
+    let first_end = first
+        .end_ns
+        .expect("the first run must have been stopped (fenced)");
     assert!(
-        first.end > 0,
-        "the first run must have been stopped (fenced)"
-    );
-    assert!(
-        first.end <= second.start,
-        "runs overlapped: first ended {} after second started {}",
-        first.end,
-        second.start
+        first_end <= second.start_ns,
+        "runs overlapped: first ended {first_end} after second started {}",
+        second.start_ns
     );
 
     // The killed agent comes back and does not run the job again.
@@ -213,11 +159,11 @@ async fn a_restarted_agent_adopts_its_running_job() {
         "[jobs]\nlease = \"6s\"\ndown_after = \"10s\"\nstop_grace = \"2s\"\n",
     )
     .await;
-    let records = records_dir(&c);
+    let records = records::prepare_dir(c.root.path()).expect("records dir");
     let id = c
         .submit(
             1,
-            shell_job("adopted", 1, &recording_script(&records, "4")),
+            shell_job("adopted", 1, &records::script(&records, "4")),
             "",
         )
         .await
@@ -244,10 +190,10 @@ async fn a_restarted_agent_adopts_its_running_job() {
         (1, Some(node)),
         "the same run, not a re-placement"
     );
-    let run = read_run(&records.join(format!("j-{id}-g1")));
+    let run = read_run(&records, id, 1);
     let text = std::fs::read_to_string(records.join(format!("j-{id}-g1"))).expect("record");
     assert!(
-        run.end > run.start && !text.contains("term"),
+        run.end_ns.is_some_and(|end| end > run.start_ns) && !text.contains("term"),
         "the run was not disturbed:\n{text}"
     );
 }

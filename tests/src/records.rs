@@ -1,14 +1,28 @@
-//! The jobs' own records: the script each job runs, the world-writable directory it writes to,
-//! and parsing what it wrote into `RunRecord`s.
+//! The jobs' own records of their runs, shared by the integration tests and the chaos harness:
+//! the script a test job runs, the directory it writes to, and parsing what it wrote.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use crate::model::RunRecord;
+use serde::{Deserialize, Serialize};
 
-/// `<root>/records`, world-writable and sticky (jobs run as `nobody` when the agents are root);
-/// `root` (created 0700 by tempfile) is opened for passing through, not for listing.
-pub fn prepare_dir(root: &Path) -> anyhow::Result<PathBuf> {
+/// One run of a job as the job itself recorded it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunRecord {
+    pub job_id: u64,
+    pub generation: u64,
+    pub node: u64,
+    pub gpus: Vec<String>,
+    /// Wall-clock ns.
+    pub start_ns: u128,
+    /// `None` when the run never wrote `end`/`term`: treated as still running.
+    pub end_ns: Option<u128>,
+}
+
+/// `<root>/records`, where job scripts write. Jobs run as an unprivileged user (`nobody` when
+/// the agents are root), so the directory is world-writable (sticky, like /tmp) and `root`,
+/// which tempfile creates 0700, is opened for passing through (not for listing).
+pub fn prepare_dir(root: &Path) -> std::io::Result<PathBuf> {
     let records = root.join("records");
     std::fs::create_dir_all(&records)?;
     std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o711))?;
@@ -29,16 +43,21 @@ pub fn script(dir: &Path, sleep: &str) -> String {
     )
 }
 
-/// Every run recorded in `dir`.
-pub fn read_all(dir: &Path) -> anyhow::Result<Vec<RunRecord>> {
+/// The record of one run.
+pub fn read(dir: &Path, job_id: u64, generation: u64) -> std::io::Result<RunRecord> {
+    let text = std::fs::read_to_string(dir.join(format!("j-{job_id}-g{generation}")))?;
+    parse(job_id, generation, &text)
+}
+
+/// Every run recorded in `dir`, ordered by job and generation.
+pub fn read_all(dir: &Path) -> std::io::Result<Vec<RunRecord>> {
     let mut out = Vec::new();
     for entry in std::fs::read_dir(dir)? {
         let path = entry?.path();
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
         let (job_id, generation) = parse_name(name)
-            .ok_or_else(|| anyhow::anyhow!("unexpected record file {}", path.display()))?;
-        let text = std::fs::read_to_string(&path)?;
-        out.push(parse(job_id, generation, &text)?);
+            .ok_or_else(|| invalid(format!("unexpected record file {}", path.display())))?;
+        out.push(parse(job_id, generation, &std::fs::read_to_string(&path)?)?);
     }
     out.sort_by_key(|r| (r.job_id, r.generation));
     Ok(out)
@@ -50,7 +69,12 @@ fn parse_name(name: &str) -> Option<(u64, u64)> {
 }
 
 /// Parse one record file's text.
-pub fn parse(job_id: u64, generation: u64, text: &str) -> anyhow::Result<RunRecord> {
+pub fn parse(job_id: u64, generation: u64, text: &str) -> std::io::Result<RunRecord> {
+    let bad = |line: &str| {
+        invalid(format!(
+            "j-{job_id}-g{generation}: unexpected record line {line:?}"
+        ))
+    };
     let mut run = RunRecord {
         job_id,
         generation,
@@ -63,18 +87,22 @@ pub fn parse(job_id: u64, generation: u64, text: &str) -> anyhow::Result<RunReco
         let parts: Vec<&str> = line.split_whitespace().collect();
         match parts.as_slice() {
             ["start", t, node, rest @ ..] => {
-                run.start_ns = t.parse()?;
-                run.node = node.parse()?;
+                run.start_ns = t.parse().map_err(|_| bad(line))?;
+                run.node = node.parse().map_err(|_| bad(line))?;
                 run.gpus = rest
                     .first()
                     .map(|g| g.split(',').map(str::to_owned).collect())
                     .unwrap_or_default();
             }
-            ["end" | "term", t] => run.end_ns = Some(t.parse()?),
-            _ => anyhow::bail!("j-{job_id}-g{generation}: unexpected record line {line:?}"),
+            ["end" | "term", t] => run.end_ns = Some(t.parse().map_err(|_| bad(line))?),
+            _ => return Err(bad(line)),
         }
     }
     Ok(run)
+}
+
+fn invalid(message: String) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidData, message)
 }
 
 #[cfg(test)]
@@ -88,5 +116,6 @@ mod tests {
         assert_eq!((r.node, r.start_ns, r.end_ns), (2, 100, Some(250)));
         assert_eq!(parse_name("j-12-g3"), Some((12, 3)));
         assert!(parse(1, 1, "garbage\n").is_err());
+        assert!(parse(1, 1, "start x 2\n").is_err());
     }
 }
