@@ -48,11 +48,20 @@ impl JobApi {
             .ok_or_else(|| Status::not_found(format!("job j-{id} does not exist")))
     }
 
-    fn tenant_of(&self, id: JobId) -> Result<String, Status> {
-        self.cluster
-            .state
-            .read(|s| s.jobs.get(&id).map(|j| j.spec.tenant.clone()))
-            .ok_or_else(|| Status::not_found(format!("job j-{id} does not exist")))
+    /// The tenant a job belongs to, for authorization. A job's tenant never changes, so a local
+    /// hit is final; a miss may only mean this replica lags (the job was just submitted through
+    /// another agent), so it is confirmed with a linearizable read before saying "not found".
+    async fn tenant_of(&self, id: JobId) -> Result<String, Status> {
+        let local = || {
+            self.cluster
+                .state
+                .read(|s| s.jobs.get(&id).map(|j| j.spec.tenant.clone()))
+        };
+        if let Some(tenant) = local() {
+            return Ok(tenant);
+        }
+        self.cluster.linearizable_read().await?;
+        local().ok_or_else(|| Status::not_found(format!("job j-{id} does not exist")))
     }
 }
 
@@ -111,7 +120,7 @@ impl JobService for JobApi {
             self.cluster.linearizable_read().await?;
         }
         self.auth
-            .require(&caller, Action::ReadJob(&self.tenant_of(id)?))
+            .require(&caller, Action::ReadJob(&self.tenant_of(id).await?))
             .await?;
         Ok(Response::new(self.get(id)?))
     }
@@ -165,7 +174,7 @@ impl JobService for JobApi {
             .authenticate(&req, "job.cancel", &format!("job/j-{id}"))
             .await?;
         self.auth
-            .require(&caller, Action::WriteJob(&self.tenant_of(id)?))
+            .require(&caller, Action::WriteJob(&self.tenant_of(id).await?))
             .await?;
         self.cluster
             .write_as(Command::CancelJob { job: id }, Some(caller.meta))
@@ -185,7 +194,7 @@ impl JobService for JobApi {
             .authenticate(&req, "job.logs", &format!("job/j-{id}"))
             .await?;
         self.auth
-            .require(&caller, Action::ReadJob(&self.tenant_of(id)?))
+            .require(&caller, Action::ReadJob(&self.tenant_of(id).await?))
             .await?;
         let req = req.into_inner();
         let (node, generation) = self
