@@ -34,6 +34,21 @@ pub struct FileConfig {
     pub autopilot: AutopilotSection,
     #[serde(default)]
     pub jobs: JobsSection,
+    #[serde(default)]
+    pub tls: TlsSection,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsSection {
+    /// Plaintext, no certificates: loopback only.
+    pub insecure: Option<bool>,
+    #[serde(default, with = "humantime_serde")]
+    pub cert_validity: Option<Duration>,
+    /// For joining: the cluster CA certificate to trust.
+    pub ca_file: Option<PathBuf>,
+    /// For joining: a file holding a join token (role node, operator or admin).
+    pub join_token_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -104,6 +119,19 @@ pub struct Config {
     pub raft: RaftSettings,
     pub autopilot: AutopilotSettings,
     pub jobs: JobSettings,
+    pub tls: TlsSettings,
+}
+
+/// Mutual TLS. Material lives in `<data_dir>/tls/`; a joining agent enrols with the CA file and
+/// a join token, once.
+#[derive(Clone, Debug)]
+pub struct TlsSettings {
+    /// No TLS at all: only allowed when the agent listens and advertises on loopback.
+    pub insecure: bool,
+    /// Lifetime of the certificates this agent signs; renewed with a third of it left.
+    pub cert_validity: Duration,
+    pub ca_file: Option<PathBuf>,
+    pub join_token_file: Option<PathBuf>,
 }
 
 /// Job supervision timing. A node that cannot reach the cluster for `lease` stops its own jobs;
@@ -246,6 +274,9 @@ pub struct Overrides {
     pub gpu_backend: Option<BackendKind>,
     pub sim_gpus: Option<String>,
     pub bootstrap_token_file: Option<PathBuf>,
+    pub insecure: bool,
+    pub ca_file: Option<PathBuf>,
+    pub join_token_file: Option<PathBuf>,
 }
 
 impl Config {
@@ -345,6 +376,24 @@ impl Config {
             jobs.down_after >= jobs.lease + jobs.lease / 2,
             "jobs.down_after must be at least 1.5 x jobs.lease, so a cut-off node fences its jobs before they are re-placed"
         );
+        let t = file.tls;
+        let tls = TlsSettings {
+            insecure: flags.insecure || t.insecure.unwrap_or(false),
+            cert_validity: t.cert_validity.unwrap_or(Duration::from_secs(30 * 86_400)),
+            ca_file: flags.ca_file.or(t.ca_file),
+            join_token_file: flags.join_token_file.or(t.join_token_file),
+        };
+        ensure!(
+            tls.cert_validity >= Duration::from_secs(10),
+            "tls.cert_validity must be at least 10s"
+        );
+        if tls.insecure {
+            ensure!(
+                listen.ip().is_loopback() && is_loopback_addr(&advertise),
+                "plaintext (tls.insecure / --insecure) is only allowed on loopback; this agent \
+                 listens on {listen} and advertises {advertise}"
+            );
+        }
         Ok(Self {
             node_id,
             listen,
@@ -366,6 +415,7 @@ impl Config {
             raft,
             autopilot,
             jobs,
+            tls,
         })
     }
 
@@ -391,9 +441,41 @@ impl Config {
     }
 }
 
+/// Whether `host:port` names this machine's loopback (an IP in 127/8 or ::1, or `localhost`).
+fn is_loopback_addr(addr: &str) -> bool {
+    let host = addr
+        .rsplit_once(':')
+        .map_or(addr, |(h, _)| h)
+        .trim_matches(['[', ']']);
+    host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn plaintext_only_on_loopback() {
+        let insecure = |listen: &str| Overrides {
+            insecure: true,
+            listen: Some(listen.parse().expect("addr")),
+            advertise: Some(listen.to_owned()),
+            ..Default::default()
+        };
+        assert!(Config::parse_and_validate(minimal(), insecure("127.0.0.1:7070")).is_ok());
+        assert!(Config::parse_and_validate(minimal(), insecure("[::1]:7070")).is_ok());
+        let err = Config::parse_and_validate(minimal(), insecure("10.1.2.3:7070"))
+            .expect_err("plaintext on a real interface");
+        assert!(
+            err.to_string().contains("only allowed on loopback"),
+            "{err}"
+        );
+        let c = Config::parse_and_validate(minimal(), Overrides::default()).expect("tls");
+        assert!(!c.tls.insecure);
+    }
 
     fn minimal() -> FileConfig {
         FileConfig::parse("node_id = 1\ndata_dir = \"/tmp/x\"\n").expect("parses")

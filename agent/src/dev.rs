@@ -1,13 +1,17 @@
 //! `gpu-agent dev`: a complete local mesh of N agents on loopback, as child processes of this
 //! one, each with its own data directory and log file. Ctrl-C or SIGTERM stops them all.
+//! It is secured like production: agent 1 bootstraps (creating a throwaway CA, the admin token
+//! and the admin's client certificate in the dev directory); dev then mints a join token with
+//! them and the other agents enrol with it.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
-use gpu_proto::v1::GetStatusRequest;
 use gpu_proto::v1::cluster_service_client::ClusterServiceClient;
+use gpu_proto::v1::token_service_client::TokenServiceClient;
+use gpu_proto::v1::{self as pb, GetStatusRequest};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tokio::process::{Child, Command};
@@ -27,8 +31,11 @@ pub struct DevOptions {
     pub sim_gpus: Option<String>,
 }
 
-/// The admin token of the mesh, in the dev directory.
+/// The admin token of the mesh, in the dev directory (beside it: `admin.crt`, `admin.key`,
+/// `ca.crt`, written by the bootstrap agent).
 const TOKEN_FILE: &str = "admin.token";
+/// The join token the other agents enrol with.
+const JOIN_TOKEN_FILE: &str = "join.token";
 
 /// The default mix, so placement by type is visible from the first minute.
 const NODE_KINDS: [&str; 3] = ["4xA100-80GB", "2xH100-80GB,2xL4-24GB", "4xT4-16GB"];
@@ -60,13 +67,12 @@ pub async fn run(opts: DevOptions, cancel: CancellationToken) -> anyhow::Result<
         .with_context(|| format!("opening {} to job users", dir.display()))?;
     let addrs = pick_addrs(opts.nodes, opts.base_port)?;
 
-    let mut agents = Vec::new();
-    for (i, addr) in addrs.iter().enumerate() {
+    let spawn = |i: usize| -> anyhow::Result<DevAgent> {
         let id = i as u64 + 1;
         let log = dir.join(format!("node-{id}.log"));
         let mut cmd = Command::new(&exe);
         cmd.arg("run")
-            .args(["--node-id", &id.to_string(), "--listen", addr])
+            .args(["--node-id", &id.to_string(), "--listen", &addrs[i]])
             .arg("--data-dir")
             .arg(dir.join(format!("node-{id}")))
             .args(["--gpu-backend", "sim", "--sim-gpus"])
@@ -80,7 +86,11 @@ pub async fn run(opts: DevOptions, cancel: CancellationToken) -> anyhow::Result<
                 .arg("--bootstrap-token-file")
                 .arg(dir.join(TOKEN_FILE));
         } else {
-            cmd.args(["--join", &addrs[0]]);
+            cmd.args(["--join", &addrs[0]])
+                .arg("--ca-file")
+                .arg(dir.join("ca.crt"))
+                .arg("--join-token-file")
+                .arg(dir.join(JOIN_TOKEN_FILE));
         }
         let log_file =
             std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
@@ -91,18 +101,26 @@ pub async fn run(opts: DevOptions, cancel: CancellationToken) -> anyhow::Result<
             .kill_on_drop(true)
             .spawn()
             .context("starting an agent")?;
-        agents.push(DevAgent {
+        Ok(DevAgent {
             id,
-            addr: addr.clone(),
+            addr: addrs[i].clone(),
             log,
             child,
-        });
-    }
+        })
+    };
 
-    let token_file = dir.join(TOKEN_FILE);
+    let mut agents = vec![spawn(0)?];
+    let creds = Creds { dir: dir.clone() };
     let ready = tokio::select! {
         () = cancel.cancelled() => Ok(None),
-        r = wait_ready(&mut agents, &token_file) => r.map(Some),
+        r = async {
+            wait_ready(&mut agents, &creds, 1).await?;
+            mint_join_token(&agents[0].addr, &creds).await?;
+            for i in 1..addrs.len() {
+                agents.push(spawn(i)?);
+            }
+            wait_ready(&mut agents, &creds, addrs.len()).await
+        } => r.map(Some),
     };
     let mut config_written = None;
     let outcome = match ready {
@@ -150,10 +168,56 @@ fn pick_addrs(n: usize, base_port: u16) -> anyhow::Result<Vec<String>> {
         .collect()
 }
 
-/// Wait until a leader exists and every agent is a member; returns the leader id.
-async fn wait_ready(agents: &mut [DevAgent], token_file: &Path) -> anyhow::Result<u64> {
+/// The admin's credentials in the dev directory, as the bootstrap agent wrote them.
+struct Creds {
+    dir: PathBuf,
+}
+
+impl Creds {
+    /// A TLS connection to `addr` as the admin, once the files exist.
+    async fn connect(&self, addr: &str) -> anyhow::Result<tonic::transport::Channel> {
+        let read = |name: &str| std::fs::read_to_string(self.dir.join(name));
+        let admin = crate::tls::KeyedCert {
+            cert_pem: read("admin.crt")?,
+            key_pem: read("admin.key")?,
+        };
+        let tls = crate::tls::client::config(&read("ca.crt")?, Some(&admin));
+        Ok(
+            tonic::transport::Endpoint::from_shared(format!("https://{addr}"))?
+                .tls_config(tls)?
+                .connect_timeout(Duration::from_secs(2))
+                .connect()
+                .await?,
+        )
+    }
+
+    fn bearer(&self) -> anyhow::Result<tonic::metadata::MetadataValue<tonic::metadata::Ascii>> {
+        let token = std::fs::read_to_string(self.dir.join(TOKEN_FILE))?;
+        Ok(format!("Bearer {}", token.trim()).parse()?)
+    }
+}
+
+/// Mint the join token the other agents enrol with (0600 in the dev directory).
+async fn mint_join_token(addr: &str, creds: &Creds) -> anyhow::Result<()> {
+    let mut client = TokenServiceClient::new(creds.connect(addr).await?);
+    let mut req = tonic::Request::new(pb::CreateTokenRequest {
+        role: pb::Role::Node as i32,
+        tenant: String::new(),
+        description: "gpu-agent dev: join token".into(),
+    });
+    req.metadata_mut().insert("authorization", creds.bearer()?);
+    let minted = client
+        .create_token(req)
+        .await
+        .context("minting the join token")?
+        .into_inner();
+    crate::tls::files::write_file(&creds.dir.join(JOIN_TOKEN_FILE), &minted.bearer, 0o600)
+}
+
+/// Wait until a leader exists and `members` agents are members; returns the leader id.
+async fn wait_ready(agents: &mut [DevAgent], creds: &Creds, members: usize) -> anyhow::Result<u64> {
     let started = Instant::now();
-    let want_voters = agents.len().min(3);
+    let want_voters = members.min(3);
     loop {
         for a in agents.iter_mut() {
             if let Some(status) = a.child.try_wait()? {
@@ -164,15 +228,14 @@ async fn wait_ready(agents: &mut [DevAgent], token_file: &Path) -> anyhow::Resul
                 );
             }
         }
-        let token = std::fs::read_to_string(token_file).unwrap_or_default();
-        if let Ok(s) = status(&agents[0].addr, token.trim()).await {
+        if let Ok(s) = status(&agents[0].addr, creds).await {
             let voters = s
                 .members
                 .iter()
                 .filter(|m| m.role == gpu_proto::v1::MemberRole::Voter as i32)
                 .count();
             if let Some(leader) = s.leader_id
-                && s.members.len() == agents.len()
+                && s.members.len() == members
                 && voters == want_voters
             {
                 return Ok(leader);
@@ -188,12 +251,11 @@ async fn wait_ready(agents: &mut [DevAgent], token_file: &Path) -> anyhow::Resul
     }
 }
 
-async fn status(addr: &str, token: &str) -> anyhow::Result<gpu_proto::v1::ClusterStatus> {
-    let mut client = ClusterServiceClient::connect(format!("http://{addr}")).await?;
+async fn status(addr: &str, creds: &Creds) -> anyhow::Result<gpu_proto::v1::ClusterStatus> {
+    let mut client = ClusterServiceClient::new(creds.connect(addr).await?);
     let mut req = tonic::Request::new(GetStatusRequest { stale: false });
     req.set_timeout(Duration::from_secs(2));
-    req.metadata_mut()
-        .insert("authorization", format!("Bearer {token}").parse()?);
+    req.metadata_mut().insert("authorization", creds.bearer()?);
     Ok(client.get_status(req).await?.into_inner())
 }
 
@@ -210,13 +272,22 @@ fn print_banner(agents: &[DevAgent], leader: u64, dir: &Path) -> Option<(PathBuf
     println!("endpoint: {endpoints}");
     println!("token file: {}", token.display());
     println!();
-    let written = write_gpuctl_config(&addrs, &token);
+    let written = write_gpuctl_config(&addrs, dir);
     match &written {
         Ok((path, _)) => println!("gpuctl is set up for this mesh through {}:", path.display()),
         Err(why) => {
             println!("{why}; point gpuctl at this mesh with:");
             println!("  export GPUCTL_ENDPOINT={endpoints}");
             println!("  export GPUCTL_TOKEN_FILE={}", token.display());
+            println!("  export GPUCTL_CA_FILE={}", dir.join("ca.crt").display());
+            println!(
+                "  export GPUCTL_CERT_FILE={}",
+                dir.join("admin.crt").display()
+            );
+            println!(
+                "  export GPUCTL_KEY_FILE={}",
+                dir.join("admin.key").display()
+            );
         }
     }
     println!("  cargo run --release --bin gpuctl -- cluster status");
@@ -230,7 +301,7 @@ const CONFIG_MARKER: &str = "# written by gpu-agent dev";
 
 /// Point gpuctl's config file (`$GPUCTL_CONFIG`, else `~/.config/gpumesh/gpuctl.toml`) at this
 /// mesh, unless the file exists and is not one `dev` wrote.
-fn write_gpuctl_config(addrs: &[&str], token: &Path) -> Result<(PathBuf, String), String> {
+fn write_gpuctl_config(addrs: &[&str], dir: &Path) -> Result<(PathBuf, String), String> {
     let path = match std::env::var_os("GPUCTL_CONFIG") {
         Some(p) => PathBuf::from(p),
         None => PathBuf::from(std::env::var_os("HOME").ok_or("HOME is not set")?)
@@ -249,9 +320,14 @@ fn write_gpuctl_config(addrs: &[&str], token: &Path) -> Result<(PathBuf, String)
         .map(|a| format!("{a:?}"))
         .collect::<Vec<_>>()
         .join(", ");
+    let file = |name: &str| format!("{:?}", dir.join(name).display().to_string());
     let text = format!(
-        "{CONFIG_MARKER}: points gpuctl at a local dev mesh.\nendpoint = [{endpoints}]\ntoken_file = {:?}\n",
-        token.display().to_string()
+        "{CONFIG_MARKER}: points gpuctl at a local dev mesh.\nendpoint = [{endpoints}]\n\
+         token_file = {}\nca_file = {}\ncert_file = {}\nkey_file = {}\n",
+        file(TOKEN_FILE),
+        file("ca.crt"),
+        file("admin.crt"),
+        file("admin.key"),
     );
     let write = || -> std::io::Result<()> {
         if let Some(parent) = path.parent() {

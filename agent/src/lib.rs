@@ -7,6 +7,7 @@
 pub mod audit_service;
 pub mod auth;
 pub mod autopilot;
+pub mod cert_service;
 pub mod cluster;
 pub mod cluster_service;
 pub mod config;
@@ -25,5 +26,6 @@ pub mod peer_service;
 pub mod raft_network;
 pub mod scheduler;
 pub mod status;
+pub mod tls;
 pub mod to_proto;
 pub mod token_service;

@@ -91,6 +91,16 @@ struct RunArgs {
     /// Where --bootstrap writes the first admin token (default: <data-dir>/bootstrap-admin.token).
     #[arg(long)]
     bootstrap_token_file: Option<PathBuf>,
+    /// Plaintext without certificates; refused unless listening and advertising on loopback.
+    #[arg(long)]
+    insecure: bool,
+    /// Joining: the cluster CA certificate to trust (the bootstrap agent's <data-dir>/tls/ca.crt).
+    #[arg(long)]
+    ca_file: Option<PathBuf>,
+    /// Joining: a file holding a join token (`gpuctl token create --role node`). Never a flag
+    /// value: secrets do not belong in argv.
+    #[arg(long)]
+    join_token_file: Option<PathBuf>,
 }
 
 fn parse_label(s: &str) -> Result<(String, String), String> {
@@ -147,6 +157,9 @@ async fn run(command: Cmd) -> anyhow::Result<()> {
                 gpu_backend: args.gpu_backend,
                 sim_gpus: args.sim_gpus,
                 bootstrap_token_file: args.bootstrap_token_file,
+                insecure: args.insecure,
+                ca_file: args.ca_file,
+                join_token_file: args.join_token_file,
             };
             let config =
                 Config::parse_and_validate(file, overrides).context("invalid configuration")?;

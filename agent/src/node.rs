@@ -22,11 +22,13 @@ use gpu_proto::v1::gpu_service_server::GpuServiceServer;
 use gpu_proto::v1::job_service_server::JobServiceServer;
 
 use gpu_proto::v1::audit_service_server::AuditServiceServer;
+use gpu_proto::v1::cert_service_server::CertServiceServer;
 use gpu_proto::v1::token_service_server::TokenServiceServer;
 
 use crate::audit_service::AuditApi;
 use crate::auth::Auth;
 use crate::autopilot::Autopilot;
+use crate::cert_service::CertApi;
 use crate::cluster::Cluster;
 use crate::cluster_service::ClusterApi;
 use crate::config::Config;
@@ -43,6 +45,9 @@ use crate::peer_client::PeerClients;
 use crate::peer_service::PeerService;
 use crate::raft_network::NetworkFactory;
 use crate::scheduler::{Policy, Scheduler};
+use crate::tls::enroll::{self, Renewer, TlsIdentity};
+use crate::tls::files::{read_public, read_secret, write_file};
+use crate::tls::{NodeTls, PeerCheck, Subject, TlsDir};
 use crate::token_service::TokenApi;
 
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
@@ -76,7 +81,24 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
     .context("starting raft")?;
     let cluster = Cluster::new(raft.clone(), state, committed, &network, &config);
 
-    info!(node_id, listen = %config.listen, advertise = %config.advertise, "serving gRPC");
+    let tls = if config.tls.insecure {
+        warn!(
+            node_id,
+            "running WITHOUT TLS (--insecure): loopback only, nobody is authenticated by certificate"
+        );
+        None
+    } else {
+        let material = tls_material(&config, &cluster).await?;
+        let identity = TlsIdentity::new(
+            TlsDir::in_data_dir(&config.data_dir),
+            peers.clone(),
+            config.tls.cert_validity,
+        );
+        identity.install(material)?;
+        Some(identity)
+    };
+
+    info!(node_id, listen = %config.listen, advertise = %config.advertise, tls = tls.is_some(), "serving gRPC");
     let listener = TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("listening on {}", config.listen))?;
@@ -87,13 +109,31 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
         reachable_within: config.reachable_within(),
         gpus: gpus.clone(),
         jobs_dir: jobs_dir.clone(),
+        tls: tls.clone(),
     };
     tasks.spawn(serve(listener, services, cancel.clone()));
 
-    let started = enter_cluster(&config, &cluster, &tasks, &cancel).await;
+    let started = enter_cluster(&config, &cluster, tls.as_ref(), &tasks, &cancel).await;
     if let Err(e) = started {
         shutdown(&cancel, &tasks, &raft).await;
         return Err(e);
+    }
+    if let Some(identity) = &tls {
+        info!(node_id, validity = ?config.tls.cert_validity, "starting certificate renewal");
+        let view = cluster.clone();
+        let renewer = Renewer {
+            identity: identity.clone(),
+            node_id,
+            peers_of: Arc::new(move || {
+                view.view()
+                    .members
+                    .into_iter()
+                    .filter(|(id, _)| *id != node_id)
+                    .map(|(_, addr)| addr)
+                    .collect()
+            }),
+        };
+        tasks.spawn(renewer.run(cancel.clone()));
     }
 
     info!(
@@ -169,6 +209,7 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
 async fn enter_cluster(
     config: &Config,
     cluster: &Cluster,
+    tls: Option<&TlsIdentity>,
     tasks: &TaskTracker,
     cancel: &CancellationToken,
 ) -> anyhow::Result<()> {
@@ -205,6 +246,9 @@ async fn enter_cluster(
             .context("initializing the cluster")?;
         info!(node_id = config.node_id, path = %config.bootstrap_token_file.display(), "minting the bootstrap admin token");
         write_bootstrap_token(cluster, &config.bootstrap_token_file).await?;
+        if let Some(tls) = tls {
+            write_bootstrap_client_cert(cluster, tls, &config.bootstrap_token_file).await?;
+        }
         return Ok(());
     }
     if config.join.is_empty() {
@@ -263,6 +307,86 @@ async fn write_bootstrap_token(cluster: &Cluster, path: &std::path::Path) -> any
     Ok(())
 }
 
+/// The first admin's client certificate, beside the bootstrap token: `admin.crt`,
+/// `admin.key` (0600) and the cluster's `ca.crt`: with the token, everything gpuctl needs.
+async fn write_bootstrap_client_cert(
+    cluster: &Cluster,
+    tls: &TlsIdentity,
+    token_file: &std::path::Path,
+) -> anyhow::Result<()> {
+    let dir = token_file
+        .parent()
+        .context("the bootstrap token file has no directory")?;
+    let material = tls.current().context("no TLS material")?;
+    let (key_pem, csr_pem) = crate::tls::pki::new_request()?;
+    let (cert_pem, record) = tls
+        .sign(&csr_pem, &Subject::Client("admin".into()))
+        .map_err(anyhow::Error::msg)?;
+    cluster
+        .write(Command::RecordCertificate { cert: record })
+        .await
+        .context("recording the admin client certificate")?;
+    write_file(&dir.join("ca.crt"), &material.ca.cert_pem, 0o644)?;
+    write_file(&dir.join("admin.key"), &key_pem, 0o600)?;
+    write_file(&dir.join("admin.crt"), &cert_pem, 0o644)?;
+    info!(dir = %dir.display(), "wrote the admin client certificate (admin.crt, admin.key, ca.crt)");
+    Ok(())
+}
+
+/// This agent's TLS material: from its data directory, else made now (bootstrap) or obtained
+/// by enrolling with a join token (join).
+async fn tls_material(config: &Config, cluster: &Cluster) -> anyhow::Result<NodeTls> {
+    let dir = TlsDir::in_data_dir(&config.data_dir);
+    if let Some(material) = dir.load()? {
+        return Ok(material);
+    }
+    let initialized = cluster
+        .raft
+        .is_initialized()
+        .await
+        .context("reading raft state")?;
+    if initialized {
+        bail!(
+            "{} holds cluster state but no TLS material in {}: restore it from a backup, or \
+             wipe the data directory and join again",
+            config.data_dir.display(),
+            dir.dir.display()
+        );
+    }
+    if config.bootstrap {
+        info!(
+            node_id = config.node_id,
+            "creating the cluster certificate authority"
+        );
+        return enroll::bootstrap(config.node_id, config.tls.cert_validity);
+    }
+    if config.join.is_empty() {
+        bail!(
+            "data directory {} holds no cluster state: start with --bootstrap to create a cluster \
+             or --join ADDR to join one",
+            config.data_dir.display()
+        );
+    }
+    let ca_file = config.tls.ca_file.as_ref().context(
+        "joining needs the cluster's CA certificate: --ca-file (a copy of the bootstrap agent's \
+         <data-dir>/tls/ca.crt)",
+    )?;
+    let token_file = config.tls.join_token_file.as_ref().context(
+        "joining needs a join token: --join-token-file (made with `gpuctl token create --role node`)",
+    )?;
+    let ca = read_public(ca_file)?;
+    let token = read_secret(token_file)?;
+    info!(node_id = config.node_id, seeds = ?config.join, "enrolling: asking for our certificate");
+    enroll::join(
+        &config.join,
+        config.node_id,
+        &token,
+        &ca,
+        config.join_timeout,
+    )
+    .await
+}
+
 /// Where to ask for readmission: configured seeds plus every member we last knew of.
 fn rejoin_seeds(config: &Config, cluster: &Cluster) -> Vec<String> {
     let mut seeds: BTreeSet<String> = config.join.iter().cloned().collect();
@@ -283,6 +407,7 @@ struct Services {
     reachable_within: Duration,
     gpus: Arc<dyn GpuBackend>,
     jobs_dir: PathBuf,
+    tls: Option<TlsIdentity>,
 }
 
 async fn serve(listener: TcpListener, s: Services, cancel: CancellationToken) {
@@ -295,14 +420,39 @@ async fn serve(listener: TcpListener, s: Services, cancel: CancellationToken) {
     health.set_serving::<GpuServiceServer<GpuApi>>().await;
     let max = gpu_proto::MAX_MESSAGE_BYTES;
     let cluster = s.cluster;
+    let peers = PeerCheck {
+        tls: s.tls.is_some(),
+        state: cluster.state.clone(),
+    };
     let auth = Auth {
         cluster: cluster.clone(),
+        peers: peers.clone(),
+    };
+    let tls_config = match &s.tls {
+        Some(identity) => {
+            let ca = identity
+                .current()
+                .map(|t| t.ca.cert_pem)
+                .unwrap_or_default();
+            match crate::tls::server::server_config(&ca, identity.slot.clone()) {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot set up TLS; stopping the agent");
+                    cancel.cancel();
+                    return;
+                }
+            }
+        }
+        None => None,
     };
     let peer = RaftPeerServer::new(PeerService {
         cluster: cluster.clone(),
         reachable_within: s.reachable_within,
         gpus: s.gpus.clone(),
         jobs_dir: s.jobs_dir.clone(),
+        peers,
+        auth: auth.clone(),
+        tls: s.tls,
     })
     .max_decoding_message_size(max)
     .max_encoding_message_size(max);
@@ -329,8 +479,12 @@ async fn serve(listener: TcpListener, s: Services, cancel: CancellationToken) {
         cluster: cluster.clone(),
         auth: auth.clone(),
     };
+    let cert_api = CertApi {
+        cluster: cluster.clone(),
+        auth: auth.clone(),
+    };
     let audit_api = AuditApi { cluster, auth };
-    let result = tonic::transport::Server::builder()
+    let router = tonic::transport::Server::builder()
         // Hostile or broken clients: no request runs forever (streams are not cut: the limit
         // covers producing the response), one connection cannot monopolise the agent, and dead
         // peers are noticed.
@@ -347,8 +501,20 @@ async fn serve(listener: TcpListener, s: Services, cancel: CancellationToken) {
         .add_service(GpuServiceServer::new(gpu_api).max_decoding_message_size(max))
         .add_service(TokenServiceServer::new(token_api).max_decoding_message_size(max))
         .add_service(AuditServiceServer::new(audit_api).max_decoding_message_size(max))
-        .serve_with_incoming_shutdown(TcpIncoming::from(listener), cancel.cancelled())
-        .await;
+        .add_service(CertServiceServer::new(cert_api).max_decoding_message_size(max));
+    let result = match tls_config {
+        Some(config) => {
+            let incoming = crate::tls::server::incoming(listener, config, cancel.clone());
+            router
+                .serve_with_incoming_shutdown(incoming, cancel.cancelled())
+                .await
+        }
+        None => {
+            router
+                .serve_with_incoming_shutdown(TcpIncoming::from(listener), cancel.cancelled())
+                .await
+        }
+    };
     if let Err(e) = result {
         tracing::error!(error = %e, "gRPC server failed; stopping the agent");
         cancel.cancel();

@@ -1,32 +1,73 @@
 //! The internal `RaftPeer` gRPC service: Raft RPCs from other agents, plus joins, forwarded
-//! writes, read-index and the leader's status view.
+//! writes, read-index, the leader's status view and certificates. Every call but enrolment
+//! needs an agent's certificate, and a Raft message must come from the node it names.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use gpu_proto::internal::v1::raft_peer_server::RaftPeer;
 use gpu_proto::internal::v1::{
-    JoinRequest, JoinResponse, LeaderStatusRequest, LocalGpuTelemetryRequest,
-    LocalGpuTelemetryResponse, RaftMessage, ReadIndexRequest, ReadIndexResponse,
+    IssueCertificateRequest, IssueCertificateResponse, JoinRequest, JoinResponse,
+    LeaderStatusRequest, LocalGpuTelemetryRequest, LocalGpuTelemetryResponse, RaftMessage,
+    ReadIndexRequest, ReadIndexResponse, RenewCertificateRequest,
 };
 use gpu_proto::v1 as pb;
-use gpu_raft_store::validate;
-use openraft::raft::AppendEntriesResponse;
+use gpu_raft_store::{Command, NodeId, TypeConfig, validate};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, VoteRequest,
+};
 use serde::Serialize;
 use tonic::{Request, Response, Status};
 
+use crate::auth::Auth;
+use crate::auth::rbac::Action;
 use crate::cluster::{Attempt, Cluster, ClusterError, Proposal};
 use crate::cluster_service::status_view;
 use crate::executor::logs::{self, LogStream};
 use crate::gpu::GpuBackend;
 use crate::gpu_service::{local_inject, local_telemetry};
 use crate::status::{bad_payload, invalid};
+use crate::tls::{PeerCheck, Subject, TlsIdentity};
 
 pub struct PeerService {
     pub cluster: Cluster,
     pub reachable_within: std::time::Duration,
     pub gpus: Arc<dyn GpuBackend>,
     pub jobs_dir: PathBuf,
+    pub peers: PeerCheck,
+    pub auth: Auth,
+    /// `None` without TLS.
+    pub tls: Option<TlsIdentity>,
+}
+
+impl PeerService {
+    fn tls(&self) -> Result<&TlsIdentity, Status> {
+        self.tls
+            .as_ref()
+            .ok_or_else(|| Status::failed_precondition("this agent runs without TLS"))
+    }
+
+    /// Sign `csr_pem` for node `node`, record the certificate through Raft, and answer.
+    async fn certify(
+        &self,
+        csr_pem: &str,
+        node: NodeId,
+        meta: Option<gpu_raft_store::RequestMeta>,
+    ) -> Result<Response<IssueCertificateResponse>, Status> {
+        let tls = self.tls()?;
+        let (cert, record) = tls.sign(csr_pem, &Subject::Node(node)).map_err(invalid)?;
+        self.cluster
+            .write_as(Command::RecordCertificate { cert: record }, meta)
+            .await?;
+        Ok(Response::new(
+            tls.answer(cert).map_err(Status::unavailable)?,
+        ))
+    }
+}
+
+/// The node a Raft message speaks for (the candidate or the leader in its vote).
+fn sender(vote: &openraft::Vote<NodeId>) -> NodeId {
+    vote.leader_id().node_id
 }
 
 fn reply<T: Serialize>(value: &T) -> Result<Response<RaftMessage>, Status> {
@@ -49,7 +90,9 @@ impl RaftPeer for PeerService {
         &self,
         req: Request<RaftMessage>,
     ) -> Result<Response<RaftMessage>, Status> {
-        let rpc = serde_json::from_slice(&req.into_inner().json).map_err(bad_payload)?;
+        let rpc: AppendEntriesRequest<TypeConfig> =
+            serde_json::from_slice(&req.get_ref().json).map_err(bad_payload)?;
+        self.peers.node_is(&req, sender(&rpc.vote))?;
         let result = self.cluster.raft.append_entries(rpc).await;
         // Anything but "your vote is stale" comes from the current leader: we are in contact.
         if result
@@ -62,7 +105,9 @@ impl RaftPeer for PeerService {
     }
 
     async fn vote(&self, req: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
-        let rpc = serde_json::from_slice(&req.into_inner().json).map_err(bad_payload)?;
+        let rpc: VoteRequest<NodeId> =
+            serde_json::from_slice(&req.get_ref().json).map_err(bad_payload)?;
+        self.peers.node_is(&req, sender(&rpc.vote))?;
         reply(&self.cluster.raft.vote(rpc).await)
     }
 
@@ -70,14 +115,25 @@ impl RaftPeer for PeerService {
         &self,
         req: Request<RaftMessage>,
     ) -> Result<Response<RaftMessage>, Status> {
-        let rpc = serde_json::from_slice(&req.into_inner().json).map_err(bad_payload)?;
+        let rpc: InstallSnapshotRequest<TypeConfig> =
+            serde_json::from_slice(&req.get_ref().json).map_err(bad_payload)?;
+        self.peers.node_is(&req, sender(&rpc.vote))?;
         reply(&self.cluster.raft.install_snapshot(rpc).await)
     }
 
     async fn join(&self, req: Request<JoinRequest>) -> Result<Response<JoinResponse>, Status> {
+        // An agent joins as itself; a member may pass on another agent's join to the leader.
+        let caller = self.peers.node(&req)?;
         let JoinRequest { node_id, addr } = req.into_inner();
         if node_id == 0 {
             return Err(invalid("node_id must be at least 1"));
+        }
+        if let Some(caller) = caller.filter(|c| *c != node_id)
+            && !self.cluster.view().members.contains_key(&caller)
+        {
+            return Err(Status::permission_denied(format!(
+                "node {caller} may not join the cluster as node {node_id}"
+            )));
         }
         validate::addr(&addr).map_err(invalid)?;
         let voter = self.cluster.join(node_id, addr).await?;
@@ -86,6 +142,7 @@ impl RaftPeer for PeerService {
     }
 
     async fn propose(&self, req: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
+        self.peers.node(&req)?;
         let proposal: Proposal =
             serde_json::from_slice(&req.into_inner().json).map_err(bad_payload)?;
         let result = self
@@ -98,8 +155,9 @@ impl RaftPeer for PeerService {
 
     async fn read_index(
         &self,
-        _: Request<ReadIndexRequest>,
+        req: Request<ReadIndexRequest>,
     ) -> Result<Response<ReadIndexResponse>, Status> {
+        self.peers.node(&req)?;
         let read_index = self
             .cluster
             .read_index_as_leader()
@@ -110,8 +168,9 @@ impl RaftPeer for PeerService {
 
     async fn leader_status(
         &self,
-        _: Request<LeaderStatusRequest>,
+        req: Request<LeaderStatusRequest>,
     ) -> Result<Response<pb::ClusterStatus>, Status> {
+        self.peers.node(&req)?;
         if !self.cluster.view().is_leader {
             return Err(Status::unavailable("this agent is not the leader"));
         }
@@ -127,6 +186,7 @@ impl RaftPeer for PeerService {
         &self,
         req: Request<pb::JobLogsRequest>,
     ) -> Result<Response<LogStream>, Status> {
+        self.peers.node(&req)?;
         let req = req.into_inner();
         let generation = self
             .cluster
@@ -151,8 +211,9 @@ impl RaftPeer for PeerService {
 
     async fn local_gpu_telemetry(
         &self,
-        _: Request<LocalGpuTelemetryRequest>,
+        req: Request<LocalGpuTelemetryRequest>,
     ) -> Result<Response<LocalGpuTelemetryResponse>, Status> {
+        self.peers.node(&req)?;
         Ok(Response::new(LocalGpuTelemetryResponse {
             gpus: local_telemetry(self.gpus.as_ref()).into_iter().collect(),
         }))
@@ -162,7 +223,40 @@ impl RaftPeer for PeerService {
         &self,
         req: Request<pb::InjectFaultRequest>,
     ) -> Result<Response<pb::InjectFaultResponse>, Status> {
+        self.peers.node(&req)?;
         local_inject(self.gpus.as_ref(), &req.into_inner())?;
         Ok(Response::new(pb::InjectFaultResponse {}))
+    }
+
+    async fn issue_certificate(
+        &self,
+        req: Request<IssueCertificateRequest>,
+    ) -> Result<Response<IssueCertificateResponse>, Status> {
+        let node = req.get_ref().node_id;
+        let caller = self
+            .auth
+            .check_enrolment(
+                &req,
+                "node.enrol",
+                &format!("node/{node}"),
+                Action::JoinNode,
+            )
+            .await?;
+        if node == 0 {
+            return Err(invalid("node_id must be at least 1"));
+        }
+        self.certify(&req.get_ref().csr_pem, node, Some(caller.meta))
+            .await
+    }
+
+    async fn renew_certificate(
+        &self,
+        req: Request<RenewCertificateRequest>,
+    ) -> Result<Response<IssueCertificateResponse>, Status> {
+        let node = self
+            .peers
+            .node(&req)?
+            .ok_or_else(|| Status::failed_precondition("this agent runs without TLS"))?;
+        self.certify(&req.get_ref().csr_pem, node, None).await
     }
 }

@@ -52,6 +52,7 @@ pub fn role(r: Role) -> pb::Role {
         Role::TenantAdmin => pb::Role::TenantAdmin,
         Role::User => pb::Role::User,
         Role::Viewer => pb::Role::Viewer,
+        Role::Node => pb::Role::Node,
     }
 }
 
@@ -62,6 +63,7 @@ pub fn role_from(r: i32) -> Option<Role> {
         pb::Role::TenantAdmin => Some(Role::TenantAdmin),
         pb::Role::User => Some(Role::User),
         pb::Role::Viewer => Some(Role::Viewer),
+        pb::Role::Node => Some(Role::Node),
         pb::Role::Unspecified => None,
     }
 }

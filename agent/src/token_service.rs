@@ -30,11 +30,7 @@ impl TokenService for TokenApi {
         let r = req.into_inner();
         let role = to_proto::role_from(r.role).ok_or_else(|| invalid("role is required"))?;
         let tenant = (!r.tenant.is_empty()).then_some(r.tenant);
-        if r.description.len() > 256 || r.description.chars().any(char::is_control) {
-            return Err(invalid(
-                "description must be at most 256 printable characters",
-            ));
-        }
+        gpu_raft_store::validate::free_text("description", &r.description).map_err(invalid)?;
         let wanted = Grant {
             role,
             tenant: tenant.clone(),

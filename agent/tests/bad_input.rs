@@ -50,8 +50,14 @@ fn an_unknown_config_key_is_named() {
 fn an_unreachable_join_address_fails_after_retrying() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let dead = free_addr(); // nothing listens here
+    let ca = gpu_agent::tls::pki::new_ca(std::time::SystemTime::now(), Duration::from_secs(60))
+        .expect("ca");
+    let (ca_file, token_file) = (tmp.path().join("ca.crt"), tmp.path().join("join.token"));
+    std::fs::write(&ca_file, ca.cert_pem).expect("write");
+    gpu_agent::tls::files::write_file(&token_file, "id.secret", 0o600).expect("write");
     let toml = format!(
-        "node_id = 2\nlisten = {:?}\ndata_dir = {:?}\njoin = [{dead:?}]\njoin_timeout = \"2s\"\n",
+        "node_id = 2\nlisten = {:?}\ndata_dir = {:?}\njoin = [{dead:?}]\njoin_timeout = \"2s\"\n\
+         [tls]\nca_file = {ca_file:?}\njoin_token_file = {token_file:?}\n",
         free_addr(),
         tmp.path().join("data")
     );
@@ -64,7 +70,7 @@ fn an_unreachable_join_address_fails_after_retrying() {
     );
     let err = stderr(&out);
     assert!(
-        err.contains("could not join the cluster through") && err.contains(&dead),
+        err.contains("no agent signed our certificate") && err.contains(&dead),
         "{err}"
     );
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use gpu_proto::v1 as pb;
 use gpu_proto::v1::job_service_client::JobServiceClient;
-use tonic::transport::Channel;
+use tonic::transport::{Channel, Endpoint};
 
 use crate::history::{Event, OpKind, Phase, Recorder};
 
@@ -23,7 +23,8 @@ pub enum Outcome {
 
 #[derive(Clone)]
 pub struct Client {
-    addrs: BTreeMap<u64, String>,
+    /// Mutual-TLS endpoints of the agents, as the cluster's admin.
+    endpoints: BTreeMap<u64, Endpoint>,
     token: String,
     recorder: Arc<Recorder>,
 }
@@ -31,10 +32,15 @@ pub struct Client {
 impl Client {
     pub fn new(cluster: &gpu_tests::Cluster, recorder: Arc<Recorder>) -> Client {
         Client {
-            addrs: cluster
+            endpoints: cluster
                 .agents
-                .iter()
-                .map(|(id, a)| (*id, a.addr.clone()))
+                .keys()
+                .map(|id| {
+                    let endpoint = cluster
+                        .endpoint(*id, Some(cluster.admin_identity()))
+                        .expect("agent endpoint");
+                    (*id, endpoint)
+                })
                 .collect(),
             token: cluster.admin_token(),
             recorder,
@@ -42,7 +48,7 @@ impl Client {
     }
 
     pub fn nodes(&self) -> Vec<u64> {
-        self.addrs.keys().copied().collect()
+        self.endpoints.keys().copied().collect()
     }
 
     pub fn recorder(&self) -> &Recorder {
@@ -54,9 +60,9 @@ impl Client {
         via: u64,
         deadline: Duration,
     ) -> Result<JobServiceClient<Channel>, String> {
-        let addr = self.addrs.get(&via).ok_or(format!("no agent n{via}"))?;
-        let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-            .map_err(|e| e.to_string())?
+        let endpoint = self.endpoints.get(&via).ok_or(format!("no agent n{via}"))?;
+        let channel = endpoint
+            .clone()
             .connect_timeout(deadline)
             .timeout(deadline)
             .connect()

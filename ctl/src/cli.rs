@@ -33,6 +33,16 @@ pub struct Cli {
     /// in the environment as GPUCTL_TOKEN; it is never taken from the command line.
     #[arg(long, global = true, env = "GPUCTL_TOKEN_FILE")]
     pub token_file: Option<std::path::PathBuf>,
+    /// The cluster CA certificate. With it gpuctl speaks TLS and verifies the agent; without
+    /// it, plaintext (only agents started with --insecure accept that).
+    #[arg(long, global = true, env = "GPUCTL_CA_FILE")]
+    pub ca_file: Option<std::path::PathBuf>,
+    /// Client certificate (PEM) presented to agents; needs --key-file.
+    #[arg(long, global = true, env = "GPUCTL_CERT_FILE")]
+    pub cert_file: Option<std::path::PathBuf>,
+    /// Private key of the client certificate; refused when other users can read it.
+    #[arg(long, global = true, env = "GPUCTL_KEY_FILE")]
+    pub key_file: Option<std::path::PathBuf>,
     #[command(subcommand)]
     pub command: Noun,
 }
@@ -66,6 +76,21 @@ pub enum Noun {
     /// The hash-chained audit log of every API mutation and refused request.
     #[command(subcommand)]
     Audit(AuditVerb),
+    /// Certificates the cluster CA issued, and revocation.
+    #[command(subcommand)]
+    Cert(CertVerb),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum CertVerb {
+    /// Every certificate the cluster issued or revoked.
+    List,
+    /// Revoke a certificate by serial: every agent refuses it once it applies the revocation.
+    Revoke {
+        serial: String,
+        #[arg(long, default_value = "")]
+        reason: String,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -95,6 +120,8 @@ pub enum RoleArg {
     TenantAdmin,
     User,
     Viewer,
+    /// A join token for `gpu-agent run --join … --join-token-file`: it can only enrol agents.
+    Node,
 }
 
 #[derive(Subcommand, Debug)]

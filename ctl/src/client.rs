@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::{Interceptor, interceptor::InterceptedService};
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
 /// Why a command failed: the server's answer, or no agent reachable at all.
 #[derive(Debug)]
@@ -88,18 +88,37 @@ impl Interceptor for Credentials {
     }
 }
 
+/// TLS to the cluster: the CA to trust and, optionally, our client certificate and key (PEM).
+pub fn tls_config(ca_pem: &str, client: Option<(&str, &str)>) -> ClientTlsConfig {
+    let config = ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(ca_pem))
+        .domain_name(gpu_proto::TLS_SERVER_NAME);
+    match client {
+        Some((cert, key)) => config.identity(Identity::from_pem(cert, key)),
+        None => config,
+    }
+}
+
 pub struct Endpoints {
     addrs: Vec<String>,
     timeout: Duration,
     credentials: Credentials,
+    /// `None`: plaintext.
+    tls: Option<ClientTlsConfig>,
 }
 
 impl Endpoints {
-    pub fn new(addrs: Vec<String>, timeout: Duration, credentials: Credentials) -> Self {
+    pub fn new(
+        addrs: Vec<String>,
+        timeout: Duration,
+        credentials: Credentials,
+        tls: Option<ClientTlsConfig>,
+    ) -> Self {
         Self {
             addrs,
             timeout,
             credentials,
+            tls,
         }
     }
 
@@ -131,10 +150,16 @@ impl Endpoints {
     }
 
     async fn connect(&self, addr: &str) -> Result<Channel, String> {
-        let endpoint = Endpoint::from_shared(format!("http://{addr}"))
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let mut endpoint = Endpoint::from_shared(format!("{scheme}://{addr}"))
             .map_err(|e| format!("bad address: {e}"))?
             .connect_timeout(self.timeout.min(Duration::from_secs(3)))
             .timeout(self.timeout);
+        if let Some(tls) = &self.tls {
+            endpoint = endpoint
+                .tls_config(tls.clone())
+                .map_err(|e| error_chain(&e))?;
+        }
         endpoint.connect().await.map_err(|e| error_chain(&e))
     }
 }

@@ -13,6 +13,9 @@ pub const DEFAULT_ENDPOINT: &str = "127.0.0.1:7070";
 pub struct CtlConfig {
     pub endpoint: Option<Vec<String>>,
     pub token_file: Option<PathBuf>,
+    pub ca_file: Option<PathBuf>,
+    pub cert_file: Option<PathBuf>,
+    pub key_file: Option<PathBuf>,
 }
 
 impl CtlConfig {

@@ -10,6 +10,8 @@ mod ids;
 mod output;
 mod units;
 
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -33,6 +35,45 @@ fn load_credentials(token_file: Option<&std::path::Path>) -> Result<Credentials,
         }
         None => Credentials::new(None),
     }
+}
+
+/// TLS from the CA file (and the client certificate and key, both or neither); plaintext when
+/// no CA file is given.
+fn load_tls(
+    ca: Option<&Path>,
+    cert: Option<&Path>,
+    key: Option<&Path>,
+) -> Result<Option<tonic::transport::ClientTlsConfig>, String> {
+    let read =
+        |p: &Path| std::fs::read_to_string(p).map_err(|e| format!("reading {}: {e}", p.display()));
+    let Some(ca) = ca else {
+        return match cert.or(key) {
+            Some(_) => Err("a client certificate needs the cluster CA too (--ca-file)".into()),
+            None => Ok(None),
+        };
+    };
+    let client = match (cert, key) {
+        (Some(cert), Some(key)) => {
+            let mode = std::fs::metadata(key)
+                .map_err(|e| format!("reading {}: {e}", key.display()))?
+                .permissions()
+                .mode();
+            if mode & 0o077 != 0 {
+                return Err(format!(
+                    "refusing the key {}: its mode {:o} lets other users read it (chmod 600 it)",
+                    key.display(),
+                    mode & 0o777
+                ));
+            }
+            Some((read(cert)?, read(key)?))
+        }
+        (None, None) => None,
+        _ => return Err("--cert-file and --key-file go together".into()),
+    };
+    Ok(Some(client::tls_config(
+        &read(ca)?,
+        client.as_ref().map(|(c, k)| (c.as_str(), k.as_str())),
+    )))
 }
 
 fn main() -> ExitCode {
@@ -66,11 +107,23 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let tls = match load_tls(
+        cli.ca_file.or(config.ca_file).as_deref(),
+        cli.cert_file.or(config.cert_file).as_deref(),
+        cli.key_file.or(config.key_file).as_deref(),
+    ) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let ctx = Ctx {
         endpoints: Endpoints::new(
             endpoints,
             cli.timeout.unwrap_or(DEFAULT_TIMEOUT),
             credentials,
+            tls,
         ),
         output: cli.output,
         timeout: cli.timeout,
@@ -84,6 +137,7 @@ fn main() -> ExitCode {
             Noun::Debug(verb) => commands::debug::run(&ctx, verb).await,
             Noun::Token(verb) => commands::token::run(&ctx, verb).await,
             Noun::Audit(verb) => commands::audit::run(&ctx, verb).await,
+            Noun::Cert(verb) => commands::cert::run(&ctx, verb).await,
         }
     });
     match result {

@@ -17,3 +17,7 @@ pub mod internal {
 
 /// Largest gRPC message either side accepts (snapshots travel in chunks below this).
 pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
+
+/// The DNS name in every agent's certificate: what agents and gpuctl verify an agent against
+/// (addresses change; the name does not).
+pub const TLS_SERVER_NAME: &str = "gpumesh";

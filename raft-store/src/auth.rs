@@ -19,6 +19,8 @@ pub enum Role {
     User,
     /// Read-only (cluster-wide, or one tenant's jobs when the token names a tenant).
     Viewer,
+    /// A join token: may only enrol a new agent (get its first certificate), nothing else.
+    Node,
 }
 
 impl Role {
@@ -29,6 +31,7 @@ impl Role {
             Role::TenantAdmin => "tenant-admin",
             Role::User => "user",
             Role::Viewer => "viewer",
+            Role::Node => "node",
         }
     }
 
@@ -77,7 +80,7 @@ pub fn can_grant(holder: &Grant, wanted: &Grant) -> bool {
     match holder.role {
         Role::Admin => true,
         Role::TenantAdmin => {
-            wanted.role >= Role::TenantAdmin
+            matches!(wanted.role, Role::TenantAdmin | Role::User | Role::Viewer)
                 && wanted.tenant.is_some()
                 && wanted.tenant == holder.tenant
         }
@@ -90,7 +93,7 @@ pub fn can_grant(holder: &Grant, wanted: &Grant) -> bool {
 pub fn check_grant_shape(g: &Grant) -> Result<(), String> {
     match (g.role, &g.tenant) {
         (r, None) if r.is_tenant_scoped() => Err(format!("a {r} token must name a tenant")),
-        (Role::Admin | Role::Operator, Some(_)) => {
+        (Role::Admin | Role::Operator | Role::Node, Some(_)) => {
             Err(format!("a {} token cannot be limited to a tenant", g.role))
         }
         (_, Some(t)) => crate::validate::name("tenant", t),
@@ -123,6 +126,8 @@ mod tests {
         );
         assert!(!can_grant(&ta, &g(Role::Admin, None)));
         assert!(!can_grant(&ta, &g(Role::Operator, None)));
+        assert!(!can_grant(&ta, &g(Role::Node, Some("a"))), "join tokens");
+        assert!(can_grant(&admin, &g(Role::Node, None)));
         for weak in [Role::Operator, Role::User, Role::Viewer] {
             assert!(
                 !can_grant(&g(weak, Some("a")), &g(Role::Viewer, Some("a"))),

@@ -94,6 +94,15 @@ pub enum Command {
     RevokeToken {
         id: String,
     },
+    /// A certificate the cluster CA just issued (for listing and revocation by serial).
+    RecordCertificate {
+        cert: crate::cert::CertRecord,
+    },
+    /// Put a serial on the revocation list; agents refuse it from the next request on.
+    RevokeCertificate {
+        serial: String,
+        reason: String,
+    },
     /// Record a refused request in the audit log; changes nothing else.
     AuditDenied {
         reason: String,
@@ -228,6 +237,12 @@ impl fmt::Display for Command {
                 write!(f, "token create {} {}", token.id, token.role)
             }
             Command::RevokeToken { id } => write!(f, "token revoke {id}"),
+            Command::RecordCertificate { cert } => {
+                write!(f, "certificate issued {} {}", cert.serial, cert.subject)
+            }
+            Command::RevokeCertificate { serial, .. } => {
+                write!(f, "certificate revoke {serial}")
+            }
             Command::AuditDenied { reason } => write!(f, "denied: {reason}"),
             Command::NoteUnschedulable { reasons } => write!(f, "unschedulable x{}", reasons.len()),
         }
@@ -387,6 +402,20 @@ mod tests {
                 },
             },
             Command::RevokeToken { id: "t1".into() },
+            Command::RecordCertificate {
+                cert: crate::cert::CertRecord {
+                    serial: "0a".into(),
+                    subject: "node 2".into(),
+                    not_after_ms: 9,
+                    issued_at_ms: 1,
+                    revoked: false,
+                    revoked_reason: String::new(),
+                },
+            },
+            Command::RevokeCertificate {
+                serial: "0a".into(),
+                reason: "stolen".into(),
+            },
             Command::AuditDenied {
                 reason: "no".into(),
             },

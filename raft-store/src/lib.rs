@@ -8,6 +8,7 @@
 
 pub mod audit;
 pub mod auth;
+pub mod cert;
 mod command;
 mod engine;
 mod error;
@@ -22,6 +23,7 @@ pub mod validate;
 
 pub use audit::{AuditEntry, RequestMeta};
 pub use auth::{Grant, Role, TokenRecord};
+pub use cert::CertRecord;
 pub use command::{ApplyResult, Bind, Command, LogEntry, Rejection};
 pub use engine::{KvEngine, SledEngine, Space};
 pub use error::OpenError;

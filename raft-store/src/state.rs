@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::audit::{self, AuditEntry, RequestMeta};
 use crate::auth::{self, Grant, TokenRecord};
+use crate::cert::{self, CertRecord};
 use crate::command::{ApplyResult, Bind, Command, LogEntry, Rejection};
 use crate::job::{Binding, Job, JobId, JobState, Outcome};
 use crate::node::{NodeRecord, NodeStatus};
@@ -30,6 +31,9 @@ pub struct ClusterState {
     /// The hash-chained audit log.
     #[serde(default)]
     pub audit: Vec<AuditEntry>,
+    /// Certificates by serial: those the CA issued, and every revoked one.
+    #[serde(default)]
+    pub certificates: BTreeMap<String, CertRecord>,
 }
 
 fn first_job_id() -> JobId {
@@ -101,6 +105,10 @@ impl ClusterState {
             Command::CreateToken { token } => self.create_token(token, entry.meta.as_ref()),
             Command::RevokeToken { id } => self.revoke_token(id, entry.meta.as_ref()),
             Command::AuditDenied { .. } => Ok(ApplyResult::Ok),
+            Command::RecordCertificate { cert } => self.record_certificate(cert),
+            Command::RevokeCertificate { serial, reason } => {
+                self.revoke_certificate(serial, reason)
+            }
         };
         let result = result.unwrap_or_else(|reason| ApplyResult::Rejected { reason });
         if let Some(meta) = &entry.meta {
@@ -166,6 +174,45 @@ impl ClusterState {
         }
         self.tokens.insert(token.id.clone(), token.clone());
         Ok(ApplyResult::Ok)
+    }
+
+    fn record_certificate(&mut self, cert: &CertRecord) -> Result<ApplyResult, Rejection> {
+        cert::check_serial(&cert.serial).map_err(invalid)?;
+        if self.certificates.contains_key(&cert.serial) {
+            return Err(invalid(format!(
+                "certificate {} is already recorded",
+                cert.serial
+            )));
+        }
+        let mut cert = cert.clone();
+        cert.revoked = false;
+        cert.revoked_reason.clear();
+        self.certificates.insert(cert.serial.clone(), cert);
+        Ok(ApplyResult::Ok)
+    }
+
+    fn revoke_certificate(&mut self, serial: &str, reason: &str) -> Result<ApplyResult, Rejection> {
+        cert::check_serial(serial).map_err(invalid)?;
+        validate::free_text("revocation reason", reason).map_err(invalid)?;
+        let record = self
+            .certificates
+            .entry(serial.to_owned())
+            .or_insert_with(|| CertRecord {
+                serial: serial.to_owned(),
+                subject: String::new(),
+                not_after_ms: 0,
+                issued_at_ms: 0,
+                revoked: false,
+                revoked_reason: String::new(),
+            });
+        record.revoked = true;
+        record.revoked_reason = reason.to_owned();
+        Ok(ApplyResult::Ok)
+    }
+
+    /// Whether a presented certificate serial is on the revocation list.
+    pub fn is_revoked(&self, serial: &str) -> bool {
+        self.certificates.get(serial).is_some_and(|c| c.revoked)
     }
 
     fn revoke_token(

@@ -160,6 +160,15 @@ pub fn name(what: &str, value: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// A free-text note (a token description, a revocation reason): at most 256 characters, none
+/// of them control characters (no newlines or terminal escapes in logs and listings).
+pub fn free_text(what: &str, text: &str) -> Result<(), String> {
+    if text.chars().count() > 256 || text.chars().any(char::is_control) {
+        return Err(format!("{what} must be at most 256 printable characters"));
+    }
+    Ok(())
+}
+
 /// A client idempotency key: 1–128 printable characters.
 pub fn idempotency_key(key: &str) -> Result<(), String> {
     if key.is_empty()

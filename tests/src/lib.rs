@@ -1,6 +1,10 @@
 //! The multi-node test harness: real `gpu-agent` processes on loopback, each with its own data
 //! directory and log, with kill/restart knobs and gRPC clients. One cluster runs at a time per
 //! test binary (the machines are small; parallel clusters make elections flaky).
+//!
+//! Clusters are secured as in production: n1 bootstraps (creating the CA, the admin token and
+//! the admin's client certificate in the root directory), the harness mints a join token with
+//! them, and every other agent enrols with it. Every client connection is mutual TLS.
 
 pub mod records;
 
@@ -17,7 +21,7 @@ use gpu_proto::v1::job_service_client::JobServiceClient;
 use gpu_proto::v1::node_service_client::NodeServiceClient;
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::{Interceptor, interceptor::InterceptedService};
-use tonic::transport::Channel;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
 /// Path of a workspace binary built beside this test (`cargo test --workspace` builds them).
 pub fn bin(name: &str) -> PathBuf {
@@ -47,12 +51,21 @@ pub const NODE_KINDS: [&str; 3] = ["4xA100-80GB", "2xH100-80GB,2xL4-24GB", "4xT4
 /// Where n1 writes the bootstrap admin token, in the cluster's root directory (outside every
 /// data directory, so the secret scans of data directories stay meaningful).
 pub const ADMIN_TOKEN: &str = "admin.token";
+/// The join token the harness mints for the other agents, in the root directory.
+pub const JOIN_TOKEN: &str = "join.token";
 
 /// A channel that sends a bearer token with every request.
 pub type Conn = InterceptedService<Channel, Bearer>;
 
 #[derive(Clone)]
 pub struct Bearer(Option<MetadataValue<Ascii>>);
+
+impl Bearer {
+    /// `Authorization: Bearer <token>`, or nothing; panics on a token no header can carry.
+    pub fn new(token: Option<&str>) -> Self {
+        Self(token.map(|t| format!("Bearer {t}").parse().expect("a header value")))
+    }
+}
 
 impl Interceptor for Bearer {
     fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
@@ -69,6 +82,8 @@ pub struct Agent {
     pub id: u64,
     pub addr: String,
     pub config: PathBuf,
+    /// Flags after `run --config FILE` (a joiner's CA and join token files).
+    pub flags: Vec<std::ffi::OsString>,
     pub log: PathBuf,
     child: Option<Child>,
 }
@@ -92,13 +107,22 @@ impl Cluster {
         for id in 1..=n {
             let addr = addrs[id as usize - 1].clone();
             let data = root.path().join(format!("node-{id}"));
-            let start = if id == 1 {
-                format!(
-                    "bootstrap = true\nbootstrap_token_file = {:?}",
-                    root.path().join(ADMIN_TOKEN)
+            let (start, flags) = if id == 1 {
+                let token = root.path().join(ADMIN_TOKEN);
+                (
+                    format!("bootstrap = true\nbootstrap_token_file = {token:?}"),
+                    Vec::new(),
                 )
             } else {
-                format!("join = [{:?}]", addrs[0])
+                (
+                    format!("join = [{:?}]", addrs[0]),
+                    vec![
+                        "--ca-file".into(),
+                        root.path().join("ca.crt").into_os_string(),
+                        "--join-token-file".into(),
+                        root.path().join(JOIN_TOKEN).into_os_string(),
+                    ],
+                )
             };
             let gpus = NODE_KINDS[(id as usize - 1) % NODE_KINDS.len()];
             // Short job timings keep failure tests fast, unless the test brings its own.
@@ -108,8 +132,8 @@ impl Cluster {
                 "[jobs]\nlease = \"2s\"\ndown_after = \"4s\"\nstop_grace = \"2s\"\n"
             };
             let toml = format!(
-                "node_id = {id}\nlisten = {addr:?}\ndata_dir = {data:?}\n{start}\njoin_timeout = \"30s\"\n\
-                 gpu_backend = \"sim\"\nsim_gpus = {gpus:?}\n\
+                "node_id = {id}\nlisten = {addr:?}\ndata_dir = {data:?}\njoin_timeout = \"30s\"\n\
+                 gpu_backend = \"sim\"\nsim_gpus = {gpus:?}\n{start}\n\
                  {jobs}[raft]\nvoter_target = {voter_target}\n{extra_toml}\n"
             );
             let config = root.path().join(format!("node-{id}.toml"));
@@ -121,6 +145,7 @@ impl Cluster {
                     id,
                     addr,
                     config,
+                    flags,
                     log,
                     child: None,
                 },
@@ -141,6 +166,7 @@ impl Cluster {
                             .is_ok_and(|s| s.leader_id == Some(1))
                     })
                     .await;
+                cluster.mint_join_token().await;
             }
         }
         let want_voters = (n as usize).min(voter_target);
@@ -169,6 +195,7 @@ impl Cluster {
             .arg("run")
             .arg("--config")
             .arg(&agent.config)
+            .args(&agent.flags)
             .env("RUST_LOG", "info,openraft=warn")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -210,10 +237,8 @@ impl Cluster {
 
     /// A connection to agent `id` sending `bearer` (`<id>.<secret>`), or no token at all.
     pub async fn channel_as(&self, id: u64, bearer: Option<&str>) -> Result<Conn, tonic::Status> {
-        let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", self.addr(id)))
-            .map_err(|e| tonic::Status::invalid_argument(e.to_string()))?
-            .connect_timeout(Duration::from_secs(2))
-            .timeout(Duration::from_secs(15))
+        let channel = self
+            .endpoint(id, Some(self.admin_identity()))?
             .connect()
             .await
             .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
@@ -240,6 +265,72 @@ impl Cluster {
             },
         )
         .await;
+    }
+
+    /// A TLS endpoint for agent `id` trusting the cluster CA and presenting `identity` (a client
+    /// certificate and key, PEM), or none.
+    pub fn endpoint(
+        &self,
+        id: u64,
+        identity: Option<(String, String)>,
+    ) -> Result<Endpoint, tonic::Status> {
+        let mut tls = ClientTlsConfig::new()
+            .ca_certificate(Certificate::from_pem(self.read_root("ca.crt")))
+            .domain_name(gpu_proto::TLS_SERVER_NAME);
+        if let Some((cert, key)) = identity {
+            tls = tls.identity(Identity::from_pem(cert, key));
+        }
+        Endpoint::from_shared(format!("https://{}", self.addr(id)))
+            .and_then(|e| e.tls_config(tls))
+            .map(|e| {
+                e.connect_timeout(Duration::from_secs(2))
+                    .timeout(Duration::from_secs(15))
+            })
+            .map_err(|e| tonic::Status::invalid_argument(e.to_string()))
+    }
+
+    /// The admin's client certificate and key n1 wrote at bootstrap.
+    pub fn admin_identity(&self) -> (String, String) {
+        (self.read_root("admin.crt"), self.read_root("admin.key"))
+    }
+
+    fn read_root(&self, name: &str) -> String {
+        std::fs::read_to_string(self.root.path().join(name)).unwrap_or_default()
+    }
+
+    /// `gpuctl`, set up like an admin's shell for this cluster: CA, client certificate and
+    /// token from the root directory, no user config file. Endpoints are the caller's to add.
+    pub fn gpuctl(&self) -> Command {
+        let mut cmd = Command::new(bin("gpuctl"));
+        let root = self.root.path();
+        cmd.env("GPUCTL_CONFIG", "/nonexistent/gpuctl.toml")
+            .env("GPUCTL_CA_FILE", root.join("ca.crt"))
+            .env("GPUCTL_CERT_FILE", root.join("admin.crt"))
+            .env("GPUCTL_KEY_FILE", root.join("admin.key"))
+            .env("GPUCTL_TOKEN_FILE", root.join(ADMIN_TOKEN))
+            .env_remove("GPUCTL_TOKEN")
+            .env_remove("GPUCTL_ENDPOINT");
+        cmd
+    }
+
+    /// Mint a join token through n1 and leave it 0600 in the root directory.
+    async fn mint_join_token(&self) {
+        use std::os::unix::fs::PermissionsExt;
+        let mut tokens = gpu_proto::v1::token_service_client::TokenServiceClient::new(
+            self.channel(1).await.expect("channel to n1"),
+        );
+        let minted = tokens
+            .create_token(pb::CreateTokenRequest {
+                role: pb::Role::Node as i32,
+                tenant: String::new(),
+                description: "test harness join token".into(),
+            })
+            .await
+            .expect("mint a join token")
+            .into_inner();
+        let path = self.root.path().join(JOIN_TOKEN);
+        std::fs::write(&path, minted.bearer).expect("write the join token");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
     }
 
     /// The bootstrap admin token n1 wrote (empty until it has).

@@ -2,6 +2,7 @@
 //! `gpuctl cluster status -o json` shows one leader and three members; SIGTERM stops it all.
 
 use std::io::{BufRead, BufReader};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -9,10 +10,12 @@ use gpu_tests::bin;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-fn gpuctl(endpoint: &str, token_file: &str, args: &[&str]) -> std::process::Output {
+/// gpuctl with the config dev wrote (CA, client certificate) and explicit endpoints and token.
+fn gpuctl(config: &Path, endpoint: &str, token_file: &str, args: &[&str]) -> std::process::Output {
     Command::new(bin("gpuctl"))
         .arg("--endpoint")
         .arg(endpoint)
+        .env("GPUCTL_CONFIG", config)
         .env("GPUCTL_TOKEN_FILE", token_file)
         .env_remove("GPUCTL_TOKEN")
         .args(args)
@@ -41,7 +44,7 @@ fn dev_mesh_serves_gpuctl_and_stops_on_sigterm() {
     let token_file = lines
         .find_map(|l| l.strip_prefix("token file: ").map(str::to_owned))
         .expect("dev prints its admin token file");
-    let gpuctl = |endpoint: &str, args: &[&str]| gpuctl(endpoint, &token_file, args);
+    let gpuctl = |endpoint: &str, args: &[&str]| gpuctl(&config, endpoint, &token_file, args);
 
     // The newcomer path: no flags, no exports; the config file dev wrote says where and how.
     let out = Command::new(bin("gpuctl"))

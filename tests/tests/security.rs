@@ -279,10 +279,9 @@ async fn no_raw_secret_is_ever_stored_and_an_edited_audit_log_is_detected() {
     }
     c.leader().await;
     c.wait_serving().await;
-    let out = std::process::Command::new(gpu_tests::bin("gpuctl"))
+    let out = c
+        .gpuctl()
         .args(["--endpoint", c.addr(1), "audit", "verify"])
-        .env("GPUCTL_TOKEN", &admin)
-        .env("GPUCTL_CONFIG", "/nonexistent/gpuctl.toml")
         .output()
         .expect("gpuctl audit verify");
     let stdout = String::from_utf8_lossy(&out.stdout);

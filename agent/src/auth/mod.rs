@@ -1,7 +1,8 @@
 //! Authentication and authorization at the API edge. Every public RPC starts with
-//! `Auth::check`: the bearer token is looked up in the local replica (so a revocation takes
-//! effect on an agent as soon as it applies it), the role is checked against the action, and a
-//! refusal is written to the audit log before the caller is told.
+//! `Auth::check`: the caller's TLS certificate must be one of the cluster's (not revoked), the
+//! bearer token is looked up in the local replica (so a revocation takes effect on an agent as
+//! soon as it applies it), the role is checked against the action, and a refusal is written to
+//! the audit log before the caller is told.
 
 pub mod rbac;
 pub mod token;
@@ -12,10 +13,12 @@ use tracing::warn;
 
 use self::rbac::{Action, Identity};
 use crate::cluster::Cluster;
+use crate::tls::PeerCheck;
 
 #[derive(Clone)]
 pub struct Auth {
     pub cluster: Cluster,
+    pub peers: PeerCheck,
 }
 
 /// An authenticated, authorized request: who, and the audit metadata for what it writes.
@@ -51,12 +54,36 @@ impl Auth {
         Ok(())
     }
 
+    /// `check` for the one call made without a client certificate: a new agent enrolling
+    /// with a join token.
+    pub async fn check_enrolment<T>(
+        &self,
+        req: &Request<T>,
+        verb: &str,
+        object: &str,
+        action: Action<'_>,
+    ) -> Result<Caller, Status> {
+        let caller = self.token(req, verb, object, false).await?;
+        self.require(&caller, action).await?;
+        Ok(caller)
+    }
+
     /// Authenticate only (the handler checks finer rules itself, e.g. per job).
     pub async fn authenticate<T>(
         &self,
         req: &Request<T>,
         verb: &str,
         object: &str,
+    ) -> Result<Caller, Status> {
+        self.token(req, verb, object, true).await
+    }
+
+    async fn token<T>(
+        &self,
+        req: &Request<T>,
+        verb: &str,
+        object: &str,
+        need_certificate: bool,
     ) -> Result<Caller, Status> {
         let request_id = req
             .metadata()
@@ -74,6 +101,10 @@ impl Auth {
             request_id,
             source,
         };
+        if need_certificate && let Err(refusal) = self.peers.any(req) {
+            self.record_denial(meta, refusal.message()).await;
+            return Err(refusal);
+        }
         let header = req
             .metadata()
             .get("authorization")

@@ -24,6 +24,8 @@ pub enum Action<'a> {
     /// Create, list or revoke tokens (what exactly is granted is checked by the grant rule).
     ManageTokens,
     ReadAudit,
+    /// Enrol a new agent: sign its first certificate.
+    JoinNode,
 }
 
 impl Identity {
@@ -32,8 +34,12 @@ impl Identity {
         let own = |t: &str| self.tenant.as_deref() == Some(t);
         let allowed = match (self.role, action) {
             (Role::Admin, _) => true,
+            (Role::Node, a) => matches!(a, Action::JoinNode),
             (_, Action::ReadCluster) => true,
-            (Role::Operator, Action::ManageNodes | Action::ReadJob(_) | Action::ReadAudit) => true,
+            (
+                Role::Operator,
+                Action::ManageNodes | Action::JoinNode | Action::ReadJob(_) | Action::ReadAudit,
+            ) => true,
             (Role::TenantAdmin, Action::ManageTokens) => true,
             (Role::TenantAdmin | Role::User, Action::WriteJob(t) | Action::ReadJob(t)) => own(t),
             (Role::Viewer, Action::ReadJob(t)) => self.tenant.is_none() || own(t),
@@ -64,6 +70,7 @@ fn describe(action: Action<'_>) -> String {
         Action::ReadJob(t) => format!("read jobs of tenant {t}"),
         Action::ManageTokens => "manage tokens".into(),
         Action::ReadAudit => "read the audit log".into(),
+        Action::JoinNode => "enrol an agent".into(),
     }
 }
 
@@ -105,6 +112,11 @@ mod tests {
             (&viewer, Action::WriteJob("a"), false),
             (&viewer, Action::ManageNodes, false),
             (&tviewer, Action::ReadJob("b"), false),
+            (&id(Role::Node, None), Action::JoinNode, true),
+            (&id(Role::Node, None), Action::ReadCluster, false),
+            (&id(Role::Node, None), Action::ManageNodes, false),
+            (&viewer, Action::JoinNode, false),
+            (&user, Action::JoinNode, false),
         ];
         for (who, action, want) in cases {
             assert_eq!(who.may(action).is_ok(), want, "{:?} {:?}", who.role, action);

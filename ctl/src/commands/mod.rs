@@ -1,6 +1,7 @@
 //! One module per noun. Each verb resolves its arguments, calls the API, and renders the answer.
 
 pub mod audit;
+pub mod cert;
 pub mod cluster;
 pub mod debug;
 pub mod gpu;

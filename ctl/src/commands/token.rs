@@ -102,6 +102,7 @@ fn role_pb(r: RoleArg) -> pb::Role {
         RoleArg::TenantAdmin => pb::Role::TenantAdmin,
         RoleArg::User => pb::Role::User,
         RoleArg::Viewer => pb::Role::Viewer,
+        RoleArg::Node => pb::Role::Node,
     }
 }
 
@@ -112,6 +113,7 @@ fn role_name(r: i32) -> &'static str {
         Ok(pb::Role::TenantAdmin) => "tenant-admin",
         Ok(pb::Role::User) => "user",
         Ok(pb::Role::Viewer) => "viewer",
+        Ok(pb::Role::Node) => "node",
         _ => "unknown",
     }
 }

@@ -1,0 +1,265 @@
+//! How an agent comes to hold a certificate, and keeps one:
+//! - bootstrap: the first agent creates the cluster CA and signs its own certificate;
+//! - join: a new agent makes a key and a request, and a member signs it for a join token
+//!   (`IssueCertificate`; the answer also carries the CA so the new agent can sign later);
+//! - renewal: before a third of its lifetime is left, an agent asks a peer to sign a new key.
+//!
+//! `TlsIdentity` is the live material: installing new material writes it to disk, and swaps it
+//! into the listener and the outgoing connections at once.
+
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, SystemTime};
+
+use anyhow::{Context, bail};
+use gpu_proto::internal::v1::{
+    IssueCertificateRequest, IssueCertificateResponse, RenewCertificateRequest,
+};
+use gpu_raft_store::{CertRecord, NodeId};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use super::files::{NodeTls, TlsDir};
+use super::pki::{self, KeyedCert, Subject};
+use super::server::CertSlot;
+use crate::peer_client::{PeerClients, with_deadline};
+
+/// The cluster CA lives this long.
+const CA_VALIDITY: Duration = Duration::from_secs(10 * 365 * 86_400);
+/// Client certificates (people and tools) live this long; agents renew their own far sooner.
+const CLIENT_VALIDITY: Duration = Duration::from_secs(365 * 86_400);
+const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Clone)]
+pub struct TlsIdentity {
+    pub dir: TlsDir,
+    pub slot: Arc<CertSlot>,
+    pub peers: PeerClients,
+    /// Lifetime of the certificates this agent signs (its own and its peers').
+    pub validity: Duration,
+    current: Arc<RwLock<Option<NodeTls>>>,
+}
+
+impl TlsIdentity {
+    pub fn new(dir: TlsDir, peers: PeerClients, validity: Duration) -> Self {
+        Self {
+            dir,
+            slot: Arc::default(),
+            peers,
+            validity,
+            current: Arc::default(),
+        }
+    }
+
+    /// Store `tls` durably, then present it on every new connection in and out.
+    pub fn install(&self, tls: NodeTls) -> anyhow::Result<()> {
+        self.dir.store(&tls)?;
+        self.slot.set(&tls.node, &tls.ca.cert_pem)?;
+        self.peers
+            .use_tls(super::client::config(&tls.ca.cert_pem, Some(&tls.node)));
+        *self.current.write().unwrap_or_else(|p| p.into_inner()) = Some(tls);
+        Ok(())
+    }
+
+    pub fn current(&self) -> Option<NodeTls> {
+        self.current
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Sign `csr_pem` for `subject` with the cluster CA; also returns the record to replicate.
+    /// Agents get `validity`, clients a year.
+    pub fn sign(&self, csr_pem: &str, subject: &Subject) -> Result<(String, CertRecord), String> {
+        let tls = self
+            .current()
+            .ok_or("this agent has no certificate authority yet")?;
+        let now = SystemTime::now();
+        let validity = match subject {
+            Subject::Node(_) => self.validity,
+            Subject::Client(_) => CLIENT_VALIDITY,
+        };
+        let cert =
+            pki::sign(&tls.ca, csr_pem, subject, now, validity).map_err(|e| e.to_string())?;
+        let info = pki::inspect_pem(&cert).map_err(|e| e.to_string())?;
+        let record = CertRecord {
+            serial: info.serial,
+            subject: subject.to_string(),
+            not_after_ms: ms(info.not_after),
+            issued_at_ms: ms(now),
+            revoked: false,
+            revoked_reason: String::new(),
+        };
+        Ok((cert, record))
+    }
+
+    /// The answer to an enrolment or renewal.
+    pub fn answer(&self, cert_pem: String) -> Result<IssueCertificateResponse, String> {
+        let tls = self
+            .current()
+            .ok_or("this agent has no certificate authority yet")?;
+        Ok(IssueCertificateResponse {
+            cert_pem,
+            ca_cert_pem: tls.ca.cert_pem,
+            ca_key_pem: tls.ca.key_pem,
+        })
+    }
+}
+
+/// Material for the first agent of a new cluster: a fresh CA and this agent's certificate.
+pub fn bootstrap(node_id: NodeId, validity: Duration) -> anyhow::Result<NodeTls> {
+    let now = SystemTime::now();
+    let ca = pki::new_ca(now, CA_VALIDITY)?;
+    let node = pki::issue(&ca, &Subject::Node(node_id), now, validity)?;
+    Ok(NodeTls { ca, node })
+}
+
+/// Enrol through one of `seeds` with a join token, trusting only `ca_cert_pem`.
+pub async fn join(
+    seeds: &[String],
+    node_id: NodeId,
+    join_token: &str,
+    ca_cert_pem: &str,
+    deadline: Duration,
+) -> anyhow::Result<NodeTls> {
+    let (key_pem, csr_pem) = pki::new_request()?;
+    let peers = PeerClients::default();
+    peers.use_tls(super::client::config(ca_cert_pem, None));
+    let bearer: tonic::metadata::MetadataValue<_> = format!("Bearer {}", join_token.trim())
+        .parse()
+        .context("the join token has characters a header cannot carry")?;
+    let started = tokio::time::Instant::now();
+    let mut last = String::new();
+    for seed in seeds.iter().cycle() {
+        if started.elapsed() > deadline {
+            bail!("no agent signed our certificate within {deadline:?}; last answer: {last}");
+        }
+        let mut req = with_deadline(
+            IssueCertificateRequest {
+                node_id,
+                csr_pem: csr_pem.clone(),
+            },
+            CALL_TIMEOUT,
+        );
+        req.metadata_mut().insert("authorization", bearer.clone());
+        let answer = match peers.get(seed) {
+            Ok(mut client) => client.issue_certificate(req).await,
+            Err(e) => Err(e),
+        };
+        match answer {
+            Ok(reply) => return accept(reply.into_inner(), key_pem, Subject::Node(node_id)),
+            Err(s)
+                if matches!(
+                    s.code(),
+                    tonic::Code::Unauthenticated
+                        | tonic::Code::PermissionDenied
+                        | tonic::Code::InvalidArgument
+                ) =>
+            {
+                bail!("{seed} refused to enrol this agent: {}", s.message())
+            }
+            Err(s) => {
+                last = format!("{seed}: {}", s.message());
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+        }
+    }
+    bail!("no seed addresses to enrol through")
+}
+
+/// Check that an answer is a certificate for `want` chaining to the CA it came with.
+fn accept(
+    reply: IssueCertificateResponse,
+    key_pem: String,
+    want: Subject,
+) -> anyhow::Result<NodeTls> {
+    let info = pki::inspect_pem(&reply.cert_pem).context("the certificate we were given")?;
+    if info.subject != want {
+        bail!(
+            "we asked for a certificate for {want} and got one for {}",
+            info.subject
+        );
+    }
+    Ok(NodeTls {
+        ca: KeyedCert {
+            cert_pem: reply.ca_cert_pem,
+            key_pem: reply.ca_key_pem,
+        },
+        node: KeyedCert {
+            cert_pem: reply.cert_pem,
+            key_pem,
+        },
+    })
+}
+
+/// Renew this agent's certificate through a peer once a third of its lifetime is left.
+pub struct Renewer {
+    pub identity: TlsIdentity,
+    pub node_id: NodeId,
+    /// Where to ask: the members' addresses, read fresh each time.
+    pub peers_of: Arc<dyn Fn() -> Vec<String> + Send + Sync>,
+}
+
+impl Renewer {
+    pub async fn run(self, cancel: CancellationToken) {
+        loop {
+            let wait = self.time_until_due().unwrap_or(Duration::from_secs(60));
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                () = tokio::time::sleep(wait.max(Duration::from_secs(1))) => {}
+            }
+            if self.time_until_due().is_some_and(|d| !d.is_zero()) {
+                continue;
+            }
+            match self.renew().await {
+                Ok(serial) => info!(node_id = self.node_id, serial, "renewed our certificate"),
+                Err(e) => {
+                    warn!(node_id = self.node_id, error = %e, "certificate renewal failed; will retry")
+                }
+            }
+        }
+    }
+
+    /// Zero when due; `None` when there is nothing to renew.
+    fn time_until_due(&self) -> Option<Duration> {
+        let tls = self.identity.current()?;
+        let info = pki::inspect_pem(&tls.node.cert_pem).ok()?;
+        let renew_at = info.not_after.checked_sub(self.identity.validity / 3)?;
+        Some(
+            renew_at
+                .duration_since(SystemTime::now())
+                .unwrap_or(Duration::ZERO),
+        )
+    }
+
+    async fn renew(&self) -> anyhow::Result<String> {
+        let (key_pem, csr_pem) = pki::new_request()?;
+        let mut last = String::from("no peer to ask");
+        for addr in (self.peers_of)() {
+            let req = with_deadline(
+                RenewCertificateRequest {
+                    csr_pem: csr_pem.clone(),
+                },
+                CALL_TIMEOUT,
+            );
+            let answer = match self.identity.peers.get(&addr) {
+                Ok(mut client) => client.renew_certificate(req).await,
+                Err(e) => Err(e),
+            };
+            match answer {
+                Ok(reply) => {
+                    let tls = accept(reply.into_inner(), key_pem, Subject::Node(self.node_id))?;
+                    let serial = pki::inspect_pem(&tls.node.cert_pem)?.serial;
+                    self.identity.install(tls)?;
+                    return Ok(serial);
+                }
+                Err(s) => last = format!("{addr}: {}", s.message()),
+            }
+        }
+        bail!("{last}")
+    }
+}
+
+fn ms(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}

@@ -1,0 +1,161 @@
+//! The agent's TLS material on disk, `<data_dir>/tls/`: `ca.crt`, `ca.key` (agents sign their
+//! peers' requests, so every full member holds it), `node.crt`, `node.key`. Keys are written
+//! 0600 (atomically: temp file, fsync, rename) and refused when other users could read them.
+
+use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+
+use super::pki::KeyedCert;
+
+/// Everything an agent needs to speak TLS as itself.
+#[derive(Clone, Debug)]
+pub struct NodeTls {
+    pub ca: KeyedCert,
+    pub node: KeyedCert,
+}
+
+#[derive(Clone, Debug)]
+pub struct TlsDir {
+    pub dir: PathBuf,
+}
+
+impl TlsDir {
+    pub fn in_data_dir(data_dir: &Path) -> Self {
+        Self {
+            dir: data_dir.join("tls"),
+        }
+    }
+
+    pub fn ca_cert(&self) -> PathBuf {
+        self.dir.join("ca.crt")
+    }
+
+    /// The stored material, or `None` when this agent has none yet (before bootstrap or join).
+    pub fn load(&self) -> anyhow::Result<Option<NodeTls>> {
+        let paths = [
+            self.ca_cert(),
+            self.dir.join("ca.key"),
+            self.dir.join("node.crt"),
+            self.dir.join("node.key"),
+        ];
+        let present = paths.iter().filter(|p| p.exists()).count();
+        if present == 0 {
+            return Ok(None);
+        }
+        if present < paths.len() {
+            bail!(
+                "{} is incomplete (it needs ca.crt, ca.key, node.crt and node.key): restore it \
+                 from a backup or remove it and join the node again",
+                self.dir.display()
+            );
+        }
+        Ok(Some(NodeTls {
+            ca: KeyedCert {
+                cert_pem: read_public(&paths[0])?,
+                key_pem: read_secret(&paths[1])?,
+            },
+            node: KeyedCert {
+                cert_pem: read_public(&paths[2])?,
+                key_pem: read_secret(&paths[3])?,
+            },
+        }))
+    }
+
+    pub fn store(&self, tls: &NodeTls) -> anyhow::Result<()> {
+        std::fs::create_dir_all(&self.dir)
+            .with_context(|| format!("creating {}", self.dir.display()))?;
+        std::fs::set_permissions(&self.dir, std::fs::Permissions::from_mode(0o700))?;
+        write_file(&self.ca_cert(), &tls.ca.cert_pem, 0o644)?;
+        write_file(&self.dir.join("ca.key"), &tls.ca.key_pem, 0o600)?;
+        // The key first: a crash in between leaves an old certificate with a new key, which
+        // fails loudly at start rather than silently.
+        write_file(&self.dir.join("node.key"), &tls.node.key_pem, 0o600)?;
+        write_file(&self.dir.join("node.crt"), &tls.node.cert_pem, 0o644)?;
+        Ok(())
+    }
+}
+
+/// Write `text` to `path` with `mode`, atomically and durably.
+pub fn write_file(path: &Path, text: &str, mode: u32) -> anyhow::Result<()> {
+    let tmp = path.with_extension("tmp");
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(mode)
+        .open(&tmp)
+        .with_context(|| format!("creating {}", tmp.display()))?;
+    file.set_permissions(std::fs::Permissions::from_mode(mode))?;
+    file.write_all(text.as_bytes())
+        .with_context(|| format!("writing {}", tmp.display()))?;
+    file.sync_all()?;
+    std::fs::rename(&tmp, path).with_context(|| format!("renaming onto {}", path.display()))?;
+    if let Some(dir) = path.parent() {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(())
+}
+
+pub fn read_public(path: &Path) -> anyhow::Result<String> {
+    std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
+}
+
+/// Read a private key, refusing one that other users may read.
+pub fn read_secret(path: &Path) -> anyhow::Result<String> {
+    let mode = std::fs::metadata(path)
+        .with_context(|| format!("reading {}", path.display()))?
+        .permissions()
+        .mode();
+    if mode & 0o077 != 0 {
+        bail!(
+            "refusing the key {}: its mode {:o} lets other users read it (chmod 600 it)",
+            path.display(),
+            mode & 0o777
+        );
+    }
+    read_public(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tls::pki;
+
+    #[test]
+    fn material_round_trips_and_keys_are_private() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let tls_dir = TlsDir::in_data_dir(dir.path());
+        assert!(tls_dir.load().expect("empty").is_none());
+        let now = std::time::SystemTime::now();
+        let ca = pki::new_ca(now, std::time::Duration::from_secs(3600)).expect("ca");
+        let node = pki::issue(
+            &ca,
+            &pki::Subject::Node(1),
+            now,
+            std::time::Duration::from_secs(60),
+        )
+        .expect("node");
+        tls_dir.store(&NodeTls { ca, node }).expect("store");
+        let loaded = tls_dir.load().expect("load").expect("present");
+        assert!(loaded.node.cert_pem.contains("BEGIN CERTIFICATE"));
+        for key in ["ca.key", "node.key"] {
+            let mode = std::fs::metadata(tls_dir.dir.join(key))
+                .expect("stat")
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0o600, "{key}");
+        }
+
+        let key = tls_dir.dir.join("node.key");
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        let err = tls_dir.load().expect_err("world-readable key");
+        assert!(err.to_string().contains("chmod 600"), "{err:#}");
+
+        std::fs::remove_file(&key).expect("rm");
+        let err = tls_dir.load().expect_err("incomplete");
+        assert!(err.to_string().contains("incomplete"), "{err:#}");
+    }
+}

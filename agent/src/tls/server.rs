@@ -1,0 +1,128 @@
+//! The agent's TLS listener. Connections are accepted here (not by tonic) so that the
+//! certificate can be replaced at run time (rotation) and so that a client without a
+//! certificate can still complete a handshake for the one call that gives it one: whether a
+//! request may proceed without a certificate is decided per RPC (`tls::peer`), not here.
+//! A handshake that does not finish in time is dropped; plaintext and HTTP/1.1 fail it.
+
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use anyhow::Context;
+use futures::Stream;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
+use rustls::sign::CertifiedKey;
+use rustls::{RootCertStore, ServerConfig};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Semaphore, mpsc};
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::server::TlsStream;
+use tokio_util::sync::CancellationToken;
+use tracing::debug;
+
+use super::pki::KeyedCert;
+
+/// How long a client gets to finish its handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Handshakes in progress at once; more wait (a flood of half-open handshakes cannot pile up).
+const MAX_HANDSHAKES: usize = 256;
+
+/// The ring provider, named explicitly (never a process default that another crate could set).
+pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// The certificate this agent presents; empty until it has one (a joining agent).
+#[derive(Debug, Default)]
+pub struct CertSlot {
+    current: RwLock<Option<Arc<CertifiedKey>>>,
+}
+
+impl CertSlot {
+    /// Present `node` (with the CA certificate as its chain) from the next handshake on.
+    pub fn set(&self, node: &KeyedCert, ca_cert_pem: &str) -> anyhow::Result<()> {
+        let key = PrivateKeyDer::from_pem_slice(node.key_pem.as_bytes())
+            .context("reading the node key")?;
+        let signer = rustls::crypto::ring::sign::any_supported_type(&key)
+            .context("the node key is of an unsupported type")?;
+        let chain = vec![cert_der(&node.cert_pem)?, cert_der(ca_cert_pem)?];
+        *self.current.write().unwrap_or_else(|p| p.into_inner()) =
+            Some(Arc::new(CertifiedKey::new(chain, signer)));
+        Ok(())
+    }
+}
+
+impl ResolvesServerCert for CertSlot {
+    fn resolve(&self, _: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        self.current
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+pub fn cert_der(pem: &str) -> anyhow::Result<CertificateDer<'static>> {
+    CertificateDer::from_pem_slice(pem.as_bytes()).context("reading a PEM certificate")
+}
+
+/// TLS 1.2+ with h2, client certificates verified against the cluster CA when presented.
+pub fn server_config(ca_cert_pem: &str, slot: Arc<CertSlot>) -> anyhow::Result<Arc<ServerConfig>> {
+    let mut roots = RootCertStore::empty();
+    roots
+        .add(cert_der(ca_cert_pem)?)
+        .context("the CA certificate")?;
+    let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
+        .allow_unauthenticated()
+        .build()
+        .context("building the client certificate verifier")?;
+    let mut config = ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .context("TLS protocol versions")?
+        .with_client_cert_verifier(verifier)
+        .with_cert_resolver(slot);
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// Accept connections on `listener` and yield the ones whose handshake completed.
+pub fn incoming(
+    listener: TcpListener,
+    config: Arc<ServerConfig>,
+    cancel: CancellationToken,
+) -> impl Stream<Item = Result<TlsStream<TcpStream>, std::io::Error>> {
+    let (tx, rx) = mpsc::channel(64);
+    let acceptor = TlsAcceptor::from(config);
+    let permits = Arc::new(Semaphore::new(MAX_HANDSHAKES));
+    tokio::spawn(async move {
+        loop {
+            let (tcp, from) = tokio::select! {
+                () = cancel.cancelled() => return,
+                accepted = listener.accept() => match accepted {
+                    Ok(a) => a,
+                    Err(e) => {
+                        debug!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+            };
+            let Ok(permit) = permits.clone().acquire_owned().await else {
+                return;
+            };
+            let _ = tcp.set_nodelay(true);
+            let (acceptor, tx) = (acceptor.clone(), tx.clone());
+            tokio::spawn(async move {
+                let _permit = permit;
+                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                    Ok(Ok(stream)) => {
+                        let _ = tx.send(Ok(stream)).await;
+                    }
+                    Ok(Err(e)) => debug!(%from, error = %e, "TLS handshake failed"),
+                    Err(_) => debug!(%from, "TLS handshake timed out"),
+                }
+            });
+        }
+    });
+    futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|s| (s, rx)) })
+}
