@@ -457,6 +457,17 @@ fn is_loopback_addr(addr: &str) -> bool {
 mod tests {
     use super::*;
 
+    /// The documented reference is a valid configuration, and every section in it is one we
+    /// read (unknown keys would be refused).
+    #[test]
+    fn the_example_config_parses_and_validates() {
+        let text = include_str!("../../deploy/config/agent.example.toml");
+        let file = FileConfig::parse(text).expect("the example parses");
+        let c = Config::parse_and_validate(file, Overrides::default()).expect("and validates");
+        assert_eq!(c.tls.cert_validity, Duration::from_secs(30 * 86_400));
+        assert_eq!(c.jobs.lease, Duration::from_secs(10));
+    }
+
     #[test]
     fn plaintext_only_on_loopback() {
         let insecure = |listen: &str| Overrides {
