@@ -36,6 +36,15 @@ pub struct FileConfig {
     pub jobs: JobsSection,
     #[serde(default)]
     pub tls: TlsSection,
+    #[serde(default)]
+    pub api: ApiSection,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApiSection {
+    pub requests_per_second: Option<u32>,
+    pub burst: Option<u32>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -120,6 +129,16 @@ pub struct Config {
     pub autopilot: AutopilotSettings,
     pub jobs: JobSettings,
     pub tls: TlsSettings,
+    pub api: ApiSettings,
+}
+
+/// Limits on the public API, per caller: each token may make `requests_per_second` requests
+/// (with bursts up to `burst`); refusals of unauthenticated requests are audited at the same
+/// rate per source address. 0 disables the limit.
+#[derive(Clone, Copy, Debug)]
+pub struct ApiSettings {
+    pub requests_per_second: u32,
+    pub burst: u32,
 }
 
 /// Mutual TLS. Material lives in `<data_dir>/tls/`; a joining agent enrols with the CA file and
@@ -394,6 +413,14 @@ impl Config {
                  listens on {listen} and advertises {advertise}"
             );
         }
+        let api = ApiSettings {
+            requests_per_second: file.api.requests_per_second.unwrap_or(100),
+            burst: file.api.burst.unwrap_or(200),
+        };
+        ensure!(
+            api.requests_per_second == 0 || api.burst >= 1,
+            "api.burst must be at least 1"
+        );
         Ok(Self {
             node_id,
             listen,
@@ -416,6 +443,7 @@ impl Config {
             autopilot,
             jobs,
             tls,
+            api,
         })
     }
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 use gpu_proto::internal::v1::LocalGpuTelemetryRequest;
 use gpu_proto::v1 as pb;
 use gpu_proto::v1::gpu_service_server::GpuService;
-use gpu_raft_store::NodeId;
+use gpu_raft_store::{Command, NodeId};
 use tonic::{Request, Response, Status};
 
 use crate::auth::Auth;
@@ -133,13 +133,28 @@ impl GpuService for GpuApi {
         req: Request<pb::InjectFaultRequest>,
     ) -> Result<Response<pb::InjectFaultResponse>, Status> {
         let object = format!("gpu/n{}/{}", req.get_ref().node_id, req.get_ref().gpu_index);
-        self.auth
+        let caller = self
+            .auth
             .check(&req, "gpu.inject", &object, Action::ManageNodes)
             .await?;
-        let req = req.into_inner();
+        let result = self.inject(req.into_inner()).await;
+        // Not a replicated change, but a mutation all the same: it goes in the audit log.
+        let outcome = match &result {
+            Ok(()) => "ok".to_owned(),
+            Err(s) => format!("failed: {}", s.message()),
+        };
+        self.cluster
+            .write_as(Command::RecordAction { outcome }, Some(caller.meta))
+            .await?;
+        result.map(|()| Response::new(pb::InjectFaultResponse {}))
+    }
+}
+
+impl GpuApi {
+    /// Inject the fault here, or on the agent that owns the GPU.
+    async fn inject(&self, req: pb::InjectFaultRequest) -> Result<(), Status> {
         if req.node_id == self.cluster.id {
-            local_inject(self.gpus.as_ref(), &req)?;
-            return Ok(Response::new(pb::InjectFaultResponse {}));
+            return local_inject(self.gpus.as_ref(), &req);
         }
         let addr = self
             .cluster
@@ -150,6 +165,6 @@ impl GpuService for GpuApi {
         client
             .local_inject_fault(with_deadline(req, Duration::from_secs(5)))
             .await?;
-        Ok(Response::new(pb::InjectFaultResponse {}))
+        Ok(())
     }
 }

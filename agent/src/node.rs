@@ -27,6 +27,7 @@ use gpu_proto::v1::token_service_server::TokenServiceServer;
 
 use crate::audit_service::AuditApi;
 use crate::auth::Auth;
+use crate::auth::limit::RateLimiter;
 use crate::autopilot::Autopilot;
 use crate::cert_service::CertApi;
 use crate::cluster::Cluster;
@@ -110,6 +111,7 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
         gpus: gpus.clone(),
         jobs_dir: jobs_dir.clone(),
         tls: tls.clone(),
+        api: config.api,
     };
     tasks.spawn(serve(listener, services, cancel.clone()));
 
@@ -408,6 +410,7 @@ struct Services {
     gpus: Arc<dyn GpuBackend>,
     jobs_dir: PathBuf,
     tls: Option<TlsIdentity>,
+    api: crate::config::ApiSettings,
 }
 
 async fn serve(listener: TcpListener, s: Services, cancel: CancellationToken) {
@@ -427,6 +430,10 @@ async fn serve(listener: TcpListener, s: Services, cancel: CancellationToken) {
     let auth = Auth {
         cluster: cluster.clone(),
         peers: peers.clone(),
+        limiter: Arc::new(std::sync::Mutex::new(RateLimiter::new(
+            s.api.requests_per_second,
+            s.api.burst,
+        ))),
     };
     let tls_config = match &s.tls {
         Some(identity) => {

@@ -107,6 +107,11 @@ pub enum Command {
     AuditDenied {
         reason: String,
     },
+    /// Record an action taken outside the replicated state (simulated fault injection) and how
+    /// it went; changes nothing else.
+    RecordAction {
+        outcome: String,
+    },
     NoteUnschedulable {
         /// (job, reason) pairs. A list, not a map: integer map keys do not survive the
         /// internally tagged JSON encoding of `Command`.
@@ -244,6 +249,7 @@ impl fmt::Display for Command {
                 write!(f, "certificate revoke {serial}")
             }
             Command::AuditDenied { reason } => write!(f, "denied: {reason}"),
+            Command::RecordAction { outcome } => write!(f, "action: {outcome}"),
             Command::NoteUnschedulable { reasons } => write!(f, "unschedulable x{}", reasons.len()),
         }
     }
@@ -418,6 +424,9 @@ mod tests {
             },
             Command::AuditDenied {
                 reason: "no".into(),
+            },
+            Command::RecordAction {
+                outcome: "ok".into(),
             },
         ]
     }

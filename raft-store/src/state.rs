@@ -104,7 +104,7 @@ impl ClusterState {
             }
             Command::CreateToken { token } => self.create_token(token, entry.meta.as_ref()),
             Command::RevokeToken { id } => self.revoke_token(id, entry.meta.as_ref()),
-            Command::AuditDenied { .. } => Ok(ApplyResult::Ok),
+            Command::AuditDenied { .. } | Command::RecordAction { .. } => Ok(ApplyResult::Ok),
             Command::RecordCertificate { cert } => self.record_certificate(cert),
             Command::RevokeCertificate { serial, reason } => {
                 self.revoke_certificate(serial, reason)
@@ -114,6 +114,7 @@ impl ClusterState {
         if let Some(meta) = &entry.meta {
             let outcome = match (&entry.cmd, &result) {
                 (Command::AuditDenied { reason }, _) => format!("denied: {reason}"),
+                (Command::RecordAction { outcome }, _) => outcome.clone(),
                 (_, ApplyResult::Rejected { reason }) => format!("rejected: {reason}"),
                 _ => "ok".to_owned(),
             };

@@ -414,4 +414,19 @@ async fn a_lost_gpu_is_taken_out_of_scheduling_until_it_is_back() {
         "the recovered GPU is used again: {:?}",
         done.gpus
     );
+
+    // Fault injection changes no replicated state, but it is a mutation: both are audited.
+    let mut audit = gpu_proto::v1::audit_service_client::AuditServiceClient::new(
+        c.channel(2).await.expect("channel"),
+    );
+    let injections = audit
+        .list_audit(pb::ListAuditRequest { after: 0, limit: 0 })
+        .await
+        .expect("audit")
+        .into_inner()
+        .entries
+        .into_iter()
+        .filter(|e| e.verb == "gpu.inject" && e.outcome == "ok")
+        .count();
+    assert_eq!(injections, 2);
 }

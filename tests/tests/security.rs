@@ -300,3 +300,43 @@ fn sha256_hex(bytes: &[u8]) -> String {
     use sha2::{Digest, Sha256};
     hex::encode(Sha256::digest(bytes))
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_over_its_rate_is_refused_and_others_are_not() {
+    let c = Cluster::start(1, 1, "[api]\nrequests_per_second = 20\nburst = 20").await;
+    let admin = c.admin_token();
+    let viewer = mint(&c, 1, &admin, pb::Role::Viewer, "")
+        .await
+        .expect("viewer");
+    let nodes = NodeServiceClient::new(c.channel_as(1, Some(&viewer)).await.expect("channel"));
+    let calls = (0..80).map(|_| {
+        let mut nodes = nodes.clone();
+        async move { nodes.list_nodes(pb::ListNodesRequest { stale: true }).await }
+    });
+    let results = futures::future::join_all(calls).await;
+    let limited = results
+        .iter()
+        .filter(|r| {
+            r.as_ref()
+                .is_err_and(|e| e.code() == tonic::Code::ResourceExhausted)
+        })
+        .count();
+    let ok = results.iter().filter(|r| r.is_ok()).count();
+    assert_eq!(ok + limited, 80, "only answers or rate refusals");
+    assert!(ok >= 20 && limited >= 20, "ok={ok} limited={limited}");
+
+    // Another token is not slowed down by it, and the flood is audited once.
+    let entries = audit(&c, 1).await;
+    let flood: Vec<_> = entries
+        .iter()
+        .filter(|e| e.outcome.contains("rate limit"))
+        .collect();
+    assert_eq!(flood.len(), 1, "{flood:#?}");
+    // The viewer's bucket refills.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut nodes = nodes;
+    nodes
+        .list_nodes(pb::ListNodesRequest { stale: true })
+        .await
+        .expect("within the rate again");
+}

@@ -4,13 +4,18 @@
 //! soon as it applies it), the role is checked against the action, and a refusal is written to
 //! the audit log before the caller is told.
 
+pub mod limit;
 pub mod rbac;
 pub mod token;
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use gpu_raft_store::{Command, RequestMeta};
 use tonic::{Request, Status};
 use tracing::warn;
 
+use self::limit::{RateLimiter, Verdict};
 use self::rbac::{Action, Identity};
 use crate::cluster::Cluster;
 use crate::tls::PeerCheck;
@@ -19,6 +24,8 @@ use crate::tls::PeerCheck;
 pub struct Auth {
     pub cluster: Cluster,
     pub peers: PeerCheck,
+    /// Requests per token, and audited refusals per source address.
+    pub limiter: Arc<Mutex<RateLimiter>>,
 }
 
 /// An authenticated, authorized request: who, and the audit metadata for what it writes.
@@ -102,8 +109,7 @@ impl Auth {
             source,
         };
         if need_certificate && let Err(refusal) = self.peers.any(req) {
-            self.record_denial(meta, refusal.message()).await;
-            return Err(refusal);
+            return Err(self.refuse(meta, refusal).await);
         }
         let header = req
             .metadata()
@@ -115,10 +121,10 @@ impl Auth {
             } else {
                 "no bearer token"
             };
-            self.record_denial(meta, reason).await;
-            return Err(Status::unauthenticated(format!(
+            let refusal = Status::unauthenticated(format!(
                 "{reason}: send `authorization: Bearer <id>.<secret>`"
-            )));
+            ));
+            return Err(self.refuse(meta, refusal).await);
         };
         let lookup = || self.cluster.state.read(|s| s.tokens.get(id).cloned());
         let mut record = lookup();
@@ -140,17 +146,56 @@ impl Auth {
             },
             Some(t) if t.revoked => {
                 meta.actor = id.to_owned();
-                self.record_denial(meta, "token revoked").await;
-                return Err(Status::unauthenticated("token revoked"));
+                let refusal = Status::unauthenticated("token revoked");
+                return Err(self.refuse(meta, refusal).await);
             }
             _ => {
-                self.record_denial(meta, "unknown token or wrong secret")
-                    .await;
-                return Err(Status::unauthenticated("invalid token"));
+                let refusal =
+                    Status::unauthenticated("invalid token (unknown token or wrong secret)");
+                return Err(self.refuse(meta, refusal).await);
             }
         };
         meta.actor.clone_from(&identity.token_id);
+        if let Verdict::Limited { first } = self.limit(&format!("token:{}", identity.token_id)) {
+            let refusal = Status::resource_exhausted(format!(
+                "rate limit: token {} is sending too many requests; slow down",
+                identity.token_id
+            ));
+            if first {
+                self.record_denial(meta, refusal.message()).await;
+            }
+            return Err(refusal);
+        }
         Ok(Caller { identity, meta })
+    }
+
+    fn limit(&self, key: &str) -> Verdict {
+        self.limiter
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .check(key, Instant::now())
+    }
+
+    /// Refuse an unauthenticated request. Each refusal is audited, except in a flood from one
+    /// source address: then only the first beyond the rate limit is (else refusals would be a
+    /// way to fill the replicated log).
+    async fn refuse(&self, meta: RequestMeta, refusal: Status) -> Status {
+        let host = meta
+            .source
+            .rsplit_once(':')
+            .map_or(meta.source.as_str(), |(h, _)| h);
+        match self.limit(&format!("source:{host}")) {
+            Verdict::Allowed => self.record_denial(meta, refusal.message()).await,
+            Verdict::Limited { first: true } => {
+                let reason = format!(
+                    "{} (further refusals from {host} are not audited until its rate drops)",
+                    refusal.message()
+                );
+                self.record_denial(meta, &reason).await;
+            }
+            Verdict::Limited { first: false } => {}
+        }
+        refusal
     }
 
     /// Write `reason` for a refused request to the audit log; a failure to do so is logged, the
