@@ -71,6 +71,8 @@ pub struct JobsSection {
     pub stop_grace: Option<Duration>,
     /// User name jobs run as.
     pub run_as: Option<String>,
+    /// Tenant → the user its jobs run as (overrides `run_as` for that tenant).
+    pub run_as_by_tenant: Option<BTreeMap<String, String>>,
     /// The cgroup v2 directory job cgroups are created under.
     pub cgroup_root: Option<PathBuf>,
 }
@@ -165,6 +167,9 @@ pub struct JobSettings {
     /// The user jobs run as: `jobs.run_as`, by default `nobody` when the agent runs as root and
     /// the agent's own user otherwise. Never root unless the operator says `run_as = "root"`.
     pub run_as: RunAs,
+    /// Per-tenant users (`jobs.run_as_by_tenant`), so tenants' jobs cannot touch each other's
+    /// files on a shared host.
+    pub run_as_by_tenant: BTreeMap<String, RunAs>,
     /// Every run gets a cgroup `<cgroup_root>/job-<id>-g<generation>` with its CPU and memory
     /// limits when this is (or can be made) a cgroup v2 directory with the `cpu` and `memory`
     /// controllers delegated; otherwise jobs run without limits (see `executor::isolation`).
@@ -378,6 +383,19 @@ impl Config {
             down_after: j.down_after.unwrap_or(Duration::from_secs(20)),
             stop_grace: j.stop_grace.unwrap_or(Duration::from_secs(10)),
             run_as: RunAs::resolve(j.run_as.as_deref())?,
+            run_as_by_tenant: j
+                .run_as_by_tenant
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(tenant, user)| {
+                    validate::name("tenant", &tenant)
+                        .map_err(anyhow::Error::msg)
+                        .context("jobs.run_as_by_tenant")?;
+                    let run_as = RunAs::resolve(Some(&user))
+                        .with_context(|| format!("jobs.run_as_by_tenant.{tenant}"))?;
+                    Ok((tenant, run_as))
+                })
+                .collect::<anyhow::Result<_>>()?,
             cgroup_root: j
                 .cgroup_root
                 .unwrap_or_else(|| PathBuf::from(DEFAULT_CGROUP_ROOT)),

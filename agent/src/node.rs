@@ -194,6 +194,7 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
             agent_exe: std::env::current_exe().context("locating the gpu-agent binary")?,
             tick: Duration::from_secs(1),
             run_as: config.jobs.run_as.clone(),
+            run_as_by_tenant: config.jobs.run_as_by_tenant.clone(),
             cgroup_root: config.jobs.cgroup_root.clone(),
         },
     };

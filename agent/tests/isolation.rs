@@ -43,6 +43,7 @@ impl Node {
             agent_exe: env!("CARGO_BIN_EXE_gpu-agent").into(),
             tick: Duration::from_secs(1),
             run_as,
+            run_as_by_tenant: Default::default(),
             cgroup_root,
         };
         Node {
@@ -172,6 +173,38 @@ fn the_job_runs_as_the_job_user_in_its_own_directory() {
             log.display()
         );
     }
+}
+
+#[test]
+fn a_tenant_with_a_user_of_its_own_runs_as_that_user() {
+    if !is_root() {
+        return;
+    }
+    let daemon = nix::unistd::User::from_name("daemon")
+        .expect("reading the user database")
+        .expect("this host has a user daemon");
+    let tenant_user = RunAs {
+        name: "daemon".into(),
+        uid: daemon.uid.as_raw(),
+        gid: daemon.gid.as_raw(),
+    };
+    let mut node = Node::new(nobody(), "/nonexistent/cgroup".into());
+    node.settings
+        .run_as_by_tenant
+        .insert("vision".into(), tenant_user.clone());
+    let ids = |tenant: &str, job: u64| {
+        let mut spec = shell("id -u > out", serde_json::json!({}));
+        spec.tenant = tenant.into();
+        let (dir, shim) = node.start(job, &spec, None);
+        assert_eq!(shim.wait(&dir), Outcome::Exited { code: 0 });
+        std::fs::read_to_string(isolation::work_dir(&dir.path).join("out")).expect("out")
+    };
+    assert_eq!(ids("vision", 1).trim(), tenant_user.uid.to_string());
+    assert_eq!(
+        ids("nlp", 2).trim(),
+        nobody().uid.to_string(),
+        "the default user"
+    );
 }
 
 #[test]

@@ -6,6 +6,7 @@
 //! the admin's client certificate in the root directory), the harness mints a join token with
 //! them, and every other agent enrols with it. Every client connection is mutual TLS.
 
+pub mod fuzz;
 pub mod records;
 
 use std::collections::BTreeMap;

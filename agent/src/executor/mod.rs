@@ -9,7 +9,7 @@ pub mod logs;
 mod reconcile;
 pub mod shim;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsString;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -43,6 +43,8 @@ pub struct ExecutorSettings {
     pub tick: Duration,
     /// The user jobs run as (`jobs.run_as`).
     pub run_as: RunAs,
+    /// Per-tenant users (`jobs.run_as_by_tenant`).
+    pub run_as_by_tenant: BTreeMap<String, RunAs>,
     /// Where job cgroups go when the node has cgroup v2 (`jobs.cgroup_root`).
     pub cgroup_root: PathBuf,
 }
@@ -98,6 +100,16 @@ impl Executor {
             warn!(user = %name, "jobs run as root (jobs.run_as): a job can do anything on this host");
         } else {
             info!(user = %name, uid, gid, "jobs run as an unprivileged user");
+        }
+        for (tenant, user) in &s.run_as_by_tenant {
+            if user.is_root() {
+                warn!(
+                    tenant,
+                    "jobs of this tenant run as root (jobs.run_as_by_tenant)"
+                );
+            } else {
+                info!(tenant, user = %user.name, uid = user.uid, "jobs of this tenant run as their own user");
+            }
         }
         if let Some(blocked) = isolation::unreachable_ancestor(jobs_dir, *uid, *gid) {
             warn!(
@@ -344,6 +356,13 @@ impl Executor {
     }
 }
 
+impl ExecutorSettings {
+    /// The user a job of `tenant` runs as.
+    pub fn user_for(&self, tenant: &str) -> &RunAs {
+        self.run_as_by_tenant.get(tenant).unwrap_or(&self.run_as)
+    }
+}
+
 /// The `gpu-agent` arguments that supervise one run: `shim`, its flags, `--`, the job's argv.
 /// `cgroup_root` is `Some` when the node can give the run a cgroup.
 pub fn shim_args(
@@ -367,9 +386,9 @@ pub fn shim_args(
             .to_string()
             .into(),
         "--run-as-uid".into(),
-        settings.run_as.uid.to_string().into(),
+        settings.user_for(&spec.tenant).uid.to_string().into(),
         "--run-as-gid".into(),
-        settings.run_as.gid.to_string().into(),
+        settings.user_for(&spec.tenant).gid.to_string().into(),
     ];
     let mut flag = |name: &str, value: OsString| {
         args.push(name.into());
@@ -457,6 +476,14 @@ mod tests {
             agent_exe: "/usr/bin/gpu-agent".into(),
             tick: Duration::from_secs(1),
             run_as,
+            run_as_by_tenant: BTreeMap::from([(
+                "vision".to_owned(),
+                RunAs {
+                    name: "vision".into(),
+                    uid: 2001,
+                    gid: 2001,
+                },
+            )]),
             cgroup_root: "/sys/fs/cgroup/gpumesh".into(),
         }
     }
@@ -497,5 +524,14 @@ mod tests {
         .expect("spec");
         expect![[r#"shim --job-dir /data/jobs/j-42-g3 --lease /data/lease --lease-timeout 10s --grace 5s --run-as-uid 65534 --run-as-gid 65534 --cpu-millis 500 -- true"#]]
         .assert_eq(&render(&shim_args(&s, &plain, &dir, None)));
+        // A tenant with a user of its own runs as that user.
+        let vision: JobSpec = serde_json::from_value(serde_json::json!({
+            "name": "t",
+            "tenant": "vision",
+            "command": ["true"],
+        }))
+        .expect("spec");
+        expect![[r#"shim --job-dir /data/jobs/j-42-g3 --lease /data/lease --lease-timeout 10s --grace 5s --run-as-uid 2001 --run-as-gid 2001 -- true"#]]
+        .assert_eq(&render(&shim_args(&s, &vision, &dir, None)));
     }
 }
