@@ -317,6 +317,47 @@ async fn enrolment_needs_a_valid_join_token_and_the_ca() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_refuses_key_files_others_can_read_or_that_do_not_match() {
+    let mut c = Cluster::start(1, 1, "").await;
+    c.kill(1);
+    let tls = c.root.path().join("node-1/tls");
+    let config = c.agents[&1].config.clone();
+    let start = || {
+        std::process::Command::new(gpu_tests::bin("gpu-agent"))
+            .args(["run", "--config"])
+            .arg(&config)
+            .output()
+            .expect("run the agent")
+    };
+    let chmod = |mode| {
+        std::fs::set_permissions(
+            tls.join("node.key"),
+            std::os::unix::fs::PermissionsExt::from_mode(mode),
+        )
+        .expect("chmod")
+    };
+    chmod(0o644);
+    let out = start();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("node.key") && stderr.contains("chmod 600"),
+        "{stderr}"
+    );
+
+    chmod(0o600);
+    let (other_key, _) = pki::new_request().expect("a key");
+    std::fs::write(tls.join("node.key"), other_key).expect("replace the key");
+    let out = start();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("does not belong to the node certificate"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn certificates_rotate_before_they_expire() {
     // Certificates live 12 s; agents renew with 4 s left.
     let mut c = Cluster::start(3, 3, "[tls]\ncert_validity = \"12s\"").await;

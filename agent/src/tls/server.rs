@@ -47,8 +47,11 @@ impl CertSlot {
         let signer = rustls::crypto::ring::sign::any_supported_type(&key)
             .context("the node key is of an unsupported type")?;
         let chain = vec![cert_der(&node.cert_pem)?, cert_der(ca_cert_pem)?];
-        *self.current.write().unwrap_or_else(|p| p.into_inner()) =
-            Some(Arc::new(CertifiedKey::new(chain, signer)));
+        let certified = CertifiedKey::new(chain, signer);
+        certified.keys_match().map_err(|e| {
+            anyhow::anyhow!("the node key does not belong to the node certificate: {e}")
+        })?;
+        *self.current.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(certified));
         Ok(())
     }
 }
