@@ -8,6 +8,7 @@ pub mod client;
 pub mod history;
 pub mod model;
 pub mod nemesis;
+pub mod pause;
 pub mod scenario;
 pub mod seed;
 pub mod storm;

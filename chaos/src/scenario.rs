@@ -1,6 +1,6 @@
 //! One chaos scenario end to end: start a 3-agent cluster, run the recorded workload while the
 //! nemesis works, heal, drain, collect the final job list and the jobs' records, check, and
-//! write `history.jsonl`, `jobs.json` and `report.json` into the run directory.
+//! write `history.jsonl`, `jobs.json`, `runs.json` and `report.json` into the run directory.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -17,7 +17,7 @@ use crate::history::{OpKind, Phase, Recorder};
 use crate::model::{FinalJob, Violation};
 use gpu_tests::records;
 
-use crate::{nemesis, storm, workload};
+use crate::{nemesis, pause, storm, workload};
 
 /// Which faults a scenario injects.
 #[derive(Clone, Copy, Debug)]
@@ -29,6 +29,10 @@ pub enum Nemesis {
     /// C16: keys stormed one after another by `tasks` concurrent submitters each, at least
     /// `min_keys` of them and until a leader kill midway has healed.
     RetryStorm { min_keys: usize, tasks: usize },
+    /// C9: `SIGSTOP` the leader past the election timeout, then `SIGCONT` it, `rounds` times.
+    LeaderPause { rounds: u32 },
+    /// C10: `SIGSTOP` an agent running jobs past its lease until its runs are re-placed.
+    HolderPause,
 }
 
 /// Background workers submitting during every scenario.
@@ -112,6 +116,7 @@ pub async fn run(name: &str, seed: u64, nemesis: Nemesis, out: &Path) -> anyhow:
     let jobs = drain(&c).await?;
     std::fs::write(dir.join("jobs.json"), serde_json::to_vec_pretty(&jobs)?)?;
     let runs = records::read_all(&records)?;
+    std::fs::write(dir.join("runs.json"), serde_json::to_vec_pretty(&runs)?)?;
     let history = rec.events();
     let violations = check::all(&history, &jobs, &runs);
     std::fs::write(
@@ -173,6 +178,8 @@ async fn inject(
             killed?;
             task.await?
         }
+        Nemesis::LeaderPause { rounds } => pause::leader_pause(c, rec, rng, rounds).await,
+        Nemesis::HolderPause => pause::holder_pause(c, rec, rng, client, name, records).await,
     }
 }
 

@@ -57,3 +57,13 @@ async fn c16_client_retry_storm() {
     )
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c9_leader_paused_past_the_election_timeout() {
+    scenario("c9-leader-pause", 9, Nemesis::LeaderPause { rounds: 2 }).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c10_gpu_holder_paused_past_its_lease() {
+    scenario("c10-holder-pause", 10, Nemesis::HolderPause).await;
+}

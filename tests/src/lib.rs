@@ -187,6 +187,24 @@ impl Cluster {
         }
     }
 
+    /// `SIGSTOP` agent `id`: it keeps its sockets and state but does nothing until `resume`
+    /// (its job supervisors, in their own process groups, keep running).
+    pub fn pause(&self, id: u64) {
+        self.signal(id, nix::sys::signal::Signal::SIGSTOP);
+    }
+
+    /// `SIGCONT` an agent stopped by `pause`.
+    pub fn resume(&self, id: u64) {
+        self.signal(id, nix::sys::signal::Signal::SIGCONT);
+    }
+
+    fn signal(&self, id: u64, signal: nix::sys::signal::Signal) {
+        let child = self.agents[&id].child.as_ref().expect("a running agent");
+        let pid = i32::try_from(child.id()).expect("pid fits i32");
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal)
+            .unwrap_or_else(|e| panic!("{signal} to n{id}: {e}"));
+    }
+
     pub fn is_running(&self, id: u64) -> bool {
         self.agents[&id].child.is_some()
     }

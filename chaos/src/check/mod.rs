@@ -3,6 +3,7 @@
 
 pub mod all_succeeded;
 pub mod exactly_once;
+pub mod fencing;
 pub mod gpu_overlap;
 pub mod total_queue;
 
@@ -17,6 +18,7 @@ pub fn all(history: &[Event], jobs: &[FinalJob], runs: &[RunRecord]) -> Vec<Viol
     let mut out = total_queue::check(history, jobs);
     out.extend(exactly_once::check(history, jobs));
     out.extend(gpu_overlap::check(runs));
+    out.extend(fencing::check(runs));
     out.extend(all_succeeded::check(history, jobs));
     out
 }
