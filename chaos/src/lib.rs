@@ -8,6 +8,8 @@ pub mod client;
 pub mod history;
 pub mod model;
 pub mod nemesis;
+pub mod netns;
+pub mod partition;
 pub mod pause;
 pub mod scenario;
 pub mod seed;

@@ -65,9 +65,19 @@ impl Interceptor for Bearer {
 
 static ONE_CLUSTER_AT_A_TIME: Mutex<()> = Mutex::new(());
 
+/// Where one agent runs: the address it listens on (and others reach it at) and a command
+/// prefix it is started under, e.g. `ip netns exec gm1a2bx0-n2` (empty: started directly).
+#[derive(Clone, Debug, Default)]
+pub struct Placement {
+    pub addr: String,
+    pub prefix: Vec<String>,
+}
+
 pub struct Agent {
     pub id: u64,
     pub addr: String,
+    /// The command prefix from its `Placement` (empty for loopback agents).
+    pub prefix: Vec<String>,
     pub config: PathBuf,
     pub log: PathBuf,
     child: Option<Child>,
@@ -83,11 +93,28 @@ impl Cluster {
     /// Start `n` agents: n1 bootstraps, the others join through it. `extra_toml` is appended to
     /// every agent's config, inside its `[raft]` table unless it opens tables of its own. Waits until all are members and the voter seats are filled.
     pub async fn start(n: u64, voter_target: usize, extra_toml: &str) -> Cluster {
+        let loopback = (0..n)
+            .map(|_| Placement {
+                addr: free_addr(),
+                prefix: Vec::new(),
+            })
+            .collect();
+        Self::start_placed(voter_target, extra_toml, loopback).await
+    }
+
+    /// `start` with agent `i` (from 1) at `placements[i - 1]`: its own address and command
+    /// prefix (network-namespace scenarios).
+    pub async fn start_placed(
+        voter_target: usize,
+        extra_toml: &str,
+        placements: Vec<Placement>,
+    ) -> Cluster {
+        let n = placements.len() as u64;
         let turn = ONE_CLUSTER_AT_A_TIME
             .lock()
             .unwrap_or_else(|p| p.into_inner());
         let root = tempfile::tempdir().expect("tempdir");
-        let addrs: Vec<String> = (0..n).map(|_| free_addr()).collect();
+        let addrs: Vec<String> = placements.iter().map(|p| p.addr.clone()).collect();
         let mut agents = BTreeMap::new();
         for id in 1..=n {
             let addr = addrs[id as usize - 1].clone();
@@ -120,6 +147,7 @@ impl Cluster {
                 Agent {
                     id,
                     addr,
+                    prefix: placements[id as usize - 1].prefix.clone(),
                     config,
                     log,
                     child: None,
@@ -165,7 +193,15 @@ impl Cluster {
             .append(true)
             .open(&agent.log)
             .expect("log file");
-        let child = Command::new(bin("gpu-agent"))
+        let mut command = match agent.prefix.split_first() {
+            None => Command::new(bin("gpu-agent")),
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg(bin("gpu-agent"));
+                c
+            }
+        };
+        let child = command
             .arg("run")
             .arg("--config")
             .arg(&agent.config)
