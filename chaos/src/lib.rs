@@ -11,6 +11,7 @@ pub mod nemesis;
 pub mod netns;
 pub mod partition;
 pub mod pause;
+pub mod ready;
 pub mod scenario;
 pub mod seed;
 pub mod storm;

@@ -28,6 +28,7 @@ async fn an_isolated_node_fences_its_runs_before_they_are_placed_again() {
         net.placements(),
     )
     .await;
+    gpu_chaos::ready::wait_all_ready(&c).await;
     let records = records::prepare_dir(c.root.path()).expect("records dir");
     // The job may only run on the two followers, so cutting off the one that runs it leaves
     // the leader in place and the other follower free to take the job.
