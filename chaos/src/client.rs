@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gpu_proto::v1 as pb;
+use gpu_proto::v1::cluster_service_client::ClusterServiceClient;
 use gpu_proto::v1::job_service_client::JobServiceClient;
 use tonic::transport::Channel;
 
@@ -49,20 +50,38 @@ impl Client {
         &self.recorder
     }
 
-    async fn connect(
-        &self,
-        via: u64,
-        deadline: Duration,
-    ) -> Result<JobServiceClient<Channel>, String> {
+    async fn channel(&self, via: u64, deadline: Duration) -> Result<Channel, String> {
         let addr = self.addrs.get(&via).ok_or(format!("no agent n{via}"))?;
-        let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
             .map_err(|e| e.to_string())?
             .connect_timeout(deadline)
             .timeout(deadline)
             .connect()
             .await
-            .map_err(|e| format!("connect n{via}: {e}"))?;
-        Ok(JobServiceClient::new(channel))
+            .map_err(|e| format!("connect n{via}: {e}"))
+    }
+
+    async fn connect(
+        &self,
+        via: u64,
+        deadline: Duration,
+    ) -> Result<JobServiceClient<Channel>, String> {
+        Ok(JobServiceClient::new(self.channel(via, deadline).await?))
+    }
+
+    /// Agent `via`'s own view of the cluster (a stale read: what it believes now), not
+    /// recorded — the observer records what it needs.
+    pub async fn own_status(
+        &self,
+        via: u64,
+        deadline: Duration,
+    ) -> Result<pb::ClusterStatus, String> {
+        let mut c = ClusterServiceClient::new(self.channel(via, deadline).await?);
+        let req = self.request(pb::GetStatusRequest { stale: true }, deadline)?;
+        c.get_status(req)
+            .await
+            .map(tonic::Response::into_inner)
+            .map_err(|s| format!("{:?}: {}", s.code(), s.message()))
     }
 
     fn request<T>(&self, msg: T, deadline: Duration) -> Result<tonic::Request<T>, String> {
@@ -147,8 +166,9 @@ impl Client {
         Ok(outcome)
     }
 
-    /// Read job `id`'s state through agent `via` (a linearizable read); records it. Returns
-    /// the state name when the read succeeded.
+    /// Read job `id`'s state through agent `via` (a linearizable read); records it with the
+    /// job's generation. Returns the state name (`NOT_FOUND` for no such job) when the read
+    /// succeeded.
     pub async fn read(
         &self,
         process: &str,
@@ -167,19 +187,24 @@ impl Client {
             Err(e) => Err(e),
             Ok(mut c) => match self.request(msg, deadline) {
                 Err(e) => Err(e),
-                Ok(req) => c
-                    .get_job(req)
-                    .await
-                    .map(|j| state_name(j.into_inner().state))
-                    .map_err(|s| format!("{:?}: {}", s.code(), s.message())),
+                Ok(req) => match c.get_job(req).await {
+                    Ok(j) => {
+                        let j = j.into_inner();
+                        Ok((state_name(j.state), Some(j.generation)))
+                    }
+                    // A linearizable "no such job" is an answer too.
+                    Err(s) if s.code() == tonic::Code::NotFound => Ok((NOT_FOUND.to_owned(), None)),
+                    Err(s) => Err(format!("{:?}: {}", s.code(), s.message())),
+                },
             },
         };
         let (state, event) = match result {
-            Ok(state) => (
+            Ok((state, generation)) => (
                 Some(state.clone()),
                 Event {
                     phase: Phase::Ok,
                     value: Some(state),
+                    generation,
                     ..base
                 },
             ),
@@ -196,6 +221,9 @@ impl Client {
         Ok(state)
     }
 }
+
+/// The value of a read that found no such job.
+pub const NOT_FOUND: &str = "NOT_FOUND";
 
 /// Status codes that mean the request itself was refused, so it certainly took no effect.
 fn definite(code: tonic::Code) -> bool {

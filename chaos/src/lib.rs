@@ -6,9 +6,11 @@
 pub mod check;
 pub mod client;
 pub mod history;
+pub mod isolation;
 pub mod model;
 pub mod nemesis;
 pub mod netns;
+pub mod observer;
 pub mod partition;
 pub mod pause;
 pub mod ready;

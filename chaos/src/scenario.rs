@@ -17,7 +17,8 @@ use crate::history::{OpKind, Phase, Recorder};
 use crate::model::{FinalJob, Violation};
 use gpu_tests::records;
 
-use crate::{nemesis, pause, storm, workload};
+use crate::netns::Netns;
+use crate::{isolation, nemesis, observer, pause, storm, workload};
 
 /// Which faults a scenario injects.
 #[derive(Clone, Copy, Debug)]
@@ -33,12 +34,23 @@ pub enum Nemesis {
     LeaderPause { rounds: u32 },
     /// C10: `SIGSTOP` an agent running jobs past its lease until its runs are re-placed.
     HolderPause,
+    /// C5: cut the leader off from the others (network namespaces), probe, heal.
+    IsolateLeader,
+}
+
+impl Nemesis {
+    /// Whether the scenario runs its agents in network namespaces.
+    pub fn needs_netns(self) -> bool {
+        matches!(self, Nemesis::IsolateLeader)
+    }
 }
 
 /// Background workers submitting during every scenario.
 const WORKERS: usize = 2;
 /// How long the healed cluster gets to finish every job.
 const DRAIN: Duration = Duration::from_secs(60);
+/// How long the workload goes on after the heal (writes must resume: `check::recovery`).
+const AFTER_HEAL: Duration = Duration::from_secs(3);
 
 #[derive(Debug)]
 pub struct Report {
@@ -86,8 +98,21 @@ pub async fn run(name: &str, seed: u64, nemesis: Nemesis, out: &Path) -> anyhow:
     let dir = out.join(format!("{name}-{seed}"));
     std::fs::create_dir_all(&dir)?;
     let mut rng = StdRng::seed_from_u64(seed);
+    // Declared before the cluster, so its agents are gone before the namespaces are.
+    let net = if nemesis.needs_netns() {
+        Some(Netns::create(3)?)
+    } else {
+        None
+    };
     // Clusters take turns (a process-wide lock in `Cluster::start`): time from the start.
-    let mut c = Cluster::start(3, 3, "").await;
+    let mut c = match &net {
+        Some(net) => {
+            let c = Cluster::start_placed(3, "", net.placements()).await;
+            crate::ready::wait_all_ready(&c).await;
+            c
+        }
+        None => Cluster::start(3, 3, "").await,
+    };
     let started = Instant::now();
     let rec = Arc::new(Recorder::create(&dir.join("history.jsonl"))?);
     let records = records::prepare_dir(c.root.path())?;
@@ -105,12 +130,27 @@ pub async fn run(name: &str, seed: u64, nemesis: Nemesis, out: &Path) -> anyhow:
             stop.clone(),
         ));
     }
-    let faults = inject(&mut c, &rec, &mut rng, nemesis, &client, name, &records).await;
+    let observing = Arc::new(AtomicBool::new(false));
+    let observer = tokio::spawn(observer::observe(client.clone(), observing.clone()));
+    let faults = inject(
+        &mut c,
+        net.as_ref(),
+        &rec,
+        &mut rng,
+        nemesis,
+        &client,
+        name,
+        &records,
+    )
+    .await;
     nemesis::heal(&mut c, &rec).await?;
+    tokio::time::sleep(AFTER_HEAL).await;
     stop.store(true, Ordering::Relaxed);
+    observing.store(true, Ordering::Relaxed);
     while let Some(r) = workers.join_next().await {
         r??;
     }
+    observer.await??;
     faults?;
 
     let jobs = drain(&c).await?;
@@ -148,8 +188,10 @@ pub async fn run(name: &str, seed: u64, nemesis: Nemesis, out: &Path) -> anyhow:
     })
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn inject(
     c: &mut Cluster,
+    net: Option<&Netns>,
     rec: &Recorder,
     rng: &mut StdRng,
     nemesis: Nemesis,
@@ -180,6 +222,10 @@ async fn inject(
         }
         Nemesis::LeaderPause { rounds } => pause::leader_pause(c, rec, rng, rounds).await,
         Nemesis::HolderPause => pause::holder_pause(c, rec, rng, client, name, records).await,
+        Nemesis::IsolateLeader => {
+            let net = net.ok_or_else(|| anyhow::anyhow!("C5 needs network namespaces"))?;
+            isolation::isolate_leader(c, net, rec, rng, client, name, records).await
+        }
     }
 }
 

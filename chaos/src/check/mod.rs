@@ -5,6 +5,10 @@ pub mod all_succeeded;
 pub mod exactly_once;
 pub mod fencing;
 pub mod gpu_overlap;
+pub mod job_order;
+pub mod leaders;
+pub mod minority;
+pub mod recovery;
 pub mod total_queue;
 
 #[cfg(test)]
@@ -20,6 +24,10 @@ pub fn all(history: &[Event], jobs: &[FinalJob], runs: &[RunRecord]) -> Vec<Viol
     out.extend(gpu_overlap::check(runs));
     out.extend(fencing::check(runs));
     out.extend(all_succeeded::check(history, jobs));
+    out.extend(leaders::check(history));
+    out.extend(minority::check(history));
+    out.extend(job_order::check(history));
+    out.extend(recovery::check(history));
     out
 }
 
