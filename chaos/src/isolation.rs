@@ -1,8 +1,10 @@
-//! C5, the leader isolated: nft rules cut the leader off from every other agent (clients in
-//! the root namespace still reach it). While it is cut off, a prober submits through the
-//! majority and reads each acknowledged job back through the old leader, and submits through
-//! the old leader itself: the minority must acknowledge nothing and serve no read (the
-//! `minority` and `job-order` checkers judge the history). Then the cut is healed.
+//! Partition faults (nft rules cut a node off from every other agent; clients in the root
+//! namespace still reach it). C5, the leader isolated: while it is cut off, a prober submits
+//! through the majority and reads each acknowledged job back through the old leader, and
+//! submits through the old leader itself: the minority must acknowledge nothing and serve no
+//! read (the `minority` and `job-order` checkers judge the history). C10 by partition: the
+//! agent holding the most running jobs is cut off until its runs are placed again (the
+//! `fencing` and `gpu-overlap` checkers judge the runs). Each heals its cut.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -13,6 +15,7 @@ use rand::rngs::StdRng;
 
 use crate::client::{Client, Outcome};
 use crate::history::{Event, OpKind, Phase, Recorder};
+use crate::holder;
 use crate::netns::Netns;
 use crate::partition::{self, Cut};
 use crate::workload::job_spec;
@@ -81,4 +84,48 @@ pub async fn isolate_leader(
     partition::heal(net, &all)?;
     note(rec, Phase::Info, format!("healed the cut of n{old}"), None)?;
     Ok(())
+}
+
+/// C10 by partition: submit long recording jobs, cut off the node running the most of them
+/// until every one of its runs has been placed again elsewhere, then heal.
+pub async fn isolate_holder(
+    c: &Cluster,
+    net: &Netns,
+    rec: &Recorder,
+    rng: &mut StdRng,
+    client: &Client,
+    prefix: &str,
+    records: &Path,
+) -> anyhow::Result<()> {
+    tokio::time::sleep(Duration::from_millis(rng.random_range(500..1500))).await;
+    let all: Vec<u64> = c.agents.keys().copied().collect();
+    let (victim, runs) = holder::long_jobs_holder(c, client, prefix, records).await?;
+    note(
+        rec,
+        Phase::Invoke,
+        format!("isolate n{victim} holding runs (job, generation) {runs:?}"),
+        None,
+    )?;
+    Cut::isolate(victim, &all).apply(net, &all)?;
+    note(
+        rec,
+        Phase::Ok,
+        format!("isolated n{victim}"),
+        Some(vec![victim]),
+    )?;
+    let replaced = holder::wait_replaced(c, victim, &runs).await;
+    note(
+        rec,
+        Phase::Invoke,
+        format!("heal n{victim}"),
+        Some(Vec::new()),
+    )?;
+    partition::heal(net, &all)?;
+    note(
+        rec,
+        Phase::Info,
+        format!("healed the cut of n{victim}"),
+        None,
+    )?;
+    replaced
 }

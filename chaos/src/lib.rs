@@ -6,6 +6,7 @@
 pub mod check;
 pub mod client;
 pub mod history;
+pub mod holder;
 pub mod isolation;
 pub mod model;
 pub mod nemesis;

@@ -36,12 +36,14 @@ pub enum Nemesis {
     HolderPause,
     /// C5: cut the leader off from the others (network namespaces), probe, heal.
     IsolateLeader,
+    /// C10 by partition: cut off an agent running jobs until its runs are re-placed.
+    HolderIsolate,
 }
 
 impl Nemesis {
     /// Whether the scenario runs its agents in network namespaces.
     pub fn needs_netns(self) -> bool {
-        matches!(self, Nemesis::IsolateLeader)
+        matches!(self, Nemesis::IsolateLeader | Nemesis::HolderIsolate)
     }
 }
 
@@ -225,6 +227,10 @@ async fn inject(
         Nemesis::IsolateLeader => {
             let net = net.ok_or_else(|| anyhow::anyhow!("C5 needs network namespaces"))?;
             isolation::isolate_leader(c, net, rec, rng, client, name, records).await
+        }
+        Nemesis::HolderIsolate => {
+            let net = net.ok_or_else(|| anyhow::anyhow!("C10 by partition needs namespaces"))?;
+            isolation::isolate_holder(c, net, rec, rng, client, name, records).await
         }
     }
 }

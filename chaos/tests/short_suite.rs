@@ -1,8 +1,8 @@
 //! The short chaos suite: C1 (leader kill loop), C3 (kill every node at once), C5 (leader
-//! isolated, in network namespaces; skipped with a message where they are unavailable), C9
-//! (leader paused), C10 (GPU holder paused past its lease) and C16 (client retry storm) against
-//! a 3-agent cluster with fixed seeds (`GPUMESH_CHAOS_SEED` overrides); every checker must find
-//! nothing.
+//! isolated), C9 (leader paused), C10 (GPU holder paused, and cut off, past its lease) and C16
+//! (client retry storm) against a 3-agent cluster with fixed seeds (`GPUMESH_CHAOS_SEED`
+//! overrides); every checker must find nothing. The partition scenarios run the agents in
+//! network namespaces and are skipped with a message where those are unavailable.
 
 use std::path::PathBuf;
 
@@ -77,4 +77,13 @@ async fn c5_leader_isolated() {
         return;
     }
     scenario("c5-leader-isolated", 5, Nemesis::IsolateLeader).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c10_gpu_holder_cut_off_past_its_lease() {
+    if let Some(why) = gpu_chaos::netns::Netns::unavailable() {
+        println!("skipping C10 by partition: {why}");
+        return;
+    }
+    scenario("c10-holder-isolated", 110, Nemesis::HolderIsolate).await;
 }
