@@ -14,12 +14,15 @@ use crate::client::{Client, Outcome};
 /// How long the C10 jobs run: long enough to be caught running by the fault.
 const HOLDER_JOB_SECS: &str = "6";
 /// The C10 jobs submitted before choosing whom to cut off.
-const HOLDER_JOBS: usize = 4;
+const HOLDER_JOBS: usize = 3;
+/// GPUs per C10 job: three of every node's four, so the jobs spread over the nodes.
+const HOLDER_GPUS: u32 = 3;
 /// How long the cut-off agent's runs get to be re-placed before the scenario gives up.
 const REPLACE_WITHIN: Duration = Duration::from_secs(20);
 
-/// Submit `HOLDER_JOBS` long recording jobs, wait until some run, and pick the node running
-/// the most of them (ties: the lowest id). Returns it with its runs as (job, generation).
+/// Submit `HOLDER_JOBS` long recording jobs, wait until some run, and pick a node running
+/// them: a follower when one does (so the leader stays), then the one running the most, then
+/// the lowest id. Returns it with its runs as (job, generation).
 pub async fn long_jobs_holder(
     c: &Cluster,
     client: &Client,
@@ -33,7 +36,7 @@ pub async fn long_jobs_holder(
             max_attempts: 10,
             ..gpu_tests::shell_job(
                 &key,
-                1,
+                HOLDER_GPUS,
                 &gpu_tests::records::script(records, HOLDER_JOB_SECS),
             )
         };
@@ -50,13 +53,14 @@ pub async fn long_jobs_holder(
     }
     anyhow::ensure!(!ids.is_empty(), "no long job was acknowledged");
     let held = wait_running(c, &ids).await?;
+    let leader = c.leader().await;
     let mut per_node: BTreeMap<u64, Vec<(u64, u64)>> = BTreeMap::new();
     for (id, node, generation) in held {
         per_node.entry(node).or_default().push((id, generation));
     }
     per_node
         .into_iter()
-        .max_by_key(|(node, runs)| (runs.len(), std::cmp::Reverse(*node)))
+        .max_by_key(|(node, runs)| (*node != leader, runs.len(), std::cmp::Reverse(*node)))
         .ok_or_else(|| anyhow::anyhow!("no long job is running"))
 }
 
