@@ -176,13 +176,26 @@ impl Client {
         id: u64,
         deadline: Duration,
     ) -> anyhow::Result<Option<String>> {
+        self.read_with(process, via, id, deadline, false).await
+    }
+
+    /// `read`, or with `stale` a read of `via`'s local replica without asking the leader
+    /// (`--stale`): what the checkers must catch when it is taken for a linearizable one.
+    pub async fn read_with(
+        &self,
+        process: &str,
+        via: u64,
+        id: u64,
+        deadline: Duration,
+        stale: bool,
+    ) -> anyhow::Result<Option<String>> {
         let base = Event {
             job_id: Some(id),
             via: Some(via),
             ..Event::new(process, Phase::Invoke, OpKind::Read)
         };
         self.recorder.record(base.clone())?;
-        let msg = pb::GetJobRequest { id, stale: false };
+        let msg = pb::GetJobRequest { id, stale };
         let result = match self.connect(via, deadline).await {
             Err(e) => Err(e),
             Ok(mut c) => match self.request(msg, deadline) {
