@@ -6,8 +6,8 @@
 
 use std::net::Ipv4Addr;
 use std::process::{Command, Stdio};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, OnceLock};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -32,26 +32,12 @@ pub struct Netns {
 }
 
 impl Netns {
-    /// Why namespaces cannot be used here (`None` when they can): the test must be root, and
-    /// `ip` and `nft` must be installed.
+    /// Why namespaces cannot be used here (`None` when they can): the test must be root, `ip`
+    /// and `nft` must be installed, and a probe namespace must be creatable and take nft rules
+    /// (a container without `CAP_NET_ADMIN` fails here). Probed once per process.
     pub fn unavailable() -> Option<String> {
-        if !nix::unistd::geteuid().is_root() {
-            return Some("not running as root (network namespaces need it)".into());
-        }
-        for (tool, args) in [("ip", &["netns", "list"][..]), ("nft", &["--version"][..])] {
-            let ok = Command::new(tool)
-                .args(args)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success());
-            if !ok {
-                return Some(format!(
-                    "`{tool}` is missing or fails (install iproute2 and nftables)"
-                ));
-            }
-        }
-        None
+        static PROBED: OnceLock<Option<String>> = OnceLock::new();
+        PROBED.get_or_init(probe).clone()
     }
 
     /// Namespaces for nodes `1..=n` on a fresh bridge and a /24 no interface here uses yet.
@@ -187,6 +173,32 @@ impl Drop for Netns {
     fn drop(&mut self) {
         remove_run(&self.run);
     }
+}
+
+fn probe() -> Option<String> {
+    if !nix::unistd::geteuid().is_root() {
+        return Some("not running as root (network namespaces need it)".into());
+    }
+    for (tool, args) in [("ip", &["netns", "list"][..]), ("nft", &["--version"][..])] {
+        let ok = Command::new(tool)
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            return Some(format!(
+                "`{tool}` is missing or fails (install iproute2 and nftables)"
+            ));
+        }
+    }
+    let ns = format!("{PREFIX}{:x}x99-probe", std::process::id());
+    let tried = ip(&["netns", "add", &ns])
+        .and_then(|_| ip(&["netns", "exec", &ns, "nft", "list", "ruleset"]));
+    ip(&["netns", "del", &ns]).ok();
+    tried
+        .err()
+        .map(|e| format!("cannot use a network namespace with nft here: {e:#}"))
 }
 
 /// `ip args…`, returning stdout; fails with stderr on a non-zero exit.
