@@ -12,7 +12,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::check;
-use crate::client::{Client, state_name};
+use crate::client::{Client, Outcome, state_name};
 use crate::history::{OpKind, Phase, Recorder};
 use crate::model::{FinalJob, Violation};
 use gpu_tests::records;
@@ -51,8 +51,8 @@ impl Nemesis {
 const WORKERS: usize = 2;
 /// How long the healed cluster gets to finish every job.
 const DRAIN: Duration = Duration::from_secs(60);
-/// How long the workload goes on after the heal (writes must resume: `check::recovery`).
-const AFTER_HEAL: Duration = Duration::from_secs(3);
+/// How long the recovery probe tries after the heal (the checker's bound, and a margin).
+const AFTER_HEAL: Duration = Duration::from_secs(12);
 
 #[derive(Debug)]
 pub struct Report {
@@ -146,7 +146,7 @@ pub async fn run(name: &str, seed: u64, nemesis: Nemesis, out: &Path) -> anyhow:
     )
     .await;
     nemesis::heal(&mut c, &rec).await?;
-    tokio::time::sleep(AFTER_HEAL).await;
+    recovery_probe(&client, name, &records).await?;
     stop.store(true, Ordering::Relaxed);
     observing.store(true, Ordering::Relaxed);
     while let Some(r) = workers.join_next().await {
@@ -233,6 +233,30 @@ async fn inject(
             isolation::isolate_holder(c, net, rec, rng, client, name, records).await
         }
     }
+}
+
+/// Right after the heal, submit (recorded, process `after-heal`) through each agent in turn
+/// until one submission is acknowledged or `AFTER_HEAL` has passed, so `check::recovery`
+/// always has writes invoked after the heal to judge. The workers keep running meanwhile.
+async fn recovery_probe(client: &Client, prefix: &str, records: &Path) -> anyhow::Result<()> {
+    let start = Instant::now();
+    let nodes = client.nodes();
+    let mut k = 0;
+    while start.elapsed() < AFTER_HEAL {
+        let key = format!("{prefix}-after-heal-{k}");
+        let via = nodes[k % nodes.len()];
+        k += 1;
+        let spec = workload::job_spec(&key, 1, records);
+        let deadline = Duration::from_secs(2);
+        if let Outcome::Ok(_) = client
+            .submit("after-heal", via, spec, &key, deadline)
+            .await?
+        {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Ok(())
 }
 
 /// Wait (up to `DRAIN`) until every job is terminal; return the final list.
