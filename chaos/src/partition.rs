@@ -12,6 +12,7 @@ const TABLE: &str = "gmchaos";
 /// For each node, the peers it cannot reach. Symmetric by construction.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Cut {
+    /// Node → the peers whose packets it drops (both directions).
     pub blocked: BTreeMap<u64, Vec<u64>>,
 }
 

@@ -69,7 +69,9 @@ static ONE_CLUSTER_AT_A_TIME: Mutex<()> = Mutex::new(());
 /// prefix it is started under, e.g. `ip netns exec gm1a2bx0-n2` (empty: started directly).
 #[derive(Clone, Debug, Default)]
 pub struct Placement {
+    /// `ip:port` the agent listens on and advertises.
     pub addr: String,
+    /// Program and arguments put before the agent's own command line.
     pub prefix: Vec<String>,
 }
 

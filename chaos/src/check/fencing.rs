@@ -9,6 +9,7 @@ use crate::model::{RunRecord, Violation};
 
 const NAME: &str = "fencing";
 
+/// Pairs of runs of one job that overlap in time.
 pub fn check(runs: &[RunRecord]) -> Vec<Violation> {
     let mut by_job: BTreeMap<u64, Vec<&RunRecord>> = BTreeMap::new();
     for r in runs {

@@ -37,6 +37,7 @@ struct Done<'a> {
     read: Option<Option<(u64, u8)>>,
 }
 
+/// Reads that saw a job older than, or absent after, what was already known.
 pub fn check(history: &[Event]) -> Vec<Violation> {
     let mut open: BTreeMap<&str, u64> = BTreeMap::new();
     let mut per_job: BTreeMap<u64, Vec<Done>> = BTreeMap::new();

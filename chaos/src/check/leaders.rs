@@ -8,6 +8,7 @@ use crate::model::Violation;
 
 const NAME: &str = "leaders";
 
+/// Terms that more than one node was seen leading.
 pub fn check(history: &[Event]) -> Vec<Violation> {
     let mut by_term: BTreeMap<u64, BTreeMap<u64, BTreeSet<u64>>> = BTreeMap::new();
     for e in history {

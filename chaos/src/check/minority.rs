@@ -10,6 +10,7 @@ use crate::model::Violation;
 
 const NAME: &str = "minority";
 
+/// Operations answered by an agent that was cut off for their whole duration.
 pub fn check(history: &[Event]) -> Vec<Violation> {
     let mut out = Vec::new();
     // The cut-off set in force, and since when each member has been in it.

@@ -14,6 +14,7 @@ const NAME: &str = "recovery";
 /// shared, loaded 2-core machine, not a performance target.
 pub const LIVENESS_BOUND: Duration = Duration::from_secs(10);
 
+/// `no-recovery` when no write invoked after the last heal was acknowledged in time.
 pub fn check(history: &[Event]) -> Vec<Violation> {
     let Some(healed) = history
         .iter()
