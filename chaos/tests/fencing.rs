@@ -90,3 +90,80 @@ async fn an_isolated_node_fences_its_runs_before_they_are_placed_again() {
     let violations = fencing::check(&runs);
     assert!(violations.is_empty(), "{violations:?}\n{runs:?}");
 }
+
+/// When a run ended: its own record, or else when its supervisor wrote the outcome (a run
+/// killed with SIGKILL records nothing itself).
+fn ended_at(c: &Cluster, run: &records::RunRecord) -> Option<u128> {
+    run.end_ns.or_else(|| {
+        let exit = c
+            .root
+            .path()
+            .join(format!("node-{}", run.node))
+            .join("jobs")
+            .join(format!("j-{}-g{}", run.job_id, run.generation))
+            .join("exit.json");
+        let modified = std::fs::metadata(exit).and_then(|m| m.modified()).ok()?;
+        Some(
+            modified
+                .duration_since(std::time::UNIX_EPOCH)
+                .ok()?
+                .as_nanos(),
+        )
+    })
+}
+
+/// Regression: a fenced run got the whole `stop_grace` between SIGTERM and SIGKILL, so a job
+/// slow to stop (one that checkpoints on SIGTERM) outlived `down_after` and still ran when
+/// the leader placed it again. Fencing now kills within a quarter of the lease. The node is
+/// paused (`SIGSTOP`), so this needs no network namespaces.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_off_run_slow_to_stop_is_killed_before_it_is_placed_again() {
+    let all = [1, 2, 3];
+    let c = Cluster::start(
+        3,
+        3,
+        "[jobs]\nlease = \"2s\"\ndown_after = \"3500ms\"\nstop_grace = \"3s\"\n",
+    )
+    .await;
+    let records = records::prepare_dir(c.root.path()).expect("records dir");
+    let leader = c.leader().await;
+    for node in all.iter().filter(|n| **n != leader) {
+        c.label(leader, *node, "pool", "followers")
+            .await
+            .expect("label");
+    }
+    // Records its start and end like `records::script`, but takes 5 s to stop on SIGTERM.
+    let slow =
+        records::script(&records, "8").replace("trap 'echo term", "trap 'sleep 5; echo term");
+    assert!(slow.contains("sleep 5;"), "{slow}");
+    let spec = pb::JobSpec {
+        max_attempts: 3,
+        node_selector: [("pool".to_owned(), "followers".to_owned())].into(),
+        ..shell_job("slow-to-stop", 1, &slow)
+    };
+    let id = c.submit(leader, spec, "").await.expect("submit").job_id;
+    let running = c
+        .wait_job(id, Duration::from_secs(30), |j| {
+            j.state == pb::JobState::Running as i32
+        })
+        .await;
+    let node = running.node_id.expect("placed");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    c.pause(node);
+    let replaced = c
+        .wait_job(id, Duration::from_secs(30), |j| {
+            j.generation > running.generation && j.state == pb::JobState::Running as i32
+        })
+        .await;
+    c.resume(node);
+    assert_ne!(replaced.node_id, Some(node));
+    c.wait_job(id, Duration::from_secs(30), gpu_tests::is_terminal)
+        .await;
+    let mut runs = records::read_all(&records).expect("records");
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    for run in &mut runs {
+        run.end_ns = ended_at(&c, run);
+    }
+    let violations = fencing::check(&runs);
+    assert!(violations.is_empty(), "{violations:?}\n{runs:?}");
+}
