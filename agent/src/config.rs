@@ -162,7 +162,7 @@ pub struct TlsSettings {
 pub struct JobSettings {
     pub lease: Duration,
     pub down_after: Duration,
-    /// SIGTERM → SIGKILL grace when a job is cancelled, evicted or fenced.
+    /// SIGTERM → SIGKILL grace when a job is cancelled or evicted (fenced: at most lease / 4).
     pub stop_grace: Duration,
     /// The user jobs run as: `jobs.run_as`, by default `nobody` when the agent runs as root and
     /// the agent's own user otherwise. Never root unless the operator says `run_as = "root"`.

@@ -19,6 +19,11 @@ impl ContactBook {
         *self.leader.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
     }
 
+    /// When this agent last accepted replication from a leader.
+    pub fn leader_heard_at(&self) -> Option<Instant> {
+        *self.leader.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     pub fn leader_heard_within(&self, d: std::time::Duration) -> bool {
         self.leader
             .lock()

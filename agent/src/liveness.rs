@@ -1,7 +1,7 @@
 //! Node liveness (leader only): a registered node the leader has not heard from for
 //! `down_after` is marked Down — which requeues its jobs — and marked Ready again once it is
 //! heard from. `down_after` exceeds the node lease, so a silent node has fenced its own jobs
-//! before they are placed elsewhere.
+//! before they are placed elsewhere. Verdicts are proposed by this leader only, never forwarded.
 
 use std::time::{Duration, Instant};
 
@@ -9,7 +9,7 @@ use gpu_raft_store::{Command, NodeStatus};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::cluster::Cluster;
+use crate::cluster::{Attempt, Cluster, Proposal};
 
 pub struct Liveness {
     pub cluster: Cluster,
@@ -52,13 +52,17 @@ impl Liveness {
                     silent_ms = silent.as_millis() as u64,
                     "node liveness changed"
                 );
-                if let Err(e) = self
-                    .cluster
-                    .write(Command::SetNodeStatus {
+                // Proposed only as this leader, never retried or forwarded: a verdict made by a
+                // leader that lost its quorum (and so heard nobody) must not reach its successor.
+                let proposal = Proposal {
+                    cmd: Command::SetNodeStatus {
                         node,
                         status: verdict,
-                    })
-                    .await
+                    },
+                    meta: None,
+                };
+                if let Err(Attempt::Retry(e) | Attempt::Fail(e)) =
+                    self.cluster.write_as_leader(proposal).await
                 {
                     warn!(node_id = node, error = %e, "could not record node liveness");
                 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gpu_proto::v1 as pb;
+use gpu_proto::v1::cluster_service_client::ClusterServiceClient;
 use gpu_proto::v1::job_service_client::JobServiceClient;
 use tonic::transport::{Channel, Endpoint};
 
@@ -55,20 +56,38 @@ impl Client {
         &self.recorder
     }
 
-    async fn connect(
-        &self,
-        via: u64,
-        deadline: Duration,
-    ) -> Result<JobServiceClient<Channel>, String> {
+    async fn channel(&self, via: u64, deadline: Duration) -> Result<Channel, String> {
         let endpoint = self.endpoints.get(&via).ok_or(format!("no agent n{via}"))?;
-        let channel = endpoint
+        endpoint
             .clone()
             .connect_timeout(deadline)
             .timeout(deadline)
             .connect()
             .await
-            .map_err(|e| format!("connect n{via}: {e}"))?;
-        Ok(JobServiceClient::new(channel))
+            .map_err(|e| format!("connect n{via}: {e}"))
+    }
+
+    async fn connect(
+        &self,
+        via: u64,
+        deadline: Duration,
+    ) -> Result<JobServiceClient<Channel>, String> {
+        Ok(JobServiceClient::new(self.channel(via, deadline).await?))
+    }
+
+    /// Agent `via`'s own view of the cluster (a stale read: what it believes now), not
+    /// recorded — the observer records what it needs.
+    pub async fn own_status(
+        &self,
+        via: u64,
+        deadline: Duration,
+    ) -> Result<pb::ClusterStatus, String> {
+        let mut c = ClusterServiceClient::new(self.channel(via, deadline).await?);
+        let req = self.request(pb::GetStatusRequest { stale: true }, deadline)?;
+        c.get_status(req)
+            .await
+            .map(tonic::Response::into_inner)
+            .map_err(|s| format!("{:?}: {}", s.code(), s.message()))
     }
 
     fn request<T>(&self, msg: T, deadline: Duration) -> Result<tonic::Request<T>, String> {
@@ -153,8 +172,9 @@ impl Client {
         Ok(outcome)
     }
 
-    /// Read job `id`'s state through agent `via` (a linearizable read); records it. Returns
-    /// the state name when the read succeeded.
+    /// Read job `id`'s state through agent `via` (a linearizable read); records it with the
+    /// job's generation. Returns the state name (`NOT_FOUND` for no such job) when the read
+    /// succeeded.
     pub async fn read(
         &self,
         process: &str,
@@ -162,30 +182,48 @@ impl Client {
         id: u64,
         deadline: Duration,
     ) -> anyhow::Result<Option<String>> {
+        self.read_with(process, via, id, deadline, false).await
+    }
+
+    /// `read`, or with `stale` a read of `via`'s local replica without asking the leader
+    /// (`--stale`): what the checkers must catch when it is taken for a linearizable one.
+    pub async fn read_with(
+        &self,
+        process: &str,
+        via: u64,
+        id: u64,
+        deadline: Duration,
+        stale: bool,
+    ) -> anyhow::Result<Option<String>> {
         let base = Event {
             job_id: Some(id),
             via: Some(via),
             ..Event::new(process, Phase::Invoke, OpKind::Read)
         };
         self.recorder.record(base.clone())?;
-        let msg = pb::GetJobRequest { id, stale: false };
+        let msg = pb::GetJobRequest { id, stale };
         let result = match self.connect(via, deadline).await {
             Err(e) => Err(e),
             Ok(mut c) => match self.request(msg, deadline) {
                 Err(e) => Err(e),
-                Ok(req) => c
-                    .get_job(req)
-                    .await
-                    .map(|j| state_name(j.into_inner().state))
-                    .map_err(|s| format!("{:?}: {}", s.code(), s.message())),
+                Ok(req) => match c.get_job(req).await {
+                    Ok(j) => {
+                        let j = j.into_inner();
+                        Ok((state_name(j.state), Some(j.generation)))
+                    }
+                    // A linearizable "no such job" is an answer too.
+                    Err(s) if s.code() == tonic::Code::NotFound => Ok((NOT_FOUND.to_owned(), None)),
+                    Err(s) => Err(format!("{:?}: {}", s.code(), s.message())),
+                },
             },
         };
         let (state, event) = match result {
-            Ok(state) => (
+            Ok((state, generation)) => (
                 Some(state.clone()),
                 Event {
                     phase: Phase::Ok,
                     value: Some(state),
+                    generation,
                     ..base
                 },
             ),
@@ -202,6 +240,9 @@ impl Client {
         Ok(state)
     }
 }
+
+/// The value of a read that found no such job.
+pub const NOT_FOUND: &str = "NOT_FOUND";
 
 /// Status codes that mean the request itself was refused, so it certainly took no effect.
 fn definite(code: tonic::Code) -> bool {

@@ -28,8 +28,10 @@ pub enum OpKind {
     Submit,
     /// Read one job's state; `ok` carries the state name in `value`.
     Read,
-    /// A fault the nemesis injected (`value` says what).
+    /// A fault the nemesis injected (`value` says what; `minority` who is cut off from now).
     Nemesis,
+    /// One agent's own view of the leader (`leader`, `term`), sampled by the observer.
+    Status,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -51,6 +53,18 @@ pub struct Event {
     pub value: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Read: the job's generation. Status: unused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<u64>,
+    /// Nemesis: the agents cut off on a minority side from this event on (empty: healed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub minority: Option<Vec<u64>>,
+    /// Status: the term the agent is in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub term: Option<u64>,
+    /// Status: the leader the agent knows for that term.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader: Option<u64>,
 }
 
 impl Event {
@@ -66,6 +80,10 @@ impl Event {
             via: None,
             value: None,
             error: None,
+            generation: None,
+            minority: None,
+            term: None,
+            leader: None,
         }
     }
 }

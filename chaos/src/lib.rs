@@ -6,8 +6,15 @@
 pub mod check;
 pub mod client;
 pub mod history;
+pub mod holder;
+pub mod isolation;
 pub mod model;
 pub mod nemesis;
+pub mod netns;
+pub mod observer;
+pub mod partition;
+pub mod pause;
+pub mod ready;
 pub mod scenario;
 pub mod seed;
 pub mod storm;

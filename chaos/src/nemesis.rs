@@ -11,6 +11,9 @@ use crate::history::{Event, OpKind, Phase, Recorder};
 
 const PROCESS: &str = "nemesis";
 
+/// How the heal's history event starts (`check::recovery` measures from it).
+pub const HEALED: &str = "healed";
+
 fn note(rec: &Recorder, phase: Phase, what: String) -> anyhow::Result<()> {
     rec.record(Event {
         value: Some(what),
@@ -86,6 +89,6 @@ pub async fn heal(c: &mut Cluster, rec: &Recorder) -> anyhow::Result<()> {
     note(
         rec,
         Phase::Ok,
-        format!("healed (restarted {stopped:?}); leader n{leader}"),
+        format!("{HEALED} (restarted {stopped:?}); leader n{leader}"),
     )
 }

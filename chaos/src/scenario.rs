@@ -1,6 +1,6 @@
 //! One chaos scenario end to end: start a 3-agent cluster, run the recorded workload while the
 //! nemesis works, heal, drain, collect the final job list and the jobs' records, check, and
-//! write `history.jsonl`, `jobs.json` and `report.json` into the run directory.
+//! write `history.jsonl`, `jobs.json`, `runs.json` and `report.json` into the run directory.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -12,12 +12,13 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::check;
-use crate::client::{Client, state_name};
+use crate::client::{Client, Outcome, state_name};
 use crate::history::{OpKind, Phase, Recorder};
 use crate::model::{FinalJob, Violation};
 use gpu_tests::records;
 
-use crate::{nemesis, storm, workload};
+use crate::netns::Netns;
+use crate::{isolation, nemesis, observer, pause, storm, workload};
 
 /// Which faults a scenario injects.
 #[derive(Clone, Copy, Debug)]
@@ -29,12 +30,29 @@ pub enum Nemesis {
     /// C16: keys stormed one after another by `tasks` concurrent submitters each, at least
     /// `min_keys` of them and until a leader kill midway has healed.
     RetryStorm { min_keys: usize, tasks: usize },
+    /// C9: `SIGSTOP` the leader past the election timeout, then `SIGCONT` it, `rounds` times.
+    LeaderPause { rounds: u32 },
+    /// C10: `SIGSTOP` an agent running jobs past its lease until its runs are re-placed.
+    HolderPause,
+    /// C5: cut the leader off from the others (network namespaces), probe, heal.
+    IsolateLeader,
+    /// C10 by partition: cut off an agent running jobs until its runs are re-placed.
+    HolderIsolate,
+}
+
+impl Nemesis {
+    /// Whether the scenario runs its agents in network namespaces.
+    pub fn needs_netns(self) -> bool {
+        matches!(self, Nemesis::IsolateLeader | Nemesis::HolderIsolate)
+    }
 }
 
 /// Background workers submitting during every scenario.
 const WORKERS: usize = 2;
 /// How long the healed cluster gets to finish every job.
 const DRAIN: Duration = Duration::from_secs(60);
+/// How long the recovery probe tries after the heal (the checker's bound, and a margin).
+const AFTER_HEAL: Duration = Duration::from_secs(12);
 
 #[derive(Debug)]
 pub struct Report {
@@ -82,8 +100,21 @@ pub async fn run(name: &str, seed: u64, nemesis: Nemesis, out: &Path) -> anyhow:
     let dir = out.join(format!("{name}-{seed}"));
     std::fs::create_dir_all(&dir)?;
     let mut rng = StdRng::seed_from_u64(seed);
+    // Declared before the cluster, so its agents are gone before the namespaces are.
+    let net = if nemesis.needs_netns() {
+        Some(Netns::create(3)?)
+    } else {
+        None
+    };
     // Clusters take turns (a process-wide lock in `Cluster::start`): time from the start.
-    let mut c = Cluster::start(3, 3, "").await;
+    let mut c = match &net {
+        Some(net) => {
+            let c = Cluster::start_placed(3, "", net.placements()).await;
+            crate::ready::wait_all_ready(&c).await;
+            c
+        }
+        None => Cluster::start(3, 3, "").await,
+    };
     let started = Instant::now();
     let rec = Arc::new(Recorder::create(&dir.join("history.jsonl"))?);
     let records = records::prepare_dir(c.root.path())?;
@@ -101,17 +132,33 @@ pub async fn run(name: &str, seed: u64, nemesis: Nemesis, out: &Path) -> anyhow:
             stop.clone(),
         ));
     }
-    let faults = inject(&mut c, &rec, &mut rng, nemesis, &client, name, &records).await;
+    let observing = Arc::new(AtomicBool::new(false));
+    let observer = tokio::spawn(observer::observe(client.clone(), observing.clone()));
+    let faults = inject(
+        &mut c,
+        net.as_ref(),
+        &rec,
+        &mut rng,
+        nemesis,
+        &client,
+        name,
+        &records,
+    )
+    .await;
     nemesis::heal(&mut c, &rec).await?;
+    recovery_probe(&client, name, &records).await?;
     stop.store(true, Ordering::Relaxed);
+    observing.store(true, Ordering::Relaxed);
     while let Some(r) = workers.join_next().await {
         r??;
     }
+    observer.await??;
     faults?;
 
     let jobs = drain(&c).await?;
     std::fs::write(dir.join("jobs.json"), serde_json::to_vec_pretty(&jobs)?)?;
     let runs = records::read_all(&records)?;
+    std::fs::write(dir.join("runs.json"), serde_json::to_vec_pretty(&runs)?)?;
     let history = rec.events();
     let violations = check::all(&history, &jobs, &runs);
     std::fs::write(
@@ -143,8 +190,10 @@ pub async fn run(name: &str, seed: u64, nemesis: Nemesis, out: &Path) -> anyhow:
     })
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn inject(
     c: &mut Cluster,
+    net: Option<&Netns>,
     rec: &Recorder,
     rng: &mut StdRng,
     nemesis: Nemesis,
@@ -173,7 +222,41 @@ async fn inject(
             killed?;
             task.await?
         }
+        Nemesis::LeaderPause { rounds } => pause::leader_pause(c, rec, rng, rounds).await,
+        Nemesis::HolderPause => pause::holder_pause(c, rec, rng, client, name, records).await,
+        Nemesis::IsolateLeader => {
+            let net = net.ok_or_else(|| anyhow::anyhow!("C5 needs network namespaces"))?;
+            isolation::isolate_leader(c, net, rec, rng, client, name, records).await
+        }
+        Nemesis::HolderIsolate => {
+            let net = net.ok_or_else(|| anyhow::anyhow!("C10 by partition needs namespaces"))?;
+            isolation::isolate_holder(c, net, rec, rng, client, name, records).await
+        }
     }
+}
+
+/// Right after the heal, submit (recorded, process `after-heal`) through each agent in turn
+/// until one submission is acknowledged or `AFTER_HEAL` has passed, so `check::recovery`
+/// always has writes invoked after the heal to judge. The workers keep running meanwhile.
+async fn recovery_probe(client: &Client, prefix: &str, records: &Path) -> anyhow::Result<()> {
+    let start = Instant::now();
+    let nodes = client.nodes();
+    let mut k = 0;
+    while start.elapsed() < AFTER_HEAL {
+        let key = format!("{prefix}-after-heal-{k}");
+        let via = nodes[k % nodes.len()];
+        k += 1;
+        let spec = workload::job_spec(&key, 1, records);
+        let deadline = Duration::from_secs(2);
+        if let Outcome::Ok(_) = client
+            .submit("after-heal", via, spec, &key, deadline)
+            .await?
+        {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Ok(())
 }
 
 /// Wait (up to `DRAIN`) until every job is terminal; return the final list.

@@ -1,6 +1,8 @@
-//! The short chaos suite: C1 (leader kill loop), C3 (kill every node at once) and C16 (client
-//! retry storm) against a 3-agent cluster with fixed seeds (`GPUMESH_CHAOS_SEED` overrides);
-//! every checker must find nothing.
+//! The short chaos suite: C1 (leader kill loop), C3 (kill every node at once), C5 (leader
+//! isolated), C9 (leader paused), C10 (GPU holder paused, and cut off, past its lease) and C16
+//! (client retry storm) against a 3-agent cluster with fixed seeds (`GPUMESH_CHAOS_SEED`
+//! overrides); every checker must find nothing. The partition scenarios run the agents in
+//! network namespaces and are skipped with a message where those are unavailable.
 
 use std::path::PathBuf;
 
@@ -56,4 +58,32 @@ async fn c16_client_retry_storm() {
         },
     )
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c9_leader_paused_past_the_election_timeout() {
+    scenario("c9-leader-pause", 9, Nemesis::LeaderPause { rounds: 2 }).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c10_gpu_holder_paused_past_its_lease() {
+    scenario("c10-holder-pause", 10, Nemesis::HolderPause).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c5_leader_isolated() {
+    if let Some(why) = gpu_chaos::netns::Netns::unavailable() {
+        println!("skipping C5 (leader isolated): {why}");
+        return;
+    }
+    scenario("c5-leader-isolated", 5, Nemesis::IsolateLeader).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c10_gpu_holder_cut_off_past_its_lease() {
+    if let Some(why) = gpu_chaos::netns::Netns::unavailable() {
+        println!("skipping C10 by partition: {why}");
+        return;
+    }
+    scenario("c10-holder-isolated", 110, Nemesis::HolderIsolate).await;
 }

@@ -79,9 +79,21 @@ impl Interceptor for Bearer {
 
 static ONE_CLUSTER_AT_A_TIME: Mutex<()> = Mutex::new(());
 
+/// Where one agent runs: the address it listens on (and others reach it at) and a command
+/// prefix it is started under, e.g. `ip netns exec gm1a2bx0-n2` (empty: started directly).
+#[derive(Clone, Debug, Default)]
+pub struct Placement {
+    /// `ip:port` the agent listens on and advertises.
+    pub addr: String,
+    /// Program and arguments put before the agent's own command line.
+    pub prefix: Vec<String>,
+}
+
 pub struct Agent {
     pub id: u64,
     pub addr: String,
+    /// The command prefix from its `Placement` (empty for loopback agents).
+    pub prefix: Vec<String>,
     pub config: PathBuf,
     /// Flags after `run --config FILE` (a joiner's CA and join token files).
     pub flags: Vec<std::ffi::OsString>,
@@ -99,11 +111,28 @@ impl Cluster {
     /// Start `n` agents: n1 bootstraps, the others join through it. `extra_toml` is appended to
     /// every agent's config, inside its `[raft]` table unless it opens tables of its own. Waits until all are members and the voter seats are filled.
     pub async fn start(n: u64, voter_target: usize, extra_toml: &str) -> Cluster {
+        let loopback = (0..n)
+            .map(|_| Placement {
+                addr: free_addr(),
+                prefix: Vec::new(),
+            })
+            .collect();
+        Self::start_placed(voter_target, extra_toml, loopback).await
+    }
+
+    /// `start` with agent `i` (from 1) at `placements[i - 1]`: its own address and command
+    /// prefix (network-namespace scenarios).
+    pub async fn start_placed(
+        voter_target: usize,
+        extra_toml: &str,
+        placements: Vec<Placement>,
+    ) -> Cluster {
+        let n = placements.len() as u64;
         let turn = ONE_CLUSTER_AT_A_TIME
             .lock()
             .unwrap_or_else(|p| p.into_inner());
         let root = tempfile::tempdir().expect("tempdir");
-        let addrs: Vec<String> = (0..n).map(|_| free_addr()).collect();
+        let addrs: Vec<String> = placements.iter().map(|p| p.addr.clone()).collect();
         let mut agents = BTreeMap::new();
         for id in 1..=n {
             let addr = addrs[id as usize - 1].clone();
@@ -145,6 +174,7 @@ impl Cluster {
                 Agent {
                     id,
                     addr,
+                    prefix: placements[id as usize - 1].prefix.clone(),
                     config,
                     flags,
                     log,
@@ -192,7 +222,15 @@ impl Cluster {
             .append(true)
             .open(&agent.log)
             .expect("log file");
-        let child = Command::new(bin("gpu-agent"))
+        let mut command = match agent.prefix.split_first() {
+            None => Command::new(bin("gpu-agent")),
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg(bin("gpu-agent"));
+                c
+            }
+        };
+        let child = command
             .arg("run")
             .arg("--config")
             .arg(&agent.config)
@@ -213,6 +251,24 @@ impl Cluster {
             child.kill().expect("kill -9");
             child.wait().expect("reap");
         }
+    }
+
+    /// `SIGSTOP` agent `id`: it keeps its sockets and state but does nothing until `resume`
+    /// (its job supervisors, in their own process groups, keep running).
+    pub fn pause(&self, id: u64) {
+        self.signal(id, nix::sys::signal::Signal::SIGSTOP);
+    }
+
+    /// `SIGCONT` an agent stopped by `pause`.
+    pub fn resume(&self, id: u64) {
+        self.signal(id, nix::sys::signal::Signal::SIGCONT);
+    }
+
+    fn signal(&self, id: u64, signal: nix::sys::signal::Signal) {
+        let child = self.agents[&id].child.as_ref().expect("a running agent");
+        let pid = i32::try_from(child.id()).expect("pid fits i32");
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal)
+            .unwrap_or_else(|e| panic!("{signal} to n{id}: {e}"));
     }
 
     pub fn is_running(&self, id: u64) -> bool {

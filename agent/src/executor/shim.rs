@@ -270,7 +270,7 @@ async fn watch(
         }
     };
     kill(group, Signal::SIGTERM).ok();
-    let status = match tokio::time::timeout(args.grace, child.wait()).await {
+    let status = match tokio::time::timeout(stop_grace(&stop, args), child.wait()).await {
         Ok(status) => status.ok(),
         Err(_) => {
             kill(group, Signal::SIGKILL).ok();
@@ -289,6 +289,16 @@ async fn watch(
                 exit_outcome,
             ),
         },
+    }
+}
+
+/// SIGTERM → SIGKILL time. A fenced run must be gone before the leader, waiting `down_after`
+/// (≥ 1.5 × lease) from the same lost contact, places it again; fencing starts up to
+/// `CHECK_EVERY` after the lease ran out, so its grace is at most a quarter of the lease.
+fn stop_grace(stop: &Stop, args: &ShimArgs) -> Duration {
+    match stop {
+        Stop::Fenced => args.grace.min(args.lease_timeout / 4),
+        Stop::Requested | Stop::WallTime => args.grace,
     }
 }
 

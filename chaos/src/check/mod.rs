@@ -3,7 +3,12 @@
 
 pub mod all_succeeded;
 pub mod exactly_once;
+pub mod fencing;
 pub mod gpu_overlap;
+pub mod job_order;
+pub mod leaders;
+pub mod minority;
+pub mod recovery;
 pub mod total_queue;
 
 #[cfg(test)]
@@ -17,7 +22,12 @@ pub fn all(history: &[Event], jobs: &[FinalJob], runs: &[RunRecord]) -> Vec<Viol
     let mut out = total_queue::check(history, jobs);
     out.extend(exactly_once::check(history, jobs));
     out.extend(gpu_overlap::check(runs));
+    out.extend(fencing::check(runs));
     out.extend(all_succeeded::check(history, jobs));
+    out.extend(leaders::check(history));
+    out.extend(minority::check(history));
+    out.extend(job_order::check(history));
+    out.extend(recovery::check(history));
     out
 }
 

@@ -1,0 +1,131 @@
+//! Partition faults (nft rules cut a node off from every other agent; clients in the root
+//! namespace still reach it). C5, the leader isolated: while it is cut off, a prober submits
+//! through the majority and reads each acknowledged job back through the old leader, and
+//! submits through the old leader itself: the minority must acknowledge nothing and serve no
+//! read (the `minority` and `job-order` checkers judge the history). C10 by partition: the
+//! agent holding the most running jobs is cut off until its runs are placed again (the
+//! `fencing` and `gpu-overlap` checkers judge the runs). Each heals its cut.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use gpu_tests::Cluster;
+use rand::Rng;
+use rand::rngs::StdRng;
+
+use crate::client::{Client, Outcome};
+use crate::history::{Event, OpKind, Phase, Recorder};
+use crate::holder;
+use crate::netns::Netns;
+use crate::partition::{self, Cut};
+use crate::workload::job_spec;
+
+const PROCESS: &str = "nemesis";
+/// Deadline of the prober's requests to the old leader (they are expected to time out).
+const MINORITY_DEADLINE: Duration = Duration::from_secs(1);
+/// Jobs acknowledged by the majority and then read through the old leader, per scenario.
+const PROBES: usize = 3;
+/// The cut lasts at most this long, however few probes got through.
+const PROBE_AT_MOST: Duration = Duration::from_secs(20);
+
+fn note(
+    rec: &Recorder,
+    phase: Phase,
+    what: String,
+    minority: Option<Vec<u64>>,
+) -> anyhow::Result<()> {
+    rec.record(Event {
+        value: Some(what),
+        minority,
+        ..Event::new(PROCESS, phase, OpKind::Nemesis)
+    })
+}
+
+/// C5: isolate the leader for 3–5 s and until `PROBES` jobs acknowledged by the majority were
+/// read through the old leader (at most `PROBE_AT_MOST`), then heal.
+pub async fn isolate_leader(
+    c: &Cluster,
+    net: &Netns,
+    rec: &Recorder,
+    rng: &mut StdRng,
+    client: &Client,
+    prefix: &str,
+    records: &Path,
+) -> anyhow::Result<()> {
+    tokio::time::sleep(Duration::from_millis(rng.random_range(1000..2000))).await;
+    let all: Vec<u64> = c.agents.keys().copied().collect();
+    let old = c.leader().await;
+    let majority: Vec<u64> = all.iter().copied().filter(|n| *n != old).collect();
+    note(rec, Phase::Invoke, format!("isolate leader n{old}"), None)?;
+    Cut::isolate(old, &all).apply(net, &all)?;
+    note(rec, Phase::Ok, format!("isolated n{old}"), Some(vec![old]))?;
+    let started = Instant::now();
+    let at_least = Duration::from_millis(rng.random_range(3000..5000));
+    let (mut k, mut probed) = (0, 0);
+    while started.elapsed() < PROBE_AT_MOST && (probed < PROBES || started.elapsed() < at_least) {
+        let key = format!("{prefix}-probe-{k}");
+        let via = majority[k % majority.len()];
+        k += 1;
+        let spec = job_spec(&key, 1, records);
+        if let Outcome::Ok(id) = client
+            .submit("probe", via, spec, &key, Duration::from_secs(3))
+            .await?
+        {
+            client.read("probe-old", old, id, MINORITY_DEADLINE).await?;
+            probed += 1;
+        }
+        let key = format!("{prefix}-minority-{k}");
+        let spec = job_spec(&key, 1, records);
+        client
+            .submit("probe-old", old, spec, &key, MINORITY_DEADLINE)
+            .await?;
+    }
+    note(rec, Phase::Invoke, format!("heal n{old}"), Some(Vec::new()))?;
+    partition::heal(net, &all)?;
+    note(rec, Phase::Info, format!("healed the cut of n{old}"), None)?;
+    Ok(())
+}
+
+/// C10 by partition: submit long recording jobs, cut off the node running the most of them
+/// until every one of its runs has been placed again elsewhere, then heal.
+pub async fn isolate_holder(
+    c: &Cluster,
+    net: &Netns,
+    rec: &Recorder,
+    rng: &mut StdRng,
+    client: &Client,
+    prefix: &str,
+    records: &Path,
+) -> anyhow::Result<()> {
+    tokio::time::sleep(Duration::from_millis(rng.random_range(500..1500))).await;
+    let all: Vec<u64> = c.agents.keys().copied().collect();
+    let (victim, runs) = holder::long_jobs_holder(c, client, prefix, records).await?;
+    note(
+        rec,
+        Phase::Invoke,
+        format!("isolate n{victim} holding runs (job, generation) {runs:?}"),
+        None,
+    )?;
+    Cut::isolate(victim, &all).apply(net, &all)?;
+    note(
+        rec,
+        Phase::Ok,
+        format!("isolated n{victim}"),
+        Some(vec![victim]),
+    )?;
+    let replaced = holder::wait_replaced(c, victim, &runs).await;
+    note(
+        rec,
+        Phase::Invoke,
+        format!("heal n{victim}"),
+        Some(Vec::new()),
+    )?;
+    partition::heal(net, &all)?;
+    note(
+        rec,
+        Phase::Info,
+        format!("healed the cut of n{victim}"),
+        None,
+    )?;
+    replaced
+}
