@@ -498,6 +498,11 @@ async fn serve(listener: TcpListener, s: Services, cancel: CancellationToken) {
         // peers are noticed.
         .timeout(Duration::from_secs(60))
         .concurrency_limit_per_connection(256)
+        // Raft calls carry deadlines of one heartbeat (100 ms): under load many are cancelled,
+        // each a stream reset. At h2's default of 20 pending resets the server answers
+        // GOAWAY(ENHANCE_YOUR_CALM) and drops the peer's connection, which turns a slow moment
+        // into missed heartbeats and a TLS reconnect. Peers are authenticated; allow more.
+        .http2_max_pending_accept_reset_streams(Some(1024))
         .http2_keepalive_interval(Some(Duration::from_secs(20)))
         .http2_keepalive_timeout(Some(Duration::from_secs(10)))
         .tcp_keepalive(Some(Duration::from_secs(60)))
