@@ -7,7 +7,9 @@ use gpu_raft_store::{ApplyResult, Command};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use super::plan::{Policy, plan};
+use super::env::PlanEnv;
+use super::plan::plan;
+use super::policy::Policy;
 use crate::cluster::Cluster;
 
 pub struct Scheduler {
@@ -28,7 +30,11 @@ impl Scheduler {
             if !self.cluster.view().is_leader {
                 continue;
             }
-            let pass = self.cluster.state.read(|s| plan(s, &self.policy));
+            let now_ms = crate::cluster::now_ms();
+            let pass = self.cluster.state.read(|s| {
+                let env = PlanEnv::from_state(s, &self.policy, now_ms);
+                plan(s, &self.policy, &env)
+            });
             if !pass.binds.is_empty() {
                 match self
                     .cluster

@@ -1,0 +1,134 @@
+//! The queue order of pending jobs under each `Ordering`.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+
+use gpu_raft_store::{ClusterState, Job, JobState};
+
+use super::env::PlanEnv;
+use super::policy::{Ordering, Policy};
+
+const HOUR_MS: f64 = 3_600_000.0;
+
+/// Pending jobs in the order the policy considers them.
+pub(crate) fn queue<'a>(state: &'a ClusterState, policy: &Policy, env: &PlanEnv) -> Vec<&'a Job> {
+    let mut pending: Vec<&Job> = state
+        .jobs
+        .values()
+        .filter(|j| j.state == JobState::Pending)
+        .collect();
+    match policy.ordering {
+        Ordering::Fcfs => pending.sort_by_key(|j| (j.submitted_at_ms, j.id)),
+        Ordering::Sjf => {
+            let mut keyed: Vec<(u64, u64, u64, &Job)> = pending
+                .into_iter()
+                .map(|j| {
+                    let est = env.estimate_ms(&j.spec, policy).unwrap_or(u64::MAX);
+                    (est, j.submitted_at_ms, j.id, j)
+                })
+                .collect();
+            keyed.sort_unstable_by_key(|&(est, at, id, _)| (est, at, id));
+            pending = keyed.into_iter().map(|(.., j)| j).collect();
+        }
+        Ordering::Priority => {
+            let shares = usage_shares(state, env);
+            let mut keyed: Vec<(f64, &Job)> = pending
+                .into_iter()
+                .map(|j| (dynamic_priority(j, policy, env, &shares), j))
+                .collect();
+            keyed.sort_unstable_by(|(a, ja), (b, jb)| {
+                b.total_cmp(a)
+                    .then(ja.submitted_at_ms.cmp(&jb.submitted_at_ms))
+                    .then(ja.id.cmp(&jb.id))
+            });
+            pending = keyed.into_iter().map(|(_, j)| j).collect();
+        }
+        Ordering::FairShare => pending = fair_share(state, env, pending),
+    }
+    pending
+}
+
+/// Base priority, plus `aging_per_hour` for each hour waited, minus `fairshare_weight` times
+/// the tenant's share (0..=1) of all recent usage.
+fn dynamic_priority(
+    job: &Job,
+    policy: &Policy,
+    env: &PlanEnv,
+    shares: &HashMap<String, f64>,
+) -> f64 {
+    let waited_h = env.now_ms.saturating_sub(job.submitted_at_ms) as f64 / HOUR_MS;
+    let share = shares.get(&job.spec.tenant).copied().unwrap_or(0.0);
+    f64::from(job.spec.priority) + policy.aging_per_hour * waited_h
+        - policy.fairshare_weight * share
+}
+
+/// Each tenant's fraction of all recent (decayed) usage.
+fn usage_shares(state: &ClusterState, env: &PlanEnv) -> HashMap<String, f64> {
+    let mut usage = env.usage.at(state, env.now_ms);
+    let total: f64 = usage.values().sum();
+    if total > 0.0 {
+        for v in usage.values_mut() {
+            *v /= total;
+        }
+    }
+    usage
+}
+
+/// Tenants take turns: the tenant with the least load (GPUs it holds, counting the jobs
+/// already ahead of it in this queue, plus its decayed past usage in GPU-equivalents) goes
+/// next; inside a tenant, priority then submission order. Every tenant weighs the same until
+/// tenants carry weights.
+fn fair_share<'a>(state: &'a ClusterState, env: &PlanEnv, pending: Vec<&'a Job>) -> Vec<&'a Job> {
+    let usage = env.usage.at(state, env.now_ms);
+    let mut held: HashMap<&str, f64> = HashMap::new();
+    for j in state.jobs.values().filter(|j| j.state.is_live()) {
+        *held.entry(j.spec.tenant.as_str()).or_insert(0.0) += f64::from(j.spec.gpus);
+    }
+    let mut per_tenant: HashMap<&str, Vec<&Job>> = HashMap::new();
+    for j in pending {
+        per_tenant
+            .entry(j.spec.tenant.as_str())
+            .or_default()
+            .push(j);
+    }
+    let load = |t: &str| usage.get(t).copied().unwrap_or(0.0) + held.get(t).copied().unwrap_or(0.0);
+    let total = per_tenant.values().map(Vec::len).sum();
+    // Each tenant's queue reversed, so its next job is at the end.
+    for q in per_tenant.values_mut() {
+        q.sort_by_key(|j| Reverse((Reverse(j.spec.priority), j.submitted_at_ms, j.id)));
+    }
+    let mut turns: BinaryHeap<Reverse<(Load, &str)>> = per_tenant
+        .keys()
+        .map(|t| Reverse((Load(load(t)), *t)))
+        .collect();
+    let mut out = Vec::with_capacity(total);
+    while let Some(Reverse((Load(l), tenant))) = turns.pop() {
+        let Some(q) = per_tenant.get_mut(tenant) else {
+            continue;
+        };
+        let Some(job) = q.pop() else { continue };
+        out.push(job);
+        if !q.is_empty() {
+            turns.push(Reverse((Load(l + f64::from(job.spec.gpus.max(1))), tenant)));
+        }
+    }
+    out
+}
+
+/// A load value with a total order, for the heap.
+#[derive(Clone, Copy, PartialEq)]
+struct Load(f64);
+
+impl Eq for Load {}
+
+impl PartialOrd for Load {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Load {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.total_cmp(&other.0)
+    }
+}
