@@ -3,7 +3,7 @@
 //! later job may start now only if it cannot delay that reservation: it ends before the
 //! reserved start, or it runs elsewhere, or it only uses GPUs the reserved job will not need.
 
-use gpu_raft_store::{JobId, JobSpec, gpu_fits};
+use gpu_raft_store::{JobId, JobSpec, NodeId, gpu_fits};
 
 use super::placement::{Nodes, Placement, selector_matches};
 
@@ -22,8 +22,10 @@ pub struct Reservation {
     pub job: JobId,
     /// When it is expected to start.
     pub start_ms: u64,
-    /// The node slot it will start on; `None` for a multi-node gang (any node).
-    pub slot: Option<usize>,
+    /// The node it will start on; `None` for a multi-node gang (any nodes).
+    pub node: Option<NodeId>,
+    /// That node's slot in the pass.
+    pub(crate) slot: Option<usize>,
     /// Matching GPUs expected to be free at `start_ms` beyond what it needs (on its node, or
     /// cluster-wide for a gang): later jobs may use that many without delaying it.
     pub spare: usize,
@@ -71,6 +73,7 @@ pub(crate) fn reserve(
                 best = Some(Reservation {
                     job,
                     start_ms: start,
+                    node: Some(slot.id),
                     slot: Some(i),
                     spare: free - want,
                 });
@@ -84,6 +87,7 @@ pub(crate) fn reserve(
     earliest(cluster_free, &cluster_events, want, now_ms).map(|(start, free)| Reservation {
         job,
         start_ms: start,
+        node: None,
         slot: None,
         spare: free - want,
     })

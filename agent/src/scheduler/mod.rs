@@ -11,6 +11,8 @@ mod placement;
 mod plan;
 mod policy;
 #[cfg(test)]
+mod policy_tests;
+#[cfg(test)]
 pub(crate) mod testkit;
 mod usage;
 

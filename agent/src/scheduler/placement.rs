@@ -64,10 +64,10 @@ impl<'a> Nodes<'a> {
     /// The best placement for `spec` now, avoiding the slot `avoid` if given.
     pub fn find(&self, spec: &JobSpec, gangs: bool, avoid: Option<usize>) -> Option<Placement> {
         let want = spec.gpus as usize;
-        if want <= self.max_free() {
-            if let Some(single) = self.find_single(spec, avoid) {
-                return Some(vec![single]);
-            }
+        if want <= self.max_free()
+            && let Some(single) = self.find_single(spec, avoid)
+        {
+            return Some(vec![single]);
         }
         if gangs && want > self.largest_capacity(spec) {
             return self.find_gang(spec, avoid);
