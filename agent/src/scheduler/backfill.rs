@@ -5,7 +5,7 @@
 
 use gpu_raft_store::{JobId, JobSpec, NodeId, gpu_fits};
 
-use super::placement::{Nodes, Placement, selector_matches};
+use super::placement::{Nodes, Placement, is_plain, matching, selector_matches};
 
 /// A run holding GPUs during the pass (running before it, or started by it).
 #[derive(Clone, Debug)]
@@ -49,18 +49,15 @@ pub(crate) fn reserve(
         if !selector_matches(spec, &slot.labels) {
             continue;
         }
-        let free_now = slot.free.iter().filter(|g| gpu_fits(g, spec)).count();
+        let free_now = if is_plain(spec) {
+            slot.free.len()
+        } else {
+            slot.free.iter().filter(|g| gpu_fits(g, spec)).count()
+        };
         let mut events: Vec<(u64, usize)> = holdings
             .iter()
             .filter(|h| h.slot == i)
-            .filter_map(|h| {
-                let released = h
-                    .gpus
-                    .iter()
-                    .filter(|g| slot.all.iter().any(|r| r.index == **g && gpu_fits(r, spec)))
-                    .count();
-                Some((h.end_ms?, released))
-            })
+            .filter_map(|h| Some((h.end_ms?, matching(slot, &h.gpus, spec))))
             .collect();
         events.sort_unstable();
         cluster_free += free_now;
@@ -134,15 +131,7 @@ pub(crate) fn admit(
     let taken: usize = placement
         .iter()
         .filter(|(slot, _)| reservation.slot.is_none_or(|r| r == *slot))
-        .map(|(slot, gpus)| {
-            let node = &nodes.slots[*slot];
-            if !selector_matches(head, &node.labels) {
-                return 0;
-            }
-            gpus.iter()
-                .filter(|g| node.all.iter().any(|r| r.index == **g && gpu_fits(r, head)))
-                .count()
-        })
+        .map(|(slot, gpus)| matching(&nodes.slots[*slot], gpus, head))
         .sum();
     if taken <= reservation.spare {
         reservation.spare -= taken;

@@ -3,7 +3,7 @@
 //! and backfill for jobs that carry no estimate of their own.
 
 use std::collections::HashMap;
-use std::hash::{DefaultHasher, Hash, Hasher};
+use std::hash::{BuildHasherDefault, Hash, Hasher};
 
 use gpu_raft_store::{ClusterState, JobSpec, JobState};
 
@@ -14,8 +14,8 @@ const KEEP: usize = 32;
 /// prediction is one map lookup.
 #[derive(Clone, Debug, Default)]
 pub struct RuntimeHistory {
-    by_signature: HashMap<u64, Recent>,
-    by_tenant: HashMap<u64, Recent>,
+    by_signature: HashMap<u64, Recent, BuildHasherDefault<KeyHasher>>,
+    by_tenant: HashMap<u64, Recent, BuildHasherDefault<KeyHasher>>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -80,17 +80,61 @@ impl RuntimeHistory {
     }
 }
 
-/// Jobs are "the same" when tenant, name, command and GPU count match.
+/// Jobs are "the same" when tenant, name, command and GPU count match. Predictions are made
+/// for every pending job on every pass, so keys use FNV-1a (fast on short strings, and the
+/// keys come from the replicated state, not from an attacker choosing collisions per agent).
 fn signature(spec: &JobSpec) -> u64 {
-    let mut h = DefaultHasher::new();
+    let mut h = Fnv::default();
     (&spec.tenant, &spec.name, &spec.command, spec.gpus).hash(&mut h);
     h.finish()
 }
 
 fn tenant_key(spec: &JobSpec) -> u64 {
-    let mut h = DefaultHasher::new();
+    let mut h = Fnv::default();
     spec.tenant.hash(&mut h);
     h.finish()
+}
+
+/// 64-bit FNV-1a.
+struct Fnv(u64);
+
+impl Default for Fnv {
+    fn default() -> Self {
+        Self(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Hasher for Fnv {
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 ^= u64::from(*b);
+            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// The maps' keys are already hashes: use them as they are.
+#[derive(Default)]
+struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
 }
 
 #[cfg(test)]

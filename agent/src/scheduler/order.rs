@@ -10,15 +10,22 @@ use super::policy::{Ordering, Policy};
 
 const HOUR_MS: f64 = 3_600_000.0;
 
-/// Pending jobs in the order the policy considers them.
-pub(crate) fn queue<'a>(state: &'a ClusterState, policy: &Policy, env: &PlanEnv) -> Vec<&'a Job> {
-    let mut pending: Vec<&Job> = state
-        .jobs
-        .values()
-        .filter(|j| j.state == JobState::Pending)
-        .collect();
+/// Pending jobs in the order the policy considers them, produced lazily where the order allows
+/// it (FCFS walks the job map, so a strict queue stops at its head without looking further).
+pub(crate) fn queue<'a>(
+    state: &'a ClusterState,
+    policy: &Policy,
+    env: &PlanEnv,
+) -> Box<dyn Iterator<Item = &'a Job> + 'a> {
+    let pending = state.jobs.values().filter(|j| j.state == JobState::Pending);
+    if policy.ordering == Ordering::Fcfs {
+        // Arrival order is the order the Raft log accepted the jobs: job id order. (Submission
+        // timestamps come from whichever leader proposed them and need not be monotonic.)
+        return Box::new(pending);
+    }
+    let mut pending: Vec<&Job> = pending.collect();
     match policy.ordering {
-        Ordering::Fcfs => pending.sort_by_key(|j| (j.submitted_at_ms, j.id)),
+        Ordering::Fcfs => {}
         Ordering::Sjf => {
             let mut keyed: Vec<(u64, u64, u64, &Job)> = pending
                 .into_iter()
@@ -45,7 +52,7 @@ pub(crate) fn queue<'a>(state: &'a ClusterState, policy: &Policy, env: &PlanEnv)
         }
         Ordering::FairShare => pending = fair_share(state, env, pending),
     }
-    pending
+    Box::new(pending.into_iter())
 }
 
 /// Base priority, plus `aging_per_hour` for each hour waited, minus `fairshare_weight` times

@@ -25,6 +25,9 @@ pub(crate) struct Nodes<'a> {
     pub slots: Vec<Slot<'a>>,
     /// `buckets[n]`: slots with exactly `n` free GPUs, in node id order.
     buckets: Vec<BTreeSet<usize>>,
+    free_total: usize,
+    /// The most healthy GPUs on one node (the largest plain single-node job).
+    pub largest_node: usize,
 }
 
 impl<'a> Nodes<'a> {
@@ -45,7 +48,14 @@ impl<'a> Nodes<'a> {
         for (i, s) in slots.iter().enumerate() {
             buckets[s.free.len()].insert(i);
         }
-        Self { slots, buckets }
+        let free_total = slots.iter().map(|s| s.free.len()).sum();
+        let largest_node = slots.iter().map(|s| s.all.len()).max().unwrap_or(0);
+        Self {
+            slots,
+            buckets,
+            free_total,
+            largest_node,
+        }
     }
 
     /// The most free GPUs on any one node.
@@ -58,7 +68,7 @@ impl<'a> Nodes<'a> {
 
     /// Free GPUs across all schedulable nodes.
     pub fn total_free(&self) -> usize {
-        self.slots.iter().map(|s| s.free.len()).sum()
+        self.free_total
     }
 
     /// The best placement for `spec` now, avoiding the slot `avoid` if given.
@@ -136,6 +146,9 @@ impl<'a> Nodes<'a> {
 
     /// The most GPUs matching `spec` that any one eligible node has, free or not.
     pub fn largest_capacity(&self, spec: &JobSpec) -> usize {
+        if is_plain(spec) {
+            return self.largest_node;
+        }
         self.slots
             .iter()
             .filter(|s| selector_matches(spec, &s.labels))
@@ -168,10 +181,30 @@ impl<'a> Nodes<'a> {
         for (i, gpus) in placement {
             let slot = &mut self.slots[*i];
             self.buckets[slot.free.len()].remove(i);
+            self.free_total -= slot.free.len();
             slot.free.retain(|g| !gpus.contains(&g.index));
+            self.free_total += slot.free.len();
             self.buckets[slot.free.len()].insert(*i);
         }
     }
+}
+
+/// No GPU type, memory or node selector: any GPU of any node will do.
+pub(crate) fn is_plain(spec: &JobSpec) -> bool {
+    spec.gpu_types.is_empty() && spec.min_gpu_memory_mib == 0 && spec.node_selector.is_empty()
+}
+
+/// How many of `gpus` (indexes on `slot`) could serve `spec`.
+pub(crate) fn matching(slot: &Slot<'_>, gpus: &[u32], spec: &JobSpec) -> usize {
+    if is_plain(spec) {
+        return gpus.len();
+    }
+    if !selector_matches(spec, &slot.labels) {
+        return 0;
+    }
+    gpus.iter()
+        .filter(|g| slot.all.iter().any(|r| r.index == **g && gpu_fits(r, spec)))
+        .count()
 }
 
 fn matching_free(slot: &Slot<'_>, spec: &JobSpec) -> usize {

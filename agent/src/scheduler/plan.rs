@@ -10,7 +10,7 @@ use gpu_raft_store::{Bind, ClusterState, JobId, JobSpec};
 use super::backfill::{self, Holding, Reservation};
 use super::env::PlanEnv;
 use super::order;
-use super::placement::{Nodes, selector_matches};
+use super::placement::{Nodes, is_plain, selector_matches};
 use super::policy::{Backfill, Policy};
 
 /// One pass's result: placements to propose, and new reasons for jobs that stay pending.
@@ -34,6 +34,11 @@ pub fn plan(state: &ClusterState, policy: &Policy, env: &PlanEnv) -> Plan {
     let mut started: Vec<Holding> = Vec::new();
     let mut reservation: Option<(Reservation, &JobSpec)> = None;
     let mut blocked_by: Option<JobId> = None;
+    // Free GPUs only shrink during a pass, so for plain single-node jobs (no GPU type, memory
+    // or node selector) failure is monotone in size: once a size finds no room, or is held
+    // back by a plain head's reservation, every larger one is too. These skip the search.
+    let mut no_room_from = usize::MAX;
+    let mut held_from = usize::MAX;
     let mut out = Plan::default();
     for job in queue {
         if out.binds.len() >= policy.max_binds_per_pass {
@@ -56,12 +61,16 @@ pub fn plan(state: &ClusterState, policy: &Policy, env: &PlanEnv) -> Plan {
             continue;
         }
         let want = spec.gpus as usize;
+        let memo = is_plain(spec) && want <= unconstrained_capacity.largest;
         let may_fit = want <= nodes.max_free() || (gangs && want <= nodes.total_free());
-        let found = if may_fit {
+        let found = if may_fit && !(memo && want >= no_room_from) {
             nodes.find(spec, gangs, None)
         } else {
             None
         };
+        if found.is_none() && memo {
+            no_room_from = no_room_from.min(want);
+        }
         let Some(mut placement) = found else {
             let holds_queue = policy.backfill != Backfill::Greedy && reservation.is_none();
             if !(policy.explain || holds_queue) {
@@ -90,7 +99,10 @@ pub fn plan(state: &ClusterState, policy: &Policy, env: &PlanEnv) -> Plan {
             .estimate_ms(spec, policy)
             .map(|e| env.now_ms.saturating_add(e));
         if let Some((r, head)) = reservation.as_mut() {
-            let admitted = backfill::admit(r, head, &nodes, &placement, end_ms)
+            let outlasts = end_ms.is_none_or(|end| end > r.start_ms);
+            let memo = memo && outlasts && is_plain(head);
+            let admitted = !(memo && want >= held_from)
+                && backfill::admit(r, head, &nodes, &placement, end_ms)
                 || match r
                     .slot
                     .and_then(|avoid| nodes.find(spec, gangs, Some(avoid)))
@@ -102,6 +114,9 @@ pub fn plan(state: &ClusterState, policy: &Policy, env: &PlanEnv) -> Plan {
                     _ => false,
                 };
             if !admitted {
+                if memo {
+                    held_from = held_from.min(want);
+                }
                 let head = r.job;
                 note(
                     &mut out,
@@ -177,10 +192,7 @@ impl Capacity {
     }
 
     fn could_ever_fit(&self, nodes: &Nodes<'_>, spec: &JobSpec, gangs: bool) -> bool {
-        let plain = spec.gpu_types.is_empty()
-            && spec.min_gpu_memory_mib == 0
-            && spec.node_selector.is_empty();
-        if !plain {
+        if !is_plain(spec) {
             return nodes.could_ever_fit(spec, gangs);
         }
         let want = spec.gpus as usize;

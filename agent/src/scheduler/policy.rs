@@ -8,7 +8,7 @@ use std::str::FromStr;
 /// The order in which pending jobs are considered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Ordering {
-    /// Submission order.
+    /// Arrival order: the order the cluster accepted the jobs (job ids).
     Fcfs,
     /// Shortest (estimated or predicted) runtime first; jobs with no estimate go last.
     Sjf,
