@@ -3,7 +3,7 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
-use gpu_raft_store::{ClusterState, Job, JobState};
+use gpu_raft_store::{ClusterState, Job, JobId, JobState};
 
 use super::env::PlanEnv;
 use super::policy::{Ordering, Policy};
@@ -18,41 +18,62 @@ pub(crate) fn queue<'a>(
     env: &PlanEnv,
 ) -> Box<dyn Iterator<Item = &'a Job> + 'a> {
     let pending = state.jobs.values().filter(|j| j.state == JobState::Pending);
-    if policy.ordering == Ordering::Fcfs {
-        // Arrival order is the order the Raft log accepted the jobs: job id order. (Submission
-        // timestamps come from whichever leader proposed them and need not be monotonic.)
-        return Box::new(pending);
-    }
-    let mut pending: Vec<&Job> = pending.collect();
+    // FCFS: arrival order is the order the Raft log accepted the jobs, job id order.
+    // (Submission timestamps come from whichever leader proposed them and need not be
+    // monotonic.)
     match policy.ordering {
-        Ordering::Fcfs => {}
+        Ordering::Fcfs => Box::new(pending),
+        // Keys are computed for every job, but the order is drawn from a heap lazily: a pass
+        // that stops early (a strict queue, a full cluster) does not pay for a full sort.
         Ordering::Sjf => {
-            let mut keyed: Vec<(u64, u64, u64, &Job)> = pending
-                .into_iter()
+            let heap: BinaryHeap<Reverse<(u64, u64, JobId, Keyed<'a>)>> = pending
                 .map(|j| {
                     let est = env.estimate_ms(&j.spec, policy).unwrap_or(u64::MAX);
-                    (est, j.submitted_at_ms, j.id, j)
+                    Reverse((est, j.submitted_at_ms, j.id, Keyed(j)))
                 })
                 .collect();
-            keyed.sort_unstable_by_key(|&(est, at, id, _)| (est, at, id));
-            pending = keyed.into_iter().map(|(.., j)| j).collect();
+            Box::new(drain(heap).map(|Reverse((.., Keyed(j)))| j))
         }
         Ordering::Priority => {
             let shares = usage_shares(state, env);
-            let mut keyed: Vec<(f64, &Job)> = pending
-                .into_iter()
-                .map(|j| (dynamic_priority(j, policy, env, &shares), j))
+            let heap: BinaryHeap<(Load, Reverse<(u64, JobId)>, Keyed<'a>)> = pending
+                .map(|j| {
+                    let score = dynamic_priority(j, policy, env, &shares);
+                    (Load(score), Reverse((j.submitted_at_ms, j.id)), Keyed(j))
+                })
                 .collect();
-            keyed.sort_unstable_by(|(a, ja), (b, jb)| {
-                b.total_cmp(a)
-                    .then(ja.submitted_at_ms.cmp(&jb.submitted_at_ms))
-                    .then(ja.id.cmp(&jb.id))
-            });
-            pending = keyed.into_iter().map(|(_, j)| j).collect();
+            Box::new(drain(heap).map(|(.., Keyed(j))| j))
         }
-        Ordering::FairShare => pending = fair_share(state, env, pending),
+        Ordering::FairShare => Box::new(fair_share(state, env, pending.collect()).into_iter()),
     }
-    Box::new(pending.into_iter())
+}
+
+fn drain<T: Ord>(mut heap: BinaryHeap<T>) -> impl Iterator<Item = T> {
+    std::iter::from_fn(move || heap.pop())
+}
+
+/// A job riding along in a heap entry; entries are ordered by their keys alone (which end in
+/// the unique job id, so this never decides).
+struct Keyed<'a>(&'a Job);
+
+impl PartialEq for Keyed<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.id == other.0.id
+    }
+}
+
+impl Eq for Keyed<'_> {}
+
+impl PartialOrd for Keyed<'_> {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Keyed<'_> {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.id.cmp(&other.0.id)
+    }
 }
 
 /// Base priority, plus `aging_per_hour` for each hour waited, minus `fairshare_weight` times

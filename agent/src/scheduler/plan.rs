@@ -39,6 +39,7 @@ pub fn plan(state: &ClusterState, policy: &Policy, env: &PlanEnv) -> Plan {
     // back by a plain head's reservation, every larger one is too. These skip the search.
     let mut no_room_from = usize::MAX;
     let mut held_from = usize::MAX;
+    let mut cpu_only: Option<bool> = None;
     let mut out = Plan::default();
     for job in queue {
         if out.binds.len() >= policy.max_binds_per_pass {
@@ -61,6 +62,13 @@ pub fn plan(state: &ClusterState, policy: &Policy, env: &PlanEnv) -> Plan {
             continue;
         }
         let want = spec.gpus as usize;
+        if !policy.explain && want > 0 && nodes.total_free() == 0 {
+            // Nothing with GPUs can start; only CPU-only jobs could still be placed.
+            if !*cpu_only.get_or_insert_with(|| has_cpu_only_pending(state)) {
+                break;
+            }
+            continue;
+        }
         let memo = is_plain(spec) && want <= unconstrained_capacity.largest;
         let may_fit = want <= nodes.max_free() || (gangs && want <= nodes.total_free());
         let found = if may_fit && !(memo && want >= no_room_from) {
@@ -174,6 +182,13 @@ fn holdings(
         }
     }
     out
+}
+
+fn has_cpu_only_pending(state: &ClusterState) -> bool {
+    state
+        .jobs
+        .values()
+        .any(|j| j.state == gpu_raft_store::JobState::Pending && j.spec.gpus == 0)
 }
 
 /// The cluster's capacity for jobs with no GPU type, memory or node selector, computed once a
