@@ -9,6 +9,7 @@ use crate::auth::{self, Grant, TokenRecord};
 use crate::command::{ApplyResult, Bind, Command, LogEntry, Rejection};
 use crate::job::{Binding, Job, JobId, JobState, Outcome};
 use crate::node::{NodeRecord, NodeStatus};
+use crate::scheduler::SchedulerSettings;
 use crate::{NodeId, validate};
 
 /// Everything the cluster agrees on (besides Raft membership, which openraft tracks).
@@ -30,6 +31,9 @@ pub struct ClusterState {
     /// The hash-chained audit log.
     #[serde(default)]
     pub audit: Vec<AuditEntry>,
+    /// The policy the leader schedules with.
+    #[serde(default)]
+    pub scheduler: SchedulerSettings,
 }
 
 fn first_job_id() -> JobId {
@@ -101,6 +105,12 @@ impl ClusterState {
             Command::CreateToken { token } => self.create_token(token, entry.meta.as_ref()),
             Command::RevokeToken { id } => self.revoke_token(id, entry.meta.as_ref()),
             Command::AuditDenied { .. } => Ok(ApplyResult::Ok),
+            Command::SetSchedulerPolicy { settings } => {
+                settings.validate().map_err(invalid).map(|()| {
+                    self.scheduler = settings.clone();
+                    ApplyResult::Ok
+                })
+            }
         };
         let result = result.unwrap_or_else(|reason| ApplyResult::Rejected { reason });
         if let Some(meta) = &entry.meta {

@@ -1,4 +1,5 @@
-//! The leader-only scheduling loop: plan on every applied change (and on a tick), propose the
+//! The leader-only scheduling loop: plan on every applied change (and on a tick) with the
+//! replicated scheduler settings and the leader's clock as "now", propose the
 //! placements as one `BindJobs` entry and the new pending reasons as one `NoteUnschedulable`.
 
 use std::time::Duration;
@@ -14,6 +15,8 @@ use crate::cluster::Cluster;
 
 pub struct Scheduler {
     pub cluster: Cluster,
+    /// The base policy; ordering, backfill and their knobs come from the replicated
+    /// `ClusterState::scheduler` at every pass.
     pub policy: Policy,
     pub tick: Duration,
 }
@@ -32,8 +35,11 @@ impl Scheduler {
             }
             let now_ms = crate::cluster::now_ms();
             let pass = self.cluster.state.read(|s| {
-                let env = PlanEnv::from_state(s, &self.policy, now_ms);
-                plan(s, &self.policy, &env)
+                // The replicated settings decide ordering and backfill; `self.policy` keeps
+                // the agent-local knobs (batch size).
+                let policy = self.policy.with_settings(&s.scheduler);
+                let env = PlanEnv::from_state(s, &policy, now_ms);
+                plan(s, &policy, &env)
             });
             if !pass.binds.is_empty() {
                 match self

@@ -2,34 +2,10 @@
 //! the ones behind it (strict queue, EASY backfill, greedy), and the knobs of each. Written as
 //! a short spec string (`sjf+easy`, `priority+greedy`) on the command line and in the API.
 
-use std::fmt;
 use std::str::FromStr;
 
-/// The order in which pending jobs are considered.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Ordering {
-    /// Arrival order: the order the cluster accepted the jobs (job ids).
-    Fcfs,
-    /// Shortest (estimated or predicted) runtime first; jobs with no estimate go last.
-    Sjf,
-    /// Base priority, plus aging while the job waits, minus its tenant's share of recent usage.
-    Priority,
-    /// The tenant with the smallest share (GPUs held now plus decayed past usage, per weight)
-    /// goes next; inside a tenant, priority then submission order.
-    FairShare,
-}
-
-/// What a job that cannot be placed now does to the jobs queued behind it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Backfill {
-    /// A strict queue: nothing behind the first job that does not fit is started.
-    Strict,
-    /// EASY backfill: the first job that does not fit gets a reservation (the earliest time
-    /// enough GPUs free up on one node); later jobs start only if they cannot delay it.
-    Easy,
-    /// Every job that fits starts now, whatever waits ahead of it (big jobs can starve).
-    Greedy,
-}
+pub use gpu_raft_store::scheduler::{Backfill, BadPolicy, Ordering};
+use gpu_raft_store::scheduler::{SchedulerSettings, parse_spec};
 
 /// How the scheduler decides. `Policy::default()` is v1's behaviour: priority then submission
 /// order, greedy, no aging, no fair-share term.
@@ -88,41 +64,21 @@ impl Policy {
         }
     }
 
+    /// This policy with the cluster's replicated settings applied (what the leader plans with).
+    pub fn with_settings(&self, settings: &SchedulerSettings) -> Self {
+        Self {
+            ordering: settings.ordering,
+            backfill: settings.backfill,
+            aging_per_hour: f64::from(settings.aging_per_hour),
+            fairshare_weight: f64::from(settings.fairshare_weight),
+            usage_half_life_ms: settings.usage_half_life_s.saturating_mul(1000),
+            ..self.clone()
+        }
+    }
+
     /// The short spec (`ordering+backfill`) of this policy's ordering and backfill.
     pub fn spec(&self) -> String {
         format!("{}+{}", self.ordering, self.backfill)
-    }
-}
-
-/// A policy spec that does not parse.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error(
-    "unknown scheduler policy {0:?}: expected ORDERING[+BACKFILL] with ORDERING one of fcfs, sjf, priority, fairshare and BACKFILL one of strict, easy, greedy"
-)]
-pub struct BadPolicy(pub String);
-
-impl FromStr for Ordering {
-    type Err = BadPolicy;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "fcfs" => Ok(Self::Fcfs),
-            "sjf" => Ok(Self::Sjf),
-            "priority" => Ok(Self::Priority),
-            "fairshare" => Ok(Self::FairShare),
-            _ => Err(BadPolicy(s.to_owned())),
-        }
-    }
-}
-
-impl FromStr for Backfill {
-    type Err = BadPolicy;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "strict" => Ok(Self::Strict),
-            "easy" | "backfill" => Ok(Self::Easy),
-            "greedy" => Ok(Self::Greedy),
-            _ => Err(BadPolicy(s.to_owned())),
-        }
     }
 }
 
@@ -130,35 +86,8 @@ impl FromStr for Policy {
     type Err = BadPolicy;
     /// `fcfs`, `sjf+easy`, `priority+greedy`, … A missing backfill means `strict`.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let bad = || BadPolicy(s.to_owned());
-        let (ordering, backfill) = match s.split_once('+') {
-            Some((o, b)) => (o, b),
-            None => (s, "strict"),
-        };
-        let ordering = ordering.parse::<Ordering>().map_err(|_| bad())?;
-        let backfill = backfill.parse::<Backfill>().map_err(|_| bad())?;
+        let (ordering, backfill) = parse_spec(s)?;
         Ok(Self::new(ordering, backfill))
-    }
-}
-
-impl fmt::Display for Ordering {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Fcfs => "fcfs",
-            Self::Sjf => "sjf",
-            Self::Priority => "priority",
-            Self::FairShare => "fairshare",
-        })
-    }
-}
-
-impl fmt::Display for Backfill {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Strict => "strict",
-            Self::Easy => "easy",
-            Self::Greedy => "greedy",
-        })
     }
 }
 
