@@ -26,7 +26,7 @@ pub(crate) fn queue<'a>(
         // Keys are computed for every job, but the order is drawn from a heap lazily: a pass
         // that stops early (a strict queue, a full cluster) does not pay for a full sort.
         Ordering::Sjf => {
-            let heap: BinaryHeap<Reverse<(u64, u64, JobId, Keyed<'a>)>> = pending
+            let heap: BinaryHeap<SjfEntry<'a>> = pending
                 .map(|j| {
                     let est = env.estimate_ms(&j.spec, policy).unwrap_or(u64::MAX);
                     Reverse((est, j.submitted_at_ms, j.id, Keyed(j)))
@@ -36,7 +36,7 @@ pub(crate) fn queue<'a>(
         }
         Ordering::Priority => {
             let shares = usage_shares(state, env);
-            let heap: BinaryHeap<(Load, Reverse<(u64, JobId)>, Keyed<'a>)> = pending
+            let heap: BinaryHeap<PriorityEntry<'a>> = pending
                 .map(|j| {
                     let score = dynamic_priority(j, policy, env, &shares);
                     (Load(score), Reverse((j.submitted_at_ms, j.id)), Keyed(j))
@@ -47,6 +47,11 @@ pub(crate) fn queue<'a>(
         Ordering::FairShare => Box::new(fair_share(state, env, pending.collect()).into_iter()),
     }
 }
+
+/// Shortest estimate first, then submission time and id.
+type SjfEntry<'a> = Reverse<(u64, u64, JobId, Keyed<'a>)>;
+/// Highest score first, then earliest submission and lowest id.
+type PriorityEntry<'a> = (Load, Reverse<(u64, JobId)>, Keyed<'a>);
 
 fn drain<T: Ord>(mut heap: BinaryHeap<T>) -> impl Iterator<Item = T> {
     std::iter::from_fn(move || heap.pop())
