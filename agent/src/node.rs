@@ -10,6 +10,7 @@ use anyhow::{Context, bail};
 use gpu_proto::internal::v1::raft_peer_server::RaftPeerServer;
 use gpu_proto::v1::cluster_service_server::ClusterServiceServer;
 use gpu_proto::v1::node_service_server::NodeServiceServer;
+use gpu_proto::v1::scheduler_service_server::SchedulerServiceServer;
 use gpu_raft_store::{Command, Raft};
 use openraft::BasicNode;
 use tokio::net::TcpListener;
@@ -43,6 +44,7 @@ use crate::peer_client::PeerClients;
 use crate::peer_service::PeerService;
 use crate::raft_network::NetworkFactory;
 use crate::scheduler::{Policy, Scheduler};
+use crate::scheduler_service::SchedulerApi;
 use crate::token_service::TokenApi;
 
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
@@ -291,6 +293,9 @@ async fn serve(listener: TcpListener, s: Services, cancel: CancellationToken) {
         .set_serving::<ClusterServiceServer<ClusterApi>>()
         .await;
     health.set_serving::<NodeServiceServer<NodeApi>>().await;
+    health
+        .set_serving::<SchedulerServiceServer<SchedulerApi>>()
+        .await;
     health.set_serving::<JobServiceServer<JobApi>>().await;
     health.set_serving::<GpuServiceServer<GpuApi>>().await;
     let max = gpu_proto::MAX_MESSAGE_BYTES;
@@ -312,6 +317,10 @@ async fn serve(listener: TcpListener, s: Services, cancel: CancellationToken) {
         reachable_within: s.reachable_within,
     };
     let node_api = NodeApi {
+        cluster: cluster.clone(),
+        auth: auth.clone(),
+    };
+    let scheduler_api = SchedulerApi {
         cluster: cluster.clone(),
         auth: auth.clone(),
     };
@@ -343,6 +352,7 @@ async fn serve(listener: TcpListener, s: Services, cancel: CancellationToken) {
         .add_service(peer)
         .add_service(ClusterServiceServer::new(cluster_api).max_decoding_message_size(max))
         .add_service(NodeServiceServer::new(node_api).max_decoding_message_size(max))
+        .add_service(SchedulerServiceServer::new(scheduler_api).max_decoding_message_size(max))
         .add_service(JobServiceServer::new(job_api).max_decoding_message_size(max))
         .add_service(GpuServiceServer::new(gpu_api).max_decoding_message_size(max))
         .add_service(TokenServiceServer::new(token_api).max_decoding_message_size(max))

@@ -84,6 +84,7 @@ fn main() -> ExitCode {
             Noun::Debug(verb) => commands::debug::run(&ctx, verb).await,
             Noun::Token(verb) => commands::token::run(&ctx, verb).await,
             Noun::Audit(verb) => commands::audit::run(&ctx, verb).await,
+            Noun::Scheduler(verb) => commands::scheduler::run(&ctx, verb).await,
         }
     });
     match result {

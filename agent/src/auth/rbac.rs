@@ -24,6 +24,8 @@ pub enum Action<'a> {
     /// Create, list or revoke tokens (what exactly is granted is checked by the grant rule).
     ManageTokens,
     ReadAudit,
+    /// Change the scheduler policy.
+    ManageScheduler,
 }
 
 impl Identity {
@@ -33,7 +35,13 @@ impl Identity {
         let allowed = match (self.role, action) {
             (Role::Admin, _) => true,
             (_, Action::ReadCluster) => true,
-            (Role::Operator, Action::ManageNodes | Action::ReadJob(_) | Action::ReadAudit) => true,
+            (
+                Role::Operator,
+                Action::ManageNodes
+                | Action::ManageScheduler
+                | Action::ReadJob(_)
+                | Action::ReadAudit,
+            ) => true,
             (Role::TenantAdmin, Action::ManageTokens) => true,
             (Role::TenantAdmin | Role::User, Action::WriteJob(t) | Action::ReadJob(t)) => own(t),
             (Role::Viewer, Action::ReadJob(t)) => self.tenant.is_none() || own(t),
@@ -64,6 +72,7 @@ fn describe(action: Action<'_>) -> String {
         Action::ReadJob(t) => format!("read jobs of tenant {t}"),
         Action::ManageTokens => "manage tokens".into(),
         Action::ReadAudit => "read the audit log".into(),
+        Action::ManageScheduler => "change the scheduler policy".into(),
     }
 }
 
@@ -90,6 +99,11 @@ mod tests {
         let cases = [
             (&admin, Action::ManageNodes, true),
             (&op, Action::ManageNodes, true),
+            (&op, Action::ManageScheduler, true),
+            (&admin, Action::ManageScheduler, true),
+            (&ta, Action::ManageScheduler, false),
+            (&user, Action::ManageScheduler, false),
+            (&viewer, Action::ManageScheduler, false),
             (&op, Action::WriteJob("a"), false),
             (&op, Action::ReadJob("a"), true),
             (&ta, Action::WriteJob("a"), true),

@@ -95,8 +95,8 @@ fn tenant_key(spec: &JobSpec) -> u64 {
     h.finish()
 }
 
-/// 64-bit FNV-1a.
-struct Fnv(u64);
+/// 64-bit FNV-1a, also the hasher of the scheduler's per-pass tenant maps.
+pub(crate) struct Fnv(u64);
 
 impl Default for Fnv {
     fn default() -> Self {

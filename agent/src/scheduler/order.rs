@@ -2,13 +2,18 @@
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
+use std::hash::BuildHasherDefault;
 
 use gpu_raft_store::{ClusterState, Job, JobId, JobState};
 
 use super::env::PlanEnv;
+use super::history::Fnv;
 use super::policy::{Ordering, Policy};
 
 const HOUR_MS: f64 = 3_600_000.0;
+
+/// Per-tenant figures for one pass, looked up once per pending job: FNV keeps that cheap.
+type TenantMap<'a> = HashMap<&'a str, f64, BuildHasherDefault<Fnv>>;
 
 /// Pending jobs in the order the policy considers them, produced lazily where the order allows
 /// it (FCFS walks the job map, so a strict queue stops at its head without looking further).
@@ -35,7 +40,8 @@ pub(crate) fn queue<'a>(
             Box::new(drain(heap).map(|Reverse((.., Keyed(j)))| j))
         }
         Ordering::Priority => {
-            let shares = usage_shares(state, env);
+            let usage = usage_shares(state, env);
+            let shares: TenantMap<'_> = usage.iter().map(|(t, v)| (t.as_str(), *v)).collect();
             let heap: BinaryHeap<PriorityEntry<'a>> = pending
                 .map(|j| {
                     let score = dynamic_priority(j, policy, env, &shares);
@@ -83,14 +89,13 @@ impl Ord for Keyed<'_> {
 
 /// Base priority, plus `aging_per_hour` for each hour waited, minus `fairshare_weight` times
 /// the tenant's share (0..=1) of all recent usage.
-fn dynamic_priority(
-    job: &Job,
-    policy: &Policy,
-    env: &PlanEnv,
-    shares: &HashMap<String, f64>,
-) -> f64 {
+fn dynamic_priority(job: &Job, policy: &Policy, env: &PlanEnv, shares: &TenantMap<'_>) -> f64 {
     let waited_h = env.now_ms.saturating_sub(job.submitted_at_ms) as f64 / HOUR_MS;
-    let share = shares.get(&job.spec.tenant).copied().unwrap_or(0.0);
+    let share = if policy.fairshare_weight == 0.0 {
+        0.0
+    } else {
+        shares.get(job.spec.tenant.as_str()).copied().unwrap_or(0.0)
+    };
     f64::from(job.spec.priority) + policy.aging_per_hour * waited_h
         - policy.fairshare_weight * share
 }
