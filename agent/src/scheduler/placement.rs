@@ -13,7 +13,8 @@ pub(crate) struct Slot<'a> {
     pub labels: BTreeMap<String, String>,
     /// Healthy GPUs not held by a live job nor taken earlier in this pass.
     pub free: Vec<&'a GpuRecord>,
-    /// Every healthy GPU (what the node could offer once empty).
+    /// Every GPU, healthy or not (what the node could offer once empty and repaired: a job
+    /// that needs a GPU that is down waits for it rather than being called impossible).
     pub all: Vec<&'a GpuRecord>,
 }
 
@@ -26,7 +27,7 @@ pub(crate) struct Nodes<'a> {
     /// `buckets[n]`: slots with exactly `n` free GPUs, in node id order.
     buckets: Vec<BTreeSet<usize>>,
     free_total: usize,
-    /// The most healthy GPUs on one node (the largest plain single-node job).
+    /// The most GPUs on one node (the largest plain single-node job).
     pub largest_node: usize,
 }
 
@@ -40,7 +41,7 @@ impl<'a> Nodes<'a> {
                 id: n.id,
                 labels: n.effective_labels(),
                 free: n.free_gpus().collect(),
-                all: n.inventory.gpus.iter().filter(|g| g.healthy).collect(),
+                all: n.inventory.gpus.iter().collect(),
             })
             .collect();
         let most = slots.iter().map(|s| s.free.len()).max().unwrap_or(0);
