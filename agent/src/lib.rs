@@ -25,6 +25,8 @@ pub mod peer_client;
 pub mod peer_service;
 pub mod raft_network;
 pub mod scheduler;
+pub mod scheduler_service;
+pub mod simulate;
 pub mod status;
 pub mod tls;
 pub mod to_proto;

@@ -51,6 +51,11 @@ enum Cmd {
         #[arg(long)]
         sim_gpus: Option<String>,
     },
+    /// Replay a workload trace on a simulated cluster under scheduling policies (offline;
+    /// drives the same planner the leader uses, in virtual time).
+    Simulate(SimulateArgs),
+    /// Time one scheduler pass over many pending jobs on a large simulated cluster.
+    BenchPlan(BenchPlanArgs),
     /// Internal: supervise one job run (started by the agent's executor).
     #[command(hide = true)]
     Shim(gpu_agent::executor::shim::ShimArgs),
@@ -103,6 +108,121 @@ struct RunArgs {
     join_token_file: Option<PathBuf>,
 }
 
+#[derive(clap::Args)]
+struct SimulateArgs {
+    /// Trace CSV: the Philly format (timestamp,duration,num_gpus,gpu_time,cluster) or the
+    /// generic one (submit,duration,gpus[,tenant,name,priority,estimate]); see docs/scheduling.md.
+    #[arg(long)]
+    trace: PathBuf,
+    /// NODESxGPUSxMODEL, groups joined with '+', e.g. 56x8xV100-32GB.
+    #[arg(long, default_value = "56x8xV100-32GB")]
+    cluster: String,
+    /// Policies to compare, ORDERING[+BACKFILL]: ordering fcfs|sjf|priority|fairshare,
+    /// backfill strict (default)|easy|greedy.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "fcfs,sjf,priority,fairshare,fcfs+easy,sjf+easy"
+    )]
+    policy: Vec<String>,
+    /// Runtime estimates for SJF and backfill: exact (the real durations) or predicted (from
+    /// the history of finished jobs, or the trace's estimate column).
+    #[arg(long, value_enum, default_value_t = EstimateArg::Predicted)]
+    estimates: EstimateArg,
+    /// Drop malformed trace rows (reported on stderr) instead of failing.
+    #[arg(long)]
+    skip_bad_rows: bool,
+    /// Write the results as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Write an SVG chart (utilization over time, JCT CDF) to this file.
+    #[arg(long)]
+    svg: Option<PathBuf>,
+    /// Output on stdout.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputArg::Table)]
+    output: OutputArg,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum EstimateArg {
+    Exact,
+    Predicted,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum OutputArg {
+    Table,
+    Json,
+}
+
+#[derive(clap::Args)]
+struct BenchPlanArgs {
+    #[arg(long, default_value_t = 5000)]
+    nodes: u64,
+    #[arg(long, default_value_t = 8)]
+    gpus_per_node: u32,
+    /// Pending jobs.
+    #[arg(long, default_value_t = 10_000)]
+    jobs: usize,
+    /// Policy spec; default: the agent's default policy.
+    #[arg(long)]
+    policy: Option<String>,
+    /// Passes to time (the best is reported).
+    #[arg(long, default_value_t = 3)]
+    repeat: usize,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
+    use gpu_agent::simulate::{self, Estimates, Options};
+    let opts = Options {
+        trace: args.trace,
+        cluster: args.cluster,
+        policies: args.policy,
+        estimates: match args.estimates {
+            EstimateArg::Exact => Estimates::Exact,
+            EstimateArg::Predicted => Estimates::Predicted,
+        },
+        skip_bad_rows: args.skip_bad_rows,
+        json: args.json,
+        svg: args.svg,
+    };
+    let summaries = simulate::run(&opts)?;
+    match args.output {
+        OutputArg::Table => print!("{}", simulate::report::table(&summaries)),
+        OutputArg::Json => println!("{}", serde_json::to_string_pretty(&summaries)?),
+    }
+    Ok(())
+}
+
+fn bench_plan(args: BenchPlanArgs) -> anyhow::Result<()> {
+    let policy = match args.policy {
+        Some(p) => p.parse()?,
+        None => gpu_agent::scheduler::Policy::default(),
+    };
+    let result = gpu_agent::simulate::bench::run(
+        args.nodes,
+        args.gpus_per_node,
+        args.jobs,
+        &policy,
+        args.repeat,
+        args.seed,
+    )?;
+    println!("{}", serde_json::to_string_pretty(&result)?);
+    Ok(())
+}
+
+fn offline(result: anyhow::Result<()>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
 fn parse_label(s: &str) -> Result<(String, String), String> {
     s.split_once('=')
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
@@ -111,9 +231,12 @@ fn parse_label(s: &str) -> Result<(String, String), String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Cmd::Shim(args) = cli.command {
-        return gpu_agent::executor::shim::run(args);
-    }
+    let command = match cli.command {
+        Cmd::Shim(args) => return gpu_agent::executor::shim::run(args),
+        Cmd::Simulate(args) => return offline(simulate(args)),
+        Cmd::BenchPlan(args) => return offline(bench_plan(args)),
+        other => other,
+    };
     init_tracing(cli.log_format);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
@@ -122,7 +245,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match runtime.block_on(run(cli.command)) {
+    match runtime.block_on(run(command)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -182,7 +305,9 @@ async fn run(command: Cmd) -> anyhow::Result<()> {
             )
             .await
         }
-        Cmd::Shim(_) => anyhow::bail!("the shim runs without the agent runtime"),
+        Cmd::Shim(_) | Cmd::Simulate(_) | Cmd::BenchPlan(_) => {
+            anyhow::bail!("this command runs without the agent runtime")
+        }
     }
 }
 

@@ -10,6 +10,7 @@ use anyhow::{Context, bail};
 use gpu_proto::internal::v1::raft_peer_server::RaftPeerServer;
 use gpu_proto::v1::cluster_service_server::ClusterServiceServer;
 use gpu_proto::v1::node_service_server::NodeServiceServer;
+use gpu_proto::v1::scheduler_service_server::SchedulerServiceServer;
 use gpu_raft_store::{Command, Raft};
 use openraft::BasicNode;
 use tokio::net::TcpListener;
@@ -46,6 +47,7 @@ use crate::peer_client::PeerClients;
 use crate::peer_service::PeerService;
 use crate::raft_network::NetworkFactory;
 use crate::scheduler::{Policy, Scheduler};
+use crate::scheduler_service::SchedulerApi;
 use crate::tls::enroll::{self, Renewer, TlsIdentity};
 use crate::tls::files::{read_public, read_secret, write_file};
 use crate::tls::{NodeTls, PeerCheck, Subject, TlsDir};
@@ -420,6 +422,9 @@ async fn serve(listener: TcpListener, s: Services, cancel: CancellationToken) {
         .set_serving::<ClusterServiceServer<ClusterApi>>()
         .await;
     health.set_serving::<NodeServiceServer<NodeApi>>().await;
+    health
+        .set_serving::<SchedulerServiceServer<SchedulerApi>>()
+        .await;
     health.set_serving::<JobServiceServer<JobApi>>().await;
     health.set_serving::<GpuServiceServer<GpuApi>>().await;
     let max = gpu_proto::MAX_MESSAGE_BYTES;
@@ -473,6 +478,10 @@ async fn serve(listener: TcpListener, s: Services, cancel: CancellationToken) {
         cluster: cluster.clone(),
         auth: auth.clone(),
     };
+    let scheduler_api = SchedulerApi {
+        cluster: cluster.clone(),
+        auth: auth.clone(),
+    };
     let job_api = JobApi {
         cluster: cluster.clone(),
         auth: auth.clone(),
@@ -510,6 +519,7 @@ async fn serve(listener: TcpListener, s: Services, cancel: CancellationToken) {
         .add_service(peer)
         .add_service(ClusterServiceServer::new(cluster_api).max_decoding_message_size(max))
         .add_service(NodeServiceServer::new(node_api).max_decoding_message_size(max))
+        .add_service(SchedulerServiceServer::new(scheduler_api).max_decoding_message_size(max))
         .add_service(JobServiceServer::new(job_api).max_decoding_message_size(max))
         .add_service(GpuServiceServer::new(gpu_api).max_decoding_message_size(max))
         .add_service(TokenServiceServer::new(token_api).max_decoding_message_size(max))

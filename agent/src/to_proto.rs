@@ -6,7 +6,8 @@ use std::time::Instant;
 
 use gpu_proto::v1 as pb;
 use gpu_raft_store::{
-    DEFAULT_TENANT, Job, JobSpec, JobState, NodeRecord, NodeStatus, Outcome, Role, TokenRecord,
+    ClusterState, DEFAULT_TENANT, Job, JobSpec, JobState, NodeRecord, NodeStatus, Outcome, Role,
+    SchedulerSettings, TokenRecord,
 };
 
 use crate::cluster::RaftView;
@@ -249,4 +250,49 @@ pub fn cluster_status(
 
 fn millis(d: std::time::Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The scheduler's settings and queue as `SchedulerStatus`.
+pub fn scheduler_status(s: &ClusterState) -> pb::SchedulerStatus {
+    let settings = &s.scheduler;
+    let pending = s
+        .jobs
+        .values()
+        .filter(|j| j.state == JobState::Pending)
+        .count();
+    let running = s.jobs.values().filter(|j| j.state.is_live()).count();
+    let schedulable = s.nodes.values().filter(|n| n.accepts_work());
+    let (total, free) = schedulable.fold((0, 0), |(t, f), n| {
+        (t + n.inventory.gpus.len(), f + n.free_gpus().count())
+    });
+    pb::SchedulerStatus {
+        policy: Some(pb::SchedulerPolicy {
+            spec: settings.spec(),
+            ordering: settings.ordering.to_string(),
+            backfill: settings.backfill.to_string(),
+            aging_per_hour: settings.aging_per_hour,
+            fairshare_weight: settings.fairshare_weight,
+            usage_half_life_s: settings.usage_half_life_s,
+        }),
+        pending_jobs: pending as u64,
+        running_jobs: running as u64,
+        gpus_total: total as u64,
+        gpus_free: free as u64,
+    }
+}
+
+/// The settings a `SetSchedulerPolicyRequest` asks for, starting from the current ones.
+pub fn scheduler_settings_from(
+    req: &pb::SetSchedulerPolicyRequest,
+    current: &SchedulerSettings,
+) -> Result<SchedulerSettings, String> {
+    let (ordering, backfill) =
+        gpu_raft_store::scheduler::parse_spec(req.policy.trim()).map_err(|e| e.to_string())?;
+    Ok(SchedulerSettings {
+        ordering,
+        backfill,
+        aging_per_hour: req.aging_per_hour.unwrap_or(current.aging_per_hour),
+        fairshare_weight: req.fairshare_weight.unwrap_or(current.fairshare_weight),
+        usage_half_life_s: req.usage_half_life_s.unwrap_or(current.usage_half_life_s),
+    })
 }

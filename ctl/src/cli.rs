@@ -79,6 +79,9 @@ pub enum Noun {
     /// Certificates the cluster CA issued, and revocation.
     #[command(subcommand)]
     Cert(CertVerb),
+    /// The scheduling policy the cluster uses, and its queue.
+    #[command(subcommand)]
+    Scheduler(SchedulerVerb),
 }
 
 #[derive(Subcommand, Debug)]
@@ -90,6 +93,37 @@ pub enum CertVerb {
         serial: String,
         #[arg(long, default_value = "")]
         reason: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum SchedulerVerb {
+    /// The current policy, pending and running jobs, free GPUs.
+    Status {
+        /// Answer from the contacted agent's replica without asking the leader.
+        #[arg(long)]
+        stale: bool,
+    },
+    /// Change the policy.
+    #[command(subcommand)]
+    Policy(SchedulerPolicyVerb),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum SchedulerPolicyVerb {
+    /// Set the policy, e.g. `sjf+easy`, `fairshare`, `priority+greedy --aging-per-hour 2`.
+    Set {
+        /// ORDERING[+BACKFILL]: fcfs|sjf|priority|fairshare, then strict (default)|easy|greedy.
+        policy: String,
+        /// Priority points a waiting job gains per hour (priority ordering).
+        #[arg(long)]
+        aging_per_hour: Option<u32>,
+        /// Points taken from a job whose tenant holds all recent usage (priority ordering).
+        #[arg(long)]
+        fairshare_weight: Option<u32>,
+        /// Half-life of past usage in fair-share terms, e.g. 1d, 6h.
+        #[arg(long, value_parser = crate::units::whole_seconds)]
+        usage_half_life: Option<u64>,
     },
 }
 

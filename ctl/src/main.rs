@@ -138,6 +138,7 @@ fn main() -> ExitCode {
             Noun::Token(verb) => commands::token::run(&ctx, verb).await,
             Noun::Audit(verb) => commands::audit::run(&ctx, verb).await,
             Noun::Cert(verb) => commands::cert::run(&ctx, verb).await,
+            Noun::Scheduler(verb) => commands::scheduler::run(&ctx, verb).await,
         }
     });
     match result {

@@ -13,6 +13,7 @@ use crate::audit::RequestMeta;
 use crate::auth::TokenRecord;
 use crate::job::{JobId, JobSpec, Outcome};
 use crate::node::{Inventory, NodeStatus};
+use crate::scheduler::SchedulerSettings;
 
 /// One replicated log record. `proposed_at_ms` is stamped by the proposer (the leader); apply
 /// uses it as "now" and never reads a clock.
@@ -116,6 +117,10 @@ pub enum Command {
         /// (job, reason) pairs. A list, not a map: integer map keys do not survive the
         /// internally tagged JSON encoding of `Command`.
         reasons: Vec<(JobId, String)>,
+    },
+    /// Replace the scheduler settings (validated on apply).
+    SetSchedulerPolicy {
+        settings: SchedulerSettings,
     },
 }
 
@@ -251,6 +256,9 @@ impl fmt::Display for Command {
             Command::AuditDenied { reason } => write!(f, "denied: {reason}"),
             Command::RecordAction { outcome } => write!(f, "action: {outcome}"),
             Command::NoteUnschedulable { reasons } => write!(f, "unschedulable x{}", reasons.len()),
+            Command::SetSchedulerPolicy { settings } => {
+                write!(f, "scheduler policy {}", settings.spec())
+            }
         }
     }
 }
@@ -288,6 +296,18 @@ mod tests {
         });
         expect![[r#"{"proposed_at_ms":1700000000000,"cmd":{"type":"set_node_labels","node":3,"set":{"zone":"b"},"remove":["rack"]}}"#]]
             .assert_eq(&serde_json::to_string(&label).unwrap_or_default());
+
+        let policy = entry(Command::SetSchedulerPolicy {
+            settings: SchedulerSettings {
+                ordering: crate::scheduler::Ordering::Sjf,
+                backfill: crate::scheduler::Backfill::Easy,
+                aging_per_hour: 1,
+                fairshare_weight: 10,
+                usage_half_life_s: 86_400,
+            },
+        });
+        expect![[r#"{"proposed_at_ms":1700000000000,"cmd":{"type":"set_scheduler_policy","settings":{"ordering":"sjf","backfill":"easy","aging_per_hour":1,"fairshare_weight":10,"usage_half_life_s":86400}}}"#]]
+            .assert_eq(&serde_json::to_string(&policy).unwrap_or_default());
     }
 
     #[test]
@@ -427,6 +447,15 @@ mod tests {
             },
             Command::RecordAction {
                 outcome: "ok".into(),
+            },
+            Command::SetSchedulerPolicy {
+                settings: SchedulerSettings {
+                    ordering: crate::scheduler::Ordering::FairShare,
+                    backfill: crate::scheduler::Backfill::Easy,
+                    aging_per_hour: 2,
+                    fairshare_weight: 3,
+                    usage_half_life_s: 3600,
+                },
             },
         ]
     }

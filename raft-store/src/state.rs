@@ -10,6 +10,7 @@ use crate::cert::{self, CertRecord};
 use crate::command::{ApplyResult, Bind, Command, LogEntry, Rejection};
 use crate::job::{Binding, Job, JobId, JobState, Outcome};
 use crate::node::{NodeRecord, NodeStatus};
+use crate::scheduler::SchedulerSettings;
 use crate::{NodeId, validate};
 
 /// Everything the cluster agrees on (besides Raft membership, which openraft tracks).
@@ -34,6 +35,9 @@ pub struct ClusterState {
     /// Certificates by serial: those the CA issued, and every revoked one.
     #[serde(default)]
     pub certificates: BTreeMap<String, CertRecord>,
+    /// The policy the leader schedules with.
+    #[serde(default)]
+    pub scheduler: SchedulerSettings,
 }
 
 fn first_job_id() -> JobId {
@@ -108,6 +112,12 @@ impl ClusterState {
             Command::RecordCertificate { cert } => self.record_certificate(cert),
             Command::RevokeCertificate { serial, reason } => {
                 self.revoke_certificate(serial, reason)
+            }
+            Command::SetSchedulerPolicy { settings } => {
+                settings.validate().map_err(invalid).map(|()| {
+                    self.scheduler = settings.clone();
+                    ApplyResult::Ok
+                })
             }
         };
         let result = result.unwrap_or_else(|reason| ApplyResult::Rejected { reason });

@@ -26,6 +26,8 @@ pub enum Action<'a> {
     ReadAudit,
     /// Enrol a new agent: sign its first certificate.
     JoinNode,
+    /// Change the scheduler policy.
+    ManageScheduler,
 }
 
 impl Identity {
@@ -38,7 +40,11 @@ impl Identity {
             (_, Action::ReadCluster) => true,
             (
                 Role::Operator,
-                Action::ManageNodes | Action::JoinNode | Action::ReadJob(_) | Action::ReadAudit,
+                Action::ManageNodes
+                | Action::ManageScheduler
+                | Action::JoinNode
+                | Action::ReadJob(_)
+                | Action::ReadAudit,
             ) => true,
             (Role::TenantAdmin, Action::ManageTokens) => true,
             (Role::TenantAdmin | Role::User, Action::WriteJob(t) | Action::ReadJob(t)) => own(t),
@@ -71,6 +77,7 @@ fn describe(action: Action<'_>) -> String {
         Action::ManageTokens => "manage tokens".into(),
         Action::ReadAudit => "read the audit log".into(),
         Action::JoinNode => "enrol an agent".into(),
+        Action::ManageScheduler => "change the scheduler policy".into(),
     }
 }
 
@@ -97,6 +104,11 @@ mod tests {
         let cases = [
             (&admin, Action::ManageNodes, true),
             (&op, Action::ManageNodes, true),
+            (&op, Action::ManageScheduler, true),
+            (&admin, Action::ManageScheduler, true),
+            (&ta, Action::ManageScheduler, false),
+            (&user, Action::ManageScheduler, false),
+            (&viewer, Action::ManageScheduler, false),
             (&op, Action::WriteJob("a"), false),
             (&op, Action::ReadJob("a"), true),
             (&ta, Action::WriteJob("a"), true),

@@ -1,4 +1,5 @@
-//! The leader-only scheduling loop: plan on every applied change (and on a tick), propose the
+//! The leader-only scheduling loop: plan on every applied change (and on a tick) with the
+//! replicated scheduler settings and the leader's clock as "now", propose the
 //! placements as one `BindJobs` entry and the new pending reasons as one `NoteUnschedulable`.
 
 use std::time::Duration;
@@ -7,11 +8,15 @@ use gpu_raft_store::{ApplyResult, Command};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use super::plan::{Policy, plan};
+use super::env::PlanEnv;
+use super::plan::plan;
+use super::policy::Policy;
 use crate::cluster::Cluster;
 
 pub struct Scheduler {
     pub cluster: Cluster,
+    /// The base policy; ordering, backfill and their knobs come from the replicated
+    /// `ClusterState::scheduler` at every pass.
     pub policy: Policy,
     pub tick: Duration,
 }
@@ -28,7 +33,14 @@ impl Scheduler {
             if !self.cluster.view().is_leader {
                 continue;
             }
-            let pass = self.cluster.state.read(|s| plan(s, &self.policy));
+            let now_ms = crate::cluster::now_ms();
+            let pass = self.cluster.state.read(|s| {
+                // The replicated settings decide ordering and backfill; `self.policy` keeps
+                // the agent-local knobs (batch size).
+                let policy = self.policy.with_settings(&s.scheduler);
+                let env = PlanEnv::from_state(s, &policy, now_ms);
+                plan(s, &policy, &env)
+            });
             if !pass.binds.is_empty() {
                 match self
                     .cluster

@@ -1,9 +1,25 @@
-//! The scheduler: a pure planner (`plan`) and the leader-only loop that proposes its
-//! placements. Apply re-validates every placement, so a stale plan can only lose, never
-//! double-book.
+//! The scheduler: a pure planner (`plan`, driven by a `Policy` and a `PlanEnv` carrying "now")
+//! shared by the leader loop and the offline simulator. Apply re-validates every placement, so
+//! a stale plan can only lose, never double-book.
 
+mod backfill;
+mod env;
+mod history;
 mod leader_loop;
+mod order;
+mod placement;
 mod plan;
+mod policy;
+#[cfg(test)]
+mod policy_tests;
+#[cfg(test)]
+pub(crate) mod testkit;
+mod usage;
 
+pub use backfill::Reservation;
+pub use env::PlanEnv;
+pub use history::RuntimeHistory;
 pub use leader_loop::Scheduler;
-pub use plan::{Plan, Policy, plan};
+pub use plan::{Plan, plan};
+pub use policy::{Backfill, BadPolicy, DEFAULT_HALF_LIFE_MS, Ordering, Policy};
+pub use usage::TenantUsage;

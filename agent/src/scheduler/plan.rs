@@ -1,151 +1,235 @@
-//! `plan`: placements for pending jobs, computed from the applied state alone (no I/O, no
-//! clock). Policy v1: highest priority first, then submission order; whole GPUs on one node;
-//! best fit (the node with the fewest free matching GPUs that still fits, keeping big holes
-//! for big jobs); inside a node, GPUs of one NUMA node when possible.
+//! `plan`: placements for pending jobs, computed from the applied state, a `Policy` and a
+//! `PlanEnv` (which carries "now") alone — no I/O, no clock. The leader and the simulator both
+//! call it. The queue order comes from `order.rs`, where a job goes from `placement.rs`, and
+//! what a job that does not fit does to the ones behind it from the policy's `Backfill`.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use gpu_raft_store::{
-    Bind, ClusterState, GpuRecord, Job, JobId, JobSpec, JobState, NodeId, gpu_fits,
-};
+use gpu_raft_store::{Bind, ClusterState, JobId, JobSpec};
 
-#[derive(Clone, Debug)]
-pub struct Policy {
-    /// Most placements proposed in one pass (one Raft entry).
-    pub max_binds_per_pass: usize,
-}
-
-impl Default for Policy {
-    fn default() -> Self {
-        Self {
-            max_binds_per_pass: 1024,
-        }
-    }
-}
+use super::backfill::{self, Holding, Reservation};
+use super::env::PlanEnv;
+use super::order;
+use super::placement::{Nodes, is_plain, selector_matches};
+use super::policy::{Backfill, Policy};
 
 /// One pass's result: placements to propose, and new reasons for jobs that stay pending.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Plan {
+    /// One bind per placed job; a multi-node gang has one bind per node, all in this pass.
     pub binds: Vec<Bind>,
     /// Only reasons that differ from what the state already says.
     pub unschedulable: Vec<(JobId, String)>,
+    /// The EASY reservation of the first job that could not start, if any.
+    pub reservation: Option<Reservation>,
 }
 
-struct Candidate<'a> {
-    id: NodeId,
-    labels: BTreeMap<String, String>,
-    free: Vec<&'a GpuRecord>,
-    all: Vec<&'a GpuRecord>,
-}
-
-pub fn plan(state: &ClusterState, policy: &Policy) -> Plan {
-    let mut pending: Vec<&Job> = state
-        .jobs
-        .values()
-        .filter(|j| j.state == JobState::Pending)
-        .collect();
-    pending.sort_by_key(|j| (std::cmp::Reverse(j.spec.priority), j.id));
-    let mut nodes: Vec<Candidate<'_>> = state
-        .nodes
-        .values()
-        .filter(|n| n.accepts_work())
-        .map(|n| Candidate {
-            id: n.id,
-            labels: n.effective_labels(),
-            free: n.free_gpus().collect(),
-            all: n.inventory.gpus.iter().collect(),
-        })
-        .collect();
-
+/// Plan one pass. Jobs are taken in the policy's order; each goes where `placement` puts it
+/// now, unless the backfill mode holds it back for a job ahead of it.
+pub fn plan(state: &ClusterState, policy: &Policy, env: &PlanEnv) -> Plan {
+    let queue = order::queue(state, policy, env);
+    let mut nodes = Nodes::new(state);
+    let gangs = policy.multi_node_gangs;
+    let unconstrained_capacity = Capacity::of(&nodes);
+    let mut started: Vec<Holding> = Vec::new();
+    let mut reservation: Option<(Reservation, &JobSpec)> = None;
+    let mut blocked_by: Option<JobId> = None;
+    // Free GPUs only shrink during a pass, so for plain single-node jobs (no GPU type, memory
+    // or node selector) failure is monotone in size: once a size finds no room, or is held
+    // back by a plain head's reservation, every larger one is too. These skip the search.
+    let mut no_room_from = usize::MAX;
+    let mut held_from = usize::MAX;
+    let mut cpu_only: Option<bool> = None;
     let mut out = Plan::default();
-    for job in pending {
+    for job in queue {
         if out.binds.len() >= policy.max_binds_per_pass {
             break;
         }
-        match place(&job.spec, &nodes) {
-            Some((slot, gpus)) => {
-                let node = &mut nodes[slot];
-                node.free.retain(|g| !gpus.contains(&g.index));
-                out.binds.push(Bind {
-                    job: job.id,
-                    node: node.id,
-                    gpus,
-                });
+        let spec = &job.spec;
+        let note = |out: &mut Plan, reason: String| {
+            if policy.explain && job.reason.as_deref() != Some(reason.as_str()) {
+                out.unschedulable.push((job.id, reason));
             }
-            None => {
-                let reason = why_unplaceable(&job.spec, &nodes);
-                if job.reason.as_deref() != Some(reason.as_str()) {
-                    out.unschedulable.push((job.id, reason));
+        };
+        if let Some(head) = blocked_by {
+            if !policy.explain {
+                break;
+            }
+            note(
+                &mut out,
+                format!("queued behind j-{head} ({} queue)", policy.spec()),
+            );
+            continue;
+        }
+        let want = spec.gpus as usize;
+        if !policy.explain && want > 0 && nodes.total_free() == 0 {
+            // Nothing with GPUs can start; only CPU-only jobs could still be placed.
+            if !*cpu_only.get_or_insert_with(|| has_cpu_only_pending(state)) {
+                break;
+            }
+            continue;
+        }
+        let memo = is_plain(spec) && want <= unconstrained_capacity.largest;
+        let may_fit = want <= nodes.max_free() || (gangs && want <= nodes.total_free());
+        let found = if may_fit && !(memo && want >= no_room_from) {
+            nodes.find(spec, gangs, None)
+        } else {
+            None
+        };
+        if found.is_none() && memo {
+            no_room_from = no_room_from.min(want);
+        }
+        let Some(mut placement) = found else {
+            let holds_queue = policy.backfill != Backfill::Greedy && reservation.is_none();
+            if !(policy.explain || holds_queue) {
+                continue;
+            }
+            if !unconstrained_capacity.could_ever_fit(&nodes, spec, gangs) {
+                note(&mut out, why_unplaceable(spec, &nodes));
+                continue;
+            }
+            if holds_queue {
+                let reserved = (policy.backfill == Backfill::Easy)
+                    .then(|| {
+                        let holdings = holdings(state, &nodes, policy, env, &started);
+                        backfill::reserve(job.id, spec, &nodes, &holdings, gangs, env.now_ms)
+                    })
+                    .flatten();
+                match reserved {
+                    Some(r) => reservation = Some((r, spec)),
+                    None => blocked_by = Some(job.id),
                 }
             }
+            note(&mut out, why_unplaceable(spec, &nodes));
+            continue;
+        };
+        let end_ms = env
+            .estimate_ms(spec, policy)
+            .map(|e| env.now_ms.saturating_add(e));
+        if let Some((r, head)) = reservation.as_mut() {
+            let outlasts = end_ms.is_none_or(|end| end > r.start_ms);
+            let memo = memo && outlasts && is_plain(head);
+            let admitted = !(memo && want >= held_from)
+                && backfill::admit(r, head, &nodes, &placement, end_ms)
+                || match r
+                    .slot
+                    .and_then(|avoid| nodes.find(spec, gangs, Some(avoid)))
+                {
+                    Some(elsewhere) if backfill::admit(r, head, &nodes, &elsewhere, end_ms) => {
+                        placement = elsewhere;
+                        true
+                    }
+                    _ => false,
+                };
+            if !admitted {
+                if memo {
+                    held_from = held_from.min(want);
+                }
+                let head = r.job;
+                note(
+                    &mut out,
+                    format!(
+                        "held back: starting it would delay j-{head}, which has a reservation (EASY backfill)"
+                    ),
+                );
+                continue;
+            }
+        }
+        nodes.take(&placement);
+        for (slot, gpus) in placement {
+            if policy.backfill == Backfill::Easy {
+                started.push(Holding {
+                    slot,
+                    gpus: gpus.clone(),
+                    end_ms,
+                });
+            }
+            out.binds.push(Bind {
+                job: job.id,
+                node: nodes.slots[slot].id,
+                gpus,
+            });
+        }
+    }
+    out.reservation = reservation.map(|(r, _)| r);
+    out
+}
+
+/// GPUs held by live runs (from the nodes' allocations, so gangs count on every node) and by
+/// the runs this pass started, with their expected ends.
+fn holdings(
+    state: &ClusterState,
+    nodes: &Nodes<'_>,
+    policy: &Policy,
+    env: &PlanEnv,
+    started: &[Holding],
+) -> Vec<Holding> {
+    let mut out = started.to_vec();
+    for (slot, s) in nodes.slots.iter().enumerate() {
+        let Some(node) = state.nodes.get(&s.id) else {
+            continue;
+        };
+        let mut by_job: BTreeMap<JobId, Vec<u32>> = BTreeMap::new();
+        for (&gpu, &job) in &node.allocations {
+            by_job.entry(job).or_default().push(gpu);
+        }
+        for (job, gpus) in by_job {
+            let end_ms = state
+                .jobs
+                .get(&job)
+                .and_then(|j| env.expected_end_ms(j, policy));
+            out.push(Holding { slot, gpus, end_ms });
         }
     }
     out
 }
 
-/// The best node (index into `nodes`) and GPU indexes for `spec`, if any node fits.
-fn place(spec: &JobSpec, nodes: &[Candidate<'_>]) -> Option<(usize, Vec<u32>)> {
-    let want = spec.gpus as usize;
-    nodes
-        .iter()
-        .enumerate()
-        .filter(|(_, n)| selector_matches(spec, &n.labels))
-        .filter_map(|(i, n)| {
-            let fitting: Vec<&GpuRecord> = n
-                .free
-                .iter()
-                .copied()
-                .filter(|g| gpu_fits(g, spec))
-                .collect();
-            (fitting.len() >= want).then_some((i, fitting))
-        })
-        .min_by_key(|(i, fitting)| (fitting.len(), nodes[*i].id))
-        .map(|(i, fitting)| (i, pick_gpus(&fitting, want)))
-}
-
-/// `want` GPUs from `fitting`, from a single NUMA node when one can hold them all (the one with
-/// the fewest spare GPUs), else the lowest indexes.
-fn pick_gpus(fitting: &[&GpuRecord], want: usize) -> Vec<u32> {
-    let mut by_numa: BTreeMap<Option<u32>, Vec<u32>> = BTreeMap::new();
-    for g in fitting {
-        by_numa.entry(g.numa_node).or_default().push(g.index);
-    }
-    let mut gpus = by_numa
+fn has_cpu_only_pending(state: &ClusterState) -> bool {
+    state
+        .jobs
         .values()
-        .filter(|group| group.len() >= want)
-        .min_by_key(|group| group.len())
-        .cloned()
-        .unwrap_or_else(|| fitting.iter().map(|g| g.index).collect());
-    gpus.sort_unstable();
-    gpus.truncate(want);
-    gpus
+        .any(|j| j.state == gpu_raft_store::JobState::Pending && j.spec.gpus == 0)
 }
 
-fn selector_matches(spec: &JobSpec, labels: &BTreeMap<String, String>) -> bool {
-    spec.node_selector
-        .iter()
-        .all(|(k, v)| labels.get(k) == Some(v))
+/// The cluster's capacity for jobs with no GPU type, memory or node selector, computed once a
+/// pass so the common case needs no scan.
+struct Capacity {
+    largest: usize,
+    total: usize,
+}
+
+impl Capacity {
+    fn of(nodes: &Nodes<'_>) -> Self {
+        Self {
+            largest: nodes.slots.iter().map(|s| s.all.len()).max().unwrap_or(0),
+            total: nodes.slots.iter().map(|s| s.all.len()).sum(),
+        }
+    }
+
+    fn could_ever_fit(&self, nodes: &Nodes<'_>, spec: &JobSpec, gangs: bool) -> bool {
+        if !is_plain(spec) {
+            return nodes.could_ever_fit(spec, gangs);
+        }
+        let want = spec.gpus as usize;
+        !nodes.slots.is_empty() && want <= if gangs { self.total } else { self.largest }
+    }
 }
 
 /// A user-facing reason: impossible anywhere, or waiting for capacity.
-fn why_unplaceable(spec: &JobSpec, nodes: &[Candidate<'_>]) -> String {
+fn why_unplaceable(spec: &JobSpec, nodes: &Nodes<'_>) -> String {
     let what = describe(spec);
-    let eligible: Vec<&Candidate<'_>> = nodes
+    if !nodes
+        .slots
         .iter()
-        .filter(|n| selector_matches(spec, &n.labels))
-        .collect();
-    if eligible.is_empty() {
+        .any(|n| selector_matches(spec, &n.labels))
+    {
         return if spec.node_selector.is_empty() {
             "no node accepts work".to_owned()
         } else {
             "no schedulable node matches the node selector".to_owned()
         };
     }
-    let largest = eligible
-        .iter()
-        .map(|n| n.all.iter().filter(|g| gpu_fits(g, spec)).count())
-        .max()
-        .unwrap_or(0);
+    let largest = nodes.largest_capacity(spec);
     if largest < spec.gpus as usize {
         format!("no schedulable node has {what} (the most any has is {largest})")
     } else {
@@ -172,78 +256,11 @@ fn describe(spec: &JobSpec) -> String {
 mod tests {
     use std::collections::BTreeMap;
 
-    use gpu_raft_store::{ApplyResult, Command, Inventory, LogEntry};
+    use gpu_raft_store::{ApplyResult, Command, JobSpec, gpu_fits};
     use proptest::prelude::*;
 
     use super::*;
-
-    fn gpu(index: u32, gpu_type: &str, numa: u32) -> GpuRecord {
-        GpuRecord {
-            index,
-            uuid: format!("GPU-{index}"),
-            model: format!("{gpu_type}-80GB"),
-            gpu_type: gpu_type.into(),
-            memory_mib: if gpu_type == "T4" { 15360 } else { 81920 },
-            numa_node: Some(numa),
-            nvlink_peers: vec![],
-            healthy: true,
-        }
-    }
-
-    fn apply(s: &mut ClusterState, cmd: Command) -> ApplyResult {
-        s.apply(&LogEntry {
-            proposed_at_ms: 1,
-            cmd,
-            meta: None,
-        })
-    }
-
-    fn node(s: &mut ClusterState, id: NodeId, gpus: Vec<GpuRecord>) {
-        let inventory = Inventory {
-            gpus,
-            cpu_cores: 8,
-            memory_mib: 1 << 16,
-        };
-        apply(
-            s,
-            Command::RegisterNode {
-                node: id,
-                addr: format!("h:{id}"),
-                labels: BTreeMap::new(),
-                inventory,
-            },
-        );
-    }
-
-    fn spec(gpus: u32, priority: i32) -> JobSpec {
-        JobSpec {
-            name: "j".into(),
-            tenant: "default".into(),
-            command: vec!["true".into()],
-            env: BTreeMap::new(),
-            workdir: None,
-            gpus,
-            gpu_types: BTreeSet::new(),
-            min_gpu_memory_mib: 0,
-            node_selector: BTreeMap::new(),
-            priority,
-            runtime_estimate_s: None,
-            wall_time_limit_s: None,
-            max_attempts: 1,
-            cpu_millis: None,
-            memory_mib: None,
-        }
-    }
-
-    fn submit(s: &mut ClusterState, spec: JobSpec) {
-        apply(
-            s,
-            Command::SubmitJob {
-                spec,
-                idempotency_key: None,
-            },
-        );
-    }
+    use crate::scheduler::testkit::{apply, gpu, node, plan_default, spec, submit};
 
     #[test]
     fn best_fit_leaves_the_big_node_for_the_big_job() {
@@ -252,7 +269,7 @@ mod tests {
         node(&mut s, 2, (0..2).map(|i| gpu(i, "A100", 0)).collect());
         submit(&mut s, spec(1, 0));
         submit(&mut s, spec(8, 0));
-        let p = plan(&s, &Policy::default());
+        let p = plan_default(&s);
         assert_eq!(
             p.binds,
             vec![
@@ -276,7 +293,7 @@ mod tests {
         node(&mut s, 1, vec![gpu(0, "A100", 0)]);
         submit(&mut s, spec(1, 0));
         submit(&mut s, spec(1, 5));
-        let p = plan(&s, &Policy::default());
+        let p = plan_default(&s);
         assert_eq!(
             p.binds,
             vec![Bind {
@@ -305,7 +322,7 @@ mod tests {
             ],
         );
         submit(&mut s, spec(2, 0));
-        assert_eq!(plan(&s, &Policy::default()).binds[0].gpus, vec![0, 3]);
+        assert_eq!(plan_default(&s).binds[0].gpus, vec![0, 3]);
     }
 
     #[test]
@@ -327,7 +344,7 @@ mod tests {
                 ..spec(0, 0)
             },
         );
-        let p = plan(&s, &Policy::default());
+        let p = plan_default(&s);
         assert!(p.binds.is_empty());
         let reasons: BTreeMap<JobId, String> = p.unschedulable.iter().cloned().collect();
         assert_eq!(
@@ -346,7 +363,7 @@ mod tests {
                 reasons: p.unschedulable,
             },
         );
-        assert!(plan(&s, &Policy::default()).unschedulable.is_empty());
+        assert!(plan_default(&s).unschedulable.is_empty());
     }
 
     #[test]
@@ -355,7 +372,7 @@ mod tests {
         node(&mut s, 1, vec![]);
         submit(&mut s, spec(0, 0));
         assert_eq!(
-            plan(&s, &Policy::default()).binds,
+            plan_default(&s).binds,
             vec![Bind {
                 job: 1,
                 node: 1,
@@ -387,7 +404,7 @@ mod tests {
                 submit(&mut s, JobSpec { gpu_types, ..spec(*gpus, *prio) });
             }
             for _ in 0..rounds {
-                let p = plan(&s, &Policy::default());
+                let p = plan_default(&s);
                 let n = p.binds.len();
                 let ApplyResult::Bound { bound, rejected } = apply(&mut s, Command::BindJobs { binds: p.binds.clone() }) else {
                     panic!("bind result");

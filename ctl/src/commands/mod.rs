@@ -11,6 +11,7 @@ mod job_submit;
 mod job_view;
 mod job_wait;
 pub mod node;
+pub mod scheduler;
 pub mod token;
 
 use std::time::Duration;

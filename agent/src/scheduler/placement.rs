@@ -1,0 +1,289 @@
+//! Where a job goes: an index of schedulable nodes bucketed by free GPUs, best fit (the node
+//! whose matching free GPUs leave the smallest hole, keeping big holes for big jobs — the
+//! fragmentation-aware packing), GPUs inside a node chosen by topology (one NUMA node, then
+//! NVLink-connected), and all-or-nothing multi-node gangs when the policy allows them.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use gpu_raft_store::{ClusterState, GpuRecord, JobSpec, NodeId, gpu_fits};
+
+/// One schedulable node as a pass sees it.
+pub(crate) struct Slot<'a> {
+    pub id: NodeId,
+    pub labels: BTreeMap<String, String>,
+    /// Healthy GPUs not held by a live job nor taken earlier in this pass.
+    pub free: Vec<&'a GpuRecord>,
+    /// Every GPU, healthy or not (what the node could offer once empty and repaired: a job
+    /// that needs a GPU that is down waits for it rather than being called impossible).
+    pub all: Vec<&'a GpuRecord>,
+}
+
+/// A placement: node slots with the GPU indexes taken on each. One part, except for gangs.
+pub(crate) type Placement = Vec<(usize, Vec<u32>)>;
+
+/// The schedulable nodes of one pass, indexed by their number of free GPUs.
+pub(crate) struct Nodes<'a> {
+    pub slots: Vec<Slot<'a>>,
+    /// `buckets[n]`: slots with exactly `n` free GPUs, in node id order.
+    buckets: Vec<BTreeSet<usize>>,
+    free_total: usize,
+    /// The most GPUs on one node (the largest plain single-node job).
+    pub largest_node: usize,
+}
+
+impl<'a> Nodes<'a> {
+    pub fn new(state: &'a ClusterState) -> Self {
+        let slots: Vec<Slot<'a>> = state
+            .nodes
+            .values()
+            .filter(|n| n.accepts_work())
+            .map(|n| Slot {
+                id: n.id,
+                labels: n.effective_labels(),
+                free: n.free_gpus().collect(),
+                all: n.inventory.gpus.iter().collect(),
+            })
+            .collect();
+        let most = slots.iter().map(|s| s.free.len()).max().unwrap_or(0);
+        let mut buckets = vec![BTreeSet::new(); most + 1];
+        for (i, s) in slots.iter().enumerate() {
+            buckets[s.free.len()].insert(i);
+        }
+        let free_total = slots.iter().map(|s| s.free.len()).sum();
+        let largest_node = slots.iter().map(|s| s.all.len()).max().unwrap_or(0);
+        Self {
+            slots,
+            buckets,
+            free_total,
+            largest_node,
+        }
+    }
+
+    /// The most free GPUs on any one node.
+    pub fn max_free(&self) -> usize {
+        self.buckets
+            .iter()
+            .rposition(|b| !b.is_empty())
+            .unwrap_or(0)
+    }
+
+    /// Free GPUs across all schedulable nodes.
+    pub fn total_free(&self) -> usize {
+        self.free_total
+    }
+
+    /// The best placement for `spec` now, avoiding the slot `avoid` if given.
+    pub fn find(&self, spec: &JobSpec, gangs: bool, avoid: Option<usize>) -> Option<Placement> {
+        let want = spec.gpus as usize;
+        if want <= self.max_free()
+            && let Some(single) = self.find_single(spec, avoid)
+        {
+            return Some(vec![single]);
+        }
+        if gangs && want > self.largest_capacity(spec) {
+            return self.find_gang(spec, avoid);
+        }
+        None
+    }
+
+    /// Best fit on one node: fewest matching free GPUs that still fit, then fewest free GPUs,
+    /// then lowest node id. Buckets are scanned from the smallest hole up, so the first exact
+    /// fit ends the search.
+    fn find_single(&self, spec: &JobSpec, avoid: Option<usize>) -> Option<(usize, Vec<u32>)> {
+        let want = spec.gpus as usize;
+        let mut best: Option<(usize, usize)> = None; // (matching, slot)
+        'scan: for bucket in self.buckets.iter().skip(want) {
+            for &i in bucket {
+                if Some(i) == avoid || !selector_matches(spec, &self.slots[i].labels) {
+                    continue;
+                }
+                let matching = matching_free(&self.slots[i], spec);
+                if matching >= want && best.is_none_or(|(m, _)| matching < m) {
+                    best = Some((matching, i));
+                    if matching == want {
+                        break 'scan;
+                    }
+                }
+            }
+        }
+        best.map(|(_, i)| {
+            let fitting: Vec<&GpuRecord> = self.slots[i]
+                .free
+                .iter()
+                .copied()
+                .filter(|g| gpu_fits(g, spec))
+                .collect();
+            (i, pick_gpus(&fitting, want))
+        })
+    }
+
+    /// A gang over several nodes, all or nothing: the nodes with the most matching free GPUs
+    /// first, so the gang spans as few nodes as possible.
+    fn find_gang(&self, spec: &JobSpec, avoid: Option<usize>) -> Option<Placement> {
+        let mut candidates: Vec<(usize, Vec<&GpuRecord>)> = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|(i, s)| Some(*i) != avoid && selector_matches(spec, &s.labels))
+            .map(|(i, s)| {
+                let fitting = s.free.iter().copied().filter(|g| gpu_fits(g, spec));
+                (i, fitting.collect::<Vec<_>>())
+            })
+            .filter(|(_, f)| !f.is_empty())
+            .collect();
+        candidates.sort_by_key(|(i, f)| (std::cmp::Reverse(f.len()), *i));
+        let mut left = spec.gpus as usize;
+        let mut parts = Vec::new();
+        for (i, fitting) in candidates {
+            if left == 0 {
+                break;
+            }
+            let take = left.min(fitting.len());
+            parts.push((i, pick_gpus(&fitting, take)));
+            left -= take;
+        }
+        (left == 0).then_some(parts)
+    }
+
+    /// The most GPUs matching `spec` that any one eligible node has, free or not.
+    pub fn largest_capacity(&self, spec: &JobSpec) -> usize {
+        if is_plain(spec) {
+            return self.largest_node;
+        }
+        self.slots
+            .iter()
+            .filter(|s| selector_matches(spec, &s.labels))
+            .map(|s| s.all.iter().filter(|g| gpu_fits(g, spec)).count())
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Whether `spec` could be placed on an otherwise empty cluster.
+    pub fn could_ever_fit(&self, spec: &JobSpec, gangs: bool) -> bool {
+        let want = spec.gpus as usize;
+        let eligible = || {
+            self.slots
+                .iter()
+                .filter(|s| selector_matches(spec, &s.labels))
+        };
+        if eligible().next().is_none() {
+            return false;
+        }
+        let capacity = |s: &Slot<'_>| s.all.iter().filter(|g| gpu_fits(g, spec)).count();
+        if gangs {
+            eligible().map(capacity).sum::<usize>() >= want
+        } else {
+            eligible().map(capacity).max().unwrap_or(0) >= want
+        }
+    }
+
+    /// Take the GPUs of `placement` out of the free pool.
+    pub fn take(&mut self, placement: &Placement) {
+        for (i, gpus) in placement {
+            let slot = &mut self.slots[*i];
+            self.buckets[slot.free.len()].remove(i);
+            self.free_total -= slot.free.len();
+            slot.free.retain(|g| !gpus.contains(&g.index));
+            self.free_total += slot.free.len();
+            self.buckets[slot.free.len()].insert(*i);
+        }
+    }
+}
+
+/// No GPU type, memory or node selector: any GPU of any node will do.
+pub(crate) fn is_plain(spec: &JobSpec) -> bool {
+    spec.gpu_types.is_empty() && spec.min_gpu_memory_mib == 0 && spec.node_selector.is_empty()
+}
+
+/// How many of `gpus` (indexes on `slot`) could serve `spec`.
+pub(crate) fn matching(slot: &Slot<'_>, gpus: &[u32], spec: &JobSpec) -> usize {
+    if is_plain(spec) {
+        return gpus.len();
+    }
+    if !selector_matches(spec, &slot.labels) {
+        return 0;
+    }
+    gpus.iter()
+        .filter(|g| slot.all.iter().any(|r| r.index == **g && gpu_fits(r, spec)))
+        .count()
+}
+
+fn matching_free(slot: &Slot<'_>, spec: &JobSpec) -> usize {
+    if spec.gpu_types.is_empty() && spec.min_gpu_memory_mib == 0 {
+        slot.free.len()
+    } else {
+        slot.free.iter().filter(|g| gpu_fits(g, spec)).count()
+    }
+}
+
+pub(crate) fn selector_matches(spec: &JobSpec, labels: &BTreeMap<String, String>) -> bool {
+    spec.node_selector
+        .iter()
+        .all(|(k, v)| labels.get(k) == Some(v))
+}
+
+/// `want` GPUs from `fitting`: from a single NUMA node when one can hold them all (the one with
+/// the fewest spare GPUs), else from all of them; among those, NVLink-connected GPUs when the
+/// node reports links, else the lowest indexes.
+pub(crate) fn pick_gpus(fitting: &[&GpuRecord], want: usize) -> Vec<u32> {
+    let mut by_numa: BTreeMap<Option<u32>, Vec<&GpuRecord>> = BTreeMap::new();
+    for g in fitting {
+        by_numa.entry(g.numa_node).or_default().push(g);
+    }
+    let group: Vec<&GpuRecord> = by_numa
+        .values()
+        .filter(|group| group.len() >= want)
+        .min_by_key(|group| group.len())
+        .cloned()
+        .unwrap_or_else(|| fitting.to_vec());
+    let mut gpus = if want > 1 && group.iter().any(|g| !g.nvlink_peers.is_empty()) {
+        nvlink_clique(&group, want)
+    } else {
+        let mut all: Vec<u32> = group.iter().map(|g| g.index).collect();
+        all.sort_unstable();
+        all.truncate(want);
+        all
+    };
+    gpus.sort_unstable();
+    gpus
+}
+
+/// Grow a set of `want` GPUs greedily: start from the best-connected GPU, then keep adding the
+/// GPU with the most NVLink peers already in the set (lowest index on ties).
+fn nvlink_clique(group: &[&GpuRecord], want: usize) -> Vec<u32> {
+    let links =
+        |g: &GpuRecord, set: &[u32]| g.nvlink_peers.iter().filter(|p| set.contains(p)).count();
+    let all: Vec<u32> = group.iter().map(|g| g.index).collect();
+    let mut chosen: Vec<u32> = Vec::with_capacity(want);
+    while chosen.len() < want {
+        let reference: &[u32] = if chosen.is_empty() { &all } else { &chosen };
+        let next = group
+            .iter()
+            .filter(|g| !chosen.contains(&g.index))
+            .max_by_key(|g| (links(g, reference), std::cmp::Reverse(g.index)));
+        match next {
+            Some(g) => chosen.push(g.index),
+            None => break,
+        }
+    }
+    chosen
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scheduler::testkit::gpu;
+
+    #[test]
+    fn nvlink_peers_are_kept_together() {
+        // 0-1 and 2-3 are NVLink pairs; 1 and 2 are on the same NUMA node as the rest.
+        let mut gpus: Vec<GpuRecord> = (0..4).map(|i| gpu(i, "A100", 0)).collect();
+        gpus[0].nvlink_peers = vec![1];
+        gpus[1].nvlink_peers = vec![0];
+        gpus[2].nvlink_peers = vec![3];
+        gpus[3].nvlink_peers = vec![2];
+        let free: Vec<&GpuRecord> = gpus.iter().skip(1).collect();
+        // Free: 1, 2, 3. A pair must be the linked 2-3, not the lowest indexes 1-2.
+        assert_eq!(pick_gpus(&free, 2), vec![2, 3]);
+    }
+}

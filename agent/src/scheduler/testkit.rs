@@ -1,0 +1,92 @@
+//! Test helpers for the scheduler: GPUs, nodes, specs, and applying commands to a state.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use gpu_raft_store::{
+    ApplyResult, ClusterState, Command, GpuRecord, Inventory, JobSpec, LogEntry, NodeId,
+};
+
+use super::{Plan, PlanEnv, Policy, plan};
+
+pub fn gpu(index: u32, gpu_type: &str, numa: u32) -> GpuRecord {
+    GpuRecord {
+        index,
+        uuid: format!("GPU-{index}"),
+        model: format!("{gpu_type}-80GB"),
+        gpu_type: gpu_type.into(),
+        memory_mib: if gpu_type == "T4" { 15360 } else { 81920 },
+        numa_node: Some(numa),
+        nvlink_peers: vec![],
+        healthy: true,
+    }
+}
+
+pub fn apply_at(s: &mut ClusterState, now_ms: u64, cmd: Command) -> ApplyResult {
+    s.apply(&LogEntry {
+        proposed_at_ms: now_ms,
+        cmd,
+        meta: None,
+    })
+}
+
+pub fn apply(s: &mut ClusterState, cmd: Command) -> ApplyResult {
+    apply_at(s, 1, cmd)
+}
+
+pub fn node(s: &mut ClusterState, id: NodeId, gpus: Vec<GpuRecord>) {
+    let inventory = Inventory {
+        gpus,
+        cpu_cores: 8,
+        memory_mib: 1 << 16,
+    };
+    apply(
+        s,
+        Command::RegisterNode {
+            node: id,
+            addr: format!("h:{id}"),
+            labels: BTreeMap::new(),
+            inventory,
+        },
+    );
+}
+
+pub fn spec(gpus: u32, priority: i32) -> JobSpec {
+    JobSpec {
+        name: "j".into(),
+        tenant: "default".into(),
+        command: vec!["true".into()],
+        env: BTreeMap::new(),
+        workdir: None,
+        gpus,
+        gpu_types: BTreeSet::new(),
+        min_gpu_memory_mib: 0,
+        node_selector: BTreeMap::new(),
+        priority,
+        runtime_estimate_s: None,
+        wall_time_limit_s: None,
+        max_attempts: 1,
+        cpu_millis: None,
+        memory_mib: None,
+    }
+}
+
+pub fn submit(s: &mut ClusterState, spec: JobSpec) {
+    submit_at(s, 1, spec);
+}
+
+pub fn submit_at(s: &mut ClusterState, now_ms: u64, spec: JobSpec) {
+    apply_at(
+        s,
+        now_ms,
+        Command::SubmitJob {
+            spec,
+            idempotency_key: None,
+        },
+    );
+}
+
+/// A pass at time 1 with no history.
+pub fn plan_default(s: &ClusterState) -> Plan {
+    let policy = Policy::default();
+    plan(s, &policy, &PlanEnv::new(1, &policy))
+}

@@ -1,0 +1,125 @@
+//! Fair-share accounting: each tenant's GPU usage with exponential decay (a half-life), so
+//! recent use counts fully and old use fades. The core reads it; the leader rebuilds it from
+//! the state, the simulator keeps one up to date as jobs finish.
+
+use std::collections::HashMap;
+
+use gpu_raft_store::ClusterState;
+
+/// Decayed GPU-milliseconds per tenant for finished runs, each valued as of `as_of_ms`.
+#[derive(Clone, Debug)]
+pub struct TenantUsage {
+    half_life_ms: f64,
+    as_of_ms: u64,
+    finished: HashMap<String, f64>,
+}
+
+impl TenantUsage {
+    pub fn new(half_life_ms: u64) -> Self {
+        Self {
+            half_life_ms: half_life_ms.max(1) as f64,
+            as_of_ms: 0,
+            finished: HashMap::new(),
+        }
+    }
+
+    /// The usage of every finished run in `state`, valued at `now_ms`.
+    pub fn from_state(state: &ClusterState, half_life_ms: u64, now_ms: u64) -> Self {
+        let mut usage = Self::new(half_life_ms);
+        usage.as_of_ms = now_ms;
+        for j in state.jobs.values().filter(|j| j.state.is_terminal()) {
+            let (Some(start), Some(end)) = (j.started_at_ms.or(j.bound_at_ms), j.finished_at_ms)
+            else {
+                continue;
+            };
+            usage.add(&j.spec.tenant, j.spec.gpus, start, end.min(now_ms));
+        }
+        usage
+    }
+
+    /// Record a finished run of `gpus` GPUs from `start_ms` to `end_ms` (≤ the current time of
+    /// this ledger, which moves forward to `end_ms` if it is later).
+    pub fn record(&mut self, tenant: &str, gpus: u32, start_ms: u64, end_ms: u64) {
+        if end_ms > self.as_of_ms {
+            let factor = self.decay(end_ms - self.as_of_ms);
+            for v in self.finished.values_mut() {
+                *v *= factor;
+            }
+            self.as_of_ms = end_ms;
+        }
+        self.add(tenant, gpus, start_ms, end_ms);
+    }
+
+    fn add(&mut self, tenant: &str, gpus: u32, start_ms: u64, end_ms: u64) {
+        let value = self.integral(gpus, start_ms, end_ms, self.as_of_ms);
+        if value > 0.0 {
+            *self.finished.entry(tenant.to_owned()).or_insert(0.0) += value;
+        }
+    }
+
+    /// ∫ gpus · 2^(-(at - t)/h) dt over [start, end]: the decayed value at `at` of a run.
+    fn integral(&self, gpus: u32, start_ms: u64, end_ms: u64, at_ms: u64) -> f64 {
+        if end_ms <= start_ms {
+            return 0.0;
+        }
+        let h = self.half_life_ms / std::f64::consts::LN_2;
+        let age_end = at_ms.saturating_sub(end_ms);
+        let age_start = at_ms.saturating_sub(start_ms);
+        f64::from(gpus) * h * (self.decay(age_end) - self.decay(age_start))
+    }
+
+    fn decay(&self, age_ms: u64) -> f64 {
+        (-(age_ms as f64) / self.half_life_ms).exp2()
+    }
+
+    /// Each tenant's decayed usage at `now_ms`, finished runs plus the live ones in `state`,
+    /// in GPU-equivalents: decayed GPU-milliseconds divided by the half-life.
+    pub fn at(&self, state: &ClusterState, now_ms: u64) -> HashMap<String, f64> {
+        let factor = self.decay(now_ms.saturating_sub(self.as_of_ms));
+        let mut out: HashMap<String, f64> = self
+            .finished
+            .iter()
+            .map(|(t, v)| (t.clone(), v * factor))
+            .collect();
+        for j in state.jobs.values().filter(|j| j.state.is_live()) {
+            if let Some(start) = j.started_at_ms.or(j.bound_at_ms) {
+                let v = self.integral(j.spec.gpus, start, now_ms, now_ms);
+                *out.entry(j.spec.tenant.clone()).or_insert(0.0) += v;
+            }
+        }
+        for v in out.values_mut() {
+            *v /= self.half_life_ms;
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const H: u64 = 3_600_000;
+
+    #[test]
+    fn usage_halves_every_half_life() {
+        let mut u = TenantUsage::new(H);
+        u.record("a", 2, 0, H);
+        let s = ClusterState::new();
+        let now = u.at(&s, H)["a"];
+        let later = u.at(&s, 2 * H)["a"];
+        assert!((later / now - 0.5).abs() < 1e-9, "{now} then {later}");
+        // Two GPUs for one half-life: 2 · (1 - 1/2) / ln 2 GPU-equivalents.
+        let expected = 2.0 * 0.5 / std::f64::consts::LN_2;
+        assert!((now - expected).abs() < 1e-9, "{now} vs {expected}");
+    }
+
+    #[test]
+    fn recording_later_runs_keeps_older_ones_decayed() {
+        let mut a = TenantUsage::new(H);
+        a.record("x", 1, 0, H);
+        a.record("y", 1, H, 2 * H);
+        let s = ClusterState::new();
+        let at = a.at(&s, 2 * H);
+        assert!((at["x"] * 2.0 - at["y"]).abs() < 1e-9, "{at:?}");
+    }
+}

@@ -1,0 +1,355 @@
+//! Workload traces: the Philly CSV (`timestamp,duration,num_gpus,gpu_time,cluster`) and a
+//! generic CSV, both read by header name. Bad rows are reported with their line number.
+//!
+//! Generic format (a header line, then one job per line; plain commas, no quoting):
+//! `submit,duration,gpus[,tenant][,name][,priority][,estimate]` in any column order, where
+//! `submit` is seconds since the trace start (or `timestamp` as `YYYY-MM-DD HH:MM:SS` UTC),
+//! `duration` and `estimate` are seconds, `gpus` is a whole count (`num_gpus` also accepted)
+//! and `tenant` (or `cluster`) names the tenant. Unknown columns (e.g. `gpu_time`) are ignored.
+
+use std::fmt;
+
+/// One job of a trace.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TraceJob {
+    /// The trace line it came from (1-based, the header is line 1).
+    pub line: usize,
+    /// Submission time, milliseconds from the first submission of the trace.
+    pub submit_ms: u64,
+    pub duration_ms: u64,
+    pub gpus: u32,
+    pub tenant: String,
+    pub name: String,
+    pub priority: i32,
+    /// The user's runtime estimate, if the trace has one.
+    pub estimate_s: Option<u64>,
+}
+
+/// A row that could not be read.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("line {line}: {message}")]
+pub struct BadRow {
+    pub line: usize,
+    pub message: String,
+}
+
+/// Why a trace could not be read at all.
+#[derive(Debug, thiserror::Error)]
+pub enum TraceError {
+    #[error("the trace is empty (no header line)")]
+    Empty,
+    #[error("the header has no {0} column (expected {1})")]
+    MissingColumn(&'static str, &'static str),
+    #[error("{count} bad row(s), first: {first} (pass --skip-bad-rows to drop them)")]
+    BadRows { count: usize, first: BadRow },
+    #[error("the trace has no jobs")]
+    NoJobs,
+}
+
+/// A parsed trace and the rows that were skipped.
+#[derive(Debug)]
+pub struct Trace {
+    /// Jobs sorted by submission time (then line).
+    pub jobs: Vec<TraceJob>,
+    pub skipped: Vec<BadRow>,
+}
+
+struct Columns {
+    submit: (usize, TimeFormat),
+    duration: usize,
+    gpus: usize,
+    tenant: Option<usize>,
+    name: Option<usize>,
+    priority: Option<usize>,
+    estimate: Option<usize>,
+    width: usize,
+}
+
+#[derive(Clone, Copy)]
+enum TimeFormat {
+    Seconds,
+    DateTime,
+}
+
+/// Largest GPU count one job may ask for.
+const MAX_GPUS: u32 = 100_000;
+/// Longest duration (and latest relative submission) accepted: ten years.
+const MAX_SECONDS: f64 = 10.0 * 365.0 * 86_400.0;
+
+/// Parse a whole trace. Bad rows fail the parse unless `skip_bad_rows`.
+pub fn parse(text: &str, skip_bad_rows: bool) -> Result<Trace, TraceError> {
+    let mut lines = text.lines().enumerate();
+    let (_, header) = lines
+        .by_ref()
+        .find(|(_, l)| !l.trim().is_empty())
+        .ok_or(TraceError::Empty)?;
+    let cols = columns(header)?;
+    let mut raw: Vec<(usize, f64, TraceJob)> = Vec::new();
+    let mut bad = Vec::new();
+    for (i, line) in lines {
+        if line.trim().is_empty() {
+            continue;
+        }
+        match row(&cols, line, i + 1) {
+            Ok((t, job)) => raw.push((i + 1, t, job)),
+            Err(message) => bad.push(BadRow {
+                line: i + 1,
+                message,
+            }),
+        }
+    }
+    if let Some(first) = bad.first().cloned()
+        && !skip_bad_rows
+    {
+        return Err(TraceError::BadRows {
+            count: bad.len(),
+            first,
+        });
+    }
+    let start = raw
+        .iter()
+        .map(|(_, t, _)| *t)
+        .min_by(f64::total_cmp)
+        .ok_or(TraceError::NoJobs)?;
+    let mut jobs: Vec<TraceJob> = raw
+        .into_iter()
+        .map(|(_, t, mut job)| {
+            job.submit_ms = ((t - start) * 1000.0).round() as u64;
+            job
+        })
+        .collect();
+    jobs.sort_by_key(|j| (j.submit_ms, j.line));
+    Ok(Trace { jobs, skipped: bad })
+}
+
+fn columns(header: &str) -> Result<Columns, TraceError> {
+    let names: Vec<String> = header
+        .split(',')
+        .map(|c| c.trim().trim_start_matches('\u{feff}').to_ascii_lowercase())
+        .collect();
+    let find = |alts: &[&str]| names.iter().position(|n| alts.contains(&n.as_str()));
+    let submit = match (find(&["submit"]), find(&["timestamp"])) {
+        (Some(i), _) => (i, TimeFormat::Seconds),
+        (None, Some(i)) => (i, TimeFormat::DateTime),
+        _ => {
+            return Err(TraceError::MissingColumn(
+                "submission time",
+                "submit (seconds) or timestamp (YYYY-MM-DD HH:MM:SS)",
+            ));
+        }
+    };
+    Ok(Columns {
+        submit,
+        duration: find(&["duration"])
+            .ok_or(TraceError::MissingColumn("duration", "duration (seconds)"))?,
+        gpus: find(&["gpus", "num_gpus"])
+            .ok_or(TraceError::MissingColumn("GPU count", "gpus or num_gpus"))?,
+        tenant: find(&["tenant", "cluster"]),
+        name: find(&["name"]),
+        priority: find(&["priority"]),
+        estimate: find(&["estimate"]),
+        width: names.len(),
+    })
+}
+
+fn row(cols: &Columns, line: &str, number: usize) -> Result<(f64, TraceJob), String> {
+    if line.contains('"') {
+        return Err("quoted fields are not supported".into());
+    }
+    let fields: Vec<&str> = line.split(',').map(str::trim).collect();
+    if fields.len() != cols.width {
+        return Err(format!(
+            "{} fields, the header has {}",
+            fields.len(),
+            cols.width
+        ));
+    }
+    let submit = match cols.submit.1 {
+        TimeFormat::Seconds => seconds("submit", fields[cols.submit.0])?,
+        TimeFormat::DateTime => datetime(fields[cols.submit.0])?,
+    };
+    let duration = seconds("duration", fields[cols.duration])?;
+    let gpus_text = fields[cols.gpus];
+    let gpus: u32 = gpus_text
+        .parse()
+        .map_err(|_| format!("GPU count {gpus_text:?} is not a whole number"))?;
+    if gpus > MAX_GPUS {
+        return Err(format!("GPU count {gpus} is more than {MAX_GPUS}"));
+    }
+    let text = |col: Option<usize>| col.map(|c| fields[c].to_owned()).unwrap_or_default();
+    let tenant = text(cols.tenant);
+    let tenant = if tenant.is_empty() {
+        gpu_raft_store::DEFAULT_TENANT.to_owned()
+    } else {
+        tenant
+    };
+    let priority = match cols.priority.map(|c| fields[c]) {
+        None | Some("") => 0,
+        Some(p) => p
+            .parse()
+            .map_err(|_| format!("priority {p:?} is not an integer"))?,
+    };
+    let estimate_s = match cols.estimate.map(|c| fields[c]) {
+        None | Some("") => None,
+        Some(e) => Some(seconds("estimate", e)?.ceil() as u64),
+    };
+    Ok((
+        submit,
+        TraceJob {
+            line: number,
+            submit_ms: 0,
+            duration_ms: (duration * 1000.0).round() as u64,
+            gpus,
+            tenant,
+            name: text(cols.name),
+            priority,
+            estimate_s,
+        },
+    ))
+}
+
+/// A non-negative, finite number of seconds, at most ten years.
+fn seconds(what: &str, text: &str) -> Result<f64, String> {
+    let v: f64 = text
+        .parse()
+        .map_err(|_| format!("{what} {text:?} is not a number"))?;
+    if !v.is_finite() || v < 0.0 {
+        return Err(format!(
+            "{what} {text:?} must be a non-negative number of seconds"
+        ));
+    }
+    if v > MAX_SECONDS {
+        return Err(format!("{what} {text:?} is more than ten years"));
+    }
+    Ok(v)
+}
+
+/// `YYYY-MM-DD HH:MM:SS` (UTC) as seconds since the Unix epoch.
+fn datetime(text: &str) -> Result<f64, String> {
+    let bad = || format!("timestamp {text:?} is not YYYY-MM-DD HH:MM:SS");
+    let (date, time) = text.split_once(' ').ok_or_else(bad)?;
+    let d: Vec<i64> = date
+        .split('-')
+        .map(|p| p.parse().map_err(|_| bad()))
+        .collect::<Result<_, _>>()?;
+    let t: Vec<i64> = time
+        .split(':')
+        .map(|p| p.parse().map_err(|_| bad()))
+        .collect::<Result<_, _>>()?;
+    let (&[y, m, day], &[hh, mm, ss]) = (d.as_slice(), t.as_slice()) else {
+        return Err(bad());
+    };
+    if !(1..=12).contains(&m) || !(1..=31).contains(&day) || hh > 23 || mm > 59 || ss > 60 {
+        return Err(bad());
+    }
+    if hh < 0 || mm < 0 || ss < 0 || !(1970..=9999).contains(&y) {
+        return Err(bad());
+    }
+    Ok((days_from_civil(y, m, day) * 86_400 + hh * 3600 + mm * 60 + ss) as f64)
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+impl fmt::Display for Trace {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} jobs ({} rows skipped)",
+            self.jobs.len(),
+            self.skipped.len()
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PHILLY: &str = "timestamp,duration,num_gpus,gpu_time,cluster\n\
+        2017-10-09 07:01:55,66.0,1,66.0,11cb48\n\
+        2017-10-09 06:13:03,2951.0,2,5902.0,6214e9\n";
+
+    #[test]
+    fn philly_rows_are_sorted_and_relative_to_the_first_submission() {
+        let t = parse(PHILLY, false).expect("parse");
+        assert_eq!(t.jobs.len(), 2);
+        assert_eq!(t.jobs[0].tenant, "6214e9");
+        assert_eq!(t.jobs[0].line, 3);
+        assert_eq!(t.jobs[0].submit_ms, 0);
+        assert_eq!(t.jobs[0].gpus, 2);
+        assert_eq!(t.jobs[1].submit_ms, (48 * 60 + 52) * 1000);
+        assert_eq!(t.jobs[1].duration_ms, 66_000);
+    }
+
+    #[test]
+    fn generic_rows_with_optional_columns() {
+        let t = parse(
+            "gpus,submit,duration,tenant,name,priority,estimate\n4,10,60,a,bert,2,90\n1,0,5,,,,\n",
+            false,
+        )
+        .expect("parse");
+        assert_eq!(t.jobs[0].tenant, "default");
+        assert_eq!(
+            t.jobs[1],
+            TraceJob {
+                line: 2,
+                submit_ms: 10_000,
+                duration_ms: 60_000,
+                gpus: 4,
+                tenant: "a".into(),
+                name: "bert".into(),
+                priority: 2,
+                estimate_s: Some(90),
+            }
+        );
+    }
+
+    #[test]
+    fn epoch_dates() {
+        assert_eq!(days_from_civil(1970, 1, 1), 0);
+        assert_eq!(days_from_civil(2000, 3, 1), 11_017);
+        assert_eq!(datetime("2017-10-09 07:01:55"), Ok(1_507_532_515.0));
+    }
+
+    #[test]
+    fn bad_rows_name_their_line() {
+        let text = "submit,duration,gpus\n0,10,1\n5,-3,1\n6,nan,1\nx,1,1\n7,1,1.5\n8,1\n9,1,1,1\n\
+            2,1,99999999\n3,\"1\",1\n";
+        let Err(TraceError::BadRows { count, first }) = parse(text, false) else {
+            panic!("bad rows must fail the parse");
+        };
+        assert_eq!(count, 8);
+        assert_eq!(first.line, 3);
+        assert!(first.message.contains("duration"), "{first}");
+        let t = parse(text, true).expect("skipping");
+        assert_eq!(t.jobs.len(), 1);
+        let lines: Vec<usize> = t.skipped.iter().map(|b| b.line).collect();
+        assert_eq!(lines, vec![3, 4, 5, 6, 7, 8, 9, 10]);
+    }
+
+    #[test]
+    fn unusable_traces_are_errors() {
+        assert!(matches!(parse("", false), Err(TraceError::Empty)));
+        assert!(matches!(
+            parse("when,duration,gpus\n1,1,1\n", false),
+            Err(TraceError::MissingColumn(..))
+        ));
+        assert!(matches!(
+            parse("submit,duration,gpus\n", false),
+            Err(TraceError::NoJobs)
+        ));
+        assert!(matches!(
+            parse("timestamp,duration,gpus\n2017-13-01 00:00:00,1,1\n", false),
+            Err(TraceError::BadRows { .. })
+        ));
+    }
+}

@@ -1,0 +1,96 @@
+//! `gpuctl scheduler status|policy set`.
+//!
+//! JSON (stable): both print `{"policy": {"spec", "ordering", "backfill", "aging_per_hour",
+//! "fairshare_weight", "usage_half_life_s"}, "pending_jobs", "running_jobs", "gpus_total",
+//! "gpus_free"}` (`policy set` prints the status after the change).
+
+use gpu_proto::v1 as pb;
+use gpu_proto::v1::scheduler_service_client::SchedulerServiceClient;
+use serde_json::{Value, json};
+
+use super::{Answer, Ctx, Failure};
+use crate::cli::{Output, SchedulerPolicyVerb, SchedulerVerb};
+use crate::output::{self, table};
+use crate::units;
+
+pub async fn run(ctx: &Ctx, verb: SchedulerVerb) -> Result<Answer, Failure> {
+    let status = match verb {
+        SchedulerVerb::Status { stale } => {
+            ctx.endpoints
+                .call(|ch| async move {
+                    Ok(SchedulerServiceClient::new(ch)
+                        .get_scheduler_status(pb::GetSchedulerStatusRequest { stale })
+                        .await?
+                        .into_inner())
+                })
+                .await?
+        }
+        SchedulerVerb::Policy(SchedulerPolicyVerb::Set {
+            policy,
+            aging_per_hour,
+            fairshare_weight,
+            usage_half_life,
+        }) => {
+            let req = pb::SetSchedulerPolicyRequest {
+                policy,
+                aging_per_hour,
+                fairshare_weight,
+                usage_half_life_s: usage_half_life,
+            };
+            ctx.endpoints
+                .call(|ch| {
+                    let req = req.clone();
+                    async move {
+                        Ok(SchedulerServiceClient::new(ch)
+                            .set_scheduler_policy(req)
+                            .await?
+                            .into_inner())
+                    }
+                })
+                .await?
+        }
+    };
+    let text = match ctx.output {
+        Output::Json => output::json(&status_json(&status)),
+        Output::Table => status_table(&status),
+    };
+    Ok(Answer::ok(text))
+}
+
+fn status_json(s: &pb::SchedulerStatus) -> Value {
+    let p = s.policy.clone().unwrap_or_default();
+    json!({
+        "policy": {
+            "spec": p.spec,
+            "ordering": p.ordering,
+            "backfill": p.backfill,
+            "aging_per_hour": p.aging_per_hour,
+            "fairshare_weight": p.fairshare_weight,
+            "usage_half_life_s": p.usage_half_life_s,
+        },
+        "pending_jobs": s.pending_jobs,
+        "running_jobs": s.running_jobs,
+        "gpus_total": s.gpus_total,
+        "gpus_free": s.gpus_free,
+    })
+}
+
+fn status_table(s: &pb::SchedulerStatus) -> String {
+    let p = s.policy.clone().unwrap_or_default();
+    let rows = vec![
+        vec!["policy".into(), p.spec],
+        vec!["aging per hour".into(), p.aging_per_hour.to_string()],
+        vec!["fair-share weight".into(), p.fairshare_weight.to_string()],
+        vec![
+            "usage half-life".into(),
+            units::format_duration(std::time::Duration::from_secs(p.usage_half_life_s)),
+        ],
+        vec!["pending jobs".into(), s.pending_jobs.to_string()],
+        vec!["running jobs".into(), s.running_jobs.to_string()],
+        vec![
+            "free GPUs".into(),
+            format!("{} of {}", s.gpus_free, s.gpus_total),
+        ],
+    ];
+    table(&["FIELD", "VALUE"], &rows)
+}

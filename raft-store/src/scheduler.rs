@@ -1,0 +1,243 @@
+//! The replicated scheduler settings: which queue order and backfill mode the leader plans
+//! with, and their knobs. Changed at runtime with `Command::SetSchedulerPolicy`; `apply`
+//! validates every value and a rejected change leaves the settings untouched.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+/// The order in which pending jobs are considered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Ordering {
+    /// Arrival order: the order the cluster accepted the jobs (job ids).
+    Fcfs,
+    /// Shortest (estimated or predicted) runtime first; jobs with no estimate go last.
+    Sjf,
+    /// Base priority, plus aging while the job waits, minus its tenant's share of recent usage.
+    Priority,
+    /// The tenant with the smallest share (GPUs held now plus decayed past usage, per weight)
+    /// goes next; inside a tenant, priority then submission order.
+    #[serde(rename = "fairshare")]
+    FairShare,
+}
+
+/// What a job that cannot be placed now does to the jobs queued behind it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Backfill {
+    /// A strict queue: nothing behind the first job that does not fit is started.
+    Strict,
+    /// EASY backfill: the first job that does not fit gets a reservation (the earliest time
+    /// enough GPUs free up on one node); later jobs start only if they cannot delay it.
+    Easy,
+    /// Every job that fits starts now, whatever waits ahead of it (big jobs can starve).
+    Greedy,
+}
+
+/// Most aging or fair-share points accepted.
+pub const MAX_POINTS: u32 = 10_000;
+/// Shortest and longest usage half-life accepted, in seconds (a minute to a year).
+pub const HALF_LIFE_RANGE_S: std::ops::RangeInclusive<u64> = 60..=365 * 86_400;
+
+/// The scheduler policy the cluster agreed on. The default is v1's behaviour: priority then
+/// submission order, greedy, no aging, no fair-share term.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SchedulerSettings {
+    pub ordering: Ordering,
+    pub backfill: Backfill,
+    /// Priority points a waiting job gains per hour (`priority` ordering).
+    #[serde(default)]
+    pub aging_per_hour: u32,
+    /// Points taken from a job whose tenant holds all recent usage (`priority` ordering).
+    #[serde(default)]
+    pub fairshare_weight: u32,
+    /// Half-life of past usage in the fair-share terms.
+    #[serde(default = "one_day")]
+    pub usage_half_life_s: u64,
+}
+
+fn one_day() -> u64 {
+    86_400
+}
+
+impl Default for SchedulerSettings {
+    fn default() -> Self {
+        Self {
+            ordering: Ordering::Priority,
+            backfill: Backfill::Greedy,
+            aging_per_hour: 0,
+            fairshare_weight: 0,
+            usage_half_life_s: one_day(),
+        }
+    }
+}
+
+impl SchedulerSettings {
+    /// The rules `apply` enforces.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.aging_per_hour > MAX_POINTS || self.fairshare_weight > MAX_POINTS {
+            return Err(format!(
+                "aging and fair-share weight must be at most {MAX_POINTS} points"
+            ));
+        }
+        if !HALF_LIFE_RANGE_S.contains(&self.usage_half_life_s) {
+            return Err(format!(
+                "usage half-life must be {}..={} seconds, got {}",
+                HALF_LIFE_RANGE_S.start(),
+                HALF_LIFE_RANGE_S.end(),
+                self.usage_half_life_s
+            ));
+        }
+        Ok(())
+    }
+
+    /// `ordering+backfill`, e.g. `sjf+easy`.
+    pub fn spec(&self) -> String {
+        format!("{}+{}", self.ordering, self.backfill)
+    }
+}
+
+/// A policy word that is not known.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error(
+    "unknown scheduler policy {0:?}: expected ORDERING[+BACKFILL] with ORDERING one of fcfs, sjf, priority, fairshare and BACKFILL one of strict, easy, greedy"
+)]
+pub struct BadPolicy(pub String);
+
+/// Parse `ORDERING[+BACKFILL]`; a missing backfill means `strict`.
+pub fn parse_spec(s: &str) -> Result<(Ordering, Backfill), BadPolicy> {
+    let bad = || BadPolicy(s.to_owned());
+    let (ordering, backfill) = s.split_once('+').unwrap_or((s, "strict"));
+    Ok((
+        ordering.parse().map_err(|_| bad())?,
+        backfill.parse().map_err(|_| bad())?,
+    ))
+}
+
+impl FromStr for Ordering {
+    type Err = BadPolicy;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "fcfs" => Ok(Self::Fcfs),
+            "sjf" => Ok(Self::Sjf),
+            "priority" => Ok(Self::Priority),
+            "fairshare" => Ok(Self::FairShare),
+            _ => Err(BadPolicy(s.to_owned())),
+        }
+    }
+}
+
+impl FromStr for Backfill {
+    type Err = BadPolicy;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "strict" => Ok(Self::Strict),
+            "easy" | "backfill" => Ok(Self::Easy),
+            "greedy" => Ok(Self::Greedy),
+            _ => Err(BadPolicy(s.to_owned())),
+        }
+    }
+}
+
+impl fmt::Display for Ordering {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Fcfs => "fcfs",
+            Self::Sjf => "sjf",
+            Self::Priority => "priority",
+            Self::FairShare => "fairshare",
+        })
+    }
+}
+
+impl fmt::Display for Backfill {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Strict => "strict",
+            Self::Easy => "easy",
+            Self::Greedy => "greedy",
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{ApplyResult, ClusterState, Command, LogEntry, Rejection};
+
+    fn set(s: &mut ClusterState, settings: SchedulerSettings) -> ApplyResult {
+        s.apply(&LogEntry {
+            proposed_at_ms: 1,
+            cmd: Command::SetSchedulerPolicy { settings },
+            meta: None,
+        })
+    }
+
+    #[test]
+    fn apply_sets_valid_settings_and_refuses_bad_ones_untouched() {
+        let mut s = ClusterState::new();
+        assert_eq!(s.scheduler, SchedulerSettings::default());
+        let good = SchedulerSettings {
+            ordering: Ordering::Sjf,
+            backfill: Backfill::Easy,
+            aging_per_hour: 5,
+            fairshare_weight: 0,
+            usage_half_life_s: 3600,
+        };
+        assert_eq!(set(&mut s, good.clone()), ApplyResult::Ok);
+        assert_eq!(s.scheduler, good);
+        for bad in [
+            SchedulerSettings {
+                usage_half_life_s: 0,
+                ..good.clone()
+            },
+            SchedulerSettings {
+                usage_half_life_s: 400 * 86_400,
+                ..good.clone()
+            },
+            SchedulerSettings {
+                aging_per_hour: MAX_POINTS + 1,
+                ..good.clone()
+            },
+            SchedulerSettings {
+                fairshare_weight: u32::MAX,
+                ..good.clone()
+            },
+        ] {
+            let before = s.clone();
+            let result = set(&mut s, bad.clone());
+            assert!(
+                matches!(
+                    result,
+                    ApplyResult::Rejected {
+                        reason: Rejection::Invalid { .. }
+                    }
+                ),
+                "{bad:?}: {result:?}"
+            );
+            assert_eq!(s, before, "a rejected policy must change nothing");
+        }
+    }
+
+    #[test]
+    fn unknown_policy_words_do_not_decode_or_parse() {
+        assert!(
+            serde_json::from_str::<SchedulerSettings>(r#"{"ordering":"lifo","backfill":"easy"}"#)
+                .is_err()
+        );
+        assert_eq!(
+            parse_spec("fairshare+easy"),
+            Ok((Ordering::FairShare, Backfill::Easy))
+        );
+        assert_eq!(parse_spec("sjf"), Ok((Ordering::Sjf, Backfill::Strict)));
+        for bad in ["", "lifo", "sjf+", "+easy", "sjf+easy+greedy", "SJF"] {
+            assert!(parse_spec(bad).is_err(), "{bad:?}");
+        }
+        // Old states without settings decode to the default.
+        let old: SchedulerSettings =
+            serde_json::from_str(r#"{"ordering":"priority","backfill":"greedy"}"#).expect("decode");
+        assert_eq!(old, SchedulerSettings::default());
+    }
+}
