@@ -9,10 +9,13 @@ use crate::auth::Auth;
 use crate::auth::rbac::Action;
 use crate::cluster::Cluster;
 use crate::status::invalid;
+use crate::tls::{Subject, TlsIdentity};
 
 pub struct CertApi {
     pub cluster: Cluster,
     pub auth: Auth,
+    /// `None` without TLS.
+    pub tls: Option<TlsIdentity>,
 }
 
 fn view(c: &CertRecord) -> pb::CertificateRecord {
@@ -41,6 +44,35 @@ impl CertService for CertApi {
             .state
             .read(|s| s.certificates.values().map(view).collect());
         Ok(Response::new(pb::ListCertificatesResponse { certificates }))
+    }
+
+    async fn issue_client_certificate(
+        &self,
+        req: Request<pb::IssueClientCertificateRequest>,
+    ) -> Result<Response<pb::IssueClientCertificateResponse>, Status> {
+        let caller = self
+            .auth
+            .check_enrolment(&req, "cert.issue", "cert/client", Action::ClientCertificate)
+            .await?;
+        let tls = self
+            .tls
+            .as_ref()
+            .ok_or_else(|| Status::failed_precondition("this agent runs without TLS"))?;
+        let subject = Subject::Client(caller.identity.token_id.clone());
+        let (cert_pem, record) = tls
+            .sign(&req.get_ref().csr_pem, &subject)
+            .map_err(invalid)?;
+        self.cluster
+            .write_as(
+                Command::RecordCertificate { cert: record },
+                Some(caller.meta),
+            )
+            .await?;
+        let ca_cert_pem = tls.current().map(|t| t.ca.cert_pem).unwrap_or_default();
+        Ok(Response::new(pb::IssueClientCertificateResponse {
+            cert_pem,
+            ca_cert_pem,
+        }))
     }
 
     async fn revoke_certificate(

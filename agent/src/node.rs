@@ -465,7 +465,7 @@ async fn serve(listener: TcpListener, s: Services, cancel: CancellationToken) {
         jobs_dir: s.jobs_dir.clone(),
         peers,
         auth: auth.clone(),
-        tls: s.tls,
+        tls: s.tls.clone(),
     })
     .max_decoding_message_size(max)
     .max_encoding_message_size(max);
@@ -499,6 +499,7 @@ async fn serve(listener: TcpListener, s: Services, cancel: CancellationToken) {
     let cert_api = CertApi {
         cluster: cluster.clone(),
         auth: auth.clone(),
+        tls: s.tls.clone(),
     };
     let audit_api = AuditApi { cluster, auth };
     let router = tonic::transport::Server::builder()

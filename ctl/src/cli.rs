@@ -88,6 +88,13 @@ pub enum Noun {
 pub enum CertVerb {
     /// Every certificate the cluster issued or revoked.
     List,
+    /// Get a client certificate for your token: a key is made here (it never leaves), the
+    /// cluster signs it. Needs only the CA file and the token; writes `client.crt` and
+    /// `client.key` (0600) into DIR, to use as --cert-file / --key-file.
+    Request {
+        #[arg(long)]
+        out_dir: std::path::PathBuf,
+    },
     /// Revoke a certificate by serial: every agent refuses it once it applies the revocation.
     Revoke {
         serial: String,

@@ -393,3 +393,97 @@ async fn certificates_rotate_before_they_expire() {
         .await
         .expect("a write through the restarted agent");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_holder_gets_a_client_certificate_of_their_own() {
+    let c = Cluster::start(1, 1, "").await;
+    let root = c.root.path();
+    let mut tokens = gpu_proto::v1::token_service_client::TokenServiceClient::new(
+        c.channel(1).await.expect("channel"),
+    );
+    let alice = tokens
+        .create_token(pb::CreateTokenRequest {
+            role: pb::Role::User as i32,
+            tenant: "vision".into(),
+            description: "alice".into(),
+        })
+        .await
+        .expect("user token")
+        .into_inner();
+    let token_file = root.join("alice.token");
+    gpu_agent::tls::files::write_file(&token_file, &alice.bearer, 0o600).expect("token file");
+    let alice_dir = root.join("alice");
+    // gpuctl as a newcomer holding only the CA and a token (and, later, the certificate).
+    let gpuctl = |token: &std::path::Path, cert: bool, args: &[&str]| {
+        let mut cmd = std::process::Command::new(gpu_tests::bin("gpuctl"));
+        cmd.env("GPUCTL_CONFIG", "/nonexistent/gpuctl.toml")
+            .env("GPUCTL_CA_FILE", root.join("ca.crt"))
+            .env("GPUCTL_TOKEN_FILE", token)
+            .env_remove("GPUCTL_TOKEN")
+            .env_remove("GPUCTL_CERT_FILE")
+            .env_remove("GPUCTL_KEY_FILE")
+            .args(["--endpoint", c.addr(1)]);
+        if cert {
+            cmd.env("GPUCTL_CERT_FILE", alice_dir.join("client.crt"))
+                .env("GPUCTL_KEY_FILE", alice_dir.join("client.key"));
+        }
+        cmd.args(args).output().expect("run gpuctl")
+    };
+    let text = |out: &std::process::Output| String::from_utf8_lossy(&out.stderr).into_owned();
+
+    let out = gpuctl(&token_file, false, &["job", "list"]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "no certificate yet: {}",
+        text(&out)
+    );
+    assert!(
+        text(&out).contains("client certificate is required"),
+        "{}",
+        text(&out)
+    );
+
+    let out = gpuctl(
+        &token_file,
+        false,
+        &[
+            "cert",
+            "request",
+            "--out-dir",
+            alice_dir.to_str().expect("utf-8"),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let key_mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(alice_dir.join("client.key"))
+            .expect("key")
+            .permissions(),
+    );
+    assert_eq!(key_mode & 0o777, 0o600);
+    let subject = pki::inspect_pem(&read(alice_dir.join("client.crt")))
+        .expect("certificate")
+        .subject;
+    assert_eq!(subject, Subject::Client(alice.token.expect("token").id));
+
+    let out = gpuctl(&token_file, true, &["job", "list", "-o", "json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+
+    // A join token enrols agents and nothing else.
+    let out = gpuctl(
+        &root.join(gpu_tests::JOIN_TOKEN),
+        false,
+        &[
+            "cert",
+            "request",
+            "--out-dir",
+            root.join("x").to_str().expect("utf-8"),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains("may not get a client certificate"),
+        "{}",
+        text(&out)
+    );
+}

@@ -26,6 +26,8 @@ pub enum Action<'a> {
     ReadAudit,
     /// Enrol a new agent: sign its first certificate.
     JoinNode,
+    /// Get a client certificate for one's own token.
+    ClientCertificate,
     /// Change the scheduler policy.
     ManageScheduler,
 }
@@ -37,6 +39,7 @@ impl Identity {
         let allowed = match (self.role, action) {
             (Role::Admin, _) => true,
             (Role::Node, a) => matches!(a, Action::JoinNode),
+            (_, Action::ClientCertificate) => true,
             (_, Action::ReadCluster) => true,
             (
                 Role::Operator,
@@ -77,6 +80,7 @@ fn describe(action: Action<'_>) -> String {
         Action::ManageTokens => "manage tokens".into(),
         Action::ReadAudit => "read the audit log".into(),
         Action::JoinNode => "enrol an agent".into(),
+        Action::ClientCertificate => "get a client certificate".into(),
         Action::ManageScheduler => "change the scheduler policy".into(),
     }
 }
@@ -127,6 +131,8 @@ mod tests {
             (&id(Role::Node, None), Action::JoinNode, true),
             (&id(Role::Node, None), Action::ReadCluster, false),
             (&id(Role::Node, None), Action::ManageNodes, false),
+            (&id(Role::Node, None), Action::ClientCertificate, false),
+            (&viewer, Action::ClientCertificate, true),
             (&viewer, Action::JoinNode, false),
             (&user, Action::JoinNode, false),
         ];

@@ -15,6 +15,7 @@ use crate::units;
 
 pub async fn run(ctx: &Ctx, verb: CertVerb) -> Result<Answer, Failure> {
     let certs = match verb {
+        CertVerb::Request { out_dir } => return request(ctx, &out_dir).await,
         CertVerb::List => {
             ctx.endpoints
                 .call(|ch| async move {
@@ -44,6 +45,62 @@ pub async fn run(ctx: &Ctx, verb: CertVerb) -> Result<Answer, Failure> {
         }
     };
     Ok(Answer::ok(render(ctx, &certs)))
+}
+
+/// `cert request`: key and signing request here, signature from the cluster, files in `dir`.
+async fn request(ctx: &Ctx, dir: &std::path::Path) -> Result<Answer, Failure> {
+    let key = rcgen::KeyPair::generate().map_err(|e| Failure::Usage(e.to_string()))?;
+    let csr_pem = rcgen::CertificateParams::default()
+        .serialize_request(&key)
+        .and_then(|csr| csr.pem())
+        .map_err(|e| Failure::Usage(e.to_string()))?;
+    let reply = ctx
+        .endpoints
+        .call(|ch| {
+            let req = pb::IssueClientCertificateRequest {
+                csr_pem: csr_pem.clone(),
+            };
+            async move {
+                Ok(CertServiceClient::new(ch)
+                    .issue_client_certificate(req)
+                    .await?
+                    .into_inner())
+            }
+        })
+        .await?;
+    let (cert, key_file) = (dir.join("client.crt"), dir.join("client.key"));
+    write(&key_file, &key.serialize_pem(), 0o600)?;
+    write(&cert, &reply.cert_pem, 0o644)?;
+    eprintln!(
+        "wrote {} and {}; use them with --cert-file/--key-file (or cert_file/key_file in the \
+         gpuctl config)",
+        cert.display(),
+        key_file.display()
+    );
+    Ok(Answer::ok(match ctx.output {
+        Output::Json => output::json(&json!({
+            "cert_file": cert.display().to_string(),
+            "key_file": key_file.display().to_string(),
+        })),
+        Output::Table => format!("{}\n{}\n", cert.display(), key_file.display()),
+    }))
+}
+
+/// Create `path` with `mode` from the start (a key is never readable by others, even briefly).
+fn write(path: &std::path::Path, text: &str, mode: u32) -> Result<(), Failure> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let fail = |e: std::io::Error| Failure::Usage(format!("writing {}: {e}", path.display()));
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).map_err(fail)?;
+    }
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(path)
+        .and_then(|mut f| f.write_all(text.as_bytes()))
+        .map_err(fail)
 }
 
 fn render(ctx: &Ctx, certs: &[pb::CertificateRecord]) -> String {
