@@ -201,19 +201,25 @@ pub struct Renewer {
 
 impl Renewer {
     pub async fn run(self, cancel: CancellationToken) {
+        // After a failed attempt, wait longer before the next (peers may all be down).
+        let mut floor = Duration::from_secs(1);
         loop {
             let wait = self.time_until_due().unwrap_or(Duration::from_secs(60));
             tokio::select! {
                 () = cancel.cancelled() => return,
-                () = tokio::time::sleep(wait.max(Duration::from_secs(1))) => {}
+                () = tokio::time::sleep(wait.max(floor)) => {}
             }
             if self.time_until_due().is_some_and(|d| !d.is_zero()) {
                 continue;
             }
             match self.renew().await {
-                Ok(serial) => info!(node_id = self.node_id, serial, "renewed our certificate"),
+                Ok(serial) => {
+                    floor = Duration::from_secs(1);
+                    info!(node_id = self.node_id, serial, "renewed our certificate");
+                }
                 Err(e) => {
-                    warn!(node_id = self.node_id, error = %e, "certificate renewal failed; will retry")
+                    floor = (floor * 2).min(Duration::from_secs(30));
+                    warn!(node_id = self.node_id, error = %e, retry_in = ?floor, "certificate renewal failed");
                 }
             }
         }
