@@ -19,4 +19,5 @@ pub mod ready;
 pub mod scenario;
 pub mod seed;
 pub mod storm;
+pub mod timeline;
 pub mod workload;

@@ -1,6 +1,6 @@
 //! `gpu-chaos`: run named chaos scenarios against real 3-agent clusters, or a seeded random
 //! mix of them for a while (the soak). Prints the seed first and each run's summary, writes
-//! every run's files (`report.json`, the history) under `--out`, and exits 0
+//! every run's files (`report.json`, `timeline.svg`, the history) under `--out`, and exits 0
 //! when no checker found anything, 1 on any violation, 2 on error.
 
 use std::path::{Path, PathBuf};
@@ -146,7 +146,11 @@ async fn run_one(e: Entry, seed: u64, out: &Path) -> anyhow::Result<usize> {
     for v in &report.violations {
         println!("  violation {v}");
     }
-    println!("  wrote {}", report.dir.join("report.json").display());
+    println!(
+        "  wrote {} and {}",
+        report.dir.join("report.json").display(),
+        report.dir.join("timeline.svg").display()
+    );
     Ok(report.violations.len())
 }
 

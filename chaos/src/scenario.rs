@@ -1,7 +1,7 @@
 //! One chaos scenario end to end: start a 3-agent cluster, run the recorded workload while the
 //! nemesis works, heal, drain, collect the final job list and the jobs' records, check, and
-//! write `history.jsonl`, `jobs.json`, `runs.json`, and `report.json` into the run
-//! directory.
+//! write `history.jsonl`, `jobs.json`, `runs.json`, `report.json` and `timeline.svg` into the
+//! run directory.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -21,7 +21,7 @@ use crate::model::{FinalJob, Violation};
 use gpu_tests::records;
 
 use crate::netns::Netns;
-use crate::{isolation, nemesis, observer, pause, storm, workload};
+use crate::{isolation, nemesis, observer, pause, storm, timeline, workload};
 
 /// Which faults a scenario injects.
 #[derive(Clone, Copy, Debug)]
@@ -180,6 +180,7 @@ pub async fn run(name: &str, seed: u64, nemesis: Nemesis, out: &Path) -> anyhow:
     std::fs::write(dir.join("runs.json"), serde_json::to_vec_pretty(&runs)?)?;
     let history = rec.events();
     let violations = check::all(&history, &jobs, &runs);
+    std::fs::write(dir.join("timeline.svg"), timeline::svg(&history))?;
 
     let submits = history.iter().filter(|e| e.op == OpKind::Submit);
     let count = |p: Phase| submits.clone().filter(|e| e.phase == p).count();
