@@ -1,5 +1,5 @@
 //! The named scenarios the `gpu-chaos` binary can run: each short name maps to the scenario's
-//! run name, its default seed and its nemesis (the same parameters as `tests/short_suite.rs`).
+//! run name, its default seed and its nemesis; `tests/short_suite.rs` runs these same entries.
 
 use crate::scenario::Nemesis;
 
