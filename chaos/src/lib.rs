@@ -3,6 +3,7 @@
 //! (`workload`, `client`) against it while a nemesis injects faults (`nemesis`, `storm`), heals,
 //! and runs pure checkers (`check`) over the history and the final job list.
 
+pub mod catalog;
 pub mod check;
 pub mod client;
 pub mod history;
@@ -18,4 +19,5 @@ pub mod ready;
 pub mod scenario;
 pub mod seed;
 pub mod storm;
+pub mod timeline;
 pub mod workload;

@@ -1,6 +1,7 @@
 //! One chaos scenario end to end: start a 3-agent cluster, run the recorded workload while the
 //! nemesis works, heal, drain, collect the final job list and the jobs' records, check, and
-//! write `history.jsonl`, `jobs.json`, `runs.json` and `report.json` into the run directory.
+//! write `history.jsonl`, `jobs.json`, `runs.json`, `report.json` and `timeline.svg` into the
+//! run directory.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -11,6 +12,8 @@ use gpu_tests::{Cluster, is_terminal};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+use serde::Serialize;
+
 use crate::check;
 use crate::client::{Client, Outcome, state_name};
 use crate::history::{OpKind, Phase, Recorder};
@@ -18,7 +21,7 @@ use crate::model::{FinalJob, Violation};
 use gpu_tests::records;
 
 use crate::netns::Netns;
-use crate::{isolation, nemesis, observer, pause, storm, workload};
+use crate::{isolation, nemesis, observer, pause, storm, timeline, workload};
 
 /// Which faults a scenario injects.
 #[derive(Clone, Copy, Debug)]
@@ -54,20 +57,36 @@ const DRAIN: Duration = Duration::from_secs(60);
 /// How long the recovery probe tries after the heal (the checker's bound, and a margin).
 const AFTER_HEAL: Duration = Duration::from_secs(12);
 
-#[derive(Debug)]
+/// What one scenario run found; written as the run directory's `report.json`.
+#[derive(Debug, Serialize)]
 pub struct Report {
+    /// The scenario's run name.
     pub name: String,
+    /// The seed that reproduces the run.
     pub seed: u64,
+    /// The run directory (history, jobs, runs, report, timeline).
     pub dir: PathBuf,
     /// From the cluster being up to the checks being done.
+    #[serde(rename = "wall_s", serialize_with = "secs")]
     pub wall: Duration,
+    /// Submissions acknowledged.
     pub ok: usize,
+    /// Submissions that certainly did not take effect.
     pub fail: usize,
+    /// Submissions with an unknown outcome.
     pub info: usize,
+    /// Distinct job ids acknowledged.
     pub acked_jobs: usize,
+    /// Jobs the cluster listed at the end.
     pub final_jobs: usize,
+    /// Runs the jobs themselves recorded.
     pub runs: usize,
+    /// Everything the checkers reported.
     pub violations: Vec<Violation>,
+}
+
+fn secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64())
 }
 
 impl Report {
@@ -161,10 +180,7 @@ pub async fn run(name: &str, seed: u64, nemesis: Nemesis, out: &Path) -> anyhow:
     std::fs::write(dir.join("runs.json"), serde_json::to_vec_pretty(&runs)?)?;
     let history = rec.events();
     let violations = check::all(&history, &jobs, &runs);
-    std::fs::write(
-        dir.join("report.json"),
-        serde_json::to_vec_pretty(&violations)?,
-    )?;
+    std::fs::write(dir.join("timeline.svg"), timeline::svg(&history))?;
 
     let submits = history.iter().filter(|e| e.op == OpKind::Submit);
     let count = |p: Phase| submits.clone().filter(|e| e.phase == p).count();
@@ -175,7 +191,7 @@ pub async fn run(name: &str, seed: u64, nemesis: Nemesis, out: &Path) -> anyhow:
         .collect();
     acked.sort_unstable();
     acked.dedup();
-    Ok(Report {
+    let report = Report {
         name: name.to_owned(),
         seed,
         dir,
@@ -187,7 +203,12 @@ pub async fn run(name: &str, seed: u64, nemesis: Nemesis, out: &Path) -> anyhow:
         final_jobs: jobs.len(),
         runs: runs.len(),
         violations,
-    })
+    };
+    std::fs::write(
+        report.dir.join("report.json"),
+        serde_json::to_vec_pretty(&report)?,
+    )?;
+    Ok(report)
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -12,7 +12,8 @@ pub fn seed_or(default: u64) -> anyhow::Result<u64> {
     }
 }
 
-fn parse(s: &str) -> anyhow::Result<u64> {
+/// A seed written in decimal or `0x` hex.
+pub fn parse(s: &str) -> anyhow::Result<u64> {
     let s = s.trim();
     let parsed = match s.strip_prefix("0x") {
         Some(hex) => u64::from_str_radix(hex, 16),

@@ -1,20 +1,25 @@
 //! The short chaos suite: C1 (leader kill loop), C3 (kill every node at once), C5 (leader
 //! isolated), C9 (leader paused), C10 (GPU holder paused, and cut off, past its lease) and C16
-//! (client retry storm) against a 3-agent cluster with fixed seeds (`GPUMESH_CHAOS_SEED`
-//! overrides); every checker must find nothing. The partition scenarios run the agents in
-//! network namespaces and are skipped with a message where those are unavailable.
+//! (client retry storm) against a 3-agent cluster with the fixed seeds and parameters of
+//! `gpu_chaos::catalog` (`GPUMESH_CHAOS_SEED` overrides); every checker must find nothing. The
+//! partition scenarios run the agents in network namespaces and are skipped with a message
+//! where those are unavailable.
 
 use std::path::PathBuf;
 
-use gpu_chaos::scenario::{self, Nemesis};
+use gpu_chaos::catalog;
+use gpu_chaos::scenario;
 use gpu_chaos::seed::seed_or;
 
 fn out_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("chaos")
 }
 
-async fn scenario(name: &str, default_seed: u64, nemesis: Nemesis) {
-    let seed = seed_or(default_seed).expect("seed");
+/// Run the catalog's scenario `short` (the same name, seed and nemesis `gpu-chaos run` uses).
+async fn scenario(short: &str) {
+    let e = catalog::find(short).unwrap_or_else(|| panic!("no scenario {short}"));
+    let (name, nemesis) = (e.name, e.nemesis);
+    let seed = seed_or(e.default_seed).expect("seed");
     let report = scenario::run(name, seed, nemesis, &out_dir())
         .await
         .unwrap_or_else(|e| panic!("{name} (seed {seed}) did not complete: {e:#}"));
@@ -34,40 +39,27 @@ async fn scenario(name: &str, default_seed: u64, nemesis: Nemesis) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c1_leader_kill_loop() {
-    scenario(
-        "c1-leader-kill-loop",
-        1,
-        Nemesis::LeaderKillLoop { rounds: 4 },
-    )
-    .await;
+    scenario("c1").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c3_kill_every_node_at_once() {
-    scenario("c3-kill-all", 3, Nemesis::KillAll).await;
+    scenario("c3").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c16_client_retry_storm() {
-    scenario(
-        "c16-retry-storm",
-        16,
-        Nemesis::RetryStorm {
-            min_keys: 6,
-            tasks: 4,
-        },
-    )
-    .await;
+    scenario("c16").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c9_leader_paused_past_the_election_timeout() {
-    scenario("c9-leader-pause", 9, Nemesis::LeaderPause { rounds: 2 }).await;
+    scenario("c9").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c10_gpu_holder_paused_past_its_lease() {
-    scenario("c10-holder-pause", 10, Nemesis::HolderPause).await;
+    scenario("c10-paused").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -76,7 +68,7 @@ async fn c5_leader_isolated() {
         println!("skipping C5 (leader isolated): {why}");
         return;
     }
-    scenario("c5-leader-isolated", 5, Nemesis::IsolateLeader).await;
+    scenario("c5").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -85,5 +77,5 @@ async fn c10_gpu_holder_cut_off_past_its_lease() {
         println!("skipping C10 by partition: {why}");
         return;
     }
-    scenario("c10-holder-isolated", 110, Nemesis::HolderIsolate).await;
+    scenario("c10-cut").await;
 }

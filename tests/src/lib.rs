@@ -11,7 +11,7 @@ pub mod records;
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -26,18 +26,35 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity
 
 /// Path of a workspace binary built beside this test (`cargo test --workspace` builds them).
 pub fn bin(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    let dir = exe
+    find_bin(name).unwrap_or_else(|missing| {
+        panic!(
+            "{} is missing: run `cargo build --bins` (or `cargo test --workspace`)",
+            missing.display()
+        )
+    })
+}
+
+/// Where workspace binary `name` is: beside the running executable when that is a binary in
+/// `target/<profile>/`, else in the directory above (a test in `target/<profile>/deps/`).
+/// `Err` holds the path it was expected at.
+pub fn find_bin(name: &str) -> Result<PathBuf, PathBuf> {
+    let exe = std::env::current_exe().expect("executable path");
+    let here = exe.parent().expect("executable directory");
+    let beside = here.join(name);
+    if beside.exists() {
+        return Ok(beside);
+    }
+    let above = here
         .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile> directory");
-    let path = dir.join(name);
-    assert!(
-        path.exists(),
-        "{} is missing: run `cargo build --bins` (or `cargo test --workspace`)",
-        path.display()
-    );
-    path
+        .expect("target/<profile> directory")
+        .join(name);
+    if above.exists() {
+        Ok(above)
+    } else if here.ends_with("deps") {
+        Err(above)
+    } else {
+        Err(beside)
+    }
 }
 
 /// A free loopback port (bound once, then released for the agent to take).

@@ -1,0 +1,90 @@
+//! The named scenarios the `gpu-chaos` binary can run: each short name maps to the scenario's
+//! run name, its default seed and its nemesis; `tests/short_suite.rs` runs these same entries.
+
+use crate::scenario::Nemesis;
+
+/// One runnable scenario.
+#[derive(Clone, Copy, Debug)]
+pub struct Entry {
+    /// What to type on the command line: `c1`, `c10-paused`.
+    pub short: &'static str,
+    /// The run's name (the run directory is `<name>-<seed>`).
+    pub name: &'static str,
+    /// The seed used when none is given.
+    pub default_seed: u64,
+    /// The faults it injects.
+    pub nemesis: Nemesis,
+}
+
+/// Every scenario, in issue order.
+pub const ALL: &[Entry] = &[
+    Entry {
+        short: "c1",
+        name: "c1-leader-kill-loop",
+        default_seed: 1,
+        nemesis: Nemesis::LeaderKillLoop { rounds: 4 },
+    },
+    Entry {
+        short: "c3",
+        name: "c3-kill-all",
+        default_seed: 3,
+        nemesis: Nemesis::KillAll,
+    },
+    Entry {
+        short: "c5",
+        name: "c5-leader-isolated",
+        default_seed: 5,
+        nemesis: Nemesis::IsolateLeader,
+    },
+    Entry {
+        short: "c9",
+        name: "c9-leader-pause",
+        default_seed: 9,
+        nemesis: Nemesis::LeaderPause { rounds: 2 },
+    },
+    Entry {
+        short: "c10-paused",
+        name: "c10-holder-pause",
+        default_seed: 10,
+        nemesis: Nemesis::HolderPause,
+    },
+    Entry {
+        short: "c10-cut",
+        name: "c10-holder-isolated",
+        default_seed: 110,
+        nemesis: Nemesis::HolderIsolate,
+    },
+    Entry {
+        short: "c16",
+        name: "c16-retry-storm",
+        default_seed: 16,
+        nemesis: Nemesis::RetryStorm {
+            min_keys: 6,
+            tasks: 4,
+        },
+    },
+];
+
+/// The scenario called `short` (or by its full run name).
+pub fn find(short: &str) -> Option<Entry> {
+    ALL.iter()
+        .copied()
+        .find(|e| e.short == short || e.name == short)
+}
+
+/// Every short name, comma-separated (for error messages).
+pub fn names() -> String {
+    ALL.iter().map(|e| e.short).collect::<Vec<_>>().join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn names_are_unique_and_found() {
+        for e in super::ALL {
+            assert_eq!(super::find(e.short).map(|f| f.name), Some(e.name));
+            assert_eq!(super::find(e.name).map(|f| f.short), Some(e.short));
+        }
+        assert!(super::find("c99").is_none());
+    }
+}
