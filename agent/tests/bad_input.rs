@@ -147,9 +147,11 @@ fn a_data_dir_in_use_is_refused_without_harm() {
     let mut reopened = reopened;
     let alive = reopened.try_wait().expect("poll").is_none();
     reopened.kill().ok();
+    let out = reopened.wait_with_output().expect("reap");
     assert!(
         alive,
-        "the data directory should still open after the refused second agent"
+        "the data directory should still open after the refused second agent: {}",
+        stderr(&out)
     );
 }
 

@@ -35,6 +35,7 @@ impl TlsDir {
 
     /// The stored material, or `None` when this agent has none yet (before bootstrap or join).
     pub fn load(&self) -> anyhow::Result<Option<NodeTls>> {
+        self.recover()?;
         let paths = [
             self.ca_cert(),
             self.dir.join("ca.key"),
@@ -64,17 +65,49 @@ impl TlsDir {
         }))
     }
 
+    /// Replace the stored material as a whole: the new set is written and fsynced in
+    /// `tls.new/`, then swapped in by two renames, so a crash at any point leaves either the old
+    /// set or the new one (`load` finishes an interrupted swap), never a mix.
     pub fn store(&self, tls: &NodeTls) -> anyhow::Result<()> {
-        std::fs::create_dir_all(&self.dir)
-            .with_context(|| format!("creating {}", self.dir.display()))?;
-        std::fs::set_permissions(&self.dir, std::fs::Permissions::from_mode(0o700))?;
-        write_file(&self.ca_cert(), &tls.ca.cert_pem, 0o644)?;
-        write_file(&self.dir.join("ca.key"), &tls.ca.key_pem, 0o600)?;
-        // The key first: a crash in between leaves an old certificate with a new key, which
-        // fails loudly at start rather than silently.
-        write_file(&self.dir.join("node.key"), &tls.node.key_pem, 0o600)?;
-        write_file(&self.dir.join("node.crt"), &tls.node.cert_pem, 0o644)?;
+        let (new, old) = (self.sibling("new"), self.sibling("old"));
+        if new.exists() {
+            std::fs::remove_dir_all(&new)?;
+        }
+        std::fs::create_dir_all(&new).with_context(|| format!("creating {}", new.display()))?;
+        std::fs::set_permissions(&new, std::fs::Permissions::from_mode(0o700))?;
+        write_file(&new.join("ca.crt"), &tls.ca.cert_pem, 0o644)?;
+        write_file(&new.join("ca.key"), &tls.ca.key_pem, 0o600)?;
+        write_file(&new.join("node.key"), &tls.node.key_pem, 0o600)?;
+        write_file(&new.join("node.crt"), &tls.node.cert_pem, 0o644)?;
+        if self.dir.exists() {
+            std::fs::rename(&self.dir, &old)?;
+        }
+        std::fs::rename(&new, &self.dir)?;
+        sync_parent(&self.dir)?;
+        if old.exists() {
+            std::fs::remove_dir_all(&old)?;
+        }
         Ok(())
+    }
+
+    /// Finish or undo a swap a crash interrupted: a complete `tls/` wins; without one, the
+    /// previous set (`tls.old/`) is put back; a half-written `tls.new/` is dropped.
+    fn recover(&self) -> anyhow::Result<()> {
+        let (new, old) = (self.sibling("new"), self.sibling("old"));
+        if !self.dir.exists() && old.exists() {
+            std::fs::rename(&old, &self.dir)?;
+        }
+        for leftover in [new, old] {
+            if leftover.exists() {
+                std::fs::remove_dir_all(&leftover)
+                    .with_context(|| format!("removing {}", leftover.display()))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn sibling(&self, suffix: &str) -> PathBuf {
+        self.dir.with_extension(suffix)
     }
 }
 
@@ -93,6 +126,10 @@ pub fn write_file(path: &Path, text: &str, mode: u32) -> anyhow::Result<()> {
         .with_context(|| format!("writing {}", tmp.display()))?;
     file.sync_all()?;
     std::fs::rename(&tmp, path).with_context(|| format!("renaming onto {}", path.display()))?;
+    sync_parent(path)
+}
+
+fn sync_parent(path: &Path) -> anyhow::Result<()> {
     if let Some(dir) = path.parent() {
         std::fs::File::open(dir)?.sync_all()?;
     }
@@ -148,6 +185,12 @@ mod tests {
                 .mode();
             assert_eq!(mode & 0o777, 0o600, "{key}");
         }
+
+        // A swap interrupted after the old set moved aside: the old set comes back.
+        std::fs::rename(&tls_dir.dir, tls_dir.dir.with_extension("old")).expect("mv");
+        std::fs::create_dir(tls_dir.dir.with_extension("new")).expect("half-written new set");
+        assert!(tls_dir.load().expect("recovered").is_some());
+        assert!(!tls_dir.dir.with_extension("new").exists());
 
         let key = tls_dir.dir.join("node.key");
         std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).expect("chmod");
