@@ -22,7 +22,7 @@ use gpu_proto::v1::job_service_client::JobServiceClient;
 use gpu_proto::v1::node_service_client::NodeServiceClient;
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::{Interceptor, interceptor::InterceptedService};
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+use tonic::transport::{Channel, Endpoint};
 
 /// Path of a workspace binary built beside this test (`cargo test --workspace` builds them).
 pub fn bin(name: &str) -> PathBuf {
@@ -348,12 +348,9 @@ impl Cluster {
         id: u64,
         identity: Option<(String, String)>,
     ) -> Result<Endpoint, tonic::Status> {
-        let mut tls = ClientTlsConfig::new()
-            .ca_certificate(Certificate::from_pem(self.read_root("ca.crt")))
-            .domain_name(gpu_proto::TLS_SERVER_NAME);
-        if let Some((cert, key)) = identity {
-            tls = tls.identity(Identity::from_pem(cert, key));
-        }
+        let identity =
+            identity.map(|(cert_pem, key_pem)| gpu_agent::tls::KeyedCert { cert_pem, key_pem });
+        let tls = gpu_agent::tls::client::config(&self.read_root("ca.crt"), identity.as_ref());
         Endpoint::from_shared(format!("https://{}", self.addr(id)))
             .and_then(|e| e.tls_config(tls))
             .map(|e| {
