@@ -1,5 +1,5 @@
 //! Public `ClusterService`: the Raft group's state as the leader (or, with `stale`, this agent)
-//! sees it.
+//! sees it, and this agent's replica digest.
 
 use std::time::Duration;
 
@@ -71,5 +71,21 @@ impl ClusterService for ClusterApi {
         })
         .await?;
         Ok(Response::new(status))
+    }
+
+    async fn get_state_digest(
+        &self,
+        req: Request<pb::GetStateDigestRequest>,
+    ) -> Result<Response<pb::StateDigest>, Status> {
+        self.auth
+            .check(&req, "cluster.digest", "cluster", Action::ReadCluster)
+            .await?;
+        // One encoding of the state (as a snapshot makes), hashed outside the state lock.
+        let (index, sha256) = self.cluster.state.applied_digest();
+        Ok(Response::new(to_proto::state_digest(
+            self.cluster.id,
+            index,
+            sha256,
+        )))
     }
 }

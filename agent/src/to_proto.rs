@@ -248,6 +248,15 @@ pub fn cluster_status(
     }
 }
 
+/// A replica's applied index and state digest (`StateReader::applied_digest`).
+pub fn state_digest(node_id: u64, applied_index: u64, sha256: String) -> pb::StateDigest {
+    pb::StateDigest {
+        node_id,
+        applied_index,
+        sha256,
+    }
+}
+
 fn millis(d: std::time::Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }

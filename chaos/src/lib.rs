@@ -18,6 +18,7 @@ pub mod pause;
 pub mod ready;
 pub mod scenario;
 pub mod seed;
+pub mod settle;
 pub mod storm;
 pub mod timeline;
 pub mod workload;

@@ -1,5 +1,5 @@
 //! What the checkers read besides the history: the final job list, the jobs' own run records,
-//! and what they report (named violations).
+//! each replica's final digest, and what they report (named violations).
 
 use std::fmt;
 
@@ -20,6 +20,18 @@ pub struct FinalJob {
 
 /// One run of a job as the job itself recorded it.
 pub use gpu_tests::records::RunRecord;
+
+/// What one agent reported of its replica once the cluster had settled.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicaDigest {
+    pub node: u64,
+    /// Its last applied log index (`None` when it did not answer).
+    pub applied_index: Option<u64>,
+    /// Hex SHA-256 of its state at `applied_index`.
+    pub sha256: Option<String>,
+    /// Why it did not answer.
+    pub error: Option<String>,
+}
 
 /// A named violation found by a checker.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

@@ -1,7 +1,7 @@
 //! One chaos scenario end to end: start a 3-agent cluster, run the recorded workload while the
-//! nemesis works, heal, drain, collect the final job list and the jobs' records, check, and
-//! write `history.jsonl`, `jobs.json`, `runs.json`, `report.json` and `timeline.svg` into the
-//! run directory.
+//! nemesis works, heal, drain, collect the final job list, the jobs' records and the replicas'
+//! digests once they settle, check, and write `history.jsonl`, `jobs.json`, `runs.json`,
+//! `digests.json`, `report.json` and `timeline.svg` into the run directory.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -21,7 +21,7 @@ use crate::model::{FinalJob, Violation};
 use gpu_tests::records;
 
 use crate::netns::Netns;
-use crate::{isolation, nemesis, observer, pause, storm, timeline, workload};
+use crate::{isolation, nemesis, observer, pause, settle, storm, timeline, workload};
 
 /// Which faults a scenario injects.
 #[derive(Clone, Copy, Debug)]
@@ -81,6 +81,8 @@ pub struct Report {
     pub final_jobs: usize,
     /// Runs the jobs themselves recorded.
     pub runs: usize,
+    /// The applied index every replica reported at the end (`None` when they differed).
+    pub settled_at: Option<u64>,
     /// Everything the checkers reported.
     pub violations: Vec<Violation>,
 }
@@ -93,8 +95,8 @@ impl Report {
     /// One line for humans.
     pub fn summary(&self) -> String {
         format!(
-            "{} seed={} {:.1}s: submits ok={} fail={} info={}; {} acked, {} jobs, {} runs; {} \
-             violation(s) [{}]",
+            "{} seed={} {:.1}s: submits ok={} fail={} info={}; {} acked, {} jobs, {} runs; \
+             replicas at {}; {} violation(s) [{}]",
             self.name,
             self.seed,
             self.wall.as_secs_f64(),
@@ -104,6 +106,8 @@ impl Report {
             self.acked_jobs,
             self.final_jobs,
             self.runs,
+            self.settled_at
+                .map_or_else(|| "no common index".to_owned(), |i| format!("index {i}")),
             self.violations.len(),
             self.dir.display()
         )
@@ -178,8 +182,13 @@ pub async fn run(name: &str, seed: u64, nemesis: Nemesis, out: &Path) -> anyhow:
     std::fs::write(dir.join("jobs.json"), serde_json::to_vec_pretty(&jobs)?)?;
     let runs = records::read_all(&records)?;
     std::fs::write(dir.join("runs.json"), serde_json::to_vec_pretty(&runs)?)?;
+    let replicas = settle::replica_digests(&c).await;
+    std::fs::write(
+        dir.join("digests.json"),
+        serde_json::to_vec_pretty(&replicas)?,
+    )?;
     let history = rec.events();
-    let violations = check::all(&history, &jobs, &runs);
+    let violations = check::all(&history, &jobs, &runs, &replicas);
     std::fs::write(dir.join("timeline.svg"), timeline::svg(&history))?;
 
     let submits = history.iter().filter(|e| e.op == OpKind::Submit);
@@ -202,6 +211,7 @@ pub async fn run(name: &str, seed: u64, nemesis: Nemesis, out: &Path) -> anyhow:
         acked_jobs: acked.len(),
         final_jobs: jobs.len(),
         runs: runs.len(),
+        settled_at: settle::common_index(&replicas),
         violations,
     };
     std::fs::write(

@@ -10,6 +10,7 @@ pub mod audit;
 pub mod auth;
 pub mod cert;
 mod command;
+pub mod digest;
 mod engine;
 mod error;
 pub mod job;

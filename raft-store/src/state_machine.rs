@@ -53,6 +53,17 @@ impl StateReader {
         *self.applied.borrow()
     }
 
+    /// The index of the last applied entry and the digest of the state at exactly that index
+    /// (`digest::state_digest`), read together.
+    pub fn applied_digest(&self) -> (u64, String) {
+        let (index, bytes) = {
+            let data = read_lock(&self.data);
+            let index = data.last_applied.map_or(0, |l| l.index);
+            (index, crate::digest::canonical_bytes(&data.state))
+        };
+        (index, crate::digest::digest_bytes(&bytes))
+    }
+
     /// A receiver that changes whenever an entry is applied.
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.applied.clone()

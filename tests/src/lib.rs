@@ -420,6 +420,14 @@ impl Cluster {
     }
 
     /// Set one label on `node`, sending the write to agent `via`.
+    /// Agent `via`'s own replica: its applied index and the digest of its state there.
+    pub async fn state_digest(&self, via: u64) -> Result<pb::StateDigest, tonic::Status> {
+        let mut c = ClusterServiceClient::new(self.channel(via).await?);
+        Ok(c.get_state_digest(pb::GetStateDigestRequest {})
+            .await?
+            .into_inner())
+    }
+
     pub async fn label(
         &self,
         via: u64,

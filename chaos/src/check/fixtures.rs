@@ -1,7 +1,7 @@
 //! Hand-made history pieces for the checkers' unit tests.
 
 use crate::history::{Event, OpKind, Phase};
-use crate::model::{FinalJob, SUCCEEDED};
+use crate::model::{FinalJob, ReplicaDigest, SUCCEEDED};
 
 pub fn submit(process: &str, phase: Phase, key: &str, job_id: Option<u64>) -> Event {
     Event {
@@ -25,5 +25,15 @@ pub fn job(id: u64, key: &str) -> FinalJob {
         key: key.to_owned(),
         state: SUCCEEDED.to_owned(),
         generation: 1,
+    }
+}
+
+/// Node `node`'s replica at `index` with digest `sha256`.
+pub fn replica(node: u64, index: u64, sha256: &str) -> ReplicaDigest {
+    ReplicaDigest {
+        node,
+        applied_index: Some(index),
+        sha256: Some(sha256.to_owned()),
+        error: None,
     }
 }

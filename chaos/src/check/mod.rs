@@ -1,7 +1,8 @@
-//! Checkers: pure functions over the history, the final job list and the jobs' own records,
-//! each returning named violations. `all` runs every one.
+//! Checkers: pure functions over the history, the final job list, the jobs' own records and
+//! the replicas' final digests, each returning named violations. `all` runs every one.
 
 pub mod all_succeeded;
+pub mod digests;
 pub mod exactly_once;
 pub mod fencing;
 pub mod gpu_overlap;
@@ -15,10 +16,15 @@ pub mod total_queue;
 pub(crate) mod fixtures;
 
 use crate::history::Event;
-use crate::model::{FinalJob, RunRecord, Violation};
+use crate::model::{FinalJob, ReplicaDigest, RunRecord, Violation};
 
 /// Every checker's violations, in checker order.
-pub fn all(history: &[Event], jobs: &[FinalJob], runs: &[RunRecord]) -> Vec<Violation> {
+pub fn all(
+    history: &[Event],
+    jobs: &[FinalJob],
+    runs: &[RunRecord],
+    replicas: &[ReplicaDigest],
+) -> Vec<Violation> {
     let mut out = total_queue::check(history, jobs);
     out.extend(exactly_once::check(history, jobs));
     out.extend(gpu_overlap::check(runs));
@@ -28,13 +34,14 @@ pub fn all(history: &[Event], jobs: &[FinalJob], runs: &[RunRecord]) -> Vec<Viol
     out.extend(minority::check(history));
     out.extend(job_order::check(history));
     out.extend(recovery::check(history));
+    out.extend(digests::check(replicas));
     out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::check::fixtures::{acked, job};
+    use crate::check::fixtures::{acked, job, replica};
     use crate::model::FinalJob;
 
     #[test]
@@ -57,7 +64,8 @@ mod tests {
             start_ns,
             end_ns: Some(start_ns + 10),
         };
-        let v = all(&h, &[failed], &[run(1, 0), run(2, 5)]);
+        let diverged = [replica(1, 9, "aa"), replica(2, 9, "bb")];
+        let v = all(&h, &[failed], &[run(1, 0), run(2, 5)], &diverged);
         let mut checkers: Vec<&str> = v.iter().map(|v| v.checker).collect();
         checkers.dedup();
         assert_eq!(
@@ -66,12 +74,18 @@ mod tests {
                 "total-queue",
                 "exactly-once",
                 "gpu-overlap",
-                "all-succeeded"
+                "all-succeeded",
+                "replica-digests"
             ],
             "{v:?}"
         );
         assert_eq!(
-            all(&acked("w0", "b", 3), &[job(3, "b")], &[run(3, 0)]),
+            all(
+                &acked("w0", "b", 3),
+                &[job(3, "b")],
+                &[run(3, 0)],
+                &[replica(1, 9, "aa"), replica(2, 9, "aa")]
+            ),
             vec![]
         );
     }
