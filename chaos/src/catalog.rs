@@ -37,6 +37,27 @@ pub const ALL: &[Entry] = &[
         nemesis: Nemesis::IsolateLeader,
     },
     Entry {
+        short: "c6",
+        name: "c6-leader-side-split",
+        default_seed: 6,
+        nemesis: Nemesis::SplitLeaderSide,
+    },
+    Entry {
+        short: "c7",
+        name: "c7-ring",
+        default_seed: 7,
+        nemesis: Nemesis::Ring,
+    },
+    Entry {
+        short: "c8",
+        name: "c8-flapping",
+        default_seed: 8,
+        nemesis: Nemesis::Flapping {
+            rounds: 6,
+            agents: 5,
+        },
+    },
+    Entry {
         short: "c9",
         name: "c9-leader-pause",
         default_seed: 9,

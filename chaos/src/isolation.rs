@@ -53,36 +53,81 @@ pub async fn isolate_leader(
     records: &Path,
 ) -> anyhow::Result<()> {
     tokio::time::sleep(Duration::from_millis(rng.random_range(1000..2000))).await;
-    let all: Vec<u64> = c.agents.keys().copied().collect();
     let old = c.leader().await;
-    let majority: Vec<u64> = all.iter().copied().filter(|n| *n != old).collect();
-    note(rec, Phase::Invoke, format!("isolate leader n{old}"), None)?;
-    Cut::isolate(old, &all).apply(net, &all)?;
-    note(rec, Phase::Ok, format!("isolated n{old}"), Some(vec![old]))?;
+    cut_minority(c, net, rec, rng, client, prefix, records, &[old]).await
+}
+
+/// Cut `minority` off from the other agents for 3–5 s and until `PROBES` jobs acknowledged by
+/// the majority were read through the minority (at most `PROBE_AT_MOST`), submitting through
+/// the minority as well; then heal. C5 and C6.
+#[allow(clippy::too_many_arguments)]
+pub async fn cut_minority(
+    c: &Cluster,
+    net: &Netns,
+    rec: &Recorder,
+    rng: &mut StdRng,
+    client: &Client,
+    prefix: &str,
+    records: &Path,
+    minority: &[u64],
+) -> anyhow::Result<()> {
+    let all: Vec<u64> = c.agents.keys().copied().collect();
+    let majority: Vec<u64> = all
+        .iter()
+        .copied()
+        .filter(|n| !minority.contains(n))
+        .collect();
+    let leader = c.leader().await;
+    note(
+        rec,
+        Phase::Invoke,
+        format!("cut off {minority:?} (leader n{leader}) from {majority:?}"),
+        None,
+    )?;
+    Cut::split(minority, &majority).apply(net, &all)?;
+    note(
+        rec,
+        Phase::Ok,
+        format!("cut off {minority:?}"),
+        Some(minority.to_vec()),
+    )?;
     let started = Instant::now();
     let at_least = Duration::from_millis(rng.random_range(3000..5000));
     let (mut k, mut probed) = (0, 0);
     while started.elapsed() < PROBE_AT_MOST && (probed < PROBES || started.elapsed() < at_least) {
         let key = format!("{prefix}-probe-{k}");
         let via = majority[k % majority.len()];
+        let cut_off = minority[k % minority.len()];
         k += 1;
         let spec = job_spec(&key, 1, records);
         if let Outcome::Ok(id) = client
             .submit("probe", via, spec, &key, Duration::from_secs(3))
             .await?
         {
-            client.read("probe-old", old, id, MINORITY_DEADLINE).await?;
+            client
+                .read("probe-old", cut_off, id, MINORITY_DEADLINE)
+                .await?;
             probed += 1;
         }
         let key = format!("{prefix}-minority-{k}");
         let spec = job_spec(&key, 1, records);
         client
-            .submit("probe-old", old, spec, &key, MINORITY_DEADLINE)
+            .submit("probe-old", cut_off, spec, &key, MINORITY_DEADLINE)
             .await?;
     }
-    note(rec, Phase::Invoke, format!("heal n{old}"), Some(Vec::new()))?;
+    note(
+        rec,
+        Phase::Invoke,
+        format!("heal the cut of {minority:?}"),
+        Some(Vec::new()),
+    )?;
     partition::heal(net, &all)?;
-    note(rec, Phase::Info, format!("healed the cut of n{old}"), None)?;
+    note(
+        rec,
+        Phase::Info,
+        format!("healed the cut of {minority:?}"),
+        None,
+    )?;
     Ok(())
 }
 

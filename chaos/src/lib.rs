@@ -19,6 +19,7 @@ pub mod ready;
 pub mod scenario;
 pub mod seed;
 pub mod settle;
+pub mod splits;
 pub mod storm;
 pub mod timeline;
 pub mod workload;

@@ -1,4 +1,4 @@
-//! `gpu-chaos`: run named chaos scenarios against real 3-agent clusters, or a seeded random
+//! `gpu-chaos`: run named chaos scenarios against real 3- or 5-agent clusters, or a seeded random
 //! mix of them for a while (the soak). Prints the seed first and each run's summary, writes
 //! every run's files (`report.json`, `timeline.svg`, the history) under `--out`, and exits 0
 //! when no checker found anything, 1 on any violation, 2 on error.

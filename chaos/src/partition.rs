@@ -35,6 +35,19 @@ impl Cut {
         Cut { blocked }
     }
 
+    /// A ring over `all` (in that order): each node reaches only its two neighbours, so each
+    /// sees a majority of three in five, and no two nodes see the same one.
+    pub fn ring(all: &[u64]) -> Cut {
+        let n = all.len();
+        let mut blocked = BTreeMap::new();
+        for (i, node) in all.iter().enumerate() {
+            let near = |j: usize| j == i || j == (i + 1) % n || (j + 1) % n == i;
+            let far = (0..n).filter(|j| !near(*j)).map(|j| all[j]).collect();
+            blocked.insert(*node, far);
+        }
+        Cut { blocked }
+    }
+
     /// The nft script that drops `node`'s traffic to and from its blocked peers (replacing
     /// whatever this module set before in that namespace).
     pub fn nft_script(&self, net: &Netns, node: u64) -> String {
@@ -88,6 +101,20 @@ mod tests {
         let s = Cut::split(&[1, 2], &[3, 4, 5]);
         assert_eq!(s.blocked[&4], vec![1, 2]);
         assert_eq!(s.blocked[&1], vec![3, 4, 5]);
+    }
+
+    #[test]
+    fn a_ring_blocks_all_but_the_neighbours_symmetrically() {
+        let r = Cut::ring(&[1, 2, 3, 4, 5]);
+        assert_eq!(r.blocked[&1], vec![3, 4]);
+        assert_eq!(r.blocked[&3], vec![1, 5]);
+        assert_eq!(r.blocked[&5], vec![2, 3]);
+        for (n, peers) in &r.blocked {
+            assert_eq!(peers.len(), 2, "n{n} reaches itself and two neighbours");
+            for p in peers {
+                assert!(r.blocked[p].contains(n), "n{n} and n{p} block each other");
+            }
+        }
     }
 
     #[test]

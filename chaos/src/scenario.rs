@@ -1,4 +1,4 @@
-//! One chaos scenario end to end: start a 3-agent cluster, run the recorded workload while the
+//! One chaos scenario end to end: start a cluster (3 agents, or 5 for C6/C7), run the recorded workload while the
 //! nemesis works, heal, drain, collect the final job list, the jobs' records and the replicas'
 //! digests once they settle, check, and write `history.jsonl`, `jobs.json`, `runs.json`,
 //! `digests.json`, `report.json` and `timeline.svg` into the run directory.
@@ -21,7 +21,7 @@ use crate::model::{FinalJob, Violation};
 use gpu_tests::records;
 
 use crate::netns::Netns;
-use crate::{isolation, nemesis, observer, pause, settle, storm, timeline, workload};
+use crate::{isolation, nemesis, observer, pause, settle, splits, storm, timeline, workload};
 
 /// Which faults a scenario injects.
 #[derive(Clone, Copy, Debug)]
@@ -41,12 +41,34 @@ pub enum Nemesis {
     IsolateLeader,
     /// C10 by partition: cut off an agent running jobs until its runs are re-placed.
     HolderIsolate,
+    /// C6: the leader and one follower split from the other three of five, probed, healed.
+    SplitLeaderSide,
+    /// C7: five agents in a ring (each reaches only its two neighbours), then healed.
+    Ring,
+    /// C8: `rounds` random cuts among `agents` agents, each held briefly and healed.
+    Flapping { rounds: u32, agents: u64 },
 }
 
 impl Nemesis {
     /// Whether the scenario runs its agents in network namespaces.
     pub fn needs_netns(self) -> bool {
-        matches!(self, Nemesis::IsolateLeader | Nemesis::HolderIsolate)
+        matches!(
+            self,
+            Nemesis::IsolateLeader
+                | Nemesis::HolderIsolate
+                | Nemesis::SplitLeaderSide
+                | Nemesis::Ring
+                | Nemesis::Flapping { .. }
+        )
+    }
+
+    /// How many agents the scenario runs (all voters).
+    pub fn agents(self) -> u64 {
+        match self {
+            Nemesis::SplitLeaderSide | Nemesis::Ring => 5,
+            Nemesis::Flapping { agents, .. } => agents,
+            _ => 3,
+        }
     }
 }
 
@@ -124,19 +146,20 @@ pub async fn run(name: &str, seed: u64, nemesis: Nemesis, out: &Path) -> anyhow:
     std::fs::create_dir_all(&dir)?;
     let mut rng = StdRng::seed_from_u64(seed);
     // Declared before the cluster, so its agents are gone before the namespaces are.
+    let agents = nemesis.agents();
     let net = if nemesis.needs_netns() {
-        Some(Netns::create(3)?)
+        Some(Netns::create(agents)?)
     } else {
         None
     };
     // Clusters take turns (a process-wide lock in `Cluster::start`): time from the start.
     let mut c = match &net {
         Some(net) => {
-            let c = Cluster::start_placed(3, "", net.placements()).await;
+            let c = Cluster::start_placed(agents as usize, "", net.placements()).await;
             crate::ready::wait_all_ready(&c).await;
             c
         }
-        None => Cluster::start(3, 3, "").await,
+        None => Cluster::start(agents, agents as usize, "").await,
     };
     let started = Instant::now();
     let rec = Arc::new(Recorder::create(&dir.join("history.jsonl"))?);
@@ -262,6 +285,18 @@ async fn inject(
         Nemesis::HolderIsolate => {
             let net = net.ok_or_else(|| anyhow::anyhow!("C10 by partition needs namespaces"))?;
             isolation::isolate_holder(c, net, rec, rng, client, name, records).await
+        }
+        Nemesis::SplitLeaderSide => {
+            let net = net.ok_or_else(|| anyhow::anyhow!("C6 needs network namespaces"))?;
+            splits::split_leader_side(c, net, rec, rng, client, name, records).await
+        }
+        Nemesis::Ring => {
+            let net = net.ok_or_else(|| anyhow::anyhow!("C7 needs network namespaces"))?;
+            splits::ring(c, net, rec, rng, client, name, records).await
+        }
+        Nemesis::Flapping { rounds, .. } => {
+            let net = net.ok_or_else(|| anyhow::anyhow!("C8 needs network namespaces"))?;
+            splits::flapping(c, net, rec, rng, rounds).await
         }
     }
 }
