@@ -89,6 +89,7 @@ pub struct RaftSection {
     pub snapshot_every: Option<u64>,
     pub keep_logs: Option<u64>,
     pub voter_target: Option<usize>,
+    pub fault_injection: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -277,6 +278,9 @@ pub struct RaftSettings {
     pub keep_logs: u64,
     /// How many voters the cluster aims for; every other member is a learner.
     pub voter_target: usize,
+    /// Whether an admin may inject delay, loss and duplication into this agent's outgoing Raft
+    /// messages (`NodeService.InjectNetworkFault`; chaos testing only).
+    pub fault_injection: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -352,6 +356,7 @@ impl Config {
             snapshot_every: r.snapshot_every.unwrap_or(10_000),
             keep_logs: r.keep_logs.unwrap_or(1_000),
             voter_target: r.voter_target.unwrap_or(3),
+            fault_injection: r.fault_injection.unwrap_or(false),
         };
         ensure!(
             raft.heartbeat_interval < raft.election_timeout_min
@@ -512,6 +517,10 @@ mod tests {
         let c = Config::parse_and_validate(file, Overrides::default()).expect("and validates");
         assert_eq!(c.tls.cert_validity, Duration::from_secs(30 * 86_400));
         assert_eq!(c.jobs.lease, Duration::from_secs(10));
+        assert!(
+            !c.raft.fault_injection,
+            "fault injection is off unless asked for"
+        );
     }
 
     #[test]

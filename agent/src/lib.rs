@@ -31,3 +31,4 @@ pub mod status;
 pub mod tls;
 pub mod to_proto;
 pub mod token_service;
+pub mod transport_faults;

@@ -52,6 +52,7 @@ use crate::tls::enroll::{self, Renewer, TlsIdentity};
 use crate::tls::files::{read_public, read_secret, write_file};
 use crate::tls::{NodeTls, PeerCheck, Subject, TlsDir};
 use crate::token_service::TokenApi;
+use crate::transport_faults::TransportFaults;
 
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
@@ -69,9 +70,11 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
     info!(node_id, "starting raft");
     let contacts = ContactBook::default();
     let peers = PeerClients::default();
+    let faults = TransportFaults::default();
     let network = NetworkFactory {
         peers: peers.clone(),
         contacts: contacts.clone(),
+        faults: faults.clone(),
     };
     let raft = Raft::new(
         node_id,
@@ -114,6 +117,7 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
         jobs_dir: jobs_dir.clone(),
         tls: tls.clone(),
         api: config.api,
+        transport_faults: config.raft.fault_injection.then_some(faults),
     };
     tasks.spawn(serve(listener, services, cancel.clone()));
 
@@ -414,6 +418,8 @@ struct Services {
     jobs_dir: PathBuf,
     tls: Option<TlsIdentity>,
     api: crate::config::ApiSettings,
+    /// The live transport faults, when `raft.fault_injection` lets an admin set them.
+    transport_faults: Option<TransportFaults>,
 }
 
 async fn serve(listener: TcpListener, s: Services, cancel: CancellationToken) {
@@ -477,6 +483,7 @@ async fn serve(listener: TcpListener, s: Services, cancel: CancellationToken) {
     let node_api = NodeApi {
         cluster: cluster.clone(),
         auth: auth.clone(),
+        transport_faults: s.transport_faults,
     };
     let scheduler_api = SchedulerApi {
         cluster: cluster.clone(),

@@ -1,4 +1,5 @@
-//! Public `NodeService`: registered agents, their labels and schedulability.
+//! Public `NodeService`: registered agents, their labels and schedulability, and (chaos testing,
+//! when the config allows it) faults injected into this agent's Raft transport.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -12,10 +13,13 @@ use crate::auth::rbac::Action;
 use crate::cluster::Cluster;
 use crate::status::invalid;
 use crate::to_proto;
+use crate::transport_faults::{FaultRule, TransportFaults};
 
 pub struct NodeApi {
     pub cluster: Cluster,
     pub auth: Auth,
+    /// This agent's Raft transport faults; `None` unless `raft.fault_injection` is set.
+    pub transport_faults: Option<TransportFaults>,
 }
 
 impl NodeApi {
@@ -150,5 +154,63 @@ impl NodeService for NodeApi {
             Command::DrainNode { node: id, evict },
         )
         .await
+    }
+
+    async fn inject_network_fault(
+        &self,
+        req: Request<pb::InjectNetworkFaultRequest>,
+    ) -> Result<Response<pb::InjectNetworkFaultResponse>, Status> {
+        let object = format!("node/n{}/raft-transport", req.get_ref().node_id);
+        let caller = self
+            .auth
+            .check(
+                &req,
+                "node.inject-network-fault",
+                &object,
+                Action::InjectNetworkFaults,
+            )
+            .await?;
+        let checked = self.transport_rule(req.get_ref());
+        // Not a replicated change, but a mutation all the same: it goes in the audit log, and
+        // before the rule takes effect (a rule that cuts this agent off could stop the write).
+        let outcome = match &checked {
+            Ok((_, what)) => what.clone(),
+            Err(s) => format!("failed: {}", s.message()),
+        };
+        self.cluster
+            .write_as(Command::RecordAction { outcome }, Some(caller.meta))
+            .await?;
+        let ((faults, rule), _) = checked?;
+        faults.set(rule, req.get_ref().seed);
+        Ok(Response::new(pb::InjectNetworkFaultResponse {}))
+    }
+}
+
+impl NodeApi {
+    /// The faults handle and the validated rule the request asks for, with what it does (for the
+    /// audit log).
+    fn transport_rule(
+        &self,
+        req: &pb::InjectNetworkFaultRequest,
+    ) -> Result<((TransportFaults, FaultRule), String), Status> {
+        let faults = self.transport_faults.as_ref().ok_or_else(|| {
+            Status::failed_precondition(
+                "fault injection is disabled on this agent (raft.fault_injection = false)",
+            )
+        })?;
+        if req.node_id != self.cluster.id {
+            return Err(invalid(format!(
+                "this is node {}, not node {}: send the request to the agent to fault",
+                self.cluster.id, req.node_id
+            )));
+        }
+        let rule = to_proto::fault_rule(req);
+        rule.validate().map_err(invalid)?;
+        let what = if rule.is_none() {
+            "raft transport healed".to_owned()
+        } else {
+            format!("raft transport faults {rule:?} seed {}", req.seed)
+        };
+        Ok(((faults.clone(), rule), what))
     }
 }

@@ -248,6 +248,18 @@ pub fn cluster_status(
     }
 }
 
+/// The transport fault rule an `InjectNetworkFault` request asks for (not yet validated).
+pub fn fault_rule(req: &pb::InjectNetworkFaultRequest) -> crate::transport_faults::FaultRule {
+    let ms = |v: u32| std::time::Duration::from_millis(u64::from(v));
+    crate::transport_faults::FaultRule {
+        delay_min: ms(req.delay_min_ms),
+        delay_max: ms(req.delay_max_ms),
+        drop_per_mille: req.drop_per_mille,
+        duplicate_per_mille: req.duplicate_per_mille,
+        peers: req.peers.iter().copied().collect(),
+    }
+}
+
 /// A replica's applied index and state digest (`StateReader::applied_digest`).
 pub fn state_digest(node_id: u64, applied_index: u64, sha256: String) -> pb::StateDigest {
     pb::StateDigest {

@@ -76,6 +76,12 @@ pub const ALL: &[Entry] = &[
         nemesis: Nemesis::HolderIsolate,
     },
     Entry {
+        short: "c11",
+        name: "c11-lossy-transport",
+        default_seed: 11,
+        nemesis: Nemesis::LossyTransport,
+    },
+    Entry {
         short: "c16",
         name: "c16-retry-storm",
         default_seed: 16,

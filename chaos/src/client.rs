@@ -8,6 +8,7 @@ use std::time::Duration;
 use gpu_proto::v1 as pb;
 use gpu_proto::v1::cluster_service_client::ClusterServiceClient;
 use gpu_proto::v1::job_service_client::JobServiceClient;
+use gpu_proto::v1::node_service_client::NodeServiceClient;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::history::{Event, OpKind, Phase, Recorder};
@@ -87,6 +88,22 @@ impl Client {
         c.get_status(req)
             .await
             .map(tonic::Response::into_inner)
+            .map_err(|s| format!("{:?}: {}", s.code(), s.message()))
+    }
+
+    /// Put `req`'s transport faults in force on agent `via` (its `node_id`), as the admin; not
+    /// recorded — the nemesis records what it does.
+    pub async fn inject_network_fault(
+        &self,
+        via: u64,
+        req: pb::InjectNetworkFaultRequest,
+        deadline: Duration,
+    ) -> Result<(), String> {
+        let mut c = NodeServiceClient::new(self.channel(via, deadline).await?);
+        let req = self.request(req, deadline)?;
+        c.inject_network_fault(req)
+            .await
+            .map(|_| ())
             .map_err(|s| format!("{:?}: {}", s.code(), s.message()))
     }
 

@@ -22,4 +22,5 @@ pub mod settle;
 pub mod splits;
 pub mod storm;
 pub mod timeline;
+pub mod transport;
 pub mod workload;

@@ -21,7 +21,9 @@ use crate::model::{FinalJob, Violation};
 use gpu_tests::records;
 
 use crate::netns::Netns;
-use crate::{isolation, nemesis, observer, pause, settle, splits, storm, timeline, workload};
+use crate::{
+    isolation, nemesis, observer, pause, settle, splits, storm, timeline, transport, workload,
+};
 
 /// Which faults a scenario injects.
 #[derive(Clone, Copy, Debug)]
@@ -47,6 +49,8 @@ pub enum Nemesis {
     Ring,
     /// C8: `rounds` random cuts among `agents` agents, each held briefly and healed.
     Flapping { rounds: u32, agents: u64 },
+    /// C11: delay, loss and duplication on the Raft transport (in the agents), then healed.
+    LossyTransport,
 }
 
 impl Nemesis {
@@ -60,6 +64,14 @@ impl Nemesis {
                 | Nemesis::Ring
                 | Nemesis::Flapping { .. }
         )
+    }
+
+    /// What the scenario adds to every agent's config (inside `[raft]`).
+    pub fn agent_toml(self) -> &'static str {
+        match self {
+            Nemesis::LossyTransport => transport::AGENT_TOML,
+            _ => "",
+        }
     }
 
     /// How many agents the scenario runs (all voters).
@@ -155,11 +167,12 @@ pub async fn run(name: &str, seed: u64, nemesis: Nemesis, out: &Path) -> anyhow:
     // Clusters take turns (a process-wide lock in `Cluster::start`): time from the start.
     let mut c = match &net {
         Some(net) => {
-            let c = Cluster::start_placed(agents as usize, "", net.placements()).await;
+            let c = Cluster::start_placed(agents as usize, nemesis.agent_toml(), net.placements())
+                .await;
             crate::ready::wait_all_ready(&c).await;
             c
         }
-        None => Cluster::start(agents, agents as usize, "").await,
+        None => Cluster::start(agents, agents as usize, nemesis.agent_toml()).await,
     };
     let started = Instant::now();
     let rec = Arc::new(Recorder::create(&dir.join("history.jsonl"))?);
@@ -294,6 +307,7 @@ async fn inject(
             let net = net.ok_or_else(|| anyhow::anyhow!("C7 needs network namespaces"))?;
             splits::ring(c, net, rec, rng, client, name, records).await
         }
+        Nemesis::LossyTransport => transport::lossy_transport(c, rec, rng, client).await,
         Nemesis::Flapping { rounds, .. } => {
             let net = net.ok_or_else(|| anyhow::anyhow!("C8 needs network namespaces"))?;
             splits::flapping(c, net, rec, rng, rounds).await

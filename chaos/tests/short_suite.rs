@@ -1,9 +1,10 @@
 //! The short chaos suite: C1 (leader kill loop), C3 (kill every node at once), C5 (leader
-//! isolated), C9 (leader paused), C10 (GPU holder paused, and cut off, past its lease) and C16
-//! (client retry storm) against a 3-agent cluster with the fixed seeds and parameters of
-//! `gpu_chaos::catalog` (`GPUMESH_CHAOS_SEED` overrides); every checker must find nothing. The
-//! partition scenarios run the agents in network namespaces and are skipped with a message
-//! where those are unavailable.
+//! isolated), C9 (leader paused), C10 (GPU holder paused, and cut off, past its lease), C11
+//! (Raft messages delayed, lost and duplicated in the agents) and C16 (client retry storm)
+//! against a 3-agent cluster with the fixed seeds and parameters of `gpu_chaos::catalog`
+//! (`GPUMESH_CHAOS_SEED` overrides); every checker must find nothing. The partition scenarios
+//! run the agents in network namespaces and are skipped with a message where those are
+//! unavailable.
 
 use std::path::PathBuf;
 
@@ -50,6 +51,11 @@ async fn c3_kill_every_node_at_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c16_client_retry_storm() {
     scenario("c16").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c11_raft_messages_delayed_lost_and_duplicated() {
+    scenario("c11").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -212,6 +212,13 @@ impl NodeService for Fake {
     ) -> Result<Response<pb::Node>, Status> {
         Err(Status::unimplemented("not faked"))
     }
+
+    async fn inject_network_fault(
+        &self,
+        _: Request<pb::InjectNetworkFaultRequest>,
+    ) -> Result<Response<pb::InjectNetworkFaultResponse>, Status> {
+        Err(Status::unimplemented("not faked"))
+    }
 }
 
 #[tonic::async_trait]

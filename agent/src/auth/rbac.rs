@@ -30,6 +30,8 @@ pub enum Action<'a> {
     ClientCertificate,
     /// Change the scheduler policy.
     ManageScheduler,
+    /// Inject faults into an agent's Raft transport (chaos testing): admins only.
+    InjectNetworkFaults,
 }
 
 impl Identity {
@@ -75,6 +77,7 @@ fn describe(action: Action<'_>) -> String {
     match action {
         Action::ReadCluster => "read the cluster".into(),
         Action::ManageNodes => "manage nodes".into(),
+        Action::InjectNetworkFaults => "inject network faults".into(),
         Action::WriteJob(t) => format!("submit or cancel jobs of tenant {t}"),
         Action::ReadJob(t) => format!("read jobs of tenant {t}"),
         Action::ManageTokens => "manage tokens".into(),
@@ -108,6 +111,8 @@ mod tests {
         let cases = [
             (&admin, Action::ManageNodes, true),
             (&op, Action::ManageNodes, true),
+            (&admin, Action::InjectNetworkFaults, true),
+            (&op, Action::InjectNetworkFaults, false),
             (&op, Action::ManageScheduler, true),
             (&admin, Action::ManageScheduler, true),
             (&ta, Action::ManageScheduler, false),
