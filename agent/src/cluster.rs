@@ -177,7 +177,10 @@ impl Cluster {
                     Some((leader, _)) if leader == self.id => {
                         self.write_as_leader(proposal.clone()).await
                     }
-                    Some((_, addr)) => self.forward_write(&addr, &proposal).await,
+                    Some((leader, addr)) => {
+                        self.until_leader_moves(leader, self.forward_write(&addr, &proposal))
+                            .await
+                    }
                 }
             })
             .await?;
@@ -230,13 +233,16 @@ impl Cluster {
                 match self.leader() {
                     None => Err(Attempt::Retry(ClusterError::NoLeader)),
                     Some((leader, _)) if leader == self.id => self.read_index_as_leader().await,
-                    Some((_, addr)) => {
-                        let mut client = self.peers.get(&addr).map_err(remote)?;
-                        let reply = client
-                            .read_index(with_deadline(ReadIndexRequest {}, self.op_timeout))
-                            .await
-                            .map_err(remote)?;
-                        Ok(reply.into_inner().read_index)
+                    Some((leader, addr)) => {
+                        let ask = async {
+                            let mut client = self.peers.get(&addr).map_err(remote)?;
+                            let reply = client
+                                .read_index(with_deadline(ReadIndexRequest {}, self.op_timeout))
+                                .await
+                                .map_err(remote)?;
+                            Ok(reply.into_inner().read_index)
+                        };
+                        self.until_leader_moves(leader, ask).await
                     }
                 }
             })
@@ -362,6 +368,32 @@ impl Cluster {
                 ChangeMembershipError::InProgress(e),
             ))) => Err(Attempt::Retry(ClusterError::Raft(e.to_string()))),
             Err(e) => Err(Attempt::Fail(ClusterError::Raft(e.to_string()))),
+        }
+    }
+
+    /// Run `call`, made to `leader`, unless this agent learns of another leader first: then give
+    /// it up as retryable, so the loop moves to the new leader instead of waiting on one that
+    /// may be cut off for the whole deadline. A given-up forwarded write may still have been
+    /// applied: at-least-once, like any retry after a dropped connection (see `remote`).
+    async fn until_leader_moves<T>(
+        &self,
+        leader: NodeId,
+        call: impl Future<Output = Result<T, Attempt>>,
+    ) -> Result<T, Attempt> {
+        let mut metrics = self.raft.metrics();
+        let moved = async {
+            if metrics
+                .wait_for(|m| m.current_leader.is_some_and(|l| l != leader))
+                .await
+                .is_err()
+            {
+                // Raft is shutting down: the call decides.
+                std::future::pending::<()>().await;
+            }
+        };
+        tokio::select! {
+            result = call => result,
+            _ = moved => Err(Attempt::Retry(ClusterError::NoLeader)),
         }
     }
 
