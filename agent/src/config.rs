@@ -38,6 +38,21 @@ pub struct FileConfig {
     pub tls: TlsSection,
     #[serde(default)]
     pub api: ApiSection,
+    #[serde(default)]
+    pub monitor: MonitorSection,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MonitorSection {
+    #[serde(default, with = "humantime_serde")]
+    pub interval: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    pub retention: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    pub sample_timeout: Option<Duration>,
+    /// Where to serve Prometheus `/metrics` (plain HTTP); absent: nowhere.
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -132,6 +147,25 @@ pub struct Config {
     pub jobs: JobSettings,
     pub tls: TlsSettings,
     pub api: ApiSettings,
+    pub monitor: MonitorSettings,
+}
+
+/// GPU sampling: every `interval`, kept for `retention` in memory (a ring per GPU, so the
+/// history's size is bounded by `retention / interval` samples); a sample that takes longer
+/// than `sample_timeout` (a hung driver) is abandoned and the next one waits for it.
+#[derive(Clone, Copy, Debug)]
+pub struct MonitorSettings {
+    pub interval: Duration,
+    pub retention: Duration,
+    pub sample_timeout: Duration,
+    pub metrics_listen: Option<SocketAddr>,
+}
+
+impl MonitorSettings {
+    /// Samples kept per GPU.
+    pub fn history_len(&self) -> usize {
+        (self.retention.as_millis() / self.interval.as_millis().max(1)).max(1) as usize
+    }
 }
 
 /// Limits on the public API, per caller: each token may make `requests_per_second` requests
@@ -301,7 +335,11 @@ pub struct Overrides {
     pub insecure: bool,
     pub ca_file: Option<PathBuf>,
     pub join_token_file: Option<PathBuf>,
+    pub metrics_listen: Option<SocketAddr>,
 }
+
+/// Most samples kept per GPU (a day at 1 Hz; about 10 MB per GPU).
+pub const MAX_HISTORY_LEN: usize = 86_400;
 
 impl Config {
     pub fn parse_and_validate(file: FileConfig, flags: Overrides) -> anyhow::Result<Self> {
@@ -439,6 +477,30 @@ impl Config {
             api.requests_per_second == 0 || api.burst >= 1,
             "api.burst must be at least 1"
         );
+        let m = file.monitor;
+        let monitor = MonitorSettings {
+            interval: m.interval.unwrap_or(Duration::from_secs(1)),
+            retention: m.retention.unwrap_or(Duration::from_secs(3600)),
+            sample_timeout: m.sample_timeout.unwrap_or(Duration::from_secs(2)),
+            metrics_listen: flags.metrics_listen.or(m.metrics_listen),
+        };
+        ensure!(
+            monitor.interval >= Duration::from_millis(100),
+            "monitor.interval must be at least 100ms"
+        );
+        ensure!(
+            monitor.retention >= monitor.interval,
+            "monitor.retention must be at least monitor.interval"
+        );
+        ensure!(
+            monitor.history_len() <= MAX_HISTORY_LEN,
+            "monitor.retention / monitor.interval keeps {} samples per GPU, more than {MAX_HISTORY_LEN}",
+            monitor.history_len()
+        );
+        ensure!(
+            monitor.sample_timeout > Duration::ZERO,
+            "monitor.sample_timeout must be positive"
+        );
         Ok(Self {
             node_id,
             listen,
@@ -462,6 +524,7 @@ impl Config {
             jobs,
             tls,
             api,
+            monitor,
         })
     }
 

@@ -19,6 +19,7 @@ pub mod gpu_service;
 pub mod inventory;
 pub mod job_service;
 pub mod liveness;
+pub mod monitor;
 pub mod node;
 pub mod node_service;
 pub mod peer_client;

@@ -106,6 +106,9 @@ struct RunArgs {
     /// value: secrets do not belong in argv.
     #[arg(long)]
     join_token_file: Option<PathBuf>,
+    /// Serve Prometheus metrics over plain HTTP at ADDR/metrics (config: monitor.metrics_listen).
+    #[arg(long)]
+    metrics_listen: Option<SocketAddr>,
 }
 
 #[derive(clap::Args)]
@@ -283,6 +286,7 @@ async fn run(command: Cmd) -> anyhow::Result<()> {
                 insecure: args.insecure,
                 ca_file: args.ca_file,
                 join_token_file: args.join_token_file,
+                metrics_listen: args.metrics_listen,
             };
             let config =
                 Config::parse_and_validate(file, overrides).context("invalid configuration")?;

@@ -42,6 +42,9 @@ use crate::gpu_service::GpuApi;
 use crate::inventory::InventoryReporter;
 use crate::job_service::JobApi;
 use crate::liveness::Liveness;
+use crate::monitor::Telemetry;
+use crate::monitor::metrics_http::{self, MetricsServer, MetricsSource};
+use crate::monitor::sampler::Sampler;
 use crate::node_service::NodeApi;
 use crate::peer_client::PeerClients;
 use crate::peer_service::PeerService;
@@ -65,6 +68,15 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
     info!(node_id, backend = %config.gpu_backend, "opening the GPU backend");
     let gpus: Arc<dyn GpuBackend> =
         Arc::from(gpu::open(config.gpu_backend, &config.sim_gpus, node_id)?);
+    let telemetry = Telemetry::new(config.monitor.history_len());
+    let metrics_listener = match config.monitor.metrics_listen {
+        Some(addr) => Some(
+            TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("listening for metrics on {addr}"))?,
+        ),
+        None => None,
+    };
 
     info!(node_id, "starting raft");
     let contacts = ContactBook::default();
@@ -106,11 +118,33 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
         .await
         .with_context(|| format!("listening on {}", config.listen))?;
     let tasks = TaskTracker::new();
+    info!(node_id, interval = ?config.monitor.interval, "starting the GPU sampler");
+    let sampler = Sampler {
+        gpus: gpus.clone(),
+        telemetry: telemetry.clone(),
+        interval: config.monitor.interval,
+        timeout: config.monitor.sample_timeout,
+    };
+    tasks.spawn(sampler.run(cancel.clone()));
+    if let Some(listener) = metrics_listener {
+        info!(node_id, listen = ?listener.local_addr().ok(), "serving Prometheus metrics");
+        let metrics = MetricsServer {
+            listener,
+            source: MetricsSource {
+                cluster: cluster.clone(),
+                telemetry: telemetry.clone(),
+                devices: Arc::new(gpus.devices()),
+                hostname: metrics_http::hostname().into(),
+            },
+        };
+        tasks.spawn(metrics.run(cancel.clone()));
+    }
     let jobs_dir = config.data_dir.join("jobs");
     let services = Services {
         cluster: cluster.clone(),
         reachable_within: config.reachable_within(),
         gpus: gpus.clone(),
+        telemetry,
         jobs_dir: jobs_dir.clone(),
         tls: tls.clone(),
         api: config.api,
@@ -411,6 +445,7 @@ struct Services {
     cluster: Cluster,
     reachable_within: Duration,
     gpus: Arc<dyn GpuBackend>,
+    telemetry: Telemetry,
     jobs_dir: PathBuf,
     tls: Option<TlsIdentity>,
     api: crate::config::ApiSettings,
@@ -462,6 +497,7 @@ async fn serve(listener: TcpListener, s: Services, cancel: CancellationToken) {
         cluster: cluster.clone(),
         reachable_within: s.reachable_within,
         gpus: s.gpus.clone(),
+        telemetry: s.telemetry.clone(),
         jobs_dir: s.jobs_dir.clone(),
         peers,
         auth: auth.clone(),
@@ -491,6 +527,7 @@ async fn serve(listener: TcpListener, s: Services, cancel: CancellationToken) {
         cluster: cluster.clone(),
         auth: auth.clone(),
         gpus: s.gpus,
+        telemetry: s.telemetry,
     };
     let token_api = TokenApi {
         cluster: cluster.clone(),

@@ -296,3 +296,49 @@ pub fn scheduler_settings_from(
         usage_half_life_s: req.usage_half_life_s.unwrap_or(current.usage_half_life_s),
     })
 }
+
+/// One GPU sample; `job_of` names the job a process runs for.
+pub fn gpu_telemetry(
+    s: crate::gpu::GpuSample,
+    job_of: impl Fn(u32) -> Option<gpu_raft_store::JobId>,
+) -> pb::GpuTelemetry {
+    pb::GpuTelemetry {
+        utilization_pct: s.utilization_pct,
+        memory_used_mib: s.memory_used_mib,
+        temperature_c: s.temperature_c,
+        power_w: s.power_w,
+        power_limit_w: s.power_limit_w,
+        sm_clock_mhz: s.sm_clock_mhz,
+        healthy: s.healthy,
+        error: s.error.unwrap_or_default(),
+        memory_total_mib: s.memory_total_mib,
+        memory_utilization_pct: s.memory_utilization_pct,
+        memory_temperature_c: s.memory_temperature_c,
+        energy_mj: s.energy_mj,
+        memory_clock_mhz: s.memory_clock_mhz,
+        throttle_reasons: s.throttle_reasons,
+        throttle_reason_names: crate::gpu::throttle::names(s.throttle_reasons)
+            .into_iter()
+            .map(str::to_owned)
+            .collect(),
+        pcie_tx_kib_s: s.pcie_tx_kib_s,
+        pcie_rx_kib_s: s.pcie_rx_kib_s,
+        pcie_replays: s.pcie_replays,
+        nvlink_tx_kib: s.nvlink_tx_kib,
+        nvlink_rx_kib: s.nvlink_rx_kib,
+        nvlink_errors: s.nvlink_errors,
+        xid_events: s.xid_events,
+        ecc_single_bit: s.ecc_single_bit,
+        ecc_double_bit: s.ecc_double_bit,
+        retired_pages: s.retired_pages,
+        processes: s
+            .processes
+            .into_iter()
+            .map(|p| pb::GpuProcess {
+                pid: p.pid,
+                used_mib: p.used_mib,
+                job_id: job_of(p.pid),
+            })
+            .collect(),
+    }
+}

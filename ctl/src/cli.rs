@@ -248,6 +248,15 @@ pub enum GpuVerb {
         #[arg(long, value_parser = ids::node_id)]
         node: Option<u64>,
     },
+    /// One GPU's telemetry history, as its agent keeps it in memory (`monitor.retention`).
+    Stats {
+        /// NODE/GPU, e.g. 2/0 or n2/0.
+        #[arg(value_parser = ids::gpu_ref)]
+        gpu: (u64, u32),
+        /// How far back (e.g. 30s, 10m, 1h).
+        #[arg(long, default_value = "10m", value_parser = units::positive_duration)]
+        since: std::time::Duration,
+    },
 }
 
 #[derive(Subcommand, Debug)]

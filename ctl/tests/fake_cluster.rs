@@ -223,6 +223,13 @@ impl GpuService for Fake {
         Err(Status::unimplemented("not faked"))
     }
 
+    async fn get_gpu_stats(
+        &self,
+        _: Request<pb::GetGpuStatsRequest>,
+    ) -> Result<Response<pb::GetGpuStatsResponse>, Status> {
+        Err(Status::unimplemented("not faked"))
+    }
+
     async fn inject_fault(
         &self,
         req: Request<pb::InjectFaultRequest>,
