@@ -6,6 +6,7 @@
 
 #![allow(clippy::result_large_err)] // openraft's StorageError is large by design.
 
+pub mod alert;
 pub mod audit;
 pub mod auth;
 pub mod cert;
@@ -22,6 +23,7 @@ mod state_machine;
 mod store;
 pub mod validate;
 
+pub use alert::{Alert, AlertRule};
 pub use audit::{AuditEntry, RequestMeta};
 pub use auth::{Grant, Role, TokenRecord};
 pub use cert::CertRecord;

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::alert::{Alert, AlertRule};
 use crate::audit::{self, AuditEntry, RequestMeta};
 use crate::auth::{self, Grant, TokenRecord};
 use crate::cert::{self, CertRecord};
@@ -38,6 +39,14 @@ pub struct ClusterState {
     /// The policy the leader schedules with.
     #[serde(default)]
     pub scheduler: SchedulerSettings,
+    /// Operators' alert rules by name (overriding built-in and configured ones).
+    #[serde(default)]
+    pub alert_rules: BTreeMap<String, AlertRule>,
+    /// Open alerts, and the most recent resolved ones (`alert::KEEP_RESOLVED`), by id.
+    #[serde(default)]
+    pub alerts: BTreeMap<u64, Alert>,
+    #[serde(default)]
+    pub next_alert_id: u64,
 }
 
 fn first_job_id() -> JobId {
@@ -119,6 +128,17 @@ impl ClusterState {
                     ApplyResult::Ok
                 })
             }
+            Command::SetAlertRule { rule } => self.set_alert_rule(rule),
+            Command::DeleteAlertRule { name } => self.delete_alert_rule(name),
+            Command::RaiseAlert {
+                node,
+                gpu,
+                rule,
+                severity,
+                remediation,
+                message,
+            } => self.raise_alert(*node, *gpu, rule, *severity, *remediation, message, now),
+            Command::ResolveAlert { node, gpu, rule } => self.resolve_alert(*node, *gpu, rule, now),
         };
         let result = result.unwrap_or_else(|reason| ApplyResult::Rejected { reason });
         if let Some(meta) = &entry.meta {
@@ -287,6 +307,7 @@ impl ClusterState {
             status: NodeStatus::Ready,
             cordoned: false,
             allocations: BTreeMap::new(),
+            quarantined: BTreeMap::new(),
             registered_at_ms: now,
             updated_at_ms: now,
         });
@@ -472,6 +493,9 @@ impl ClusterState {
                 .ok_or_else(|| format!("node n{} has no GPU {index}", b.node))?;
             if !gpu.healthy {
                 return Err(format!("GPU n{}/{index} is unhealthy", b.node));
+            }
+            if let Some(rule) = node.quarantined.get(&index) {
+                return Err(format!("GPU n{}/{index} is quarantined ({rule})", b.node));
             }
             if let Some(holder) = node.allocations.get(&index) {
                 return Err(format!("GPU n{}/{index} is held by j-{holder}", b.node));
