@@ -6,6 +6,7 @@ pub mod attribution;
 pub mod history;
 pub mod metrics_http;
 pub mod prometheus;
+pub mod rules;
 pub mod sampler;
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
