@@ -53,6 +53,12 @@ pub struct MonitorSection {
     pub sample_timeout: Option<Duration>,
     /// Where to serve Prometheus `/metrics` (plain HTTP); absent: nowhere.
     pub metrics_listen: Option<SocketAddr>,
+    /// Alert rules of this agent (replicated rules of the same name win).
+    #[serde(default)]
+    pub rules: Vec<crate::monitor::rules::FlatRule>,
+    /// `http://` URLs alert notices are POSTed to.
+    #[serde(default)]
+    pub webhooks: Vec<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -153,12 +159,14 @@ pub struct Config {
 /// GPU sampling: every `interval`, kept for `retention` in memory (a ring per GPU, so the
 /// history's size is bounded by `retention / interval` samples); a sample that takes longer
 /// than `sample_timeout` (a hung driver) is abandoned and the next one waits for it.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct MonitorSettings {
     pub interval: Duration,
     pub retention: Duration,
     pub sample_timeout: Duration,
     pub metrics_listen: Option<SocketAddr>,
+    pub rules: Vec<gpu_raft_store::AlertRule>,
+    pub webhooks: Vec<hyper::Uri>,
 }
 
 impl MonitorSettings {
@@ -483,7 +491,27 @@ impl Config {
             retention: m.retention.unwrap_or(Duration::from_secs(3600)),
             sample_timeout: m.sample_timeout.unwrap_or(Duration::from_secs(2)),
             metrics_listen: flags.metrics_listen.or(m.metrics_listen),
+            rules: m
+                .rules
+                .iter()
+                .map(|r| r.to_rule().map_err(anyhow::Error::msg))
+                .collect::<anyhow::Result<_>>()
+                .context("monitor.rules")?,
+            webhooks: m
+                .webhooks
+                .iter()
+                .map(|u| crate::monitor::webhook::parse_url(u).map_err(anyhow::Error::msg))
+                .collect::<anyhow::Result<_>>()
+                .context("monitor.webhooks")?,
         };
+        let mut names = std::collections::BTreeSet::new();
+        for rule in &monitor.rules {
+            ensure!(
+                names.insert(&rule.name),
+                "monitor.rules: rule {:?} is defined twice",
+                rule.name
+            );
+        }
         ensure!(
             monitor.interval >= Duration::from_millis(100),
             "monitor.interval must be at least 100ms"

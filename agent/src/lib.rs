@@ -4,6 +4,7 @@
 //! Architecture invariant: all Raft retries and leader forwarding live in `cluster.rs`; all
 //! error → gRPC status mapping lives in `status.rs`; all wire conversion lives in `to_proto.rs`.
 
+pub mod alert_service;
 pub mod audit_service;
 pub mod auth;
 pub mod autopilot;

@@ -39,6 +39,7 @@ pub fn node(n: &NodeRecord) -> pb::Node {
                 nvlink_peers: g.nvlink_peers.clone(),
                 healthy: g.healthy,
                 job_id: n.allocations.get(&g.index).copied(),
+                quarantined_by: n.quarantined.get(&g.index).cloned().unwrap_or_default(),
             })
             .collect(),
         cpu_cores: n.inventory.cpu_cores,
@@ -340,5 +341,72 @@ pub fn gpu_telemetry(
                 job_id: job_of(p.pid),
             })
             .collect(),
+    }
+}
+
+pub fn alert(a: &gpu_raft_store::Alert) -> pb::Alert {
+    pb::Alert {
+        id: a.id,
+        rule: a.rule.clone(),
+        node_id: a.node,
+        gpu_index: a.gpu,
+        severity: severity_name(a.severity).into(),
+        action: crate::monitor::rules::action_name(a.remediation),
+        message: a.message.clone(),
+        raised_at_ms: a.raised_at_ms,
+        resolved_at_ms: a.resolved_at_ms,
+        migrated_job_id: a.migrated_job,
+    }
+}
+
+fn severity_name(s: gpu_raft_store::alert::Severity) -> &'static str {
+    match s {
+        gpu_raft_store::alert::Severity::Warning => "warning",
+        gpu_raft_store::alert::Severity::Critical => "critical",
+    }
+}
+
+/// A rule for listing; `source` says where it comes from.
+pub fn alert_rule(r: &gpu_raft_store::AlertRule, source: &str) -> pb::AlertRule {
+    let flat = crate::monitor::rules::FlatRule::from_rule(r);
+    let ms = |d: Option<std::time::Duration>| d.map_or(0, |d| d.as_millis() as u64);
+    pb::AlertRule {
+        name: flat.name,
+        metric: flat.metric.unwrap_or_default(),
+        above: flat.above,
+        rate_per_minute: flat.rate_per_minute,
+        predict_limit: flat.predict_limit,
+        health: flat.fatal_xids.is_some(),
+        fatal_xids: flat.fatal_xids.unwrap_or_default(),
+        for_ms: ms(flat.for_),
+        window_ms: ms(flat.window),
+        within_ms: ms(flat.within),
+        clear_after_ms: ms(flat.clear_after),
+        severity: severity_name(r.severity).into(),
+        action: flat.action.unwrap_or_default(),
+        enabled: r.enabled,
+        source: source.into(),
+    }
+}
+
+/// A rule as the API received it, in the flat form the config file uses too. Zero durations
+/// and empty strings mean "the default".
+pub fn flat_rule_from(p: pb::AlertRule) -> crate::monitor::rules::FlatRule {
+    let d = |ms: u64| (ms > 0).then(|| std::time::Duration::from_millis(ms));
+    let text = |s: String| (!s.is_empty()).then_some(s);
+    crate::monitor::rules::FlatRule {
+        name: p.name,
+        metric: text(p.metric),
+        above: p.above,
+        rate_per_minute: p.rate_per_minute,
+        predict_limit: p.predict_limit,
+        fatal_xids: (p.health || !p.fatal_xids.is_empty()).then_some(p.fatal_xids),
+        for_: d(p.for_ms),
+        window: d(p.window_ms),
+        within: d(p.within_ms),
+        clear_after: d(p.clear_after_ms),
+        severity: text(p.severity),
+        action: text(p.action),
+        enabled: Some(p.enabled),
     }
 }

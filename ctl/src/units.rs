@@ -21,6 +21,11 @@ pub fn parse_duration(s: &str) -> Option<Duration> {
     }
 }
 
+/// clap parser for a duration that may be zero (`30s`, `2m`); negative ones are refused.
+pub fn parse_duration_arg(s: &str) -> Result<Duration, String> {
+    parse_duration(s).ok_or_else(|| DURATION_HINT.to_owned())
+}
+
 /// clap parser for deadlines (`--timeout`): a duration above zero.
 pub fn positive_duration(s: &str) -> Result<Duration, String> {
     match parse_duration(s) {

@@ -2,12 +2,14 @@
 //! a bounded in-memory history (telemetry is never replicated), which `gpuctl gpu list|stats`
 //! and the Prometheus `/metrics` endpoint read.
 
+pub mod alerting;
 pub mod attribution;
 pub mod history;
 pub mod metrics_http;
 pub mod prometheus;
 pub mod rules;
 pub mod sampler;
+pub mod webhook;
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 

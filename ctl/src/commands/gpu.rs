@@ -2,7 +2,8 @@
 //!
 //! JSON of `list` (stable): an array of GPUs, each `{"node_id", "index", "uuid", "model",
 //! "gpu_type", "memory_mib", "numa_node" (null when unknown), "nvlink_peers": [index],
-//! "healthy", "job_id" (null when no job holds it), "telemetry"}` where `telemetry` is null when
+//! "healthy", "job_id" (null when no job holds it), "quarantined_by" (the alert rule that took
+//! it out of scheduling, null when in service), "telemetry"}` where `telemetry` is null when
 //! the node's agent did not answer in time, else a telemetry object. A node's `gpus` (see
 //! `node`) are these objects without `node_id` and `telemetry`.
 //!
@@ -90,10 +91,13 @@ async fn stats(
     Ok(Answer::ok(text))
 }
 
-/// What the scheduler can do with a GPU: `free`, `busy` (a job holds it) or `unhealthy`.
+/// What the scheduler can do with a GPU: `free`, `busy` (a job holds it), `unhealthy`, or
+/// `quarantined` (an alert took it out of scheduling; a job may still hold it).
 pub fn state(g: &pb::Gpu) -> &'static str {
     if !g.healthy {
         "unhealthy"
+    } else if !g.quarantined_by.is_empty() {
+        "quarantined"
     } else if g.job_id.is_some() {
         "busy"
     } else {
@@ -118,6 +122,7 @@ pub fn gpu_json(g: &pb::Gpu) -> Map<String, Value> {
         "nvlink_peers": g.nvlink_peers,
         "healthy": g.healthy,
         "job_id": g.job_id,
+        "quarantined_by": (!g.quarantined_by.is_empty()).then_some(&g.quarantined_by),
     });
     match value {
         Value::Object(map) => map,
@@ -260,6 +265,7 @@ pub mod tests {
             nvlink_peers: vec![index ^ 1],
             healthy,
             job_id,
+            quarantined_by: String::new(),
         }
     }
 
@@ -339,6 +345,7 @@ pub mod tests {
                 "nvlink_peers": [
                   1
                 ],
+                "quarantined_by": null,
                 "telemetry": {
                   "ecc_double_bit": 0,
                   "ecc_single_bit": 0,
@@ -380,6 +387,7 @@ pub mod tests {
                 "nvlink_peers": [
                   0
                 ],
+                "quarantined_by": null,
                 "telemetry": {
                   "ecc_double_bit": 0,
                   "ecc_single_bit": 0,

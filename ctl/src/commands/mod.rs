@@ -1,5 +1,6 @@
 //! One module per noun. Each verb resolves its arguments, calls the API, and renders the answer.
 
+pub mod alert;
 pub mod audit;
 pub mod cert;
 pub mod cluster;
