@@ -149,9 +149,15 @@ async fn post(url: &Uri, body: Bytes) -> Result<(), String> {
             Err(format!("HTTP {status}"))
         }
     };
+    tokio::pin!(exchange);
     tokio::select! {
-        r = exchange => r,
-        closed = connection => Err(format!("connection closed early: {closed:?}")),
+        r = &mut exchange => r,
+        // A receiver that answers and closes at once ends the connection first: the answer
+        // is in, so the exchange completes (or says why not).
+        closed = connection => match closed {
+            Ok(()) => exchange.await,
+            Err(e) => Err(format!("connection failed: {e}")),
+        },
     }
 }
 
