@@ -461,3 +461,29 @@ mod tests {
         assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
     }
 }
+
+/// The Grafana dashboard in `deploy/grafana/` queries only metrics this module exposes.
+#[cfg(test)]
+mod dashboard {
+    #[test]
+    fn every_metric_the_dashboard_queries_is_exposed() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/grafana/gpumesh-gpus.json");
+        let text = std::fs::read_to_string(path).expect("the dashboard");
+        let dashboard: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
+        let source = include_str!("prometheus.rs");
+        let mut queried = 0;
+        for panel in dashboard["panels"].as_array().expect("panels") {
+            for target in panel["targets"].as_array().expect("targets") {
+                let expr = target["expr"].as_str().expect("expr");
+                let names = expr
+                    .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .filter(|w| w.starts_with("DCGM_") || w.starts_with("gpumesh_"));
+                for name in names {
+                    queried += 1;
+                    assert!(source.contains(&format!("\"{name}\"")), "{name} is not exposed");
+                }
+            }
+        }
+        assert!(queried >= 15, "the dashboard queries {queried} metrics");
+    }
+}
