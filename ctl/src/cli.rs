@@ -85,6 +85,15 @@ pub enum Noun {
     /// GPU alerts raised by the agents, and the rules they evaluate.
     #[command(subcommand)]
     Alert(AlertVerb),
+    /// A live view of every GPU: utilization, memory, temperature, power, job, alerts.
+    Top {
+        /// Refresh period.
+        #[arg(long, default_value = "2s", value_parser = units::positive_duration)]
+        interval: Duration,
+        /// Print one frame and exit (also when stdout is not a terminal).
+        #[arg(long)]
+        once: bool,
+    },
 }
 
 #[derive(Subcommand, Debug)]

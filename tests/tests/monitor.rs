@@ -199,6 +199,18 @@ async fn gpu_stats_reads_a_gpus_history_through_any_agent() {
     assert!(t["temperature_c"].as_f64().is_some_and(|c| c > 20.0), "{t}");
     assert_eq!(t["throttle_reasons"], serde_json::json!(["idle"]), "{t}");
 
+    // `gpuctl top` prints one frame when stdout is not a terminal: every GPU of every node.
+    let out = c
+        .gpuctl()
+        .args(["--endpoint", c.addr(2), "top", "--once"])
+        .output()
+        .expect("gpuctl top");
+    let frame = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{frame}");
+    assert!(frame.starts_with("NODE  GPU  MODEL"), "{frame}");
+    assert_eq!(frame.lines().count(), 1 + 12, "three nodes of four GPUs: {frame}");
+    assert!(frame.contains("T4-16GB") && frame.contains("H100-80GB"), "{frame}");
+
     let (code, text) = gpu_stats(&c, 2, &["3/4"]);
     assert_eq!(code, Some(2), "{text}");
     assert!(text.contains("node 3 has no GPU 4 (it has 4)"), "{text}");

@@ -467,7 +467,10 @@ mod tests {
 mod dashboard {
     #[test]
     fn every_metric_the_dashboard_queries_is_exposed() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/grafana/gpumesh-gpus.json");
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../deploy/grafana/gpumesh-gpus.json"
+        );
         let text = std::fs::read_to_string(path).expect("the dashboard");
         let dashboard: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
         let source = include_str!("prometheus.rs");
@@ -480,7 +483,10 @@ mod dashboard {
                     .filter(|w| w.starts_with("DCGM_") || w.starts_with("gpumesh_"));
                 for name in names {
                     queried += 1;
-                    assert!(source.contains(&format!("\"{name}\"")), "{name} is not exposed");
+                    assert!(
+                        source.contains(&format!("\"{name}\"")),
+                        "{name} is not exposed"
+                    );
                 }
             }
         }

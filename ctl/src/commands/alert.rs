@@ -114,7 +114,7 @@ fn rule_from(a: AlertRuleArgs) -> pb::AlertRule {
     }
 }
 
-fn alert_json(a: &pb::Alert) -> Value {
+pub fn alert_json(a: &pb::Alert) -> Value {
     json!({
         "id": a.id,
         "rule": a.rule,

@@ -130,7 +130,7 @@ pub fn gpu_json(g: &pb::Gpu) -> Map<String, Value> {
     }
 }
 
-fn status_json(s: &pb::GpuStatus) -> Value {
+pub fn status_json(s: &pb::GpuStatus) -> Value {
     let mut map = gpu_json(&s.gpu.clone().unwrap_or_default());
     map.insert("node_id".into(), s.node_id.into());
     let telemetry = s.telemetry.as_ref().map_or(Value::Null, telemetry_json);

@@ -14,6 +14,7 @@ mod job_wait;
 pub mod node;
 pub mod scheduler;
 pub mod token;
+pub mod top;
 
 use std::time::Duration;
 
