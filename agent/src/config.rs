@@ -59,6 +59,13 @@ pub struct MonitorSection {
     /// `http://` URLs alert notices are POSTed to.
     #[serde(default)]
     pub webhooks: Vec<String>,
+    /// Green mode: cap an idle GPU's power after this long without a job (absent: off).
+    #[serde(default, with = "humantime_serde")]
+    pub green_idle_after: Option<Duration>,
+    pub green_power_pct: Option<u32>,
+    /// How often measured GPU energy is reported through Raft.
+    #[serde(default, with = "humantime_serde")]
+    pub energy_report_every: Option<Duration>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -167,6 +174,8 @@ pub struct MonitorSettings {
     pub metrics_listen: Option<SocketAddr>,
     pub rules: Vec<gpu_raft_store::AlertRule>,
     pub webhooks: Vec<hyper::Uri>,
+    pub green: Option<crate::monitor::power::Green>,
+    pub energy_report_every: Duration,
 }
 
 impl MonitorSettings {
@@ -503,7 +512,25 @@ impl Config {
                 .map(|u| crate::monitor::webhook::parse_url(u).map_err(anyhow::Error::msg))
                 .collect::<anyhow::Result<_>>()
                 .context("monitor.webhooks")?,
+            energy_report_every: m.energy_report_every.unwrap_or(Duration::from_secs(30)),
+            green: m
+                .green_idle_after
+                .map(|after| crate::monitor::power::Green {
+                    idle_after_ms: u64::try_from(after.as_millis()).unwrap_or(u64::MAX),
+                    power_pct: m.green_power_pct.unwrap_or(50),
+                }),
         };
+        ensure!(
+            monitor.energy_report_every >= Duration::from_secs(1),
+            "monitor.energy_report_every must be at least 1s"
+        );
+        if let Some(green) = monitor.green {
+            ensure!(
+                (30..=100).contains(&green.power_pct),
+                "monitor.green_power_pct must be 30-100, got {}",
+                green.power_pct
+            );
+        }
         let mut names = std::collections::BTreeSet::new();
         for rule in &monitor.rules {
             ensure!(

@@ -183,6 +183,19 @@ impl GpuService for GpuApi {
         Ok(reply)
     }
 
+    async fn get_energy(
+        &self,
+        req: Request<pb::GetEnergyRequest>,
+    ) -> Result<Response<pb::EnergyReport>, Status> {
+        self.auth
+            .check(&req, "gpu.energy", "gpu/*", Action::ReadCluster)
+            .await?;
+        if !req.get_ref().stale {
+            self.cluster.linearizable_read().await?;
+        }
+        Ok(Response::new(self.cluster.state.read(to_proto::energy)))
+    }
+
     async fn inject_fault(
         &self,
         req: Request<pb::InjectFaultRequest>,

@@ -47,6 +47,7 @@ use crate::liveness::Liveness;
 use crate::monitor::Telemetry;
 use crate::monitor::alerting::Alerting;
 use crate::monitor::metrics_http::{self, MetricsServer, MetricsSource};
+use crate::monitor::power_task::PowerTask;
 use crate::monitor::sampler::Sampler;
 use crate::monitor::webhook::Notifier;
 use crate::node_service::NodeApi;
@@ -216,6 +217,16 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
         notifier,
     };
     tasks.spawn(alerting.run(cancel.clone()));
+    info!(node_id, green = ?config.monitor.green, "starting power management");
+    let power = PowerTask {
+        cluster: cluster.clone(),
+        telemetry: telemetry.clone(),
+        gpus: gpus.clone(),
+        green: config.monitor.green,
+        interval: config.monitor.interval,
+        report_every: config.monitor.energy_report_every,
+    };
+    tasks.spawn(power.run(cancel.clone()));
     info!(node_id, "starting autopilot");
     let autopilot = Autopilot {
         cluster: cluster.clone(),

@@ -188,6 +188,8 @@ pub fn job(j: &Job, uuids: &BTreeMap<u32, String>) -> pb::Job {
         started_at_ms: j.started_at_ms,
         finished_at_ms: j.finished_at_ms,
         cancel_requested: j.cancel_requested,
+        // Filled in by `job_service::job_view`, which has the state's energy book.
+        energy_mj: 0,
     }
 }
 
@@ -408,5 +410,37 @@ pub fn flat_rule_from(p: pb::AlertRule) -> crate::monitor::rules::FlatRule {
         severity: text(p.severity),
         action: text(p.action),
         enabled: Some(p.enabled),
+    }
+}
+
+/// Energy per node and per tenant (tenants summed over their jobs).
+pub fn energy(s: &ClusterState) -> pb::EnergyReport {
+    let mut tenants: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
+    for (id, mj) in &s.energy.by_job {
+        if let Some(job) = s.jobs.get(id) {
+            let t = tenants.entry(job.spec.tenant.as_str()).or_default();
+            t.0 += mj;
+            t.1 += 1;
+        }
+    }
+    pb::EnergyReport {
+        nodes: s
+            .energy
+            .by_node
+            .iter()
+            .map(|(id, e)| pb::NodeEnergy {
+                node_id: *id,
+                gpu_mj: e.gpu_mj,
+                green_capped_ms: e.green_capped_ms,
+            })
+            .collect(),
+        tenants: tenants
+            .into_iter()
+            .map(|(tenant, (gpu_mj, jobs))| pb::TenantEnergy {
+                tenant: tenant.to_owned(),
+                gpu_mj,
+                jobs,
+            })
+            .collect(),
     }
 }

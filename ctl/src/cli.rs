@@ -334,6 +334,12 @@ pub enum GpuVerb {
         #[arg(long, default_value = "10m", value_parser = units::positive_duration)]
         since: std::time::Duration,
     },
+    /// GPU energy used per node and per tenant, and idle GPU time under a green-mode cap.
+    Energy {
+        /// Answer from the contacted agent's replica without asking the leader.
+        #[arg(long)]
+        stale: bool,
+    },
 }
 
 #[derive(Subcommand, Debug)]

@@ -223,6 +223,13 @@ impl GpuService for Fake {
         Err(Status::unimplemented("not faked"))
     }
 
+    async fn get_energy(
+        &self,
+        _: Request<pb::GetEnergyRequest>,
+    ) -> Result<Response<pb::EnergyReport>, Status> {
+        Err(Status::unimplemented("not faked"))
+    }
+
     async fn get_gpu_stats(
         &self,
         _: Request<pb::GetGpuStatsRequest>,

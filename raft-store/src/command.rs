@@ -12,6 +12,7 @@ use crate::NodeId;
 use crate::alert::{AlertRule, Remediation, Severity};
 use crate::audit::RequestMeta;
 use crate::auth::TokenRecord;
+use crate::energy::EnergyReport;
 use crate::job::{JobId, JobSpec, Outcome};
 use crate::node::{Inventory, NodeStatus};
 use crate::scheduler::SchedulerSettings;
@@ -147,6 +148,10 @@ pub enum Command {
         node: NodeId,
         gpu: u32,
         rule: String,
+    },
+    /// An agent's GPU energy measurements since its last report (counted once per `seq`).
+    RecordEnergy {
+        report: EnergyReport,
     },
 }
 
@@ -304,6 +309,9 @@ impl fmt::Display for Command {
             Command::ResolveAlert { node, gpu, rule } => {
                 write!(f, "alert {rule} resolved on n{node}/{gpu}")
             }
+            Command::RecordEnergy { report } => {
+                write!(f, "energy n{} {} mJ", report.node, report.gpu_mj)
+            }
         }
     }
 }
@@ -391,6 +399,17 @@ mod tests {
         });
         expect![[r#"{"proposed_at_ms":1700000000000,"cmd":{"type":"resolve_alert","node":2,"gpu":1,"rule":"gpu-failing"}}"#]]
             .assert_eq(&serde_json::to_string(&resolve).unwrap_or_default());
+        let energy = entry(Command::RecordEnergy {
+            report: EnergyReport {
+                node: 2,
+                seq: 1_700_000_000_000,
+                gpu_mj: 90_000,
+                green_capped_ms: 4_000,
+                jobs: vec![(7, 60_000)],
+            },
+        });
+        expect![[r#"{"proposed_at_ms":1700000000000,"cmd":{"type":"record_energy","report":{"node":2,"seq":1700000000000,"gpu_mj":90000,"green_capped_ms":4000,"jobs":[[7,60000]]}}}"#]]
+            .assert_eq(&serde_json::to_string(&energy).unwrap_or_default());
     }
 
     #[test]

@@ -11,6 +11,7 @@ pub mod audit;
 pub mod auth;
 pub mod cert;
 mod command;
+pub mod energy;
 mod engine;
 mod error;
 pub mod job;

@@ -9,6 +9,7 @@ use crate::audit::{self, AuditEntry, RequestMeta};
 use crate::auth::{self, Grant, TokenRecord};
 use crate::cert::{self, CertRecord};
 use crate::command::{ApplyResult, Bind, Command, LogEntry, Rejection};
+use crate::energy::EnergyBook;
 use crate::job::{Binding, Job, JobId, JobState, Outcome};
 use crate::node::{NodeRecord, NodeStatus};
 use crate::scheduler::SchedulerSettings;
@@ -47,6 +48,9 @@ pub struct ClusterState {
     pub alerts: BTreeMap<u64, Alert>,
     #[serde(default)]
     pub next_alert_id: u64,
+    /// GPU energy per job and per node.
+    #[serde(default)]
+    pub energy: EnergyBook,
 }
 
 fn first_job_id() -> JobId {
@@ -139,6 +143,14 @@ impl ClusterState {
                 message,
             } => self.raise_alert(*node, *gpu, rule, *severity, *remediation, message, now),
             Command::ResolveAlert { node, gpu, rule } => self.resolve_alert(*node, *gpu, rule, now),
+            Command::RecordEnergy { report } => {
+                if self.nodes.contains_key(&report.node) {
+                    self.energy.record(report);
+                    Ok(ApplyResult::Ok)
+                } else {
+                    Err(Rejection::UnknownNode { node: report.node })
+                }
+            }
         };
         let result = result.unwrap_or_else(|reason| ApplyResult::Rejected { reason });
         if let Some(meta) = &entry.meta {

@@ -7,6 +7,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use gpu_proto::v1 as pb;
+use gpu_proto::v1::gpu_service_client::GpuServiceClient;
 use gpu_tests::{Cluster, free_addr, shell_job};
 
 /// Polls `check` until it yields a value, for at most `timeout`.
@@ -208,8 +209,15 @@ async fn gpu_stats_reads_a_gpus_history_through_any_agent() {
     let frame = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{frame}");
     assert!(frame.starts_with("NODE  GPU  MODEL"), "{frame}");
-    assert_eq!(frame.lines().count(), 1 + 12, "three nodes of four GPUs: {frame}");
-    assert!(frame.contains("T4-16GB") && frame.contains("H100-80GB"), "{frame}");
+    assert_eq!(
+        frame.lines().count(),
+        1 + 12,
+        "three nodes of four GPUs: {frame}"
+    );
+    assert!(
+        frame.contains("T4-16GB") && frame.contains("H100-80GB"),
+        "{frame}"
+    );
 
     let (code, text) = gpu_stats(&c, 2, &["3/4"]);
     assert_eq!(code, Some(2), "{text}");
@@ -222,5 +230,95 @@ async fn gpu_stats_reads_a_gpus_history_through_any_agent() {
     assert!(
         text.contains("expected NODE/GPU like 2/0 or n2/0"),
         "{text}"
+    );
+}
+
+/// The power limit of each of node 1's GPUs, by index.
+async fn power_limits(c: &Cluster) -> Option<Vec<f32>> {
+    let gpus = GpuServiceClient::new(c.channel(1).await.ok()?)
+        .list_gpus(pb::ListGpusRequest { node_id: Some(1) })
+        .await
+        .ok()?
+        .into_inner()
+        .gpus;
+    gpus.iter()
+        .map(|g| g.telemetry.as_ref().map(|t| t.power_limit_w))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn green_mode_caps_idle_gpus_and_energy_is_accounted_per_job_node_and_tenant() {
+    let c = Cluster::start(
+        1,
+        1,
+        "[monitor]\ninterval = \"200ms\"\ngreen_idle_after = \"1s\"\ngreen_power_pct = 50\n\
+         energy_report_every = \"1s\"\n",
+    )
+    .await;
+    // n1: four A100-80GB of 400 W; idle for a second, each is capped at 200 W.
+    eventually(
+        &c,
+        "every idle GPU capped",
+        Duration::from_secs(20),
+        || async {
+            power_limits(&c)
+                .await
+                .filter(|l| l.iter().all(|w| *w == 200.0))
+        },
+    )
+    .await;
+    let job = c
+        .submit(1, shell_job("warm", 1, "sleep 4"), "warm")
+        .await
+        .expect("submit")
+        .job_id;
+    let running = c
+        .wait_job(job, Duration::from_secs(30), |j| {
+            j.state == pb::JobState::Running as i32
+        })
+        .await;
+    let gpu = running.gpus[0] as usize;
+    let limits = eventually(
+        &c,
+        "the bound GPU back at full power",
+        Duration::from_secs(10),
+        || async { power_limits(&c).await.filter(|l| l[gpu] == 400.0) },
+    )
+    .await;
+    assert_eq!(
+        limits.iter().filter(|w| **w == 200.0).count(),
+        3,
+        "{limits:?}"
+    );
+    c.wait_job(job, Duration::from_secs(30), gpu_tests::is_terminal)
+        .await;
+
+    // The job's GPU energy is reported (at 1 s here), and adds up per node and tenant.
+    let used = eventually(&c, "the job's energy", Duration::from_secs(20), || async {
+        let j = c.job(1, job).await.ok()?;
+        (j.energy_mj > 0).then_some(j.energy_mj)
+    })
+    .await;
+    // At most 400 W for the job's few seconds on one GPU.
+    assert!(used < 400 * 10 * 1000, "{used} mJ");
+    let out = c
+        .gpuctl()
+        .args(["--endpoint", c.addr(1), "-o", "json", "gpu", "energy"])
+        .output()
+        .expect("gpuctl gpu energy");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let node = report["nodes"][0]["gpu_mj"].as_u64().unwrap_or(0);
+    assert!(
+        node >= used,
+        "the node's GPUs used at least the job's energy: {report}"
+    );
+    assert!(
+        report["nodes"][0]["green_capped_ms"].as_u64().unwrap_or(0) > 0,
+        "{report}"
+    );
+    assert_eq!(report["tenants"][0]["tenant"], "default", "{report}");
+    assert!(
+        report["tenants"][0]["gpu_mj"].as_u64().unwrap_or(0) >= used,
+        "{report}"
     );
 }

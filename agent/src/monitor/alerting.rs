@@ -1,15 +1,12 @@
 //! The alerting task of every agent: at each sampling interval, evaluate the effective rules
 //! (built-in, configured, replicated) on each of this node's GPUs; raise through Raft what
-//! fires and has no open alert, resolve what has cleared; notify the webhooks of each change;
-//! and carry out the local part of remediation, level-triggered from the open alerts in the
-//! replicated state: a throttled GPU's power limit is lowered while its alert is open and
-//! restored once none is.
+//! fires and has no open alert, resolve what has cleared; notify the webhooks of each change.
+//! Quarantine and migration happen in `apply`; throttling in `power_task`.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use gpu_raft_store::alert::{AlertRule, Remediation, effective_rules};
+use gpu_raft_store::alert::{AlertRule, effective_rules};
 use gpu_raft_store::{Alert, ApplyResult, Command, NodeId};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -18,7 +15,7 @@ use super::Telemetry;
 use super::rules::{Verdict, evaluate, lookback_ms};
 use super::webhook::{Event, Notice, Notifier};
 use crate::cluster::{Cluster, now_ms};
-use crate::gpu::{GpuBackend, GpuDevice};
+use crate::gpu::GpuBackend;
 
 pub struct Alerting {
     pub cluster: Cluster,
@@ -34,8 +31,6 @@ impl Alerting {
     pub async fn run(self, cancel: CancellationToken) {
         let node = self.cluster.id;
         let devices = self.gpus.devices();
-        // GPU index → the power limit this task set (watts), to restore later.
-        let mut throttled: BTreeMap<u32, u32> = BTreeMap::new();
         loop {
             tokio::select! {
                 () = cancel.cancelled() => return,
@@ -71,14 +66,6 @@ impl Alerting {
                     }
                 }
             }
-            let open: Vec<Alert> = self.cluster.state.read(|s| {
-                s.alerts
-                    .values()
-                    .filter(|a| a.is_open() && a.node == node)
-                    .cloned()
-                    .collect()
-            });
-            self.throttle(&devices, &open, &mut throttled);
         }
     }
 
@@ -125,42 +112,6 @@ impl Alerting {
     fn notify(&self, event: Event, id: u64) {
         if let Some(alert) = self.cluster.state.read(|s| s.alerts.get(&id).cloned()) {
             self.notifier.notify(Notice { event, alert });
-        }
-    }
-
-    /// Hold each GPU with an open throttling alert at the lowest limit they ask for; give the
-    /// others this task throttled their full limit back.
-    fn throttle(&self, devices: &[GpuDevice], open: &[Alert], throttled: &mut BTreeMap<u32, u32>) {
-        for d in devices {
-            let wanted = open
-                .iter()
-                .filter(|a| a.gpu == d.index)
-                .filter_map(|a| match a.remediation {
-                    Remediation::Throttle { power_pct } => Some(d.max_power_w * power_pct / 100),
-                    _ => None,
-                })
-                .min();
-            let now = throttled.get(&d.index).copied();
-            let target = match (wanted, now) {
-                (Some(w), Some(n)) if w == n => continue,
-                (None, None) => continue,
-                (Some(w), _) => w,
-                (None, Some(_)) => d.max_power_w,
-            };
-            match self.gpus.set_power_limit(d.index, target) {
-                Ok(()) => {
-                    info!(
-                        gpu = d.index,
-                        watts = target,
-                        "power limit set by alert remediation"
-                    );
-                    match wanted {
-                        Some(w) => throttled.insert(d.index, w),
-                        None => throttled.remove(&d.index),
-                    };
-                }
-                Err(e) => warn!(gpu = d.index, error = %e, "setting the power limit failed"),
-            }
         }
     }
 }

@@ -6,6 +6,8 @@ pub mod alerting;
 pub mod attribution;
 pub mod history;
 pub mod metrics_http;
+pub mod power;
+pub mod power_task;
 pub mod prometheus;
 pub mod rules;
 pub mod sampler;

@@ -1,4 +1,4 @@
-//! `gpuctl gpu list` and `gpuctl gpu stats NODE/GPU --since 10m`.
+//! `gpuctl gpu list`, `gpuctl gpu stats NODE/GPU --since 10m` and `gpuctl gpu energy`.
 //!
 //! JSON of `list` (stable): an array of GPUs, each `{"node_id", "index", "uuid", "model",
 //! "gpu_type", "memory_mib", "numa_node" (null when unknown), "nvlink_peers": [index],
@@ -6,6 +6,10 @@
 //! it out of scheduling, null when in service), "telemetry"}` where `telemetry` is null when
 //! the node's agent did not answer in time, else a telemetry object. A node's `gpus` (see
 //! `node`) are these objects without `node_id` and `telemetry`.
+//!
+//! JSON of `energy` (stable): `{"nodes": [{"node_id", "gpu_mj" (used by the node's GPUs, busy
+//! or idle, in millijoules), "green_capped_ms" (idle GPU time under a green-mode cap)}],
+//! "tenants": [{"tenant", "gpu_mj" (used by the GPUs of its jobs), "jobs"}]}`.
 //!
 //! JSON of `stats` (stable): `{"node_id", "gpu_index", "readings": [{"at_ms", "telemetry"}]}`,
 //! oldest first; `at_ms` is the sample's wall-clock time in milliseconds since the Unix epoch.
@@ -36,7 +40,64 @@ pub async fn run(ctx: &Ctx, verb: GpuVerb) -> Result<Answer, Failure> {
             gpu: (node_id, gpu_index),
             since,
         } => stats(ctx, node_id, gpu_index, since).await,
+        GpuVerb::Energy { stale } => energy(ctx, stale).await,
     }
+}
+
+async fn energy(ctx: &Ctx, stale: bool) -> Result<Answer, Failure> {
+    let report = ctx
+        .endpoints
+        .call(|ch| async move {
+            Ok(GpuServiceClient::new(ch)
+                .get_energy(pb::GetEnergyRequest { stale })
+                .await?
+                .into_inner())
+        })
+        .await?;
+    let text = match ctx.output {
+        Output::Json => output::json(&json!({
+            "nodes": report.nodes.iter().map(|n| json!({
+                "node_id": n.node_id,
+                "gpu_mj": n.gpu_mj,
+                "green_capped_ms": n.green_capped_ms,
+            })).collect::<Vec<_>>(),
+            "tenants": report.tenants.iter().map(|t| json!({
+                "tenant": t.tenant,
+                "gpu_mj": t.gpu_mj,
+                "jobs": t.jobs,
+            })).collect::<Vec<_>>(),
+        })),
+        Output::Table => {
+            let nodes: Vec<Vec<String>> = report
+                .nodes
+                .iter()
+                .map(|n| {
+                    vec![
+                        format!("n{}", n.node_id),
+                        units::energy(n.gpu_mj),
+                        format!("{:.2}", n.green_capped_ms as f64 / 3_600_000.0),
+                    ]
+                })
+                .collect();
+            let tenants: Vec<Vec<String>> = report
+                .tenants
+                .iter()
+                .map(|t| {
+                    vec![
+                        t.tenant.clone(),
+                        units::energy(t.gpu_mj),
+                        t.jobs.to_string(),
+                    ]
+                })
+                .collect();
+            format!(
+                "{}\n{}",
+                table(&["NODE", "GPU ENERGY", "GREEN-CAPPED GPU-H"], &nodes),
+                table(&["TENANT", "GPU ENERGY", "JOBS"], &tenants)
+            )
+        }
+    };
+    Ok(Answer::ok(text))
 }
 
 async fn list(ctx: &Ctx, node: Option<u64>) -> Result<Answer, Failure> {
