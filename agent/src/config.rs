@@ -38,6 +38,34 @@ pub struct FileConfig {
     pub tls: TlsSection,
     #[serde(default)]
     pub api: ApiSection,
+    #[serde(default)]
+    pub monitor: MonitorSection,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MonitorSection {
+    #[serde(default, with = "humantime_serde")]
+    pub interval: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    pub retention: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    pub sample_timeout: Option<Duration>,
+    /// Where to serve Prometheus `/metrics` (plain HTTP); absent: nowhere.
+    pub metrics_listen: Option<SocketAddr>,
+    /// Alert rules of this agent (replicated rules of the same name win).
+    #[serde(default)]
+    pub rules: Vec<crate::monitor::rules::FlatRule>,
+    /// `http://` URLs alert notices are POSTed to.
+    #[serde(default)]
+    pub webhooks: Vec<String>,
+    /// Green mode: cap an idle GPU's power after this long without a job (absent: off).
+    #[serde(default, with = "humantime_serde")]
+    pub green_idle_after: Option<Duration>,
+    pub green_power_pct: Option<u32>,
+    /// How often measured GPU energy is reported through Raft.
+    #[serde(default, with = "humantime_serde")]
+    pub energy_report_every: Option<Duration>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -133,6 +161,29 @@ pub struct Config {
     pub jobs: JobSettings,
     pub tls: TlsSettings,
     pub api: ApiSettings,
+    pub monitor: MonitorSettings,
+}
+
+/// GPU sampling: every `interval`, kept for `retention` in memory (a ring per GPU, so the
+/// history's size is bounded by `retention / interval` samples); a sample that takes longer
+/// than `sample_timeout` (a hung driver) is abandoned and the next one waits for it.
+#[derive(Clone, Debug)]
+pub struct MonitorSettings {
+    pub interval: Duration,
+    pub retention: Duration,
+    pub sample_timeout: Duration,
+    pub metrics_listen: Option<SocketAddr>,
+    pub rules: Vec<gpu_raft_store::AlertRule>,
+    pub webhooks: Vec<hyper::Uri>,
+    pub green: Option<crate::monitor::power::Green>,
+    pub energy_report_every: Duration,
+}
+
+impl MonitorSettings {
+    /// Samples kept per GPU.
+    pub fn history_len(&self) -> usize {
+        (self.retention.as_millis() / self.interval.as_millis().max(1)).max(1) as usize
+    }
 }
 
 /// Limits on the public API, per caller: each token may make `requests_per_second` requests
@@ -305,7 +356,11 @@ pub struct Overrides {
     pub insecure: bool,
     pub ca_file: Option<PathBuf>,
     pub join_token_file: Option<PathBuf>,
+    pub metrics_listen: Option<SocketAddr>,
 }
+
+/// Most samples kept per GPU (a day at 1 Hz; about 10 MB per GPU).
+pub const MAX_HISTORY_LEN: usize = 86_400;
 
 impl Config {
     pub fn parse_and_validate(file: FileConfig, flags: Overrides) -> anyhow::Result<Self> {
@@ -444,6 +499,68 @@ impl Config {
             api.requests_per_second == 0 || api.burst >= 1,
             "api.burst must be at least 1"
         );
+        let m = file.monitor;
+        let monitor = MonitorSettings {
+            interval: m.interval.unwrap_or(Duration::from_secs(1)),
+            retention: m.retention.unwrap_or(Duration::from_secs(3600)),
+            sample_timeout: m.sample_timeout.unwrap_or(Duration::from_secs(2)),
+            metrics_listen: flags.metrics_listen.or(m.metrics_listen),
+            rules: m
+                .rules
+                .iter()
+                .map(|r| r.to_rule().map_err(anyhow::Error::msg))
+                .collect::<anyhow::Result<_>>()
+                .context("monitor.rules")?,
+            webhooks: m
+                .webhooks
+                .iter()
+                .map(|u| crate::monitor::webhook::parse_url(u).map_err(anyhow::Error::msg))
+                .collect::<anyhow::Result<_>>()
+                .context("monitor.webhooks")?,
+            energy_report_every: m.energy_report_every.unwrap_or(Duration::from_secs(30)),
+            green: m
+                .green_idle_after
+                .map(|after| crate::monitor::power::Green {
+                    idle_after_ms: u64::try_from(after.as_millis()).unwrap_or(u64::MAX),
+                    power_pct: m.green_power_pct.unwrap_or(50),
+                }),
+        };
+        ensure!(
+            monitor.energy_report_every >= Duration::from_secs(1),
+            "monitor.energy_report_every must be at least 1s"
+        );
+        if let Some(green) = monitor.green {
+            ensure!(
+                (30..=100).contains(&green.power_pct),
+                "monitor.green_power_pct must be 30-100, got {}",
+                green.power_pct
+            );
+        }
+        let mut names = std::collections::BTreeSet::new();
+        for rule in &monitor.rules {
+            ensure!(
+                names.insert(&rule.name),
+                "monitor.rules: rule {:?} is defined twice",
+                rule.name
+            );
+        }
+        ensure!(
+            monitor.interval >= Duration::from_millis(100),
+            "monitor.interval must be at least 100ms"
+        );
+        ensure!(
+            monitor.retention >= monitor.interval,
+            "monitor.retention must be at least monitor.interval"
+        );
+        ensure!(
+            monitor.history_len() <= MAX_HISTORY_LEN,
+            "monitor.retention / monitor.interval keeps {} samples per GPU, more than {MAX_HISTORY_LEN}",
+            monitor.history_len()
+        );
+        ensure!(
+            monitor.sample_timeout > Duration::ZERO,
+            "monitor.sample_timeout must be positive"
+        );
         Ok(Self {
             node_id,
             listen,
@@ -467,6 +584,7 @@ impl Config {
             jobs,
             tls,
             api,
+            monitor,
         })
     }
 

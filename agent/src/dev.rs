@@ -43,6 +43,8 @@ const NODE_KINDS: [&str; 3] = ["4xA100-80GB", "2xH100-80GB,2xL4-24GB", "4xT4-16G
 struct DevAgent {
     id: u64,
     addr: String,
+    /// Where its Prometheus `/metrics` is served.
+    metrics: String,
     log: PathBuf,
     child: Child,
 }
@@ -66,6 +68,8 @@ pub async fn run(opts: DevOptions, cancel: CancellationToken) -> anyhow::Result<
     std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o711))
         .with_context(|| format!("opening {} to job users", dir.display()))?;
     let addrs = pick_addrs(opts.nodes, opts.base_port)?;
+    // Prometheus metrics beside each agent: 9400 (dcgm-exporter's port) on, or free ports.
+    let metrics = pick_addrs(opts.nodes, if opts.base_port == 0 { 0 } else { 9400 })?;
 
     let spawn = |i: usize| -> anyhow::Result<DevAgent> {
         let id = i as u64 + 1;
@@ -73,6 +77,7 @@ pub async fn run(opts: DevOptions, cancel: CancellationToken) -> anyhow::Result<
         let mut cmd = Command::new(&exe);
         cmd.arg("run")
             .args(["--node-id", &id.to_string(), "--listen", &addrs[i]])
+            .args(["--metrics-listen", &metrics[i]])
             .arg("--data-dir")
             .arg(dir.join(format!("node-{id}")))
             .args(["--gpu-backend", "sim", "--sim-gpus"])
@@ -104,6 +109,7 @@ pub async fn run(opts: DevOptions, cancel: CancellationToken) -> anyhow::Result<
         Ok(DevAgent {
             id,
             addr: addrs[i].clone(),
+            metrics: metrics[i].clone(),
             log,
             child,
         })
@@ -270,6 +276,11 @@ fn print_banner(agents: &[DevAgent], leader: u64, dir: &Path) -> Option<(PathBuf
         dir.display()
     );
     println!("endpoint: {endpoints}");
+    let metrics: Vec<String> = agents
+        .iter()
+        .map(|a| format!("http://{}/metrics", a.metrics))
+        .collect();
+    println!("prometheus: {}", metrics.join(" "));
     println!("token file: {}", token.display());
     println!();
     let written = write_gpuctl_config(&addrs, dir);

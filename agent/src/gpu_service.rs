@@ -6,45 +6,80 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gpu_proto::internal::v1::LocalGpuTelemetryRequest;
+use gpu_proto::internal::v1::raft_peer_client::RaftPeerClient;
 use gpu_proto::v1 as pb;
 use gpu_proto::v1::gpu_service_server::GpuService;
 use gpu_raft_store::{Command, NodeId};
+use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
 use crate::auth::Auth;
 use crate::auth::rbac::Action;
 use crate::cluster::Cluster;
+use crate::cluster::now_ms;
 use crate::gpu::{Fault, GpuBackend, GpuError};
+use crate::monitor::Telemetry;
+use crate::monitor::attribution::job_of_pid;
 use crate::peer_client::with_deadline;
 use crate::status::invalid;
 use crate::to_proto;
 
 const TELEMETRY_DEADLINE: Duration = Duration::from_secs(1);
+/// A day of 1 Hz history is a few MB: give the owning agent time to send it.
+const STATS_DEADLINE: Duration = Duration::from_secs(10);
 
 pub struct GpuApi {
     pub cluster: Cluster,
     pub auth: Auth,
     pub gpus: Arc<dyn GpuBackend>,
+    pub telemetry: Telemetry,
 }
 
-/// This agent's GPUs, sampled now, keyed by index.
-pub fn local_telemetry(gpus: &dyn GpuBackend) -> HashMap<u32, pb::GpuTelemetry> {
-    gpus.sample()
+/// This agent's GPUs as last sampled, keyed by index.
+pub fn local_telemetry(telemetry: &Telemetry) -> HashMap<u32, pb::GpuTelemetry> {
+    telemetry
+        .latest()
         .into_iter()
-        .map(|s| {
-            let t = pb::GpuTelemetry {
-                utilization_pct: s.utilization_pct,
-                memory_used_mib: s.memory_used_mib,
-                temperature_c: s.temperature_c,
-                power_w: s.power_w,
-                power_limit_w: s.power_limit_w,
-                sm_clock_mhz: s.sm_clock_mhz,
-                healthy: s.healthy,
-                error: s.error.unwrap_or_default(),
-            };
-            (s.index, t)
+        .map(|r| {
+            (
+                r.sample.index,
+                to_proto::gpu_telemetry(r.sample, job_of_pid),
+            )
         })
         .collect()
+}
+
+/// The history of one of this agent's GPUs.
+pub fn local_stats(
+    telemetry: &Telemetry,
+    gpus: &dyn GpuBackend,
+    node_id: NodeId,
+    req: &pb::GetGpuStatsRequest,
+) -> Result<pb::GetGpuStatsResponse, Status> {
+    let count = gpus.devices().len();
+    if req.gpu_index as usize >= count {
+        return Err(Status::not_found(format!(
+            "node {node_id} has no GPU {} (it has {count})",
+            req.gpu_index
+        )));
+    }
+    let from = match req.since_ms {
+        0 => 0,
+        back => now_ms().saturating_sub(back),
+    };
+    let readings = telemetry
+        .since(req.gpu_index, from)
+        .into_iter()
+        .map(|r| pb::GpuReading {
+            at_ms: r.at_ms,
+            telemetry: Some(to_proto::gpu_telemetry(r.sample, job_of_pid)),
+        })
+        .collect();
+    Ok(pb::GetGpuStatsResponse {
+        node_id,
+        gpu_index: req.gpu_index,
+        readings,
+    })
 }
 
 /// Apply a fault request to this agent's backend.
@@ -71,7 +106,7 @@ impl GpuApi {
         addr: String,
     ) -> Option<HashMap<u32, pb::GpuTelemetry>> {
         if node == self.cluster.id {
-            return Some(local_telemetry(self.gpus.as_ref()));
+            return Some(local_telemetry(&self.telemetry));
         }
         let mut client = self.cluster.peers.get(&addr).ok()?;
         let reply = client
@@ -128,6 +163,39 @@ impl GpuService for GpuApi {
         Ok(Response::new(pb::ListGpusResponse { gpus }))
     }
 
+    async fn get_gpu_stats(
+        &self,
+        req: Request<pb::GetGpuStatsRequest>,
+    ) -> Result<Response<pb::GetGpuStatsResponse>, Status> {
+        let object = format!("gpu/n{}/{}", req.get_ref().node_id, req.get_ref().gpu_index);
+        self.auth
+            .check(&req, "gpu.stats", &object, Action::ReadCluster)
+            .await?;
+        let req = req.into_inner();
+        if req.node_id == self.cluster.id {
+            return local_stats(&self.telemetry, self.gpus.as_ref(), self.cluster.id, &req)
+                .map(Response::new);
+        }
+        let mut client = self.peer_of(req.node_id)?;
+        let reply = client
+            .local_gpu_stats(with_deadline(req, STATS_DEADLINE))
+            .await?;
+        Ok(reply)
+    }
+
+    async fn get_energy(
+        &self,
+        req: Request<pb::GetEnergyRequest>,
+    ) -> Result<Response<pb::EnergyReport>, Status> {
+        self.auth
+            .check(&req, "gpu.energy", "gpu/*", Action::ReadCluster)
+            .await?;
+        if !req.get_ref().stale {
+            self.cluster.linearizable_read().await?;
+        }
+        Ok(Response::new(self.cluster.state.read(to_proto::energy)))
+    }
+
     async fn inject_fault(
         &self,
         req: Request<pb::InjectFaultRequest>,
@@ -151,17 +219,22 @@ impl GpuService for GpuApi {
 }
 
 impl GpuApi {
+    /// A client of node `node`'s agent.
+    fn peer_of(&self, node: NodeId) -> Result<RaftPeerClient<Channel>, Status> {
+        let addr = self
+            .cluster
+            .state
+            .read(|s| s.nodes.get(&node).map(|n| n.addr.clone()))
+            .ok_or_else(|| Status::not_found(format!("node {node} is not registered")))?;
+        self.cluster.peers.get(&addr)
+    }
+
     /// Inject the fault here, or on the agent that owns the GPU.
     async fn inject(&self, req: pb::InjectFaultRequest) -> Result<(), Status> {
         if req.node_id == self.cluster.id {
             return local_inject(self.gpus.as_ref(), &req);
         }
-        let addr = self
-            .cluster
-            .state
-            .read(|s| s.nodes.get(&req.node_id).map(|n| n.addr.clone()))
-            .ok_or_else(|| Status::not_found(format!("node {} is not registered", req.node_id)))?;
-        let mut client = self.cluster.peers.get(&addr)?;
+        let mut client = self.peer_of(req.node_id)?;
         client
             .local_inject_fault(with_deadline(req, Duration::from_secs(5)))
             .await?;

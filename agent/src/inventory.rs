@@ -11,11 +11,14 @@ use tracing::{info, warn};
 
 use crate::cluster::Cluster;
 use crate::gpu::GpuBackend;
+use crate::monitor::{Reading, Telemetry};
 
 /// Registers this node, then re-registers whenever its inventory changes (a GPU lost or back).
 pub struct InventoryReporter {
     pub cluster: Cluster,
     pub gpus: Arc<dyn GpuBackend>,
+    /// Health comes from the sampler's latest readings.
+    pub telemetry: Telemetry,
     pub node_id: NodeId,
     pub addr: String,
     pub labels: BTreeMap<String, String>,
@@ -26,7 +29,7 @@ impl InventoryReporter {
     pub async fn run(self, cancel: CancellationToken) {
         let mut registered: Option<Inventory> = None;
         loop {
-            let inventory = collect(self.gpus.as_ref());
+            let inventory = collect(self.gpus.as_ref(), &self.telemetry.latest());
             if registered.as_ref() != Some(&inventory) {
                 let cmd = Command::RegisterNode {
                     node: self.node_id,
@@ -65,14 +68,13 @@ impl InventoryReporter {
     }
 }
 
-/// This host as the cluster should see it now. A GPU the backend cannot read is unhealthy, so
-/// the scheduler stops placing work on it.
-pub fn collect(gpus: &dyn GpuBackend) -> Inventory {
-    let unhealthy: HashSet<u32> = gpus
-        .sample()
-        .into_iter()
-        .filter(|s| !s.healthy)
-        .map(|s| s.index)
+/// This host as the cluster should see it now. A GPU whose latest sample could not read it is
+/// unhealthy, so the scheduler stops placing work on it.
+pub fn collect(gpus: &dyn GpuBackend, latest: &[Reading]) -> Inventory {
+    let unhealthy: HashSet<u32> = latest
+        .iter()
+        .filter(|r| !r.sample.healthy)
+        .map(|r| r.sample.index)
         .collect();
     Inventory {
         gpus: gpus

@@ -37,7 +37,10 @@ pub fn job_view(state: &ClusterState, job: &Job) -> pb::Job {
                 .collect()
         })
         .unwrap_or_default();
-    to_proto::job(job, &uuids)
+    pb::Job {
+        energy_mj: state.energy.by_job.get(&job.id).copied().unwrap_or(0),
+        ..to_proto::job(job, &uuids)
+    }
 }
 
 impl JobApi {

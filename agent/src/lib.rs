@@ -4,6 +4,7 @@
 //! Architecture invariant: all Raft retries and leader forwarding live in `cluster.rs`; all
 //! error → gRPC status mapping lives in `status.rs`; all wire conversion lives in `to_proto.rs`.
 
+pub mod alert_service;
 pub mod audit_service;
 pub mod auth;
 pub mod autopilot;
@@ -14,11 +15,13 @@ pub mod config;
 pub mod contact;
 pub mod dev;
 pub mod executor;
+pub mod footprint;
 pub mod gpu;
 pub mod gpu_service;
 pub mod inventory;
 pub mod job_service;
 pub mod liveness;
+pub mod monitor;
 pub mod node;
 pub mod node_service;
 pub mod peer_client;

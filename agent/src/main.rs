@@ -56,6 +56,21 @@ enum Cmd {
     Simulate(SimulateArgs),
     /// Time one scheduler pass over many pending jobs on a large simulated cluster.
     BenchPlan(BenchPlanArgs),
+    /// Measure the agent's CPU and memory while it monitors simulated GPUs, beside a baseline
+    /// agent that samples hourly.
+    BenchFootprint {
+        /// Seconds to measure (after a 5 s warm-up).
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+        #[arg(long, default_value = "8xA100-80GB")]
+        sim_gpus: String,
+        /// Sampling interval under test.
+        #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+        interval: std::time::Duration,
+        /// Telemetry history kept (for the memory bound).
+        #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]
+        retention: std::time::Duration,
+    },
     /// Internal: supervise one job run (started by the agent's executor).
     #[command(hide = true)]
     Shim(gpu_agent::executor::shim::ShimArgs),
@@ -106,6 +121,9 @@ struct RunArgs {
     /// value: secrets do not belong in argv.
     #[arg(long)]
     join_token_file: Option<PathBuf>,
+    /// Serve Prometheus metrics over plain HTTP at ADDR/metrics (config: monitor.metrics_listen).
+    #[arg(long)]
+    metrics_listen: Option<SocketAddr>,
 }
 
 #[derive(clap::Args)]
@@ -283,6 +301,7 @@ async fn run(command: Cmd) -> anyhow::Result<()> {
                 insecure: args.insecure,
                 ca_file: args.ca_file,
                 join_token_file: args.join_token_file,
+                metrics_listen: args.metrics_listen,
             };
             let config =
                 Config::parse_and_validate(file, overrides).context("invalid configuration")?;
@@ -303,6 +322,20 @@ async fn run(command: Cmd) -> anyhow::Result<()> {
                 },
                 cancel,
             )
+            .await
+        }
+        Cmd::BenchFootprint {
+            seconds,
+            sim_gpus,
+            interval,
+            retention,
+        } => {
+            gpu_agent::footprint::run(gpu_agent::footprint::Options {
+                seconds,
+                sim_gpus,
+                interval,
+                retention,
+            })
             .await
         }
         Cmd::Shim(_) | Cmd::Simulate(_) | Cmd::BenchPlan(_) => {

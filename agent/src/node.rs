@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use gpu_proto::internal::v1::raft_peer_server::RaftPeerServer;
+use gpu_proto::v1::alert_service_server::AlertServiceServer;
 use gpu_proto::v1::cluster_service_server::ClusterServiceServer;
 use gpu_proto::v1::node_service_server::NodeServiceServer;
 use gpu_proto::v1::scheduler_service_server::SchedulerServiceServer;
@@ -26,6 +27,7 @@ use gpu_proto::v1::audit_service_server::AuditServiceServer;
 use gpu_proto::v1::cert_service_server::CertServiceServer;
 use gpu_proto::v1::token_service_server::TokenServiceServer;
 
+use crate::alert_service::AlertApi;
 use crate::audit_service::AuditApi;
 use crate::auth::Auth;
 use crate::auth::limit::RateLimiter;
@@ -42,6 +44,12 @@ use crate::gpu_service::GpuApi;
 use crate::inventory::InventoryReporter;
 use crate::job_service::JobApi;
 use crate::liveness::Liveness;
+use crate::monitor::Telemetry;
+use crate::monitor::alerting::Alerting;
+use crate::monitor::metrics_http::{self, MetricsServer, MetricsSource};
+use crate::monitor::power_task::PowerTask;
+use crate::monitor::sampler::Sampler;
+use crate::monitor::webhook::Notifier;
 use crate::node_service::NodeApi;
 use crate::peer_client::PeerClients;
 use crate::peer_service::PeerService;
@@ -66,6 +74,15 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
     info!(node_id, backend = %config.gpu_backend, "opening the GPU backend");
     let gpus: Arc<dyn GpuBackend> =
         Arc::from(gpu::open(config.gpu_backend, &config.sim_gpus, node_id)?);
+    let telemetry = Telemetry::new(config.monitor.history_len());
+    let metrics_listener = match config.monitor.metrics_listen {
+        Some(addr) => Some(
+            TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("listening for metrics on {addr}"))?,
+        ),
+        None => None,
+    };
 
     info!(node_id, "starting raft");
     let contacts = ContactBook::default();
@@ -109,11 +126,43 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
         .await
         .with_context(|| format!("listening on {}", config.listen))?;
     let tasks = TaskTracker::new();
+    info!(node_id, interval = ?config.monitor.interval, "starting the GPU sampler");
+    let sampler = Sampler {
+        gpus: gpus.clone(),
+        telemetry: telemetry.clone(),
+        interval: config.monitor.interval,
+        timeout: config.monitor.sample_timeout,
+    };
+    tasks.spawn(sampler.run(cancel.clone()));
+    let (notifier, webhooks) = Notifier::new(config.monitor.webhooks.clone());
+    if let Some(webhooks) = webhooks {
+        info!(
+            node_id,
+            webhooks = config.monitor.webhooks.len(),
+            "starting alert notices"
+        );
+        tasks.spawn(webhooks.run(cancel.clone()));
+    }
+    if let Some(listener) = metrics_listener {
+        info!(node_id, listen = ?listener.local_addr().ok(), "serving Prometheus metrics");
+        let metrics = MetricsServer {
+            listener,
+            source: MetricsSource {
+                cluster: cluster.clone(),
+                telemetry: telemetry.clone(),
+                devices: Arc::new(gpus.devices()),
+                hostname: metrics_http::hostname().into(),
+            },
+        };
+        tasks.spawn(metrics.run(cancel.clone()));
+    }
     let jobs_dir = config.data_dir.join("jobs");
     let services = Services {
         cluster: cluster.clone(),
         reachable_within: config.reachable_within(),
         gpus: gpus.clone(),
+        telemetry: telemetry.clone(),
+        alert_rules: config.monitor.rules.clone(),
         jobs_dir: jobs_dir.clone(),
         tls: tls.clone(),
         api: config.api,
@@ -151,12 +200,37 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
     let reporter = InventoryReporter {
         cluster: cluster.clone(),
         gpus: gpus.clone(),
+        telemetry: telemetry.clone(),
         node_id,
         addr: config.advertise.clone(),
         labels: config.labels.clone(),
         interval: Duration::from_secs(2),
     };
     tasks.spawn(reporter.run(cancel.clone()));
+    info!(
+        node_id,
+        rules = config.monitor.rules.len(),
+        "starting alerting"
+    );
+    let alerting = Alerting {
+        cluster: cluster.clone(),
+        telemetry: telemetry.clone(),
+        gpus: gpus.clone(),
+        configured: config.monitor.rules.clone(),
+        interval: config.monitor.interval,
+        notifier,
+    };
+    tasks.spawn(alerting.run(cancel.clone()));
+    info!(node_id, green = ?config.monitor.green, "starting power management");
+    let power = PowerTask {
+        cluster: cluster.clone(),
+        telemetry: telemetry.clone(),
+        gpus: gpus.clone(),
+        green: config.monitor.green,
+        interval: config.monitor.interval,
+        report_every: config.monitor.energy_report_every,
+    };
+    tasks.spawn(power.run(cancel.clone()));
     info!(node_id, "starting autopilot");
     let autopilot = Autopilot {
         cluster: cluster.clone(),
@@ -415,6 +489,9 @@ struct Services {
     cluster: Cluster,
     reachable_within: Duration,
     gpus: Arc<dyn GpuBackend>,
+    telemetry: Telemetry,
+    /// The config file's alert rules.
+    alert_rules: Vec<gpu_raft_store::AlertRule>,
     jobs_dir: PathBuf,
     tls: Option<TlsIdentity>,
     api: crate::config::ApiSettings,
@@ -431,6 +508,7 @@ async fn serve(listener: TcpListener, s: Services, cancel: CancellationToken) {
     health
         .set_serving::<SchedulerServiceServer<SchedulerApi>>()
         .await;
+    health.set_serving::<AlertServiceServer<AlertApi>>().await;
     health.set_serving::<JobServiceServer<JobApi>>().await;
     health.set_serving::<GpuServiceServer<GpuApi>>().await;
     let max = gpu_proto::MAX_MESSAGE_BYTES;
@@ -468,6 +546,7 @@ async fn serve(listener: TcpListener, s: Services, cancel: CancellationToken) {
         cluster: cluster.clone(),
         reachable_within: s.reachable_within,
         gpus: s.gpus.clone(),
+        telemetry: s.telemetry.clone(),
         jobs_dir: s.jobs_dir.clone(),
         peers,
         auth: auth.clone(),
@@ -485,6 +564,11 @@ async fn serve(listener: TcpListener, s: Services, cancel: CancellationToken) {
         auth: auth.clone(),
         transport_faults: s.transport_faults,
     };
+    let alert_api = AlertApi {
+        cluster: cluster.clone(),
+        auth: auth.clone(),
+        configured: s.alert_rules,
+    };
     let scheduler_api = SchedulerApi {
         cluster: cluster.clone(),
         auth: auth.clone(),
@@ -498,6 +582,7 @@ async fn serve(listener: TcpListener, s: Services, cancel: CancellationToken) {
         cluster: cluster.clone(),
         auth: auth.clone(),
         gpus: s.gpus,
+        telemetry: s.telemetry,
     };
     let token_api = TokenApi {
         cluster: cluster.clone(),
@@ -528,6 +613,7 @@ async fn serve(listener: TcpListener, s: Services, cancel: CancellationToken) {
         .add_service(ClusterServiceServer::new(cluster_api).max_decoding_message_size(max))
         .add_service(NodeServiceServer::new(node_api).max_decoding_message_size(max))
         .add_service(SchedulerServiceServer::new(scheduler_api).max_decoding_message_size(max))
+        .add_service(AlertServiceServer::new(alert_api).max_decoding_message_size(max))
         .add_service(JobServiceServer::new(job_api).max_decoding_message_size(max))
         .add_service(GpuServiceServer::new(gpu_api).max_decoding_message_size(max))
         .add_service(TokenServiceServer::new(token_api).max_decoding_message_size(max))

@@ -25,7 +25,8 @@ use crate::cluster::{Attempt, Cluster, ClusterError, Proposal};
 use crate::cluster_service::status_view;
 use crate::executor::logs::{self, LogStream};
 use crate::gpu::GpuBackend;
-use crate::gpu_service::{local_inject, local_telemetry};
+use crate::gpu_service::{local_inject, local_stats, local_telemetry};
+use crate::monitor::Telemetry;
 use crate::status::{bad_payload, invalid};
 use crate::tls::{PeerCheck, Subject, TlsIdentity};
 
@@ -33,6 +34,7 @@ pub struct PeerService {
     pub cluster: Cluster,
     pub reachable_within: std::time::Duration,
     pub gpus: Arc<dyn GpuBackend>,
+    pub telemetry: Telemetry,
     pub jobs_dir: PathBuf,
     pub peers: PeerCheck,
     pub auth: Auth,
@@ -215,8 +217,22 @@ impl RaftPeer for PeerService {
     ) -> Result<Response<LocalGpuTelemetryResponse>, Status> {
         self.peers.node(&req)?;
         Ok(Response::new(LocalGpuTelemetryResponse {
-            gpus: local_telemetry(self.gpus.as_ref()).into_iter().collect(),
+            gpus: local_telemetry(&self.telemetry).into_iter().collect(),
         }))
+    }
+
+    async fn local_gpu_stats(
+        &self,
+        req: Request<pb::GetGpuStatsRequest>,
+    ) -> Result<Response<pb::GetGpuStatsResponse>, Status> {
+        self.peers.node(&req)?;
+        local_stats(
+            &self.telemetry,
+            self.gpus.as_ref(),
+            self.cluster.id,
+            req.get_ref(),
+        )
+        .map(Response::new)
     }
 
     async fn local_inject_fault(

@@ -39,6 +39,7 @@ pub fn node(n: &NodeRecord) -> pb::Node {
                 nvlink_peers: g.nvlink_peers.clone(),
                 healthy: g.healthy,
                 job_id: n.allocations.get(&g.index).copied(),
+                quarantined_by: n.quarantined.get(&g.index).cloned().unwrap_or_default(),
             })
             .collect(),
         cpu_cores: n.inventory.cpu_cores,
@@ -187,6 +188,8 @@ pub fn job(j: &Job, uuids: &BTreeMap<u32, String>) -> pb::Job {
         started_at_ms: j.started_at_ms,
         finished_at_ms: j.finished_at_ms,
         cancel_requested: j.cancel_requested,
+        // Filled in by `job_service::job_view`, which has the state's energy book.
+        energy_mj: 0,
     }
 }
 
@@ -316,4 +319,149 @@ pub fn scheduler_settings_from(
         fairshare_weight: req.fairshare_weight.unwrap_or(current.fairshare_weight),
         usage_half_life_s: req.usage_half_life_s.unwrap_or(current.usage_half_life_s),
     })
+}
+
+/// One GPU sample; `job_of` names the job a process runs for.
+pub fn gpu_telemetry(
+    s: crate::gpu::GpuSample,
+    job_of: impl Fn(u32) -> Option<gpu_raft_store::JobId>,
+) -> pb::GpuTelemetry {
+    pb::GpuTelemetry {
+        utilization_pct: s.utilization_pct,
+        memory_used_mib: s.memory_used_mib,
+        temperature_c: s.temperature_c,
+        power_w: s.power_w,
+        power_limit_w: s.power_limit_w,
+        sm_clock_mhz: s.sm_clock_mhz,
+        healthy: s.healthy,
+        error: s.error.unwrap_or_default(),
+        memory_total_mib: s.memory_total_mib,
+        memory_utilization_pct: s.memory_utilization_pct,
+        memory_temperature_c: s.memory_temperature_c,
+        energy_mj: s.energy_mj,
+        memory_clock_mhz: s.memory_clock_mhz,
+        throttle_reasons: s.throttle_reasons,
+        throttle_reason_names: crate::gpu::throttle::names(s.throttle_reasons)
+            .into_iter()
+            .map(str::to_owned)
+            .collect(),
+        pcie_tx_kib_s: s.pcie_tx_kib_s,
+        pcie_rx_kib_s: s.pcie_rx_kib_s,
+        pcie_replays: s.pcie_replays,
+        nvlink_tx_kib: s.nvlink_tx_kib,
+        nvlink_rx_kib: s.nvlink_rx_kib,
+        nvlink_errors: s.nvlink_errors,
+        xid_events: s.xid_events,
+        ecc_single_bit: s.ecc_single_bit,
+        ecc_double_bit: s.ecc_double_bit,
+        retired_pages: s.retired_pages,
+        processes: s
+            .processes
+            .into_iter()
+            .map(|p| pb::GpuProcess {
+                pid: p.pid,
+                used_mib: p.used_mib,
+                job_id: job_of(p.pid),
+            })
+            .collect(),
+    }
+}
+
+pub fn alert(a: &gpu_raft_store::Alert) -> pb::Alert {
+    pb::Alert {
+        id: a.id,
+        rule: a.rule.clone(),
+        node_id: a.node,
+        gpu_index: a.gpu,
+        severity: severity_name(a.severity).into(),
+        action: crate::monitor::rules::action_name(a.remediation),
+        message: a.message.clone(),
+        raised_at_ms: a.raised_at_ms,
+        resolved_at_ms: a.resolved_at_ms,
+        migrated_job_id: a.migrated_job,
+    }
+}
+
+fn severity_name(s: gpu_raft_store::alert::Severity) -> &'static str {
+    match s {
+        gpu_raft_store::alert::Severity::Warning => "warning",
+        gpu_raft_store::alert::Severity::Critical => "critical",
+    }
+}
+
+/// A rule for listing; `source` says where it comes from.
+pub fn alert_rule(r: &gpu_raft_store::AlertRule, source: &str) -> pb::AlertRule {
+    let flat = crate::monitor::rules::FlatRule::from_rule(r);
+    let ms = |d: Option<std::time::Duration>| d.map_or(0, |d| d.as_millis() as u64);
+    pb::AlertRule {
+        name: flat.name,
+        metric: flat.metric.unwrap_or_default(),
+        above: flat.above,
+        rate_per_minute: flat.rate_per_minute,
+        predict_limit: flat.predict_limit,
+        health: flat.fatal_xids.is_some(),
+        fatal_xids: flat.fatal_xids.unwrap_or_default(),
+        for_ms: ms(flat.for_),
+        window_ms: ms(flat.window),
+        within_ms: ms(flat.within),
+        clear_after_ms: ms(flat.clear_after),
+        severity: severity_name(r.severity).into(),
+        action: flat.action.unwrap_or_default(),
+        enabled: r.enabled,
+        source: source.into(),
+    }
+}
+
+/// A rule as the API received it, in the flat form the config file uses too. Zero durations
+/// and empty strings mean "the default".
+pub fn flat_rule_from(p: pb::AlertRule) -> crate::monitor::rules::FlatRule {
+    let d = |ms: u64| (ms > 0).then(|| std::time::Duration::from_millis(ms));
+    let text = |s: String| (!s.is_empty()).then_some(s);
+    crate::monitor::rules::FlatRule {
+        name: p.name,
+        metric: text(p.metric),
+        above: p.above,
+        rate_per_minute: p.rate_per_minute,
+        predict_limit: p.predict_limit,
+        fatal_xids: (p.health || !p.fatal_xids.is_empty()).then_some(p.fatal_xids),
+        for_: d(p.for_ms),
+        window: d(p.window_ms),
+        within: d(p.within_ms),
+        clear_after: d(p.clear_after_ms),
+        severity: text(p.severity),
+        action: text(p.action),
+        enabled: Some(p.enabled),
+    }
+}
+
+/// Energy per node and per tenant (tenants summed over their jobs).
+pub fn energy(s: &ClusterState) -> pb::EnergyReport {
+    let mut tenants: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
+    for (id, mj) in &s.energy.by_job {
+        if let Some(job) = s.jobs.get(id) {
+            let t = tenants.entry(job.spec.tenant.as_str()).or_default();
+            t.0 += mj;
+            t.1 += 1;
+        }
+    }
+    pb::EnergyReport {
+        nodes: s
+            .energy
+            .by_node
+            .iter()
+            .map(|(id, e)| pb::NodeEnergy {
+                node_id: *id,
+                gpu_mj: e.gpu_mj,
+                green_capped_ms: e.green_capped_ms,
+            })
+            .collect(),
+        tenants: tenants
+            .into_iter()
+            .map(|(tenant, (gpu_mj, jobs))| pb::TenantEnergy {
+                tenant: tenant.to_owned(),
+                gpu_mj,
+                jobs,
+            })
+            .collect(),
+    }
 }

@@ -82,6 +82,83 @@ pub enum Noun {
     /// The scheduling policy the cluster uses, and its queue.
     #[command(subcommand)]
     Scheduler(SchedulerVerb),
+    /// GPU alerts raised by the agents, and the rules they evaluate.
+    #[command(subcommand)]
+    Alert(AlertVerb),
+    /// A live view of every GPU: utilization, memory, temperature, power, job, alerts.
+    Top {
+        /// Refresh period.
+        #[arg(long, default_value = "2s", value_parser = units::positive_duration)]
+        interval: Duration,
+        /// Print one frame and exit (also when stdout is not a terminal).
+        #[arg(long)]
+        once: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum AlertVerb {
+    /// Open alerts (with --all, also the most recent resolved ones).
+    List {
+        #[arg(long)]
+        all: bool,
+        /// Answer from the contacted agent's replica without asking the leader.
+        #[arg(long)]
+        stale: bool,
+    },
+    /// The rules in force: built-in, the contacted agent's config file, replicated.
+    #[command(subcommand)]
+    Rule(AlertRuleVerb),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum AlertRuleVerb {
+    /// Every rule and where it comes from.
+    List,
+    /// Add or replace a replicated rule, e.g. `hot --metric temperature_c --above 85 --for 30s
+    /// --action throttle:70`; it overrides a built-in or configured rule of the same name.
+    Set(Box<AlertRuleArgs>),
+    /// Remove a replicated rule (a built-in or configured one of that name applies again).
+    Delete { name: String },
+}
+
+#[derive(Args, Debug)]
+pub struct AlertRuleArgs {
+    pub name: String,
+    /// temperature_c, memory_temperature_c, power_w, utilization_pct, memory_used_pct,
+    /// ecc_single_bit, ecc_double_bit, retired_pages, pcie_replays, nvlink_errors, xids.
+    #[arg(long)]
+    pub metric: Option<String>,
+    /// Fire when the metric stays above this for --for.
+    #[arg(long, allow_negative_numbers = true)]
+    pub above: Option<f64>,
+    /// Fire when the metric grows faster than this per minute over --window.
+    #[arg(long)]
+    pub rate_per_minute: Option<f64>,
+    /// Fire when a trend fit over --window reaches this within --within.
+    #[arg(long, allow_negative_numbers = true)]
+    pub predict_limit: Option<f64>,
+    /// A health rule: fire on these XIDs, a new double-bit ECC error or a lost GPU.
+    #[arg(long, value_delimiter = ',', num_args = 0..)]
+    pub fatal_xids: Option<Vec<u32>>,
+    #[arg(long = "for", value_parser = units::parse_duration_arg)]
+    pub for_: Option<Duration>,
+    #[arg(long, value_parser = units::parse_duration_arg)]
+    pub window: Option<Duration>,
+    #[arg(long, value_parser = units::parse_duration_arg)]
+    pub within: Option<Duration>,
+    /// Hysteresis: resolve only after the condition has been false this long.
+    #[arg(long, value_parser = units::parse_duration_arg)]
+    pub clear_after: Option<Duration>,
+    /// warning (default) or critical.
+    #[arg(long)]
+    pub severity: Option<String>,
+    /// none (default), throttle:PCT, quarantine or migrate.
+    #[arg(long)]
+    pub action: Option<String>,
+    /// Switch the rule of this name off everywhere.
+    #[arg(long)]
+    pub disabled: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -247,6 +324,21 @@ pub enum GpuVerb {
         /// Only this node's GPUs (3 or n3).
         #[arg(long, value_parser = ids::node_id)]
         node: Option<u64>,
+    },
+    /// One GPU's telemetry history, as its agent keeps it in memory (`monitor.retention`).
+    Stats {
+        /// NODE/GPU, e.g. 2/0 or n2/0.
+        #[arg(value_parser = ids::gpu_ref)]
+        gpu: (u64, u32),
+        /// How far back (e.g. 30s, 10m, 1h).
+        #[arg(long, default_value = "10m", value_parser = units::positive_duration)]
+        since: std::time::Duration,
+    },
+    /// GPU energy used per node and per tenant, and idle GPU time under a green-mode cap.
+    Energy {
+        /// Answer from the contacted agent's replica without asking the leader.
+        #[arg(long)]
+        stale: bool,
     },
 }
 

@@ -11,6 +11,16 @@ pub fn node_id(s: &str) -> Result<u64, String> {
     prefixed_id(s, "n", "node", "3 or n3")
 }
 
+/// clap parser for one GPU of one node: `NODE/GPU`, e.g. `2/0` or `n2/0`.
+pub fn gpu_ref(s: &str) -> Result<(u64, u32), String> {
+    const HINT: &str = "expected NODE/GPU like 2/0 or n2/0";
+    let (node, gpu) = s.split_once('/').ok_or(HINT)?;
+    let node = node_id(node).map_err(|_| HINT.to_owned())?;
+    let gpu = prefixed_id(gpu, "", "GPU", "0").map_err(|_| HINT.to_owned())?;
+    let gpu = u32::try_from(gpu).map_err(|_| "GPU index is too large".to_owned())?;
+    Ok((node, gpu))
+}
+
 /// Digits only, after an optional case-insensitive prefix: no sign, no spaces.
 fn prefixed_id(s: &str, prefix: &str, what: &str, example: &str) -> Result<u64, String> {
     let digits = match s.get(..prefix.len()) {
@@ -28,6 +38,25 @@ fn prefixed_id(s: &str, prefix: &str, what: &str, example: &str) -> Result<u64, 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gpu_refs() {
+        assert_eq!(gpu_ref("2/0"), Ok((2, 0)));
+        assert_eq!(gpu_ref("n3/7"), Ok((3, 7)));
+        for bad in [
+            "",
+            "2",
+            "2/",
+            "/0",
+            "2/-1",
+            "2/x",
+            "x/0",
+            "2/0/1",
+            "2/4294967296",
+        ] {
+            assert!(gpu_ref(bad).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn job_ids() {

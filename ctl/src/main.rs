@@ -139,6 +139,8 @@ fn main() -> ExitCode {
             Noun::Audit(verb) => commands::audit::run(&ctx, verb).await,
             Noun::Cert(verb) => commands::cert::run(&ctx, verb).await,
             Noun::Scheduler(verb) => commands::scheduler::run(&ctx, verb).await,
+            Noun::Alert(verb) => commands::alert::run(&ctx, verb).await,
+            Noun::Top { interval, once } => commands::top::run(&ctx, interval, once).await,
         }
     });
     match result {

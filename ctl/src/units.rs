@@ -21,6 +21,22 @@ pub fn parse_duration(s: &str) -> Option<Duration> {
     }
 }
 
+/// Energy in millijoules as people read it: `850 J`, `5.4 kJ`, `12.3 MJ` (`3.4 kWh` beyond 100 MJ).
+pub fn energy(mj: u64) -> String {
+    let joules = mj as f64 / 1000.0;
+    match joules {
+        j if j < 1_000.0 => format!("{j:.0} J"),
+        j if j < 1_000_000.0 => format!("{:.1} kJ", j / 1_000.0),
+        j if j < 100_000_000.0 => format!("{:.1} MJ", j / 1_000_000.0),
+        j => format!("{:.1} kWh", j / 3_600_000.0),
+    }
+}
+
+/// clap parser for a duration that may be zero (`30s`, `2m`); negative ones are refused.
+pub fn parse_duration_arg(s: &str) -> Result<Duration, String> {
+    parse_duration(s).ok_or_else(|| DURATION_HINT.to_owned())
+}
+
 /// clap parser for deadlines (`--timeout`): a duration above zero.
 pub fn positive_duration(s: &str) -> Result<Duration, String> {
     match parse_duration(s) {
@@ -130,6 +146,15 @@ fn civil_from_days(days: u64) -> (u64, u64, u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn energies() {
+        assert_eq!(energy(0), "0 J");
+        assert_eq!(energy(850_000), "850 J");
+        assert_eq!(energy(5_400_000), "5.4 kJ");
+        assert_eq!(energy(12_300_000_000), "12.3 MJ");
+        assert_eq!(energy(360_000_000_000), "100.0 kWh");
+    }
 
     #[test]
     fn durations() {

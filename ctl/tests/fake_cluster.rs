@@ -230,6 +230,20 @@ impl GpuService for Fake {
         Err(Status::unimplemented("not faked"))
     }
 
+    async fn get_energy(
+        &self,
+        _: Request<pb::GetEnergyRequest>,
+    ) -> Result<Response<pb::EnergyReport>, Status> {
+        Err(Status::unimplemented("not faked"))
+    }
+
+    async fn get_gpu_stats(
+        &self,
+        _: Request<pb::GetGpuStatsRequest>,
+    ) -> Result<Response<pb::GetGpuStatsResponse>, Status> {
+        Err(Status::unimplemented("not faked"))
+    }
+
     async fn inject_fault(
         &self,
         req: Request<pb::InjectFaultRequest>,

@@ -9,8 +9,10 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::NodeId;
+use crate::alert::{AlertRule, Remediation, Severity};
 use crate::audit::RequestMeta;
 use crate::auth::TokenRecord;
+use crate::energy::EnergyReport;
 use crate::job::{JobId, JobSpec, Outcome};
 use crate::node::{Inventory, NodeStatus};
 use crate::scheduler::SchedulerSettings;
@@ -122,6 +124,35 @@ pub enum Command {
     SetSchedulerPolicy {
         settings: SchedulerSettings,
     },
+    /// Add or replace a replicated alert rule (it overrides a built-in or configured rule of
+    /// the same name on every agent).
+    SetAlertRule {
+        rule: AlertRule,
+    },
+    /// Remove a replicated alert rule (built-in and configured rules of that name come back).
+    DeleteAlertRule {
+        name: String,
+    },
+    /// A GPU's agent saw `rule` fire. Deduplicated: one open alert per rule and GPU. Carries
+    /// the rule's severity and remediation, since the rule may be the agent's own.
+    RaiseAlert {
+        node: NodeId,
+        gpu: u32,
+        rule: String,
+        severity: Severity,
+        remediation: Remediation,
+        message: String,
+    },
+    /// `rule` has been clear on the GPU for its hysteresis period.
+    ResolveAlert {
+        node: NodeId,
+        gpu: u32,
+        rule: String,
+    },
+    /// An agent's GPU energy measurements since its last report (counted once per `seq`).
+    RecordEnergy {
+        report: EnergyReport,
+    },
 }
 
 /// One placement decision: `job` onto these GPU indexes of `node`.
@@ -150,6 +181,15 @@ pub enum ApplyResult {
     },
     Rejected {
         reason: Rejection,
+    },
+    /// The alert a `RaiseAlert` opened, or the open one it matched (`existing`).
+    AlertRaised {
+        alert: u64,
+        existing: bool,
+    },
+    /// The alert a `ResolveAlert` closed (a resolve of no open alert is plain `Ok`).
+    AlertResolved {
+        alert: u64,
     },
 }
 
@@ -259,6 +299,19 @@ impl fmt::Display for Command {
             Command::SetSchedulerPolicy { settings } => {
                 write!(f, "scheduler policy {}", settings.spec())
             }
+            Command::SetAlertRule { rule } => {
+                write!(f, "alert rule {} = {}", rule.name, rule.condition)
+            }
+            Command::DeleteAlertRule { name } => write!(f, "alert rule {name} deleted"),
+            Command::RaiseAlert {
+                node, gpu, rule, ..
+            } => write!(f, "alert {rule} raised on n{node}/{gpu}"),
+            Command::ResolveAlert { node, gpu, rule } => {
+                write!(f, "alert {rule} resolved on n{node}/{gpu}")
+            }
+            Command::RecordEnergy { report } => {
+                write!(f, "energy n{} {} mJ", report.node, report.gpu_mj)
+            }
         }
     }
 }
@@ -308,6 +361,55 @@ mod tests {
         });
         expect![[r#"{"proposed_at_ms":1700000000000,"cmd":{"type":"set_scheduler_policy","settings":{"ordering":"sjf","backfill":"easy","aging_per_hour":1,"fairshare_weight":10,"usage_half_life_s":86400}}}"#]]
             .assert_eq(&serde_json::to_string(&policy).unwrap_or_default());
+    }
+
+    #[test]
+    fn alert_encodings_are_frozen() {
+        use crate::alert::{Condition, Metric, Number};
+        let rule = entry(Command::SetAlertRule {
+            rule: AlertRule {
+                name: "hot".into(),
+                condition: Condition::Above {
+                    metric: Metric::TemperatureC,
+                    threshold: Number(85.5),
+                    for_ms: 30_000,
+                },
+                severity: Severity::Critical,
+                remediation: Remediation::Throttle { power_pct: 70 },
+                clear_after_ms: 60_000,
+                enabled: true,
+            },
+        });
+        expect![[r#"{"proposed_at_ms":1700000000000,"cmd":{"type":"set_alert_rule","rule":{"name":"hot","condition":{"kind":"above","metric":"temperature_c","threshold":85.5,"for_ms":30000},"severity":"critical","remediation":{"kind":"throttle","power_pct":70},"clear_after_ms":60000,"enabled":true}}}"#]]
+            .assert_eq(&serde_json::to_string(&rule).unwrap_or_default());
+        let raise = entry(Command::RaiseAlert {
+            node: 2,
+            gpu: 1,
+            rule: "gpu-failing".into(),
+            severity: Severity::Critical,
+            remediation: Remediation::Migrate,
+            message: "XID 79".into(),
+        });
+        expect![[r#"{"proposed_at_ms":1700000000000,"cmd":{"type":"raise_alert","node":2,"gpu":1,"rule":"gpu-failing","severity":"critical","remediation":{"kind":"migrate"},"message":"XID 79"}}"#]]
+            .assert_eq(&serde_json::to_string(&raise).unwrap_or_default());
+        let resolve = entry(Command::ResolveAlert {
+            node: 2,
+            gpu: 1,
+            rule: "gpu-failing".into(),
+        });
+        expect![[r#"{"proposed_at_ms":1700000000000,"cmd":{"type":"resolve_alert","node":2,"gpu":1,"rule":"gpu-failing"}}"#]]
+            .assert_eq(&serde_json::to_string(&resolve).unwrap_or_default());
+        let energy = entry(Command::RecordEnergy {
+            report: EnergyReport {
+                node: 2,
+                seq: 1_700_000_000_000,
+                gpu_mj: 90_000,
+                green_capped_ms: 4_000,
+                jobs: vec![(7, 60_000)],
+            },
+        });
+        expect![[r#"{"proposed_at_ms":1700000000000,"cmd":{"type":"record_energy","report":{"node":2,"seq":1700000000000,"gpu_mj":90000,"green_capped_ms":4000,"jobs":[[7,60000]]}}}"#]]
+            .assert_eq(&serde_json::to_string(&energy).unwrap_or_default());
     }
 
     #[test]

@@ -6,11 +6,13 @@
 
 #![allow(clippy::result_large_err)] // openraft's StorageError is large by design.
 
+pub mod alert;
 pub mod audit;
 pub mod auth;
 pub mod cert;
 mod command;
 pub mod digest;
+pub mod energy;
 mod engine;
 mod error;
 pub mod job;
@@ -23,6 +25,7 @@ mod state_machine;
 mod store;
 pub mod validate;
 
+pub use alert::{Alert, AlertRule};
 pub use audit::{AuditEntry, RequestMeta};
 pub use auth::{Grant, Role, TokenRecord};
 pub use cert::CertRecord;

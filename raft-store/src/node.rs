@@ -71,6 +71,10 @@ pub struct NodeRecord {
     /// GPU index → the live job holding it. Maintained only by `apply`.
     #[serde(default)]
     pub allocations: BTreeMap<u32, JobId>,
+    /// GPU index → the alert rule that took it out of service (no new work until it resolves).
+    /// Maintained only by `apply`.
+    #[serde(default)]
+    pub quarantined: BTreeMap<u32, String>,
     pub registered_at_ms: u64,
     pub updated_at_ms: u64,
 }
@@ -88,12 +92,13 @@ impl NodeRecord {
         self.inventory.gpus.iter().find(|g| g.index == index)
     }
 
-    /// Healthy GPUs no live job holds.
+    /// Healthy GPUs that are not quarantined and that no live job holds.
     pub fn free_gpus(&self) -> impl Iterator<Item = &GpuRecord> {
-        self.inventory
-            .gpus
-            .iter()
-            .filter(|g| g.healthy && !self.allocations.contains_key(&g.index))
+        self.inventory.gpus.iter().filter(|g| {
+            g.healthy
+                && !self.quarantined.contains_key(&g.index)
+                && !self.allocations.contains_key(&g.index)
+        })
     }
 
     /// Ready and not cordoned.

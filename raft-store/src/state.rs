@@ -4,10 +4,12 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::alert::{Alert, AlertRule};
 use crate::audit::{self, AuditEntry, RequestMeta};
 use crate::auth::{self, Grant, TokenRecord};
 use crate::cert::{self, CertRecord};
 use crate::command::{ApplyResult, Bind, Command, LogEntry, Rejection};
+use crate::energy::EnergyBook;
 use crate::job::{Binding, Job, JobId, JobState, Outcome};
 use crate::node::{NodeRecord, NodeStatus};
 use crate::scheduler::SchedulerSettings;
@@ -38,6 +40,17 @@ pub struct ClusterState {
     /// The policy the leader schedules with.
     #[serde(default)]
     pub scheduler: SchedulerSettings,
+    /// Operators' alert rules by name (overriding built-in and configured ones).
+    #[serde(default)]
+    pub alert_rules: BTreeMap<String, AlertRule>,
+    /// Open alerts, and the most recent resolved ones (`alert::KEEP_RESOLVED`), by id.
+    #[serde(default)]
+    pub alerts: BTreeMap<u64, Alert>,
+    #[serde(default)]
+    pub next_alert_id: u64,
+    /// GPU energy per job and per node.
+    #[serde(default)]
+    pub energy: EnergyBook,
 }
 
 fn first_job_id() -> JobId {
@@ -118,6 +131,25 @@ impl ClusterState {
                     self.scheduler = settings.clone();
                     ApplyResult::Ok
                 })
+            }
+            Command::SetAlertRule { rule } => self.set_alert_rule(rule),
+            Command::DeleteAlertRule { name } => self.delete_alert_rule(name),
+            Command::RaiseAlert {
+                node,
+                gpu,
+                rule,
+                severity,
+                remediation,
+                message,
+            } => self.raise_alert(*node, *gpu, rule, *severity, *remediation, message, now),
+            Command::ResolveAlert { node, gpu, rule } => self.resolve_alert(*node, *gpu, rule, now),
+            Command::RecordEnergy { report } => {
+                if self.nodes.contains_key(&report.node) {
+                    self.energy.record(report);
+                    Ok(ApplyResult::Ok)
+                } else {
+                    Err(Rejection::UnknownNode { node: report.node })
+                }
             }
         };
         let result = result.unwrap_or_else(|reason| ApplyResult::Rejected { reason });
@@ -287,6 +319,7 @@ impl ClusterState {
             status: NodeStatus::Ready,
             cordoned: false,
             allocations: BTreeMap::new(),
+            quarantined: BTreeMap::new(),
             registered_at_ms: now,
             updated_at_ms: now,
         });
@@ -472,6 +505,9 @@ impl ClusterState {
                 .ok_or_else(|| format!("node n{} has no GPU {index}", b.node))?;
             if !gpu.healthy {
                 return Err(format!("GPU n{}/{index} is unhealthy", b.node));
+            }
+            if let Some(rule) = node.quarantined.get(&index) {
+                return Err(format!("GPU n{}/{index} is quarantined ({rule})", b.node));
             }
             if let Some(holder) = node.allocations.get(&index) {
                 return Err(format!("GPU n{}/{index} is held by j-{holder}", b.node));

@@ -32,6 +32,8 @@ pub enum Action<'a> {
     ManageScheduler,
     /// Inject faults into an agent's Raft transport (chaos testing): admins only.
     InjectNetworkFaults,
+    /// Set and delete replicated alert rules.
+    ManageAlerts,
 }
 
 impl Identity {
@@ -47,6 +49,7 @@ impl Identity {
                 Role::Operator,
                 Action::ManageNodes
                 | Action::ManageScheduler
+                | Action::ManageAlerts
                 | Action::JoinNode
                 | Action::ReadJob(_)
                 | Action::ReadAudit,
@@ -85,6 +88,7 @@ fn describe(action: Action<'_>) -> String {
         Action::JoinNode => "enrol an agent".into(),
         Action::ClientCertificate => "get a client certificate".into(),
         Action::ManageScheduler => "change the scheduler policy".into(),
+        Action::ManageAlerts => "change alert rules".into(),
     }
 }
 
@@ -118,6 +122,10 @@ mod tests {
             (&ta, Action::ManageScheduler, false),
             (&user, Action::ManageScheduler, false),
             (&viewer, Action::ManageScheduler, false),
+            (&op, Action::ManageAlerts, true),
+            (&ta, Action::ManageAlerts, false),
+            (&user, Action::ManageAlerts, false),
+            (&viewer, Action::ManageAlerts, false),
             (&op, Action::WriteJob("a"), false),
             (&op, Action::ReadJob("a"), true),
             (&ta, Action::WriteJob("a"), true),

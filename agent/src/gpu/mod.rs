@@ -38,26 +38,59 @@ pub struct GpuDevice {
     pub max_power_w: u32,
 }
 
-/// One reading of one GPU.
+/// One reading of one GPU. Both backends fill the same fields; a field the GPU does not support
+/// stays at zero.
 ///
 /// `healthy` is false only when the GPU cannot be read at all (lost, fallen off the bus); what
 /// to make of temperatures, XIDs and ECC counts is the caller's policy. A reading that failed for
 /// another reason leaves its field at zero and is described in `error`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct GpuSample {
     pub index: u32,
     pub healthy: bool,
     pub utilization_pct: f32,
+    /// How busy the memory controller was (DCGM's `MEM_COPY_UTIL`).
+    pub memory_utilization_pct: f32,
     pub memory_used_mib: u64,
+    pub memory_total_mib: u64,
     pub temperature_c: f32,
+    /// HBM temperature; zero on boards without a memory sensor.
+    pub memory_temperature_c: f32,
     pub power_w: f32,
     pub power_limit_w: f32,
+    /// Energy used since the driver loaded, in millijoules.
+    pub energy_mj: u64,
     pub sm_clock_mhz: u32,
+    pub memory_clock_mhz: u32,
+    /// Why the clocks are held down: NVML's bit mask (see `throttle`).
+    pub throttle_reasons: u64,
+    pub pcie_tx_kib_s: u32,
+    pub pcie_rx_kib_s: u32,
+    /// PCIe replays since the driver loaded (a rising count means a bad link).
+    pub pcie_replays: u64,
+    /// NVLink data sent and received since the driver loaded, summed over links.
+    pub nvlink_tx_kib: u64,
+    pub nvlink_rx_kib: u64,
+    /// NVLink CRC, replay and recovery errors, summed over links.
+    pub nvlink_errors: u64,
     /// XID errors reported since the previous sample.
     pub xid_events: Vec<u32>,
+    /// Corrected (single-bit) ECC errors since the driver loaded.
+    pub ecc_single_bit: u64,
     /// Uncorrected (double-bit) ECC errors since the driver loaded.
     pub ecc_double_bit: u64,
+    /// Memory pages retired (before Ampere) or rows remapped (Ampere on) for ECC errors.
+    pub retired_pages: u64,
+    /// The processes holding GPU memory, by pid.
+    pub processes: Vec<GpuProcess>,
     pub error: Option<String>,
+}
+
+/// A process with memory on a GPU.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuProcess {
+    pub pid: u32,
+    pub used_mib: u64,
 }
 
 impl GpuSample {
@@ -66,16 +99,43 @@ impl GpuSample {
         Self {
             index,
             healthy: true,
-            utilization_pct: 0.0,
-            memory_used_mib: 0,
-            temperature_c: 0.0,
-            power_w: 0.0,
-            power_limit_w: 0.0,
-            sm_clock_mhz: 0,
-            xid_events: Vec::new(),
-            ecc_double_bit: 0,
-            error: None,
+            ..Self::default()
         }
+    }
+}
+
+/// NVML's clock throttle reasons (`nvmlClocksEventReasons`), the bits of
+/// `GpuSample::throttle_reasons`.
+pub mod throttle {
+    pub const GPU_IDLE: u64 = 0x1;
+    pub const APPLICATIONS_CLOCKS: u64 = 0x2;
+    pub const SW_POWER_CAP: u64 = 0x4;
+    pub const HW_SLOWDOWN: u64 = 0x8;
+    pub const SYNC_BOOST: u64 = 0x10;
+    pub const SW_THERMAL: u64 = 0x20;
+    pub const HW_THERMAL: u64 = 0x40;
+    pub const HW_POWER_BRAKE: u64 = 0x80;
+    pub const DISPLAY_CLOCKS: u64 = 0x100;
+
+    const NAMES: &[(u64, &str)] = &[
+        (GPU_IDLE, "idle"),
+        (APPLICATIONS_CLOCKS, "app_clocks"),
+        (SW_POWER_CAP, "sw_power_cap"),
+        (HW_SLOWDOWN, "hw_slowdown"),
+        (SYNC_BOOST, "sync_boost"),
+        (SW_THERMAL, "sw_thermal"),
+        (HW_THERMAL, "hw_thermal"),
+        (HW_POWER_BRAKE, "hw_power_brake"),
+        (DISPLAY_CLOCKS, "display_clocks"),
+    ];
+
+    /// The reasons set in `mask`, by name, in bit order (unknown bits are left out).
+    pub fn names(mask: u64) -> Vec<&'static str> {
+        NAMES
+            .iter()
+            .filter(|(bit, _)| mask & bit != 0)
+            .map(|(_, name)| *name)
+            .collect()
     }
 }
 
@@ -106,6 +166,8 @@ pub trait GpuBackend: Send + Sync {
     /// Tell the backend whether a job is running on the GPU (drives the simulator's load;
     /// the real backend ignores it).
     fn set_busy(&self, index: u32, busy: bool);
+    /// Set the board power limit (remediation and green mode); the simulator obeys it.
+    fn set_power_limit(&self, index: u32, watts: u32) -> Result<(), GpuError>;
     fn inject(&self, index: u32, fault: Fault) -> Result<(), GpuError>;
 }
 
@@ -122,6 +184,13 @@ pub enum GpuError {
     InvalidSimSpec { spec: String, reason: String },
     #[error("no GPU with index {index} (this node has {count})")]
     NoSuchGpu { index: u32, count: usize },
+    #[error("power limit {watts} W for GPU {index} is outside its range {min}..={max} W")]
+    PowerLimitOutOfRange {
+        index: u32,
+        watts: u32,
+        min: u32,
+        max: u32,
+    },
     #[error("the {backend} GPU backend cannot {what}")]
     Unsupported {
         backend: &'static str,

@@ -19,6 +19,10 @@ pub struct GpuModel {
     pub max_power_w: u32,
     pub idle_power_w: u32,
     pub max_sm_clock_mhz: u32,
+    /// Memory clock under load.
+    pub memory_clock_mhz: u32,
+    /// HBM parts report a memory temperature; GDDR boards do not.
+    pub hbm: bool,
     pub mig_capable: bool,
     /// SXM parts: every GPU of this model on a node is an NVLink (NVSwitch) peer of the others.
     pub nvlink: bool,
@@ -28,6 +32,15 @@ pub struct GpuModel {
 
 /// SM clock an idle GPU drops to (P8), for every model.
 pub const IDLE_SM_CLOCK_MHZ: u32 = 210;
+/// Memory clock of an idle GPU (P8), for every model.
+pub const IDLE_MEMORY_CLOCK_MHZ: u32 = 405;
+
+impl GpuModel {
+    /// The lowest power limit the board accepts: NVIDIA boards allow about a third of TDP.
+    pub fn min_power_limit_w(&self) -> u32 {
+        (self.max_power_w / 3).max(self.idle_power_w + 1)
+    }
+}
 
 /// The known models, in the order they are listed in error messages.
 pub const MODELS: &[GpuModel] = &[
@@ -39,6 +52,8 @@ pub const MODELS: &[GpuModel] = &[
         max_power_w: 400,
         idle_power_w: 55,
         max_sm_clock_mhz: 1410,
+        memory_clock_mhz: 1215,
+        hbm: true,
         mig_capable: true,
         nvlink: true,
         slowdown_temp_c: 89,
@@ -51,6 +66,8 @@ pub const MODELS: &[GpuModel] = &[
         max_power_w: 400,
         idle_power_w: 60,
         max_sm_clock_mhz: 1410,
+        memory_clock_mhz: 1593,
+        hbm: true,
         mig_capable: true,
         nvlink: true,
         slowdown_temp_c: 89,
@@ -63,6 +80,8 @@ pub const MODELS: &[GpuModel] = &[
         max_power_w: 700,
         idle_power_w: 70,
         max_sm_clock_mhz: 1980,
+        memory_clock_mhz: 2619,
+        hbm: true,
         mig_capable: true,
         nvlink: true,
         slowdown_temp_c: 89,
@@ -75,6 +94,8 @@ pub const MODELS: &[GpuModel] = &[
         max_power_w: 700,
         idle_power_w: 75,
         max_sm_clock_mhz: 1980,
+        memory_clock_mhz: 3201,
+        hbm: true,
         mig_capable: true,
         nvlink: true,
         slowdown_temp_c: 89,
@@ -88,6 +109,8 @@ pub const MODELS: &[GpuModel] = &[
         max_power_w: 300,
         idle_power_w: 40,
         max_sm_clock_mhz: 1530,
+        memory_clock_mhz: 877,
+        hbm: true,
         mig_capable: false,
         nvlink: false,
         slowdown_temp_c: 87,
@@ -100,6 +123,8 @@ pub const MODELS: &[GpuModel] = &[
         max_power_w: 70,
         idle_power_w: 10,
         max_sm_clock_mhz: 1590,
+        memory_clock_mhz: 5001,
+        hbm: false,
         mig_capable: false,
         nvlink: false,
         slowdown_temp_c: 93,
@@ -112,6 +137,8 @@ pub const MODELS: &[GpuModel] = &[
         max_power_w: 72,
         idle_power_w: 16,
         max_sm_clock_mhz: 2040,
+        memory_clock_mhz: 6251,
+        hbm: false,
         mig_capable: false,
         nvlink: false,
         slowdown_temp_c: 92,

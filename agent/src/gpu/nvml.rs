@@ -4,17 +4,26 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::ffi::OsStr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use nvml_wrapper::Nvml;
+use nvml_wrapper::bitmasks::event::EventTypes;
 use nvml_wrapper::enum_wrappers::device::{
-    Clock, EccCounter, MemoryError, P2pCapabilitiesIndex, P2pStatus, TemperatureSensor,
+    Clock, EccCounter, MemoryError, P2pCapabilitiesIndex, P2pStatus, PcieUtilCounter,
+    RetirementCause, TemperatureSensor,
 };
+use nvml_wrapper::enums::device::{SampleValue, UsedGpuMemory};
+use nvml_wrapper::enums::event::XidError;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::struct_wrappers::device::PciInfo;
-use tracing::{error, info};
+use nvml_wrapper::structs::device::FieldId;
+use nvml_wrapper::sys_exports::field_id as fi;
+use tracing::{error, info, warn};
 
 use super::models;
-use super::{Fault, GpuBackend, GpuDevice, GpuError, GpuSample};
+use super::{Fault, GpuBackend, GpuDevice, GpuError, GpuProcess, GpuSample};
 
 /// The NVML library as the driver installs it.
 pub const NVML_LIBRARY: &str = "libnvidia-ml.so.1";
@@ -23,9 +32,35 @@ pub const NVML_LIBRARY: &str = "libnvidia-ml.so.1";
 const NVLINK_MAX_LINKS: u32 = 18;
 const MIB: u64 = 1024 * 1024;
 
+/// The fields read in one `nvmlDeviceGetFieldValues` call per sample.
+const FIELDS: [u32; 9] = [
+    fi::NVML_FI_DEV_MEMORY_TEMP,
+    fi::NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
+    fi::NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
+    fi::NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL,
+    fi::NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL,
+    fi::NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL,
+    fi::NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL,
+    fi::NVML_FI_DEV_REMAPPED_COR,
+    fi::NVML_FI_DEV_REMAPPED_UNC,
+];
+/// How long the XID watcher blocks in one `nvmlEventSetWait` (and so how long it may take to
+/// notice that the backend is gone).
+const XID_WAIT_MS: u32 = 500;
+
 pub struct NvmlBackend {
-    nvml: Nvml,
+    nvml: Arc<Nvml>,
     devices: Vec<GpuDevice>,
+    /// XIDs the watcher thread saw since the last sample, by GPU index.
+    xids: Arc<Mutex<HashMap<u32, Vec<u32>>>>,
+    /// Tells the watcher thread to end (set on drop).
+    stop: Arc<AtomicBool>,
+}
+
+impl Drop for NvmlBackend {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
 }
 
 impl NvmlBackend {
@@ -41,7 +76,22 @@ impl NvmlBackend {
             .init()
             .map_err(|e| init_error(library, e))?;
         let devices = enumerate(&nvml)?;
-        Ok(Self { nvml, devices })
+        let backend = Self {
+            nvml: Arc::new(nvml),
+            devices,
+            xids: Arc::default(),
+            stop: Arc::default(),
+        };
+        let (nvml, xids, stop) = (
+            backend.nvml.clone(),
+            backend.xids.clone(),
+            backend.stop.clone(),
+        );
+        std::thread::Builder::new()
+            .name("nvml-xid".to_owned())
+            .spawn(move || watch_xids(&nvml, &xids, &stop))
+            .map_err(|e| GpuError::Nvml(format!("starting the XID watcher: {e}")))?;
+        Ok(backend)
     }
 
     fn sample_one(&self, index: u32) -> GpuSample {
@@ -50,6 +100,9 @@ impl NvmlBackend {
         if let Some(device) = read.get("device handle", || self.nvml.device_by_index(index)) {
             if let Some(u) = read.get("utilization", || device.utilization_rates()) {
                 sample.utilization_pct = u.gpu as f32;
+            }
+            if let Some(u) = read.get("utilization", || device.utilization_rates()) {
+                sample.memory_utilization_pct = u.memory as f32;
             }
             if let Some(m) = read.get("memory", || device.memory_info()) {
                 sample.memory_used_mib = m.used / MIB;
@@ -67,16 +120,90 @@ impl NvmlBackend {
             if let Some(mhz) = read.get("SM clock", || device.clock_info(Clock::SM)) {
                 sample.sm_clock_mhz = mhz;
             }
+            if let Some(mhz) = read.get("memory clock", || device.clock_info(Clock::Memory)) {
+                sample.memory_clock_mhz = mhz;
+            }
+            if let Some(mj) = read.get("energy", || device.total_energy_consumption()) {
+                sample.energy_mj = mj;
+            }
+            if let Some(r) = read.get("throttle reasons", || device.current_throttle_reasons()) {
+                sample.throttle_reasons = r.bits();
+            }
+            if let Some(kib) = read.get("PCIe TX", || device.pcie_throughput(PcieUtilCounter::Send))
+            {
+                sample.pcie_tx_kib_s = kib;
+            }
+            if let Some(kib) = read.get("PCIe RX", || {
+                device.pcie_throughput(PcieUtilCounter::Receive)
+            }) {
+                sample.pcie_rx_kib_s = kib;
+            }
+            if let Some(n) = read.get("PCIe replays", || device.pcie_replay_counter()) {
+                sample.pcie_replays = u64::from(n);
+            }
             if let Some(n) = read.get("ECC errors", || {
                 device.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile)
             }) {
                 sample.ecc_double_bit = n;
             }
-            // XID events are not read yet: NVML delivers them through an `EventSet` that
-            // borrows the `Nvml` handle and must be waited on, which needs a task of its own
-            // (started from `node::run`) rather than a read in `sample`. `xid_events` stays
-            // empty on real GPUs until that task exists.
+            if let Some(n) = read.get("corrected ECC errors", || {
+                device.total_ecc_errors(MemoryError::Corrected, EccCounter::Volatile)
+            }) {
+                sample.ecc_single_bit = n;
+            }
+            for cause in [
+                RetirementCause::MultipleSingleBitEccErrors,
+                RetirementCause::DoubleBitEccError,
+            ] {
+                if let Some(pages) = read.get("retired pages", || device.retired_pages(cause)) {
+                    sample.retired_pages += pages.len() as u64;
+                }
+            }
+            if let Some(processes) = read.get("processes", || device.running_compute_processes()) {
+                sample.processes = processes
+                    .into_iter()
+                    .map(|p| GpuProcess {
+                        pid: p.pid,
+                        used_mib: match p.used_gpu_memory {
+                            UsedGpuMemory::Used(bytes) => bytes / MIB,
+                            UsedGpuMemory::Unavailable => 0,
+                        },
+                    })
+                    .collect();
+            }
+            let ids: Vec<FieldId> = FIELDS.iter().map(|&id| FieldId(id)).collect();
+            if let Some(values) = read.get("field values", || device.field_values_for(&ids)) {
+                for value in values.into_iter().flatten() {
+                    let Ok(v) = value.value else { continue };
+                    let n = match v {
+                        SampleValue::U32(n) => u64::from(n),
+                        SampleValue::U64(n) => n,
+                        SampleValue::I64(n) => n.max(0) as u64,
+                        SampleValue::F64(n) => n.max(0.0) as u64,
+                    };
+                    match value.field.0 {
+                        fi::NVML_FI_DEV_MEMORY_TEMP => sample.memory_temperature_c = n as f32,
+                        fi::NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX => sample.nvlink_tx_kib = n,
+                        fi::NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX => sample.nvlink_rx_kib = n,
+                        fi::NVML_FI_DEV_REMAPPED_COR | fi::NVML_FI_DEV_REMAPPED_UNC => {
+                            sample.retired_pages += n
+                        }
+                        _ => sample.nvlink_errors += n,
+                    }
+                }
+            }
         }
+        sample.memory_total_mib = self
+            .devices
+            .iter()
+            .find(|d| d.index == index)
+            .map_or(0, |d| d.memory_mib);
+        sample.xid_events = self
+            .xids
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&index)
+            .unwrap_or_default();
         sample.healthy = !read.lost;
         if !read.errors.is_empty() {
             sample.error = Some(read.errors.join("; "));
@@ -105,11 +232,86 @@ impl GpuBackend for NvmlBackend {
         // Real GPUs are loaded by real jobs.
     }
 
+    fn set_power_limit(&self, index: u32, watts: u32) -> Result<(), GpuError> {
+        let nvml_error = |e: NvmlError| GpuError::Nvml(format!("GPU {index}: {e}"));
+        let mut device = self.nvml.device_by_index(index).map_err(nvml_error)?;
+        let range = device
+            .power_management_limit_constraints()
+            .map_err(nvml_error)?;
+        let (min, max) = (range.min_limit / 1000, range.max_limit / 1000);
+        if !(min..=max).contains(&watts) {
+            return Err(GpuError::PowerLimitOutOfRange {
+                index,
+                watts,
+                min,
+                max,
+            });
+        }
+        device
+            .set_power_management_limit(watts * 1000)
+            .map_err(nvml_error)?;
+        info!(gpu = index, watts, "power limit set");
+        Ok(())
+    }
+
     fn inject(&self, _index: u32, _fault: Fault) -> Result<(), GpuError> {
         Err(GpuError::Unsupported {
             backend: "nvml",
             what: "inject faults",
         })
+    }
+}
+
+/// The XID watcher thread: waits on one NVML event set for critical XID errors of every GPU and
+/// queues them for the next sample, until `stop`. A failure is logged once; the watcher then
+/// keeps trying at a slower pace.
+fn watch_xids(nvml: &Nvml, xids: &Mutex<HashMap<u32, Vec<u32>>>, stop: &AtomicBool) {
+    let registered = nvml
+        .create_event_set()
+        .map_err(|e| e.to_string())
+        .and_then(|mut set| {
+            for index in 0..nvml.device_count().map_err(|e| e.to_string())? {
+                let device = nvml.device_by_index(index).map_err(|e| e.to_string())?;
+                set = device
+                    .register_events(EventTypes::CRITICAL_XID_ERROR, set)
+                    .map_err(|e| e.error.to_string())?;
+            }
+            Ok(set)
+        });
+    let set = match registered {
+        Ok(set) => set,
+        Err(e) => {
+            warn!(error = %e, "cannot watch XID errors; samples will show none");
+            return;
+        }
+    };
+    let mut complained = false;
+    while !stop.load(Ordering::Relaxed) {
+        match set.wait(XID_WAIT_MS) {
+            Ok(event) => {
+                let xid = match event.event_data {
+                    Some(XidError::Value(xid)) => u32::try_from(xid).unwrap_or(u32::MAX),
+                    _ => continue,
+                };
+                let Ok(index) = event.device.index() else {
+                    continue;
+                };
+                warn!(gpu = index, xid, "XID error");
+                xids.lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .entry(index)
+                    .or_default()
+                    .push(xid);
+            }
+            Err(NvmlError::Timeout) => {}
+            Err(e) => {
+                if !complained {
+                    warn!(error = %e, "waiting for XID events failed; retrying");
+                    complained = true;
+                }
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        }
     }
 }
 

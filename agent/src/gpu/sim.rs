@@ -6,7 +6,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
 use super::models::{self, GpuModel};
-use super::{Fault, GpuBackend, GpuDevice, GpuError, GpuSample};
+use super::{Fault, GpuBackend, GpuDevice, GpuError, GpuSample, throttle};
 
 /// Most GPUs one simulated node may have (per spec entry and in total).
 pub const MAX_GPUS: u32 = 64;
@@ -22,7 +22,17 @@ pub const BUSY_UTILIZATION_PCT: f64 = 95.0;
 pub const BUSY_MEMORY_FRACTION: f64 = 0.8;
 /// Steady-state temperature at full power sits this far below the slowdown threshold.
 const FULL_LOAD_MARGIN_C: f64 = 15.0;
-/// Overheat pins the temperature this far above the slowdown threshold.
+/// Memory-controller utilization while a job runs.
+const BUSY_MEMORY_UTILIZATION_PCT: f64 = 60.0;
+/// PCIe traffic at full utilization (host to device, device to host).
+const BUSY_PCIE_RX_KIB_S: f64 = 6_000_000.0;
+const BUSY_PCIE_TX_KIB_S: f64 = 1_500_000.0;
+/// NVLink traffic each way at full utilization, on SXM parts.
+const BUSY_NVLINK_KIB_S: f64 = 50_000_000.0;
+/// How much warmer the HBM runs than the GPU die.
+const HBM_ABOVE_DIE_C: f64 = 6.0;
+/// With a cooling failure (Overheat) full power heats the GPU this far above the slowdown
+/// threshold; less power, less heat.
 const OVERHEAT_EXCESS_C: f64 = 5.0;
 /// The XID a GPU that falls off the bus reports.
 const XID_FALLEN_OFF_BUS: u32 = 79;
@@ -103,7 +113,11 @@ struct SimState {
 struct SimGpu {
     busy: bool,
     power_w: f64,
+    /// The board power limit in force (`set_power_limit`), at most the model's TDP.
+    power_limit_w: f64,
     temperature_c: f64,
+    energy_mj: f64,
+    nvlink_kib: f64,
     overheat: bool,
     lost: bool,
     pending_xids: Vec<u32>,
@@ -124,7 +138,10 @@ impl SimBackend {
             .map(|m| SimGpu {
                 busy: false,
                 power_w: f64::from(m.idle_power_w),
+                power_limit_w: f64::from(m.max_power_w),
                 temperature_c: steady_temperature(m, f64::from(m.idle_power_w)),
+                energy_mj: 0.0,
+                nvlink_kib: 0.0,
                 overheat: false,
                 lost: false,
                 pending_xids: Vec::new(),
@@ -152,47 +169,79 @@ impl SimBackend {
         let thermal_step = 1.0 - (-dt / THERMAL_TAU_S).exp();
         let mut samples = Vec::with_capacity(self.models.len());
         for (index, (gpu, model)) in state.gpus.iter_mut().zip(&self.models).enumerate() {
-            let idle = f64::from(model.idle_power_w);
-            let max = f64::from(model.max_power_w);
-            let utilization = if gpu.busy && !gpu.lost {
-                BUSY_UTILIZATION_PCT
-            } else {
-                0.0
-            };
-            let target_power = idle + utilization / 100.0 * (max - idle);
-            gpu.power_w += (target_power - gpu.power_w) * power_step;
-            let slowdown = f64::from(model.slowdown_temp_c);
-            if gpu.overheat {
-                gpu.temperature_c = slowdown + OVERHEAT_EXCESS_C;
-            } else {
-                let target = steady_temperature(model, gpu.power_w);
-                gpu.temperature_c += (target - gpu.temperature_c) * thermal_step;
-            }
-
             let mut sample = GpuSample::empty(index as u32);
             sample.xid_events = std::mem::take(&mut gpu.pending_xids);
             sample.ecc_double_bit = gpu.ecc_double_bit;
+            sample.memory_total_mib = model.memory_mib;
             if gpu.lost {
                 sample.healthy = false;
                 sample.error = Some("GPU is lost (simulated fault)".to_owned());
                 samples.push(sample);
                 continue;
             }
+            let idle = f64::from(model.idle_power_w);
+            let max = f64::from(model.max_power_w);
+            let utilization = if gpu.busy { BUSY_UTILIZATION_PCT } else { 0.0 };
+            let wanted_power = idle + utilization / 100.0 * (max - idle);
+            let capped = wanted_power > gpu.power_limit_w;
+            let target_power = wanted_power.min(gpu.power_limit_w);
+            gpu.power_w += (target_power - gpu.power_w) * power_step;
+            gpu.energy_mj += gpu.power_w * dt * 1000.0;
+            let slowdown = f64::from(model.slowdown_temp_c);
+            if gpu.overheat {
+                gpu.temperature_c = overheated_temperature(model, gpu.power_w);
+            } else {
+                let target = steady_temperature(model, gpu.power_w);
+                gpu.temperature_c += (target - gpu.temperature_c) * thermal_step;
+            }
+            let load = utilization / 100.0;
+            if model.nvlink {
+                gpu.nvlink_kib += BUSY_NVLINK_KIB_S * load * dt;
+            }
+
             sample.utilization_pct = utilization as f32;
+            sample.memory_utilization_pct = (BUSY_MEMORY_UTILIZATION_PCT * load) as f32;
             sample.memory_used_mib = if gpu.busy {
                 (model.memory_mib as f64 * BUSY_MEMORY_FRACTION) as u64
             } else {
                 0
             };
             sample.temperature_c = gpu.temperature_c as f32;
+            if model.hbm {
+                sample.memory_temperature_c = (gpu.temperature_c + HBM_ABOVE_DIE_C) as f32;
+            }
             sample.power_w = gpu.power_w as f32;
-            sample.power_limit_w = model.max_power_w as f32;
-            sample.sm_clock_mhz = match (gpu.busy, gpu.temperature_c >= slowdown) {
-                (false, _) => models::IDLE_SM_CLOCK_MHZ,
-                // Hardware slowdown halves the clocks (nvml.h: "by a factor of 2 or more").
-                (true, true) => model.max_sm_clock_mhz / 2,
-                (true, false) => model.max_sm_clock_mhz,
+            sample.power_limit_w = gpu.power_limit_w as f32;
+            sample.energy_mj = gpu.energy_mj as u64;
+            let hot = gpu.temperature_c >= slowdown;
+            sample.sm_clock_mhz = if !gpu.busy {
+                models::IDLE_SM_CLOCK_MHZ
+            } else {
+                // Clocks scale with the power the cap leaves over idle; heat halves them.
+                let cap = ((target_power - idle) / (wanted_power - idle)).clamp(0.0, 1.0);
+                let clock = f64::from(model.max_sm_clock_mhz) * cap / if hot { 2.0 } else { 1.0 };
+                (clock as u32).max(models::IDLE_SM_CLOCK_MHZ)
             };
+            sample.memory_clock_mhz = if gpu.busy {
+                model.memory_clock_mhz
+            } else {
+                models::IDLE_MEMORY_CLOCK_MHZ
+            };
+            sample.throttle_reasons = [
+                (!gpu.busy, throttle::GPU_IDLE),
+                (gpu.busy && capped, throttle::SW_POWER_CAP),
+                (
+                    gpu.busy && hot,
+                    throttle::HW_SLOWDOWN | throttle::HW_THERMAL,
+                ),
+            ]
+            .iter()
+            .filter(|(on, _)| *on)
+            .fold(0, |mask, (_, bit)| mask | bit);
+            sample.pcie_rx_kib_s = (BUSY_PCIE_RX_KIB_S * load) as u32;
+            sample.pcie_tx_kib_s = (BUSY_PCIE_TX_KIB_S * load) as u32;
+            sample.nvlink_tx_kib = gpu.nvlink_kib as u64;
+            sample.nvlink_rx_kib = gpu.nvlink_kib as u64;
             samples.push(sample);
         }
         samples
@@ -222,6 +271,28 @@ impl GpuBackend for SimBackend {
             Some(gpu) => gpu.busy = busy,
             None => tracing::warn!(gpu = index, busy, "set_busy for a GPU this node lacks"),
         }
+    }
+
+    fn set_power_limit(&self, index: u32, watts: u32) -> Result<(), GpuError> {
+        let mut state = self.lock();
+        let count = state.gpus.len();
+        let gpu = state
+            .gpus
+            .get_mut(index as usize)
+            .ok_or(GpuError::NoSuchGpu { index, count })?;
+        let model = self.models[index as usize];
+        let range = model.min_power_limit_w()..=model.max_power_w;
+        if !range.contains(&watts) {
+            return Err(GpuError::PowerLimitOutOfRange {
+                index,
+                watts,
+                min: *range.start(),
+                max: *range.end(),
+            });
+        }
+        gpu.power_limit_w = f64::from(watts);
+        tracing::info!(gpu = index, watts, "simulated power limit set");
+        Ok(())
     }
 
     fn inject(&self, index: u32, fault: Fault) -> Result<(), GpuError> {
@@ -255,6 +326,13 @@ impl GpuBackend for SimBackend {
 
 /// Where the temperature settles at a constant power draw: linear in power, scaled per model
 /// so that full load sits `FULL_LOAD_MARGIN_C` below the slowdown threshold.
+/// The temperature of a GPU whose cooling failed: full power reaches `OVERHEAT_EXCESS_C` above
+/// the slowdown threshold, and less power proportionally less (so a lower power limit cools it).
+fn overheated_temperature(model: &GpuModel, power_w: f64) -> f64 {
+    let full_load = f64::from(model.slowdown_temp_c) + OVERHEAT_EXCESS_C;
+    AMBIENT_C + (full_load - AMBIENT_C) * power_w / f64::from(model.max_power_w)
+}
+
 fn steady_temperature(model: &GpuModel, power_w: f64) -> f64 {
     let full_load = f64::from(model.slowdown_temp_c) - FULL_LOAD_MARGIN_C;
     let per_watt = (full_load - AMBIENT_C) / f64::from(model.max_power_w);
@@ -520,14 +598,20 @@ mod tests {
         sim.inject(0, Fault::EccError).expect("GPU 0 exists");
         sim.inject(0, Fault::EccError).expect("GPU 0 exists");
         let s = sim.sample_at(at(1));
-        assert_eq!(s[0].temperature_c, 94.0);
-        assert_eq!(s[0].sm_clock_mhz, 990, "hardware slowdown halves the clock");
         assert_eq!(s[0].xid_events, vec![48]);
         assert_eq!(s[0].ecc_double_bit, 2);
         assert!(s[0].healthy);
         assert_eq!(s[1].xid_events, Vec::<u32>::new());
         assert_eq!(s[1].ecc_double_bit, 0);
-        let s = sim.sample_at(at(2));
+        // Once the power has ramped up, the failed cooling takes it past the slowdown threshold.
+        let s = sim.sample_at(at(30));
+        assert!((89.0..94.0).contains(&s[0].temperature_c), "{:?}", s[0]);
+        assert_eq!(s[0].sm_clock_mhz, 990, "hardware slowdown halves the clock");
+        assert_eq!(
+            throttle::names(s[0].throttle_reasons),
+            ["hw_slowdown", "hw_thermal"]
+        );
+        let s = sim.sample_at(at(31));
         assert_eq!(
             s[0].xid_events,
             Vec::<u32>::new(),
@@ -536,7 +620,7 @@ mod tests {
         assert_eq!(s[0].ecc_double_bit, 2, "the ECC count stays");
 
         sim.inject(1, Fault::Lost).expect("GPU 1 exists");
-        let s = sim.sample_at(at(3));
+        let s = sim.sample_at(at(33));
         assert!(!s[1].healthy);
         assert_eq!(s[1].error.as_deref(), Some("GPU is lost (simulated fault)"));
         assert_eq!(s[1].xid_events, vec![79]);
@@ -545,7 +629,7 @@ mod tests {
 
         sim.inject(0, Fault::Clear).expect("GPU 0 exists");
         sim.inject(1, Fault::Clear).expect("GPU 1 exists");
-        let s = sim.sample_at(at(60));
+        let s = sim.sample_at(at(90));
         assert!(s[1].healthy && s[1].error.is_none(), "{:?}", s[1]);
         assert_eq!(s[0].ecc_double_bit, 0);
         assert!(
@@ -557,5 +641,44 @@ mod tests {
 
         let err = sim.inject(2, Fault::Lost).expect_err("only 2 GPUs");
         assert_eq!(err.to_string(), "no GPU with index 2 (this node has 2)");
+    }
+
+    #[test]
+    fn a_lower_power_limit_caps_power_and_clocks_and_cools_an_overheated_gpu() {
+        let sim = SimBackend::from_spec("1xA100-80GB", 1).expect("valid spec");
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        sim.set_busy(0, true);
+        sim.inject(0, Fault::Overheat).expect("GPU 0 exists");
+        let hot = &sim.sample_at(at(30))[0];
+        assert!(hot.temperature_c >= 89.0, "{hot:?}");
+
+        let err = sim
+            .set_power_limit(0, 50)
+            .expect_err("below the board's minimum");
+        assert_eq!(
+            err.to_string(),
+            "power limit 50 W for GPU 0 is outside its range 133..=400 W"
+        );
+        sim.set_power_limit(0, 200).expect("in range");
+        let capped = &sim.sample_at(at(60))[0];
+        assert!((capped.power_w - 200.0).abs() < 0.5, "{capped:?}");
+        assert_eq!(capped.power_limit_w, 200.0);
+        assert!(
+            capped.temperature_c < 70.0,
+            "cooler at half power: {capped:?}"
+        );
+        assert!(
+            capped.sm_clock_mhz < 1410 / 2,
+            "clocks follow the cap: {capped:?}"
+        );
+        assert_eq!(throttle::names(capped.throttle_reasons), ["sw_power_cap"]);
+        assert!(capped.energy_mj > hot.energy_mj);
+        assert_eq!(
+            sim.set_power_limit(1, 200)
+                .expect_err("one GPU")
+                .to_string(),
+            "no GPU with index 1 (this node has 1)"
+        );
     }
 }

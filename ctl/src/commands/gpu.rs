@@ -1,11 +1,28 @@
-//! `gpuctl gpu list`.
+//! `gpuctl gpu list`, `gpuctl gpu stats NODE/GPU --since 10m` and `gpuctl gpu energy`.
 //!
-//! JSON (stable): an array of GPUs, each `{"node_id", "index", "uuid", "model", "gpu_type",
-//! "memory_mib", "numa_node" (null when unknown), "nvlink_peers": [index], "healthy",
-//! "job_id" (null when no job holds it), "telemetry"}` where `telemetry` is null when the node's
-//! agent did not answer in time, else `{"utilization_pct", "memory_used_mib", "temperature_c",
-//! "power_w", "power_limit_w", "sm_clock_mhz", "healthy", "error"}` (the floats are null when
-//! not finite). A node's `gpus` (see `node`) are these objects without `node_id` and `telemetry`.
+//! JSON of `list` (stable): an array of GPUs, each `{"node_id", "index", "uuid", "model",
+//! "gpu_type", "memory_mib", "numa_node" (null when unknown), "nvlink_peers": [index],
+//! "healthy", "job_id" (null when no job holds it), "quarantined_by" (the alert rule that took
+//! it out of scheduling, null when in service), "telemetry"}` where `telemetry` is null when
+//! the node's agent did not answer in time, else a telemetry object. A node's `gpus` (see
+//! `node`) are these objects without `node_id` and `telemetry`.
+//!
+//! JSON of `energy` (stable): `{"nodes": [{"node_id", "gpu_mj" (used by the node's GPUs, busy
+//! or idle, in millijoules), "green_capped_ms" (idle GPU time under a green-mode cap)}],
+//! "tenants": [{"tenant", "gpu_mj" (used by the GPUs of its jobs), "jobs"}]}`.
+//!
+//! JSON of `stats` (stable): `{"node_id", "gpu_index", "readings": [{"at_ms", "telemetry"}]}`,
+//! oldest first; `at_ms` is the sample's wall-clock time in milliseconds since the Unix epoch.
+//!
+//! A telemetry object: `{"utilization_pct", "memory_utilization_pct", "memory_used_mib",
+//! "memory_total_mib", "temperature_c", "memory_temperature_c" (0 without a memory sensor),
+//! "power_w", "power_limit_w", "energy_mj", "sm_clock_mhz", "memory_clock_mhz",
+//! "throttle_reasons": [name], "pcie_tx_kib_s", "pcie_rx_kib_s", "pcie_replays",
+//! "nvlink_tx_kib", "nvlink_rx_kib", "nvlink_errors", "xid_events": [xid], "ecc_single_bit",
+//! "ecc_double_bit", "retired_pages", "processes": [{"pid", "used_mib", "job_id" (null: not a
+//! gpumesh job)}], "healthy", "error"}`; the floats are null when not finite.
+
+use std::time::Duration;
 
 use gpu_proto::v1 as pb;
 use gpu_proto::v1::gpu_service_client::GpuServiceClient;
@@ -17,7 +34,73 @@ use crate::output::{self, table};
 use crate::units;
 
 pub async fn run(ctx: &Ctx, verb: GpuVerb) -> Result<Answer, Failure> {
-    let GpuVerb::List { node } = verb;
+    match verb {
+        GpuVerb::List { node } => list(ctx, node).await,
+        GpuVerb::Stats {
+            gpu: (node_id, gpu_index),
+            since,
+        } => stats(ctx, node_id, gpu_index, since).await,
+        GpuVerb::Energy { stale } => energy(ctx, stale).await,
+    }
+}
+
+async fn energy(ctx: &Ctx, stale: bool) -> Result<Answer, Failure> {
+    let report = ctx
+        .endpoints
+        .call(|ch| async move {
+            Ok(GpuServiceClient::new(ch)
+                .get_energy(pb::GetEnergyRequest { stale })
+                .await?
+                .into_inner())
+        })
+        .await?;
+    let text = match ctx.output {
+        Output::Json => output::json(&json!({
+            "nodes": report.nodes.iter().map(|n| json!({
+                "node_id": n.node_id,
+                "gpu_mj": n.gpu_mj,
+                "green_capped_ms": n.green_capped_ms,
+            })).collect::<Vec<_>>(),
+            "tenants": report.tenants.iter().map(|t| json!({
+                "tenant": t.tenant,
+                "gpu_mj": t.gpu_mj,
+                "jobs": t.jobs,
+            })).collect::<Vec<_>>(),
+        })),
+        Output::Table => {
+            let nodes: Vec<Vec<String>> = report
+                .nodes
+                .iter()
+                .map(|n| {
+                    vec![
+                        format!("n{}", n.node_id),
+                        units::energy(n.gpu_mj),
+                        format!("{:.2}", n.green_capped_ms as f64 / 3_600_000.0),
+                    ]
+                })
+                .collect();
+            let tenants: Vec<Vec<String>> = report
+                .tenants
+                .iter()
+                .map(|t| {
+                    vec![
+                        t.tenant.clone(),
+                        units::energy(t.gpu_mj),
+                        t.jobs.to_string(),
+                    ]
+                })
+                .collect();
+            format!(
+                "{}\n{}",
+                table(&["NODE", "GPU ENERGY", "GREEN-CAPPED GPU-H"], &nodes),
+                table(&["TENANT", "GPU ENERGY", "JOBS"], &tenants)
+            )
+        }
+    };
+    Ok(Answer::ok(text))
+}
+
+async fn list(ctx: &Ctx, node: Option<u64>) -> Result<Answer, Failure> {
     let gpus = ctx
         .endpoints
         .call(|ch| async move {
@@ -35,10 +118,47 @@ pub async fn run(ctx: &Ctx, verb: GpuVerb) -> Result<Answer, Failure> {
     Ok(Answer::ok(text))
 }
 
-/// What the scheduler can do with a GPU: `free`, `busy` (a job holds it) or `unhealthy`.
+async fn stats(
+    ctx: &Ctx,
+    node_id: u64,
+    gpu_index: u32,
+    since: Duration,
+) -> Result<Answer, Failure> {
+    let since_ms = u64::try_from(since.as_millis()).unwrap_or(u64::MAX);
+    let stats = ctx
+        .endpoints
+        .call(|ch| async move {
+            Ok(GpuServiceClient::new(ch)
+                .get_gpu_stats(pb::GetGpuStatsRequest {
+                    node_id,
+                    gpu_index,
+                    since_ms,
+                })
+                .await?
+                .into_inner())
+        })
+        .await?;
+    let text = match ctx.output {
+        Output::Json => output::json(&json!({
+            "node_id": stats.node_id,
+            "gpu_index": stats.gpu_index,
+            "readings": stats.readings.iter().map(|r| json!({
+                "at_ms": r.at_ms,
+                "telemetry": r.telemetry.as_ref().map_or(Value::Null, telemetry_json),
+            })).collect::<Vec<_>>(),
+        })),
+        Output::Table => stats_table(&stats.readings),
+    };
+    Ok(Answer::ok(text))
+}
+
+/// What the scheduler can do with a GPU: `free`, `busy` (a job holds it), `unhealthy`, or
+/// `quarantined` (an alert took it out of scheduling; a job may still hold it).
 pub fn state(g: &pb::Gpu) -> &'static str {
     if !g.healthy {
         "unhealthy"
+    } else if !g.quarantined_by.is_empty() {
+        "quarantined"
     } else if g.job_id.is_some() {
         "busy"
     } else {
@@ -63,6 +183,7 @@ pub fn gpu_json(g: &pb::Gpu) -> Map<String, Value> {
         "nvlink_peers": g.nvlink_peers,
         "healthy": g.healthy,
         "job_id": g.job_id,
+        "quarantined_by": (!g.quarantined_by.is_empty()).then_some(&g.quarantined_by),
     });
     match value {
         Value::Object(map) => map,
@@ -70,23 +191,87 @@ pub fn gpu_json(g: &pb::Gpu) -> Map<String, Value> {
     }
 }
 
-fn status_json(s: &pb::GpuStatus) -> Value {
+pub fn status_json(s: &pb::GpuStatus) -> Value {
     let mut map = gpu_json(&s.gpu.clone().unwrap_or_default());
     map.insert("node_id".into(), s.node_id.into());
-    let telemetry = s.telemetry.as_ref().map_or(Value::Null, |t| {
-        json!({
-            "utilization_pct": output::float(t.utilization_pct),
-            "memory_used_mib": t.memory_used_mib,
-            "temperature_c": output::float(t.temperature_c),
-            "power_w": output::float(t.power_w),
-            "power_limit_w": output::float(t.power_limit_w),
-            "sm_clock_mhz": t.sm_clock_mhz,
-            "healthy": t.healthy,
-            "error": t.error,
-        })
-    });
+    let telemetry = s.telemetry.as_ref().map_or(Value::Null, telemetry_json);
     map.insert("telemetry".into(), telemetry);
     Value::Object(map)
+}
+
+fn telemetry_json(t: &pb::GpuTelemetry) -> Value {
+    json!({
+        "utilization_pct": output::float(t.utilization_pct),
+        "memory_utilization_pct": output::float(t.memory_utilization_pct),
+        "memory_used_mib": t.memory_used_mib,
+        "memory_total_mib": t.memory_total_mib,
+        "temperature_c": output::float(t.temperature_c),
+        "memory_temperature_c": output::float(t.memory_temperature_c),
+        "power_w": output::float(t.power_w),
+        "power_limit_w": output::float(t.power_limit_w),
+        "energy_mj": t.energy_mj,
+        "sm_clock_mhz": t.sm_clock_mhz,
+        "memory_clock_mhz": t.memory_clock_mhz,
+        "throttle_reasons": t.throttle_reason_names,
+        "pcie_tx_kib_s": t.pcie_tx_kib_s,
+        "pcie_rx_kib_s": t.pcie_rx_kib_s,
+        "pcie_replays": t.pcie_replays,
+        "nvlink_tx_kib": t.nvlink_tx_kib,
+        "nvlink_rx_kib": t.nvlink_rx_kib,
+        "nvlink_errors": t.nvlink_errors,
+        "xid_events": t.xid_events,
+        "ecc_single_bit": t.ecc_single_bit,
+        "ecc_double_bit": t.ecc_double_bit,
+        "retired_pages": t.retired_pages,
+        "processes": t.processes.iter().map(|p| json!({
+            "pid": p.pid,
+            "used_mib": p.used_mib,
+            "job_id": p.job_id,
+        })).collect::<Vec<_>>(),
+        "healthy": t.healthy,
+        "error": t.error,
+    })
+}
+
+/// One row per reading; times relative to the newest.
+fn stats_table(readings: &[pb::GpuReading]) -> String {
+    let newest = readings.last().map_or(0, |r| r.at_ms);
+    let rows: Vec<Vec<String>> = readings
+        .iter()
+        .map(|r| {
+            let t = r.telemetry.clone().unwrap_or_default();
+            let ago = Duration::from_millis(newest.saturating_sub(r.at_ms));
+            let dash_if_empty = |s: String| if s.is_empty() { "-".to_owned() } else { s };
+            vec![
+                format!("-{}", units::format_duration(ago)),
+                format!("{:.0}%", t.utilization_pct),
+                format!(
+                    "{}/{}",
+                    units::gib(t.memory_used_mib),
+                    units::gib(t.memory_total_mib)
+                ),
+                format!("{:.0}°C", t.temperature_c),
+                power(&t),
+                format!("{}MHz", t.sm_clock_mhz),
+                dash_if_empty(t.throttle_reason_names.join(",")),
+                dash_if_empty(
+                    t.xid_events
+                        .iter()
+                        .map(u32::to_string)
+                        .collect::<Vec<_>>()
+                        .join(","),
+                ),
+                t.ecc_double_bit.to_string(),
+                if t.healthy { "yes".into() } else { "no".into() },
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "AGO", "UTIL", "MEMORY", "TEMP", "POWER", "SM", "THROTTLE", "XID", "ECC-DBE", "HEALTHY",
+        ],
+        &rows,
+    )
 }
 
 fn gpus_table(gpus: &[pb::GpuStatus]) -> String {
@@ -141,6 +326,7 @@ pub mod tests {
             nvlink_peers: vec![index ^ 1],
             healthy,
             job_id,
+            quarantined_by: String::new(),
         }
     }
 
@@ -154,6 +340,7 @@ pub mod tests {
             sm_clock_mhz: 1410,
             healthy: true,
             error: String::new(),
+            ..Default::default()
         }
     }
 
@@ -219,15 +406,33 @@ pub mod tests {
                 "nvlink_peers": [
                   1
                 ],
+                "quarantined_by": null,
                 "telemetry": {
+                  "ecc_double_bit": 0,
+                  "ecc_single_bit": 0,
+                  "energy_mj": 0,
                   "error": "",
                   "healthy": true,
+                  "memory_clock_mhz": 0,
+                  "memory_temperature_c": 0.0,
+                  "memory_total_mib": 0,
                   "memory_used_mib": 40000,
+                  "memory_utilization_pct": 0.0,
+                  "nvlink_errors": 0,
+                  "nvlink_rx_kib": 0,
+                  "nvlink_tx_kib": 0,
+                  "pcie_replays": 0,
+                  "pcie_rx_kib_s": 0,
+                  "pcie_tx_kib_s": 0,
                   "power_limit_w": 400.0,
                   "power_w": 250.0,
+                  "processes": [],
+                  "retired_pages": 0,
                   "sm_clock_mhz": 1410,
                   "temperature_c": 61.2,
-                  "utilization_pct": 95.4
+                  "throttle_reasons": [],
+                  "utilization_pct": 95.4,
+                  "xid_events": []
                 },
                 "uuid": "GPU-0000"
               },
@@ -243,15 +448,33 @@ pub mod tests {
                 "nvlink_peers": [
                   0
                 ],
+                "quarantined_by": null,
                 "telemetry": {
+                  "ecc_double_bit": 0,
+                  "ecc_single_bit": 0,
+                  "energy_mj": 0,
                   "error": "",
                   "healthy": true,
+                  "memory_clock_mhz": 0,
+                  "memory_temperature_c": 0.0,
+                  "memory_total_mib": 0,
                   "memory_used_mib": 40000,
+                  "memory_utilization_pct": 0.0,
+                  "nvlink_errors": 0,
+                  "nvlink_rx_kib": 0,
+                  "nvlink_tx_kib": 0,
+                  "pcie_replays": 0,
+                  "pcie_rx_kib_s": 0,
+                  "pcie_tx_kib_s": 0,
                   "power_limit_w": 0.0,
                   "power_w": 250.0,
+                  "processes": [],
+                  "retired_pages": 0,
                   "sm_clock_mhz": 1410,
                   "temperature_c": 61.2,
-                  "utilization_pct": 0.1
+                  "throttle_reasons": [],
+                  "utilization_pct": 0.1,
+                  "xid_events": []
                 },
                 "uuid": "GPU-0001"
               }

@@ -11,7 +11,8 @@
 //!   "submitted_at_ms", "attempts", "generation", "node_id" (null before placement),
 //!   "bound_gpus": [index], "gpu_uuids": [uuid], "reason" (why pending or why failed; ""),
 //!   "outcome" (how the last run ended, in words; ""), "exit_code", "signal", "bound_at_ms",
-//!   "started_at_ms", "finished_at_ms" (each null when unknown), "cancel_requested"}`;
+//!   "started_at_ms", "finished_at_ms" (each null when unknown), "cancel_requested",
+//!   "energy_mj" (what its GPUs used over all its runs, reported every 30 s)}`;
 //! - `submit` prints `{"job_id", "existing"}` (`existing`: the idempotency key had already
 //!   created this job);
 //! - `logs` writes the job's output bytes unchanged, in both output modes.

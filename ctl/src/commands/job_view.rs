@@ -95,6 +95,7 @@ pub fn job_json(j: &pb::Job) -> Value {
         "started_at_ms": j.started_at_ms,
         "finished_at_ms": j.finished_at_ms,
         "cancel_requested": j.cancel_requested,
+        "energy_mj": j.energy_mj,
     });
     if let (Value::Object(all), Value::Object(status)) = (&mut spec_part, status_part) {
         all.extend(status);
@@ -196,6 +197,7 @@ pub fn job_block(j: &pb::Job) -> String {
         ("Bound", time(j.bound_at_ms)),
         ("Started", time(j.started_at_ms)),
         ("Finished", time(j.finished_at_ms)),
+        ("GPU energy", units::energy(j.energy_mj)),
     ]);
     fields(&lines)
 }
@@ -314,6 +316,7 @@ pub mod tests {
             started_at_ms: Some(1_700_000_002_500),
             finished_at_ms: None,
             cancel_requested: true,
+            energy_mj: 5_400_000,
         }
     }
 
@@ -434,6 +437,7 @@ pub mod tests {
             Bound:       2023-11-14T22:13:21Z
             Started:     2023-11-14T22:13:22Z
             Finished:    -
+            GPU energy:  5.4 kJ
         "#]]
         .assert_eq(&job_block(&running()));
         expect![[r#"
@@ -453,6 +457,7 @@ pub mod tests {
             Bound:       -
             Started:     -
             Finished:    -
+            GPU energy:  0 J
         "#]]
         .assert_eq(&job_block(&pending()));
     }
@@ -476,6 +481,7 @@ pub mod tests {
                 ""
               ],
               "cpu_millis": 1500,
+              "energy_mj": 5400000,
               "env": {
                 "A": "1",
                 "B": "2"

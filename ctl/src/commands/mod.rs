@@ -1,5 +1,6 @@
 //! One module per noun. Each verb resolves its arguments, calls the API, and renders the answer.
 
+pub mod alert;
 pub mod audit;
 pub mod cert;
 pub mod cluster;
@@ -13,6 +14,7 @@ mod job_wait;
 pub mod node;
 pub mod scheduler;
 pub mod token;
+pub mod top;
 
 use std::time::Duration;
 

@@ -342,6 +342,7 @@ mod tests {
                   "nvlink_peers": [
                     1
                   ],
+                  "quarantined_by": null,
                   "uuid": "GPU-0000"
                 },
                 {
@@ -355,6 +356,7 @@ mod tests {
                   "nvlink_peers": [
                     0
                   ],
+                  "quarantined_by": null,
                   "uuid": "GPU-0001"
                 },
                 {
@@ -368,6 +370,7 @@ mod tests {
                   "nvlink_peers": [
                     3
                   ],
+                  "quarantined_by": null,
                   "uuid": "GPU-0002"
                 },
                 {
@@ -381,6 +384,7 @@ mod tests {
                   "nvlink_peers": [
                     2
                   ],
+                  "quarantined_by": null,
                   "uuid": "GPU-0003"
                 }
               ],

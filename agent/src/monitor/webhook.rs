@@ -1,0 +1,194 @@
+//! Alert notifications POSTed as JSON to the configured webhooks (`monitor.webhooks`, plain
+//! `http://` URLs). The evaluator hands notices over without waiting (`Notifier::notify`); a
+//! task of its own delivers them in order, retrying each with backoff, so a webhook that is
+//! down or slow never holds up sampling, evaluation or Raft. A full queue drops the newest
+//! notice with a warning.
+
+use std::time::Duration;
+
+use gpu_raft_store::Alert;
+use http_body_util::Full;
+use hyper::body::Bytes;
+use hyper::{Request, Uri};
+use hyper_util::rt::TokioIo;
+use serde::Serialize;
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+/// Notices waiting for delivery.
+const QUEUE: usize = 256;
+/// Deliveries of one notice to one webhook before it is given up.
+const ATTEMPTS: u32 = 5;
+/// The first retry's delay; each later one doubles it.
+const FIRST_BACKOFF: Duration = Duration::from_millis(500);
+/// Connect, send and answer, per attempt.
+const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What happened to an alert.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Event {
+    Raised,
+    Resolved,
+}
+
+/// The JSON body of one POST.
+#[derive(Clone, Debug, Serialize)]
+pub struct Notice {
+    pub event: Event,
+    pub alert: Alert,
+}
+
+/// The evaluator's end: never blocks.
+#[derive(Clone)]
+pub struct Notifier {
+    queue: Option<mpsc::Sender<Notice>>,
+}
+
+impl Notifier {
+    /// A notifier and the sender task for `urls`; with no URLs, no task and notices go nowhere.
+    pub fn new(urls: Vec<Uri>) -> (Notifier, Option<WebhookSender>) {
+        if urls.is_empty() {
+            return (Notifier { queue: None }, None);
+        }
+        let (tx, rx) = mpsc::channel(QUEUE);
+        (
+            Notifier { queue: Some(tx) },
+            Some(WebhookSender { urls, rx }),
+        )
+    }
+
+    pub fn notify(&self, notice: Notice) {
+        let Some(queue) = &self.queue else { return };
+        if let Err(e) = queue.try_send(notice) {
+            warn!(error = %e, "webhook queue full; dropping an alert notice");
+        }
+    }
+}
+
+pub struct WebhookSender {
+    urls: Vec<Uri>,
+    rx: mpsc::Receiver<Notice>,
+}
+
+impl WebhookSender {
+    pub async fn run(mut self, cancel: CancellationToken) {
+        loop {
+            let notice = tokio::select! {
+                () = cancel.cancelled() => return,
+                n = self.rx.recv() => match n {
+                    Some(n) => n,
+                    None => return,
+                },
+            };
+            let body = match serde_json::to_vec(&notice) {
+                Ok(b) => Bytes::from(b),
+                Err(e) => {
+                    warn!(error = %e, "encoding an alert notice failed");
+                    continue;
+                }
+            };
+            for url in &self.urls {
+                tokio::select! {
+                    () = cancel.cancelled() => return,
+                    () = deliver(url, &body, notice.alert.id) => {}
+                }
+            }
+        }
+    }
+}
+
+/// POST `body` to `url`, retrying with backoff until it is accepted (2xx) or `ATTEMPTS` fail.
+async fn deliver(url: &Uri, body: &Bytes, alert: u64) {
+    let mut backoff = FIRST_BACKOFF;
+    for attempt in 1..=ATTEMPTS {
+        match tokio::time::timeout(ATTEMPT_TIMEOUT, post(url, body.clone())).await {
+            Ok(Ok(())) => {
+                info!(alert, %url, "alert notice delivered");
+                return;
+            }
+            Ok(Err(e)) => warn!(alert, %url, attempt, error = %e, "webhook refused the notice"),
+            Err(_) => warn!(alert, %url, attempt, "webhook did not answer in time"),
+        }
+        if attempt < ATTEMPTS {
+            tokio::time::sleep(backoff).await;
+            backoff *= 2;
+        }
+    }
+    warn!(alert, %url, "giving up on the webhook for this notice");
+}
+
+async fn post(url: &Uri, body: Bytes) -> Result<(), String> {
+    let host = url.host().ok_or("no host")?;
+    let port = url.port_u16().unwrap_or(80);
+    let stream = TcpStream::connect((host, port))
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| format!("handshake: {e}"))?;
+    let request = Request::post(url.path_and_query().map_or("/", |p| p.as_str()))
+        .header(
+            hyper::header::HOST,
+            url.authority().map_or(host, |a| a.as_str()),
+        )
+        .header(hyper::header::CONTENT_TYPE, "application/json")
+        .body(Full::new(body))
+        .map_err(|e| format!("request: {e}"))?;
+    let exchange = async {
+        let response = sender
+            .send_request(request)
+            .await
+            .map_err(|e| format!("send: {e}"))?;
+        let status = response.status();
+        if status.is_success() {
+            Ok(())
+        } else {
+            Err(format!("HTTP {status}"))
+        }
+    };
+    tokio::pin!(exchange);
+    tokio::select! {
+        r = &mut exchange => r,
+        // A receiver that answers and closes at once ends the connection first: the answer
+        // is in, so the exchange completes (or says why not).
+        closed = connection => match closed {
+            Ok(()) => exchange.await,
+            Err(e) => Err(format!("connection failed: {e}")),
+        },
+    }
+}
+
+/// A webhook URL from the config: `http://host[:port]/path`.
+pub fn parse_url(s: &str) -> Result<Uri, String> {
+    let uri: Uri = s.parse().map_err(|e| format!("webhook {s:?}: {e}"))?;
+    match (uri.scheme_str(), uri.host()) {
+        (Some("http"), Some(_)) => Ok(uri),
+        (Some("https"), _) => Err(format!(
+            "webhook {s:?}: https is not supported yet; point it at a local relay over http"
+        )),
+        _ => Err(format!("webhook {s:?}: expected http://host[:port]/path")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn webhook_urls_must_be_plain_http_with_a_host() {
+        assert!(parse_url("http://127.0.0.1:9000/alerts").is_ok());
+        assert!(parse_url("http://hooks.local/x?y=1").is_ok());
+        for (bad, why) in [
+            ("https://hooks.slack.com/x", "https is not supported"),
+            ("ftp://x/y", "expected http://"),
+            ("/just/a/path", "expected http://"),
+            ("http://", "webhook"),
+        ] {
+            let e = parse_url(bad).expect_err(bad);
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+    }
+}
