@@ -14,6 +14,7 @@ use crate::auth::TokenRecord;
 use crate::job::{JobId, JobSpec, Outcome};
 use crate::node::{Inventory, NodeStatus};
 use crate::scheduler::SchedulerSettings;
+use crate::tenant::TenantRecord;
 
 /// One replicated log record. `proposed_at_ms` is stamped by the proposer (the leader); apply
 /// uses it as "now" and never reads a clock.
@@ -118,6 +119,14 @@ pub enum Command {
         /// internally tagged JSON encoding of `Command`.
         reasons: Vec<(JobId, String)>,
     },
+    /// A new tenant record (refused if one exists); times are stamped by `apply`.
+    CreateTenant {
+        tenant: TenantRecord,
+    },
+    /// Replace an existing tenant's quotas, weight and default priority.
+    UpdateTenant {
+        tenant: TenantRecord,
+    },
     /// Replace the scheduler settings (validated on apply).
     SetSchedulerPolicy {
         settings: SchedulerSettings,
@@ -172,6 +181,8 @@ pub enum Rejection {
     IdempotencyConflict { key: String, job: JobId },
     #[error("permission denied: {message}")]
     PermissionDenied { message: String },
+    #[error("tenant {name} does not exist")]
+    UnknownTenant { name: String },
     #[error("token {id} does not exist")]
     UnknownToken { id: String },
     #[error(
@@ -256,6 +267,22 @@ impl fmt::Display for Command {
             Command::AuditDenied { reason } => write!(f, "denied: {reason}"),
             Command::RecordAction { outcome } => write!(f, "action: {outcome}"),
             Command::NoteUnschedulable { reasons } => write!(f, "unschedulable x{}", reasons.len()),
+            Command::CreateTenant { tenant } => {
+                write!(
+                    f,
+                    "tenant create {} ({} quotas)",
+                    tenant.name,
+                    tenant.quotas.len()
+                )
+            }
+            Command::UpdateTenant { tenant } => {
+                write!(
+                    f,
+                    "tenant update {} ({} quotas)",
+                    tenant.name,
+                    tenant.quotas.len()
+                )
+            }
             Command::SetSchedulerPolicy { settings } => {
                 write!(f, "scheduler policy {}", settings.spec())
             }
@@ -308,6 +335,33 @@ mod tests {
         });
         expect![[r#"{"proposed_at_ms":1700000000000,"cmd":{"type":"set_scheduler_policy","settings":{"ordering":"sjf","backfill":"easy","aging_per_hour":1,"fairshare_weight":10,"usage_half_life_s":86400}}}"#]]
             .assert_eq(&serde_json::to_string(&policy).unwrap_or_default());
+
+        let tenant = entry(Command::CreateTenant {
+            tenant: crate::tenant::TenantRecord {
+                name: "vision".into(),
+                quotas: BTreeMap::from([(
+                    "A100".into(),
+                    crate::tenant::Quota {
+                        guaranteed: 4,
+                        borrow: 2,
+                    },
+                )]),
+                weight: 2,
+                default_priority: -1,
+                created_at_ms: 0,
+                updated_at_ms: 0,
+            },
+        });
+        expect![[r#"{"proposed_at_ms":1700000000000,"cmd":{"type":"create_tenant","tenant":{"name":"vision","quotas":{"A100":{"guaranteed":4,"borrow":2}},"weight":2,"default_priority":-1,"created_at_ms":0,"updated_at_ms":0}}}"#]]
+            .assert_eq(&serde_json::to_string(&tenant).unwrap_or_default());
+        // An update written before `borrow`, `weight` or `default_priority` existed still decodes.
+        let old = r#"{"proposed_at_ms":5,"cmd":{"type":"update_tenant","tenant":{"name":"a","quotas":{"T4":{"guaranteed":1}}}}}"#;
+        let decoded: LogEntry = serde_json::from_str(old).expect("old tenant entry decodes");
+        let Command::UpdateTenant { tenant } = decoded.cmd else {
+            panic!("{decoded:?}");
+        };
+        assert_eq!((tenant.weight, tenant.default_priority), (1, 0));
+        assert_eq!(tenant.quotas["T4"].limit(), 1);
     }
 
     #[test]
@@ -447,6 +501,26 @@ mod tests {
             },
             Command::RecordAction {
                 outcome: "ok".into(),
+            },
+            Command::CreateTenant {
+                tenant: crate::tenant::TenantRecord {
+                    name: "a".into(),
+                    quotas: BTreeMap::from([("T4".into(), crate::tenant::Quota::default())]),
+                    weight: 1,
+                    default_priority: 0,
+                    created_at_ms: 1,
+                    updated_at_ms: 2,
+                },
+            },
+            Command::UpdateTenant {
+                tenant: crate::tenant::TenantRecord {
+                    name: "a".into(),
+                    quotas: BTreeMap::new(),
+                    weight: 3,
+                    default_priority: 4,
+                    created_at_ms: 1,
+                    updated_at_ms: 2,
+                },
             },
             Command::SetSchedulerPolicy {
                 settings: SchedulerSettings {

@@ -182,6 +182,10 @@ pub struct Job {
     pub started_at_ms: Option<u64>,
     #[serde(default)]
     pub finished_at_ms: Option<u64>,
+    /// GPU-milliseconds by GPU type of the runs that have ended (accounted by `apply` from the
+    /// binding, bind to end). The live run is added by `tenant::job_gpu_time`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub gpu_ms: BTreeMap<String, u64>,
 }
 
 /// `j-42`, the way job ids are shown to people.

@@ -20,6 +20,7 @@ mod snapshot_file;
 mod state;
 mod state_machine;
 mod store;
+pub mod tenant;
 pub mod validate;
 
 pub use audit::{AuditEntry, RequestMeta};
@@ -35,6 +36,7 @@ pub use scheduler::SchedulerSettings;
 pub use state::{ClusterState, gpu_fits};
 pub use state_machine::{StateMachineStore, StateReader};
 pub use store::{DATA_FORMAT_VERSION, DataDir, open};
+pub use tenant::{Quota, TenantRecord};
 
 /// Raft node ids are small integers chosen by the operator (`--node-id`).
 pub type NodeId = u64;

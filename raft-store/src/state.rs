@@ -11,6 +11,7 @@ use crate::command::{ApplyResult, Bind, Command, LogEntry, Rejection};
 use crate::job::{Binding, Job, JobId, JobState, Outcome};
 use crate::node::{NodeRecord, NodeStatus};
 use crate::scheduler::SchedulerSettings;
+use crate::tenant::{self, TenantRecord};
 use crate::{NodeId, validate};
 
 /// Everything the cluster agrees on (besides Raft membership, which openraft tracks).
@@ -38,6 +39,10 @@ pub struct ClusterState {
     /// The policy the leader schedules with.
     #[serde(default)]
     pub scheduler: SchedulerSettings,
+    /// Tenant records by name (quotas, weight, default priority). A tenant without one is
+    /// unlimited.
+    #[serde(default)]
+    pub tenants: BTreeMap<String, TenantRecord>,
 }
 
 fn first_job_id() -> JobId {
@@ -113,6 +118,8 @@ impl ClusterState {
             Command::RevokeCertificate { serial, reason } => {
                 self.revoke_certificate(serial, reason)
             }
+            Command::CreateTenant { tenant } => self.put_tenant(tenant, false, now),
+            Command::UpdateTenant { tenant } => self.put_tenant(tenant, true, now),
             Command::SetSchedulerPolicy { settings } => {
                 settings.validate().map_err(invalid).map(|()| {
                     self.scheduler = settings.clone();
@@ -184,6 +191,35 @@ impl ClusterState {
             return Err(invalid(format!("token {} already exists", token.id)));
         }
         self.tokens.insert(token.id.clone(), token.clone());
+        Ok(ApplyResult::Ok)
+    }
+
+    /// Create (`exists` false) or replace (`exists` true) a tenant record, re-validated here.
+    fn put_tenant(
+        &mut self,
+        t: &TenantRecord,
+        exists: bool,
+        now: u64,
+    ) -> Result<ApplyResult, Rejection> {
+        tenant::validate(t).map_err(invalid)?;
+        let created_at_ms = match (self.tenants.get(&t.name), exists) {
+            (Some(_), false) => {
+                return Err(invalid(format!("tenant {} already exists", t.name)));
+            }
+            (None, true) => {
+                return Err(Rejection::UnknownTenant {
+                    name: t.name.clone(),
+                });
+            }
+            (Some(old), true) => old.created_at_ms,
+            (None, false) => now,
+        };
+        let record = TenantRecord {
+            created_at_ms,
+            updated_at_ms: now,
+            ..t.clone()
+        };
+        self.tenants.insert(t.name.clone(), record);
         Ok(ApplyResult::Ok)
     }
 
@@ -390,6 +426,7 @@ impl ClusterState {
                 bound_at_ms: None,
                 started_at_ms: None,
                 finished_at_ms: None,
+                gpu_ms: Default::default(),
             },
         );
         Ok(ApplyResult::JobSubmitted {
@@ -540,6 +577,11 @@ impl ClusterState {
                 state: j.state,
             });
         }
+        // GPU time of this run, bind to end, by GPU type.
+        let held_ms = now.saturating_sub(j.bound_at_ms.unwrap_or(now));
+        let types: Vec<String> = tenant::bound_types(j, &self.nodes)
+            .map(str::to_owned)
+            .collect();
         if let Some(b) = &j.binding
             && let Some(node) = self.nodes.get_mut(&b.node)
         {
@@ -547,6 +589,9 @@ impl ClusterState {
         }
         // The binding stays as the record of where the job last ran (for logs and history).
         let j = self.job_mut(job)?;
+        for t in types {
+            *j.gpu_ms.entry(t).or_insert(0) += held_ms;
+        }
         j.outcome = Some(outcome.clone());
         j.cancel_requested = false;
         j.evict_requested = false;

@@ -330,6 +330,7 @@ fn pending_job(id: JobId, t: &TraceJob, estimates: Estimates) -> Job {
         bound_at_ms: None,
         started_at_ms: None,
         finished_at_ms: None,
+        gpu_ms: Default::default(),
     }
 }
 
