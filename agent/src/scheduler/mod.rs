@@ -12,6 +12,9 @@ mod plan;
 mod policy;
 #[cfg(test)]
 mod policy_tests;
+mod quota;
+#[cfg(test)]
+mod quota_tests;
 #[cfg(test)]
 pub(crate) mod testkit;
 mod usage;

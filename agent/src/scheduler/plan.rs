@@ -3,6 +3,7 @@
 //! call it. The queue order comes from `order.rs`, where a job goes from `placement.rs`, and
 //! what a job that does not fit does to the ones behind it from the policy's `Backfill`.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
 use gpu_raft_store::{Bind, ClusterState, JobId, JobSpec};
@@ -12,6 +13,7 @@ use super::env::PlanEnv;
 use super::order;
 use super::placement::{Nodes, is_plain, selector_matches};
 use super::policy::{Backfill, Policy};
+use super::quota::{Admission, QuotaBook, restrict};
 
 /// One pass's result: placements to propose, and new reasons for jobs that stay pending.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -32,7 +34,8 @@ pub fn plan(state: &ClusterState, policy: &Policy, env: &PlanEnv) -> Plan {
     let gangs = policy.multi_node_gangs;
     let unconstrained_capacity = Capacity::of(&nodes);
     let mut started: Vec<Holding> = Vec::new();
-    let mut reservation: Option<(Reservation, &JobSpec)> = None;
+    let mut reservation: Option<(Reservation, Cow<'_, JobSpec>)> = None;
+    let mut quotas = QuotaBook::new(state);
     let mut blocked_by: Option<JobId> = None;
     // Free GPUs only shrink during a pass, so for plain single-node jobs (no GPU type, memory
     // or node selector) failure is monotone in size: once a size finds no room, or is held
@@ -45,7 +48,6 @@ pub fn plan(state: &ClusterState, policy: &Policy, env: &PlanEnv) -> Plan {
         if out.binds.len() >= policy.max_binds_per_pass {
             break;
         }
-        let spec = &job.spec;
         let note = |out: &mut Plan, reason: String| {
             if policy.explain && job.reason.as_deref() != Some(reason.as_str()) {
                 out.unschedulable.push((job.id, reason));
@@ -61,6 +63,17 @@ pub fn plan(state: &ClusterState, policy: &Policy, env: &PlanEnv) -> Plan {
             );
             continue;
         }
+        // A tenant at its quota for some GPU types may only use the others; at its quota for
+        // all it waits, without holding up the queue behind it.
+        let spec: Cow<'_, JobSpec> = match quotas.admit(&job.spec) {
+            Admission::Unlimited => Cow::Borrowed(&job.spec),
+            Admission::Only(types) => Cow::Owned(restrict(&job.spec, types)),
+            Admission::OverQuota(reason) => {
+                note(&mut out, reason);
+                continue;
+            }
+        };
+        let spec = spec.as_ref();
         let want = spec.gpus as usize;
         if !policy.explain && want > 0 && nodes.total_free() == 0 {
             // Nothing with GPUs can start; only CPU-only jobs could still be placed.
@@ -96,7 +109,7 @@ pub fn plan(state: &ClusterState, policy: &Policy, env: &PlanEnv) -> Plan {
                     })
                     .flatten();
                 match reserved {
-                    Some(r) => reservation = Some((r, spec)),
+                    Some(r) => reservation = Some((r, Cow::Owned(spec.clone()))),
                     None => blocked_by = Some(job.id),
                 }
             }
@@ -108,6 +121,7 @@ pub fn plan(state: &ClusterState, policy: &Policy, env: &PlanEnv) -> Plan {
             .map(|e| env.now_ms.saturating_add(e));
         if let Some((r, head)) = reservation.as_mut() {
             let outlasts = end_ms.is_none_or(|end| end > r.start_ms);
+            let head: &JobSpec = head;
             let memo = memo && outlasts && is_plain(head);
             let admitted = !(memo && want >= held_from)
                 && backfill::admit(r, head, &nodes, &placement, end_ms)
@@ -136,6 +150,14 @@ pub fn plan(state: &ClusterState, policy: &Policy, env: &PlanEnv) -> Plan {
             }
         }
         nodes.take(&placement);
+        for (slot, gpus) in &placement {
+            let all = &nodes.slots[*slot].all;
+            let types = gpus
+                .iter()
+                .filter_map(|i| all.iter().find(|g| g.index == *i))
+                .map(|g| g.gpu_type.as_str());
+            quotas.take(&job.spec.tenant, types);
+        }
         for (slot, gpus) in placement {
             if policy.backfill == Backfill::Easy {
                 started.push(Holding {
