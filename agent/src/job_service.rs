@@ -77,7 +77,18 @@ impl JobService for JobApi {
             .authenticate(&req, "job.submit", "job/new")
             .await?;
         let r = req.into_inner();
-        let spec = to_proto::spec_from(r.spec.ok_or_else(|| invalid("spec is required"))?);
+        let wire = r.spec.ok_or_else(|| invalid("spec is required"))?;
+        let priority_unset = wire.priority.is_none();
+        let mut spec = to_proto::spec_from(wire);
+        if priority_unset {
+            // A job without a priority of its own gets its tenant's default (0 without a
+            // record), decided here so the log carries the value the job runs with.
+            spec.priority = self.cluster.state.read(|s| {
+                s.tenants
+                    .get(&spec.tenant)
+                    .map_or(0, |t| t.default_priority)
+            });
+        }
         validate::job_spec(&spec).map_err(invalid)?;
         let key = (!r.idempotency_key.is_empty()).then_some(r.idempotency_key);
         if let Some(k) = &key {

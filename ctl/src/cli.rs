@@ -82,6 +82,52 @@ pub enum Noun {
     /// The scheduling policy the cluster uses, and its queue.
     #[command(subcommand)]
     Scheduler(SchedulerVerb),
+    /// Tenants: quotas per GPU type, fair-share weight, default priority, GPU time.
+    #[command(subcommand)]
+    Tenant(TenantVerb),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum TenantVerb {
+    /// Create a tenant record (admins). Without quotas the tenant stays unlimited.
+    Create {
+        name: String,
+        /// TYPE=GUARANTEED[:BORROW], e.g. A100=4:2 (4 guaranteed, 2 more borrowed while idle);
+        /// repeatable. GPU types without a quota stay unlimited.
+        #[arg(long = "quota", value_name = "TYPE=G[:B]", value_parser = args::quota)]
+        quotas: Vec<(String, u32, u32)>,
+        /// Fair-share weight (1..=10000; default 1, the weight of a tenant without a record).
+        #[arg(long)]
+        weight: Option<u32>,
+        /// Priority of this tenant's jobs submitted without --priority (default 0).
+        #[arg(long, allow_negative_numbers = true)]
+        default_priority: Option<i32>,
+    },
+    /// Change a tenant's quotas, weight or default priority (admins).
+    Update {
+        name: String,
+        /// Set or replace the quota of a GPU type; repeatable.
+        #[arg(long = "quota", value_name = "TYPE=G[:B]", value_parser = args::quota)]
+        quotas: Vec<(String, u32, u32)>,
+        /// Remove the quota of a GPU type (it becomes unlimited); repeatable.
+        #[arg(long = "remove-quota", value_name = "TYPE")]
+        remove_quotas: Vec<String>,
+        #[arg(long)]
+        weight: Option<u32>,
+        #[arg(long, allow_negative_numbers = true)]
+        default_priority: Option<i32>,
+    },
+    /// One tenant: quotas, GPUs held and GPU time by type, and per job.
+    Get {
+        name: String,
+        #[arg(long)]
+        stale: bool,
+    },
+    /// Every tenant with a record or a job.
+    List {
+        #[arg(long)]
+        stale: bool,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -329,9 +375,10 @@ pub struct SubmitArgs {
     /// Only nodes carrying this label (KEY=VALUE); repeatable.
     #[arg(long = "selector", value_name = "KEY=VALUE", value_parser = args::key_value)]
     pub selectors: Vec<(String, String)>,
-    /// Scheduling priority; higher runs first, may be negative.
-    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
-    pub priority: i32,
+    /// Scheduling priority; higher runs first, may be negative. Default: the tenant's default
+    /// priority (0 without a tenant record).
+    #[arg(long, allow_negative_numbers = true)]
+    pub priority: Option<i32>,
     /// Expected run time (e.g. 90m), a scheduling hint; whole seconds.
     #[arg(long, value_parser = units::whole_seconds)]
     pub estimate: Option<u64>,
@@ -482,7 +529,7 @@ mod tests {
         assert_eq!(a.gpu_types, ["A100", "H100", "L40S"]);
         assert_eq!(a.min_gpu_memory, Some(40_960));
         assert_eq!(a.selectors, [("zone".to_owned(), "a".to_owned())]);
-        assert_eq!(a.priority, -5);
+        assert_eq!(a.priority, Some(-5));
         assert_eq!((a.estimate, a.wall_time), (Some(5400), Some(43_200)));
         assert_eq!(a.max_attempts, Some(3));
         assert_eq!(a.env[1], ("B".to_owned(), "x=y".to_owned()));

@@ -139,6 +139,7 @@ fn main() -> ExitCode {
             Noun::Audit(verb) => commands::audit::run(&ctx, verb).await,
             Noun::Cert(verb) => commands::cert::run(&ctx, verb).await,
             Noun::Scheduler(verb) => commands::scheduler::run(&ctx, verb).await,
+            Noun::Tenant(verb) => commands::tenant::run(&ctx, verb).await,
         }
     });
     match result {

@@ -30,6 +30,10 @@ pub enum Action<'a> {
     ClientCertificate,
     /// Change the scheduler policy.
     ManageScheduler,
+    /// Create or update tenant records.
+    ManageTenants,
+    /// Read a tenant's record, quotas and GPU time.
+    ReadTenant(&'a str),
 }
 
 impl Identity {
@@ -47,11 +51,15 @@ impl Identity {
                 | Action::ManageScheduler
                 | Action::JoinNode
                 | Action::ReadJob(_)
+                | Action::ReadTenant(_)
                 | Action::ReadAudit,
             ) => true,
             (Role::TenantAdmin, Action::ManageTokens) => true,
             (Role::TenantAdmin | Role::User, Action::WriteJob(t) | Action::ReadJob(t)) => own(t),
-            (Role::Viewer, Action::ReadJob(t)) => self.tenant.is_none() || own(t),
+            (Role::TenantAdmin | Role::User, Action::ReadTenant(t)) => own(t),
+            (Role::Viewer, Action::ReadJob(t) | Action::ReadTenant(t)) => {
+                self.tenant.is_none() || own(t)
+            }
             _ => false,
         };
         if allowed {
@@ -82,6 +90,8 @@ fn describe(action: Action<'_>) -> String {
         Action::JoinNode => "enrol an agent".into(),
         Action::ClientCertificate => "get a client certificate".into(),
         Action::ManageScheduler => "change the scheduler policy".into(),
+        Action::ManageTenants => "create or update tenants".into(),
+        Action::ReadTenant(t) => format!("read tenant {t}"),
     }
 }
 
@@ -134,6 +144,18 @@ mod tests {
             (&id(Role::Node, None), Action::ClientCertificate, false),
             (&viewer, Action::ClientCertificate, true),
             (&viewer, Action::JoinNode, false),
+            (&admin, Action::ManageTenants, true),
+            (&op, Action::ManageTenants, false),
+            (&ta, Action::ManageTenants, false),
+            (&user, Action::ManageTenants, false),
+            (&op, Action::ReadTenant("a"), true),
+            (&ta, Action::ReadTenant("a"), true),
+            (&ta, Action::ReadTenant("b"), false),
+            (&user, Action::ReadTenant("a"), true),
+            (&user, Action::ReadTenant("b"), false),
+            (&viewer, Action::ReadTenant("b"), true),
+            (&tviewer, Action::ReadTenant("b"), false),
+            (&id(Role::Node, None), Action::ReadTenant("a"), false),
             (&user, Action::JoinNode, false),
         ];
         for (who, action, want) in cases {

@@ -12,6 +12,7 @@ mod job_view;
 mod job_wait;
 pub mod node;
 pub mod scheduler;
+pub mod tenant;
 pub mod token;
 
 use std::time::Duration;
