@@ -439,3 +439,21 @@ pub fn tenant(s: &ClusterState, name: &str, now_ms: u64, with_jobs: bool) -> Opt
         live_jobs: jobs.iter().filter(|j| j.state.is_live()).count() as u64,
     })
 }
+
+/// `explain`'s answer as `JobExplanation`.
+pub fn job_explanation(
+    id: gpu_raft_store::JobId,
+    e: &crate::scheduler::Explanation,
+    policy: String,
+) -> pb::JobExplanation {
+    pb::JobExplanation {
+        job_id: id,
+        state: job_state(e.state) as i32,
+        reason: e.reason.clone().unwrap_or_default(),
+        queue_position: e.position as u64,
+        pending_jobs: e.pending as u64,
+        estimated_start_ms: e.start_ms,
+        estimate_note: e.note.clone(),
+        policy,
+    }
+}

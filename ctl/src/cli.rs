@@ -326,6 +326,14 @@ pub enum JobVerb {
         #[arg(long)]
         stale: bool,
     },
+    /// Why a job is pending, its place in the queue and its estimated start.
+    Why {
+        /// Job id: 42 or j-42.
+        #[arg(value_parser = ids::job_id)]
+        id: u64,
+        #[arg(long)]
+        stale: bool,
+    },
     /// Cancel a job: pending jobs at once, running ones are stopped (SIGTERM, grace, SIGKILL).
     Cancel {
         /// Job id: 42 or j-42.

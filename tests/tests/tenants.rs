@@ -40,6 +40,7 @@ async fn tenants(
 fn a100_job(name: &str, tenant: &str) -> pb::JobSpec {
     pb::JobSpec {
         tenant: tenant.into(),
+        runtime_estimate_s: Some(600),
         gpu_types: vec!["A100".into()],
         ..shell_job(name, 1, "sleep 600")
     }
@@ -131,6 +132,20 @@ async fn a_tenant_is_held_at_its_quota_and_bad_input_changes_nothing() {
         j.reason,
         "over quota: tenant a holds 2 of its 2 A100 GPUs (1 guaranteed + 1 borrowed) and needs 1 more"
     );
+
+    // `job why` gives the reason plan recorded, the position, and the start the timeline
+    // expects: when the first of a's two running jobs ends at its 600 s estimate.
+    let (code, why, err) = gpuctl(&c, 3, &["job", "why", &format!("j-{held}")]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(why["reason"], j.reason.as_str());
+    assert_eq!(why["queue_position"], 1, "the only pending job");
+    let mut first_end = u64::MAX;
+    for id in &a_jobs[..2] {
+        let r = state(&c, *id).await;
+        let start = r.started_at_ms.or(r.bound_at_ms).expect("running");
+        first_end = first_end.min(start + 600_000);
+    }
+    assert_eq!(why["estimated_start_ms"].as_u64(), Some(first_end), "{why}");
 
     // Phase 3: bad input is refused and changes nothing.
     let (_, before, _) = gpuctl(&c, 1, &["tenant", "list"]);

@@ -4,6 +4,7 @@
 
 mod backfill;
 mod env;
+mod explain;
 mod history;
 mod leader_loop;
 mod order;
@@ -21,6 +22,7 @@ mod usage;
 
 pub use backfill::Reservation;
 pub use env::PlanEnv;
+pub use explain::{Explanation, explain, planning_copy};
 pub use history::RuntimeHistory;
 pub use leader_loop::Scheduler;
 pub use plan::{Plan, plan};

@@ -6,7 +6,7 @@
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
-use gpu_raft_store::{Bind, ClusterState, JobId, JobSpec};
+use gpu_raft_store::{Bind, ClusterState, JobId, JobSpec, gpu_fits};
 
 use super::backfill::{self, Holding, Reservation};
 use super::env::PlanEnv;
@@ -252,8 +252,20 @@ fn why_unplaceable(spec: &JobSpec, nodes: &Nodes<'_>) -> String {
         };
     }
     let largest = nodes.largest_capacity(spec);
-    if largest < spec.gpus as usize {
-        format!("no schedulable node has {what} (the most any has is {largest})")
+    let want = spec.gpus as usize;
+    if largest < want {
+        return format!("no schedulable node has {what} (the most any has is {largest})");
+    }
+    let free: usize = nodes
+        .slots
+        .iter()
+        .filter(|n| selector_matches(spec, &n.labels))
+        .map(|n| n.free.iter().filter(|g| gpu_fits(g, spec)).count())
+        .sum();
+    if want > 1 && free >= want {
+        format!(
+            "waiting for {what} on one node: {free} matching GPUs are free, but spread over several nodes (fragmentation)"
+        )
     } else {
         format!("waiting for {what} to be free")
     }
@@ -278,7 +290,7 @@ fn describe(spec: &JobSpec) -> String {
 mod tests {
     use std::collections::BTreeMap;
 
-    use gpu_raft_store::{ApplyResult, Command, JobSpec, gpu_fits};
+    use gpu_raft_store::{ApplyResult, Command, JobSpec};
     use proptest::prelude::*;
 
     use super::*;
@@ -386,6 +398,31 @@ mod tests {
             },
         );
         assert!(plan_default(&s).unschedulable.is_empty());
+    }
+
+    #[test]
+    fn fragmentation_is_named() {
+        let mut s = ClusterState::new();
+        node(&mut s, 1, (0..2).map(|i| gpu(i, "A100", 0)).collect());
+        node(&mut s, 2, (0..2).map(|i| gpu(i, "A100", 0)).collect());
+        submit(&mut s, spec(1, 0));
+        submit(&mut s, spec(1, 0));
+        let binds = (1..=2)
+            .map(|n| Bind {
+                job: n,
+                node: n,
+                gpus: vec![0],
+            })
+            .collect();
+        apply(&mut s, Command::BindJobs { binds });
+        submit(&mut s, spec(2, 0));
+        assert_eq!(
+            plan_default(&s).unschedulable,
+            vec![(
+                3,
+                "waiting for 2 GPUs on one node: 2 matching GPUs are free, but spread over several nodes (fragmentation)".to_owned()
+            )]
+        );
     }
 
     #[test]

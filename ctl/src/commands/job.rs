@@ -1,4 +1,4 @@
-//! `gpuctl job submit|list|get|cancel|logs|wait`.
+//! `gpuctl job submit|list|get|cancel|logs|wait` (`why`: see `job_why.rs`).
 //!
 //! JSON (stable):
 //! - a job (`get`, `cancel`, `wait`; `list` prints an array of them) is
@@ -26,7 +26,7 @@ use gpu_proto::v1::job_service_client::JobServiceClient;
 use serde_json::Value;
 
 use super::job_view::{jobs_table, render_one};
-use super::{Answer, Ctx, Failure, job_logs, job_submit, job_wait};
+use super::{Answer, Ctx, Failure, job_logs, job_submit, job_wait, job_why};
 use crate::cli::{JobStateArg, JobVerb, Output};
 use crate::output;
 
@@ -84,6 +84,7 @@ pub async fn run(ctx: &Ctx, verb: JobVerb) -> Result<Answer, Failure> {
                 .await?;
             Ok(Answer::ok(render_one(ctx.output, &job)))
         }
+        JobVerb::Why { id, stale } => job_why::run(ctx, id, stale, now_ms()).await,
         JobVerb::Logs { id, follow, stderr } => job_logs::run(ctx, id, follow, stderr).await,
         JobVerb::Wait { id } => job_wait::run(ctx, id).await,
     }
