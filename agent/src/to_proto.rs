@@ -274,6 +274,7 @@ pub fn scheduler_status(s: &ClusterState) -> pb::SchedulerStatus {
             aging_per_hour: settings.aging_per_hour,
             fairshare_weight: settings.fairshare_weight,
             usage_half_life_s: settings.usage_half_life_s,
+            preemption: settings.preemption.to_string(),
         }),
         pending_jobs: pending as u64,
         running_jobs: running as u64,
@@ -295,6 +296,10 @@ pub fn scheduler_settings_from(
         aging_per_hour: req.aging_per_hour.unwrap_or(current.aging_per_hour),
         fairshare_weight: req.fairshare_weight.unwrap_or(current.fairshare_weight),
         usage_half_life_s: req.usage_half_life_s.unwrap_or(current.usage_half_life_s),
+        preemption: match &req.preemption {
+            Some(p) => p.trim().parse()?,
+            None => current.preemption,
+        },
     })
 }
 

@@ -177,6 +177,10 @@ pub enum SchedulerPolicyVerb {
         /// Half-life of past usage in fair-share terms, e.g. 1d, 6h.
         #[arg(long, value_parser = crate::units::whole_seconds)]
         usage_half_life: Option<u64>,
+        /// off | reclaim (take GPUs back from tenants borrowing them) | priority (reclaim,
+        /// and stop strictly lower-priority jobs; never for a borrower).
+        #[arg(long, value_parser = ["off", "reclaim", "priority"])]
+        preemption: Option<String>,
     },
 }
 

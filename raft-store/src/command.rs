@@ -127,6 +127,12 @@ pub enum Command {
     UpdateTenant {
         tenant: TenantRecord,
     },
+    /// The leader's preemptions: stop each job (SIGTERM, grace, SIGKILL, through the
+    /// eviction path) so the pending job it names can run; the job is requeued without using
+    /// an attempt. Each is re-checked on apply (only downward, never for a borrower).
+    PreemptJobs {
+        preemptions: Vec<Preempt>,
+    },
     /// Replace the scheduler settings (validated on apply).
     SetSchedulerPolicy {
         settings: SchedulerSettings,
@@ -140,6 +146,14 @@ pub struct Bind {
     pub node: NodeId,
     #[serde(default)]
     pub gpus: Vec<u32>,
+}
+
+/// One preemption: stop run `generation` of `job` for the pending job `for_job`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Preempt {
+    pub job: JobId,
+    pub generation: u64,
+    pub for_job: JobId,
 }
 
 /// What applying one entry produced. A rejection is a normal, replicated outcome: every replica
@@ -159,6 +173,11 @@ pub enum ApplyResult {
     },
     Rejected {
         reason: Rejection,
+    },
+    /// Per preemption of a batch: the jobs asked to stop, and the ones refused with why.
+    Preempted {
+        preempted: Vec<JobId>,
+        rejected: Vec<(JobId, String)>,
     },
 }
 
@@ -267,6 +286,13 @@ impl fmt::Display for Command {
             Command::AuditDenied { reason } => write!(f, "denied: {reason}"),
             Command::RecordAction { outcome } => write!(f, "action: {outcome}"),
             Command::NoteUnschedulable { reasons } => write!(f, "unschedulable x{}", reasons.len()),
+            Command::PreemptJobs { preemptions } => {
+                f.write_str("preempt")?;
+                for p in preemptions {
+                    write!(f, " j-{}g{}->j-{}", p.job, p.generation, p.for_job)?;
+                }
+                Ok(())
+            }
             Command::CreateTenant { tenant } => {
                 write!(
                     f,
@@ -331,6 +357,7 @@ mod tests {
                 aging_per_hour: 1,
                 fairshare_weight: 10,
                 usage_half_life_s: 86_400,
+                preemption: crate::scheduler::Preemption::Off,
             },
         });
         expect![[r#"{"proposed_at_ms":1700000000000,"cmd":{"type":"set_scheduler_policy","settings":{"ordering":"sjf","backfill":"easy","aging_per_hour":1,"fairshare_weight":10,"usage_half_life_s":86400}}}"#]]
@@ -354,6 +381,16 @@ mod tests {
         });
         expect![[r#"{"proposed_at_ms":1700000000000,"cmd":{"type":"create_tenant","tenant":{"name":"vision","quotas":{"A100":{"guaranteed":4,"borrow":2}},"weight":2,"default_priority":-1,"created_at_ms":0,"updated_at_ms":0}}}"#]]
             .assert_eq(&serde_json::to_string(&tenant).unwrap_or_default());
+        let preempt = entry(Command::PreemptJobs {
+            preemptions: vec![Preempt {
+                job: 3,
+                generation: 2,
+                for_job: 9,
+            }],
+        });
+        expect![[r#"{"proposed_at_ms":1700000000000,"cmd":{"type":"preempt_jobs","preemptions":[{"job":3,"generation":2,"for_job":9}]}}"#]]
+            .assert_eq(&serde_json::to_string(&preempt).unwrap_or_default());
+
         // An update written before `borrow`, `weight` or `default_priority` existed still decodes.
         let old = r#"{"proposed_at_ms":5,"cmd":{"type":"update_tenant","tenant":{"name":"a","quotas":{"T4":{"guaranteed":1}}}}}"#;
         let decoded: LogEntry = serde_json::from_str(old).expect("old tenant entry decodes");
@@ -502,6 +539,13 @@ mod tests {
             Command::RecordAction {
                 outcome: "ok".into(),
             },
+            Command::PreemptJobs {
+                preemptions: vec![Preempt {
+                    job: 7,
+                    generation: 1,
+                    for_job: 8,
+                }],
+            },
             Command::CreateTenant {
                 tenant: crate::tenant::TenantRecord {
                     name: "a".into(),
@@ -529,6 +573,7 @@ mod tests {
                     aging_per_hour: 2,
                     fairshare_weight: 3,
                     usage_half_life_s: 3600,
+                    preemption: crate::scheduler::Preemption::Priority,
                 },
             },
         ]

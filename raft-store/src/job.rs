@@ -186,6 +186,10 @@ pub struct Job {
     /// binding, bind to end). The live run is added by `tenant::job_gpu_time`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub gpu_ms: BTreeMap<String, u64>,
+    /// Set when the leader preempted this job to make room for that one; the scheduler does
+    /// not place it again while that job is still pending. Cleared by the next placement.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preempted_for: Option<JobId>,
 }
 
 /// `j-42`, the way job ids are shown to people.

@@ -26,7 +26,7 @@ pub mod validate;
 pub use audit::{AuditEntry, RequestMeta};
 pub use auth::{Grant, Role, TokenRecord};
 pub use cert::CertRecord;
-pub use command::{ApplyResult, Bind, Command, LogEntry, Rejection};
+pub use command::{ApplyResult, Bind, Command, LogEntry, Preempt, Rejection};
 pub use engine::{KvEngine, SledEngine, Space};
 pub use error::OpenError;
 pub use job::{Binding, DEFAULT_TENANT, Job, JobId, JobSpec, JobState, Outcome, job_name};

@@ -125,6 +125,22 @@ pub fn bound_types<'a>(
     })
 }
 
+/// GPUs held by live jobs, per (tenant, GPU type).
+pub fn held_by_type(
+    jobs: &BTreeMap<crate::JobId, Job>,
+    nodes: &BTreeMap<crate::NodeId, NodeRecord>,
+) -> BTreeMap<(String, String), u32> {
+    let mut held = BTreeMap::new();
+    for j in jobs.values().filter(|j| j.state.is_live()) {
+        for t in bound_types(j, nodes) {
+            *held
+                .entry((j.spec.tenant.clone(), t.to_owned()))
+                .or_insert(0) += 1;
+        }
+    }
+    held
+}
+
 /// The GPU time of a job: its finished runs (recorded by `apply` as each run ended) plus the
 /// live run up to `now_ms`.
 pub fn job_gpu_time(

@@ -13,6 +13,9 @@ mod plan;
 mod policy;
 #[cfg(test)]
 mod policy_tests;
+mod preempt;
+#[cfg(test)]
+mod preempt_tests;
 mod quota;
 #[cfg(test)]
 mod quota_tests;
@@ -27,4 +30,5 @@ pub use history::RuntimeHistory;
 pub use leader_loop::Scheduler;
 pub use plan::{Plan, plan};
 pub use policy::{Backfill, BadPolicy, DEFAULT_HALF_LIFE_MS, Ordering, Policy};
+pub use preempt::preemptions;
 pub use usage::TenantUsage;

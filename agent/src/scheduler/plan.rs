@@ -53,6 +53,14 @@ pub fn plan(state: &ClusterState, policy: &Policy, env: &PlanEnv) -> Plan {
                 out.unschedulable.push((job.id, reason));
             }
         };
+        if super::preempt::waits_for_beneficiary(state, job) {
+            let by = job.preempted_for.unwrap_or_default();
+            note(
+                &mut out,
+                format!("preempted for j-{by}: waits until j-{by} has started"),
+            );
+            continue;
+        }
         if let Some(head) = blocked_by {
             if !policy.explain {
                 break;

@@ -331,6 +331,7 @@ fn pending_job(id: JobId, t: &TraceJob, estimates: Estimates) -> Job {
         started_at_ms: None,
         finished_at_ms: None,
         gpu_ms: Default::default(),
+        preempted_for: None,
     }
 }
 
