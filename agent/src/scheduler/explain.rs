@@ -14,7 +14,11 @@ use super::order;
 use super::plan::plan;
 use super::policy::Policy;
 
-/// Most virtual passes before giving up on an estimate.
+/// Work allowed for one estimate, in job and node visits: the virtual passes are capped at
+/// this divided by the size of the state (between `MIN_STEPS` and `MAX_STEPS`), so a large
+/// cluster answers in seconds, estimating only jobs near the head of the queue.
+const WORK: usize = 1_000_000;
+const MIN_STEPS: usize = 8;
 const MAX_STEPS: usize = 2_000;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -103,7 +107,9 @@ fn timeline(
             meta: None,
         })
     };
-    for _ in 0..MAX_STEPS {
+    let size = s.jobs.values().filter(|j| !j.state.is_terminal()).count() + s.nodes.len();
+    let steps = (WORK / size.max(1)).clamp(MIN_STEPS, MAX_STEPS);
+    for _ in 0..steps {
         let binds = plan(&s, &policy, &env).binds;
         if binds.iter().any(|b| b.job == job) {
             return Ok(env.now_ms);
@@ -143,7 +149,7 @@ fn timeline(
         }
     }
     Err(format!(
-        "no estimate: not placed within {MAX_STEPS} virtual passes"
+        "no estimate: not placed within {steps} virtual passes (too far down the queue)"
     ))
 }
 
