@@ -164,10 +164,7 @@ impl JobService for JobApi {
                 .values()
                 .filter(|j| visible(&j.spec.tenant))
                 .filter(|j| states.is_empty() || states.contains(&j.state))
-                .filter(|j| {
-                    req.node_id
-                        .is_none_or(|n| j.binding.as_ref().is_some_and(|b| b.node == n))
-                })
+                .filter(|j| req.node_id.is_none_or(|n| j.on_node(n)))
                 .filter(|j| req.tenant.is_empty() || j.spec.tenant == req.tenant)
                 .take(limit)
                 .map(|j| job_view(s, j))

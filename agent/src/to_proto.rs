@@ -122,6 +122,7 @@ fn spec(s: &JobSpec) -> pb::JobSpec {
         max_attempts: s.max_attempts,
         cpu_millis: s.cpu_millis,
         memory_mib: s.memory_mib,
+        nodes: s.nodes,
     }
 }
 
@@ -147,6 +148,7 @@ pub fn spec_from(p: pb::JobSpec) -> JobSpec {
         max_attempts: p.max_attempts.max(1),
         cpu_millis: p.cpu_millis,
         memory_mib: p.memory_mib,
+        nodes: p.nodes,
     }
 }
 
@@ -167,6 +169,7 @@ pub fn job(j: &Job, uuids: &BTreeMap<u32, String>) -> pb::Job {
         attempts: j.attempts,
         generation: j.generation,
         node_id: binding.map(|b| b.node),
+        gang_nodes: j.gang.iter().map(|b| b.node).collect(),
         gpus: binding.map(|b| b.gpus.clone()).unwrap_or_default(),
         gpu_uuids: binding
             .map(|b| {

@@ -375,9 +375,16 @@ pub struct SubmitArgs {
     /// Tenant that owns the job [default: the server's "default"].
     #[arg(long)]
     pub tenant: Option<String>,
-    /// Number of GPUs.
+    /// Number of GPUs (in all: with --nodes, split evenly over the nodes).
     #[arg(long, default_value_t = 0)]
     pub gpus: u32,
+    /// Run as a gang over this many nodes, all or nothing, each member given MASTER_ADDR,
+    /// MASTER_PORT, WORLD_SIZE, RANK, NODE_RANK and LOCAL_RANK.
+    #[arg(long, default_value_t = 1)]
+    pub nodes: u32,
+    /// GPUs on each node of a gang (instead of --gpus: --gpus = --nodes × this).
+    #[arg(long, conflicts_with = "gpus")]
+    pub gpus_per_node: Option<u32>,
     /// Acceptable GPU types; repeat or separate with commas [default: any].
     #[arg(long = "gpu-type", value_delimiter = ',', value_parser = args::non_empty)]
     pub gpu_types: Vec<String>,

@@ -88,6 +88,13 @@ pub enum Command {
         generation: u64,
         outcome: Outcome,
     },
+    /// One member of a gang saw its run of this placement exit 0. The gang succeeds when every
+    /// member has; any other end of a member ends the whole gang (`JobFinished`).
+    GangMemberFinished {
+        job: JobId,
+        generation: u64,
+        node: NodeId,
+    },
     /// Why pending jobs cannot be placed right now (scheduler feedback for users).
     /// A new API token (its secret's hash only). `apply` re-checks that the actor may grant it.
     CreateToken {
@@ -286,6 +293,11 @@ impl fmt::Display for Command {
             Command::AuditDenied { reason } => write!(f, "denied: {reason}"),
             Command::RecordAction { outcome } => write!(f, "action: {outcome}"),
             Command::NoteUnschedulable { reasons } => write!(f, "unschedulable x{}", reasons.len()),
+            Command::GangMemberFinished {
+                job,
+                generation,
+                node,
+            } => write!(f, "gang member n{node} of j-{job} g{generation} exited 0"),
             Command::PreemptJobs { preemptions } => {
                 f.write_str("preempt")?;
                 for p in preemptions {
@@ -436,6 +448,7 @@ mod tests {
             max_attempts: 2,
             cpu_millis: None,
             memory_mib: None,
+            nodes: 0,
         };
         let gpu = GpuRecord {
             index: 1,
@@ -538,6 +551,11 @@ mod tests {
             },
             Command::RecordAction {
                 outcome: "ok".into(),
+            },
+            Command::GangMemberFinished {
+                job: 7,
+                generation: 1,
+                node: 2,
             },
             Command::PreemptJobs {
                 preemptions: vec![Preempt {

@@ -119,6 +119,11 @@ impl ClusterState {
                 self.revoke_certificate(serial, reason)
             }
             Command::PreemptJobs { preemptions } => Ok(self.preempt_all(preemptions)),
+            Command::GangMemberFinished {
+                job,
+                generation,
+                node,
+            } => self.member_finished(*job, *generation, *node, now),
             Command::CreateTenant { tenant } => self.put_tenant(tenant, false, now),
             Command::UpdateTenant { tenant } => self.put_tenant(tenant, true, now),
             Command::SetSchedulerPolicy { settings } => {
@@ -348,7 +353,7 @@ impl ClusterState {
             let live: Vec<(JobId, u64)> = self
                 .jobs
                 .values()
-                .filter(|j| j.state.is_live() && j.binding.as_ref().is_some_and(|b| b.node == node))
+                .filter(|j| j.state.is_live() && j.on_node(node))
                 .map(|j| (j.id, j.generation))
                 .collect();
             for (job, generation) in live {
@@ -367,7 +372,7 @@ impl ClusterState {
         record.updated_at_ms = now;
         if evict {
             for job in self.jobs.values_mut() {
-                if job.state.is_live() && job.binding.as_ref().is_some_and(|b| b.node == node) {
+                if job.state.is_live() && job.on_node(node) {
                     job.evict_requested = true;
                 }
             }
@@ -429,6 +434,8 @@ impl ClusterState {
                 finished_at_ms: None,
                 gpu_ms: Default::default(),
                 preempted_for: None,
+                gang: Vec::new(),
+                gang_done: Default::default(),
             },
         );
         Ok(ApplyResult::JobSubmitted {
@@ -455,7 +462,24 @@ impl ClusterState {
     fn bind_all(&mut self, binds: &[Bind], now: u64) -> ApplyResult {
         let mut bound = Vec::new();
         let mut rejected = Vec::new();
+        let mut gangs_seen = std::collections::BTreeSet::new();
         for b in binds {
+            let gang = self.jobs.get(&b.job).is_some_and(|j| j.spec.nodes > 1);
+            if gang {
+                // All of a gang's binds, in rank order, at its first: all or nothing.
+                if !gangs_seen.insert(b.job) {
+                    continue;
+                }
+                let members: Vec<&Bind> = binds.iter().filter(|m| m.job == b.job).collect();
+                match self.check_gang(&members) {
+                    Ok(()) => {
+                        self.bind_gang(&members, now);
+                        bound.push(b.job);
+                    }
+                    Err(reason) => rejected.push((b.job, reason)),
+                }
+                continue;
+            }
             match self.check_bind(b) {
                 Ok(()) => {
                     self.bind(b, now);
@@ -465,6 +489,88 @@ impl ClusterState {
             }
         }
         ApplyResult::Bound { bound, rejected }
+    }
+
+    /// A gang's binds: one per member node, distinct nodes, each passing `check_bind`.
+    fn check_gang(&self, members: &[&Bind]) -> Result<(), String> {
+        let Some(first) = members.first() else {
+            return Err("an empty gang".into());
+        };
+        let job = self
+            .jobs
+            .get(&first.job)
+            .ok_or_else(|| format!("job j-{} does not exist", first.job))?;
+        let want = job.spec.node_count() as usize;
+        if members.len() != want {
+            return Err(format!(
+                "gang j-{} needs {want} nodes, the binds name {}",
+                first.job,
+                members.len()
+            ));
+        }
+        let mut nodes = std::collections::BTreeSet::new();
+        for m in members {
+            if !nodes.insert(m.node) {
+                return Err(format!("gang j-{} names node n{} twice", m.job, m.node));
+            }
+            self.check_bind(m)?;
+        }
+        Ok(())
+    }
+
+    fn bind_gang(&mut self, members: &[&Bind], now: u64) {
+        let Some(first) = members.first() else {
+            return;
+        };
+        self.bind(first, now);
+        for m in &members[1..] {
+            if let Some(node) = self.nodes.get_mut(&m.node) {
+                for &index in &m.gpus {
+                    node.allocations.insert(index, m.job);
+                }
+            }
+        }
+        if let Some(job) = self.jobs.get_mut(&first.job) {
+            let generation = job.generation;
+            job.gang = members
+                .iter()
+                .map(|m| Binding {
+                    node: m.node,
+                    gpus: m.gpus.clone(),
+                    generation,
+                })
+                .collect();
+        }
+    }
+
+    fn member_finished(
+        &mut self,
+        job: JobId,
+        generation: u64,
+        node: NodeId,
+        now: u64,
+    ) -> Result<ApplyResult, Rejection> {
+        let j = self.jobs.get(&job).ok_or(Rejection::UnknownJob { job })?;
+        if !j.state.is_live() || j.generation != generation {
+            return Err(Rejection::Stale {
+                job,
+                generation,
+                current: j.generation,
+                state: j.state,
+            });
+        }
+        if j.gang.is_empty() || !j.on_node(node) {
+            return Err(invalid(format!(
+                "job j-{job} has no gang member on node n{node}"
+            )));
+        }
+        let members = j.gang.len();
+        let j = self.job_mut(job)?;
+        j.gang_done.insert(node);
+        if j.gang_done.len() == members {
+            return self.finished(job, generation, &Outcome::Exited { code: 0 }, now);
+        }
+        Ok(ApplyResult::Ok)
     }
 
     /// Whether `b` may be applied now: the P4 check. Every condition is re-checked here no
@@ -493,11 +599,11 @@ impl ClusterState {
         {
             return Err(format!("node n{} does not have label {k}={v}", b.node));
         }
-        if b.gpus.len() != job.spec.gpus as usize {
+        let per_node = job.spec.gpus_per_node() as usize;
+        if b.gpus.len() != per_node {
             return Err(format!(
-                "job j-{} needs {} GPUs, bind gives {}",
+                "job j-{} needs {per_node} GPUs on each node, bind gives {}",
                 b.job,
-                job.spec.gpus,
                 b.gpus.len()
             ));
         }
@@ -645,6 +751,8 @@ impl ClusterState {
             job.bound_at_ms = Some(now);
             job.reason = None;
             job.preempted_for = None;
+            job.gang.clear();
+            job.gang_done.clear();
         }
     }
 
@@ -687,10 +795,11 @@ impl ClusterState {
         let types: Vec<String> = tenant::bound_types(j, &self.nodes)
             .map(str::to_owned)
             .collect();
-        if let Some(b) = &j.binding
-            && let Some(node) = self.nodes.get_mut(&b.node)
-        {
-            node.allocations.retain(|_, holder| *holder != job);
+        let nodes: Vec<NodeId> = j.members().map(|b| b.node).collect();
+        for n in nodes {
+            if let Some(node) = self.nodes.get_mut(&n) {
+                node.allocations.retain(|_, holder| *holder != job);
+            }
         }
         // The binding stays as the record of where the job last ran (for logs and history).
         let j = self.job_mut(job)?;

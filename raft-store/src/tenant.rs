@@ -115,9 +115,8 @@ pub fn bound_types<'a>(
     job: &'a Job,
     nodes: &'a BTreeMap<crate::NodeId, NodeRecord>,
 ) -> impl Iterator<Item = &'a str> + 'a {
-    let binding = job.binding.as_ref();
-    let node = binding.and_then(|b| nodes.get(&b.node));
-    binding.into_iter().flat_map(move |b| {
+    job.members().flat_map(move |b| {
+        let node = nodes.get(&b.node);
         b.gpus.iter().map(move |&i| {
             node.and_then(|n| n.gpu(i))
                 .map_or("unknown", |g| g.gpu_type.as_str())
@@ -356,6 +355,7 @@ mod tests {
             max_attempts: 3,
             cpu_millis: None,
             memory_mib: None,
+            nodes: 0,
         };
         apply(
             &mut s,

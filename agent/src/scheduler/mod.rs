@@ -5,6 +5,8 @@
 mod backfill;
 mod env;
 mod explain;
+#[cfg(test)]
+mod gang_tests;
 mod history;
 mod leader_loop;
 mod order;

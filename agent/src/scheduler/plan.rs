@@ -90,8 +90,15 @@ pub fn plan(state: &ClusterState, policy: &Policy, env: &PlanEnv) -> Plan {
             }
             continue;
         }
-        let memo = is_plain(spec) && want <= unconstrained_capacity.largest;
-        let may_fit = want <= nodes.max_free() || (gangs && want <= nodes.total_free());
+        // A gang the job asked for (`nodes` > 1) has its own shape: no size memo, and it
+        // needs its per-node share on enough nodes.
+        let asked_gang = spec.nodes > 1;
+        let memo = !asked_gang && is_plain(spec) && want <= unconstrained_capacity.largest;
+        let may_fit = if asked_gang {
+            spec.gpus_per_node() as usize <= nodes.max_free() && want <= nodes.total_free()
+        } else {
+            want <= nodes.max_free() || (gangs && want <= nodes.total_free())
+        };
         let found = if may_fit && !(memo && want >= no_room_from) {
             nodes.find(spec, gangs, None)
         } else {
@@ -101,7 +108,10 @@ pub fn plan(state: &ClusterState, policy: &Policy, env: &PlanEnv) -> Plan {
             no_room_from = no_room_from.min(want);
         }
         let Some(mut placement) = found else {
-            let holds_queue = policy.backfill != Backfill::Greedy && reservation.is_none();
+            // A gang asked for does not hold the queue (no reservation is computed for its
+            // shape): it starts when enough nodes are free at once.
+            let holds_queue =
+                !asked_gang && policy.backfill != Backfill::Greedy && reservation.is_none();
             if !(policy.explain || holds_queue) {
                 continue;
             }
@@ -237,7 +247,7 @@ impl Capacity {
     }
 
     fn could_ever_fit(&self, nodes: &Nodes<'_>, spec: &JobSpec, gangs: bool) -> bool {
-        if !is_plain(spec) {
+        if !is_plain(spec) || spec.nodes > 1 {
             return nodes.could_ever_fit(spec, gangs);
         }
         let want = spec.gpus as usize;
@@ -257,6 +267,22 @@ fn why_unplaceable(spec: &JobSpec, nodes: &Nodes<'_>) -> String {
             "no node accepts work".to_owned()
         } else {
             "no schedulable node matches the node selector".to_owned()
+        };
+    }
+    if spec.nodes > 1 {
+        let (k, per) = (spec.node_count(), spec.gpus_per_node());
+        let able = nodes.nodes_with_capacity(spec, per as usize);
+        let each = describe(&JobSpec {
+            gpus: per,
+            nodes: 0,
+            ..spec.clone()
+        });
+        return if able < k as usize {
+            format!("gang of {k} nodes: only {able} schedulable nodes have {each} each")
+        } else {
+            format!(
+                "gang of {k} nodes not yet satisfiable: waiting for {k} nodes with {each} free at once"
+            )
         };
     }
     let largest = nodes.largest_capacity(spec);

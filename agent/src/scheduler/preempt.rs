@@ -40,7 +40,7 @@ pub fn preemptions(state: &ClusterState, policy: &Policy, env: &PlanEnv) -> Vec<
         }
     }
     for job in order::queue(state, policy, env).take(CANDIDATES) {
-        if job.spec.gpus == 0 || waits_for_beneficiary(state, job) {
+        if job.spec.gpus == 0 || job.spec.nodes > 1 || waits_for_beneficiary(state, job) {
             continue;
         }
         let spec = match quotas.admit(&job.spec) {

@@ -8,7 +8,9 @@
 //!   "min_gpu_memory_mib", "node_selector": {k: v}, "priority", "runtime_estimate_s" (null when
 //!   not given), "wall_time_limit_s" (null when none), "max_attempts", "cpu_millis" and
 //!   "memory_mib" (null when no limit), "idempotency_key",
-//!   "submitted_at_ms", "attempts", "generation", "node_id" (null before placement),
+//!   "nodes" (1, or the gang's size), "submitted_at_ms", "attempts", "generation", "node_id"
+//!   (null before placement; a gang's rank-0 node), "gang_nodes": [node id] (a gang's nodes in
+//!   rank order; [] otherwise),
 //!   "bound_gpus": [index], "gpu_uuids": [uuid], "reason" (why pending or why failed; ""),
 //!   "outcome" (how the last run ended, in words; ""), "exit_code", "signal", "bound_at_ms",
 //!   "started_at_ms", "finished_at_ms" (each null when unknown), "cancel_requested"}`;

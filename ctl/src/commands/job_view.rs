@@ -85,6 +85,8 @@ pub fn job_json(j: &pb::Job) -> Value {
         "attempts": j.attempts,
         "generation": j.generation,
         "node_id": j.node_id,
+        "gang_nodes": j.gang_nodes,
+        "nodes": spec.nodes.max(1),
         "bound_gpus": j.gpus,
         "gpu_uuids": j.gpu_uuids,
         "reason": j.reason,
@@ -182,7 +184,12 @@ pub fn job_block(j: &pb::Job) -> String {
     lines.extend([
         (
             "Node",
-            j.node_id.map_or_else(|| "-".into(), |n| format!("n{n}")),
+            if j.gang_nodes.is_empty() {
+                j.node_id.map_or_else(|| "-".into(), |n| format!("n{n}"))
+            } else {
+                let nodes: Vec<String> = j.gang_nodes.iter().map(|n| format!("n{n}")).collect();
+                format!("gang {} (rank order)", nodes.join(","))
+            },
         ),
         ("Bound GPUs", bound_gpus(j)),
         (
@@ -292,6 +299,7 @@ pub mod tests {
                 min_gpu_memory_mib: 40_960,
                 node_selector: [("zone".to_owned(), "a".to_owned())].into_iter().collect(),
                 priority: Some(-5),
+                nodes: 0,
                 runtime_estimate_s: Some(5400),
                 wall_time_limit_s: None,
                 max_attempts: 3,
@@ -314,6 +322,7 @@ pub mod tests {
             started_at_ms: Some(1_700_000_002_500),
             finished_at_ms: None,
             cancel_requested: true,
+            gang_nodes: vec![],
         }
     }
 
@@ -482,6 +491,7 @@ pub mod tests {
               },
               "exit_code": null,
               "finished_at_ms": null,
+              "gang_nodes": [],
               "generation": 7,
               "gpu_types": [
                 "A100",
@@ -502,6 +512,7 @@ pub mod tests {
               "node_selector": {
                 "zone": "a"
               },
+              "nodes": 1,
               "outcome": "",
               "priority": -5,
               "reason": "",
