@@ -556,6 +556,20 @@ mod tests {
     }
 
     #[test]
+    fn gang_flags() {
+        let a = submit(&["--nodes", "2", "--gpus-per-node", "4", "--", "x"]).expect("parses");
+        assert_eq!((a.nodes, a.gpus_per_node, a.gpus), (2, Some(4), 0));
+        let single = submit(&["--gpus", "2", "--", "x"]).expect("parses");
+        assert_eq!((single.nodes, single.gpus_per_node), (1, None));
+        for bad in [
+            &["--gpus", "2", "--gpus-per-node", "1", "--", "x"][..],
+            &["--nodes", "-2", "--", "x"],
+        ] {
+            assert!(submit(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
     fn submit_rejects_bad_syntax() {
         for bad in [
             &["python"][..],

@@ -403,6 +403,26 @@ mod tests {
         expect![[r#"{"proposed_at_ms":1700000000000,"cmd":{"type":"preempt_jobs","preemptions":[{"job":3,"generation":2,"for_job":9}]}}"#]]
             .assert_eq(&serde_json::to_string(&preempt).unwrap_or_default());
 
+        let member = entry(Command::GangMemberFinished {
+            job: 4,
+            generation: 1,
+            node: 2,
+        });
+        expect![[r#"{"proposed_at_ms":1700000000000,"cmd":{"type":"gang_member_finished","job":4,"generation":1,"node":2}}"#]]
+            .assert_eq(&serde_json::to_string(&member).unwrap_or_default());
+        let update = entry(Command::UpdateTenant {
+            tenant: crate::tenant::TenantRecord {
+                name: "a".into(),
+                quotas: BTreeMap::new(),
+                weight: 1,
+                default_priority: 0,
+                created_at_ms: 3,
+                updated_at_ms: 4,
+            },
+        });
+        expect![[r#"{"proposed_at_ms":1700000000000,"cmd":{"type":"update_tenant","tenant":{"name":"a","quotas":{},"weight":1,"default_priority":0,"created_at_ms":3,"updated_at_ms":4}}}"#]]
+            .assert_eq(&serde_json::to_string(&update).unwrap_or_default());
+
         // An update written before `borrow`, `weight` or `default_priority` existed still decodes.
         let old = r#"{"proposed_at_ms":5,"cmd":{"type":"update_tenant","tenant":{"name":"a","quotas":{"T4":{"guaranteed":1}}}}}"#;
         let decoded: LogEntry = serde_json::from_str(old).expect("old tenant entry decodes");
@@ -595,6 +615,20 @@ mod tests {
                 },
             },
         ]
+    }
+
+    /// Fields added to `JobSpec` and `SchedulerSettings` later are left out at their defaults,
+    /// so the bytes of entries that do not use them are what older binaries wrote.
+    #[test]
+    fn defaults_of_added_fields_are_not_written() {
+        let submit = every_command()
+            .into_iter()
+            .find(|c| matches!(c, Command::SubmitJob { .. }))
+            .expect("a submit");
+        let bytes = serde_json::to_string(&entry(submit)).unwrap_or_default();
+        assert!(!bytes.contains("\"nodes\""), "{bytes}");
+        let policy = serde_json::to_string(&SchedulerSettings::default()).unwrap_or_default();
+        assert!(!policy.contains("preemption"), "{policy}");
     }
 
     /// Every command must survive the trip through the Raft log's encoding (an openraft entry,
