@@ -10,9 +10,10 @@ use tonic::{Request, Response, Status};
 
 use crate::auth::Auth;
 use crate::auth::rbac::Action;
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, now_ms};
 use crate::executor::logs::{self, LogStream};
 use crate::peer_client::with_deadline;
+use crate::scheduler::{self, PlanEnv, Policy};
 use crate::status::invalid;
 use crate::to_proto;
 
@@ -80,7 +81,18 @@ impl JobService for JobApi {
             .authenticate(&req, "job.submit", "job/new")
             .await?;
         let r = req.into_inner();
-        let spec = to_proto::spec_from(r.spec.ok_or_else(|| invalid("spec is required"))?);
+        let wire = r.spec.ok_or_else(|| invalid("spec is required"))?;
+        let priority_unset = wire.priority.is_none();
+        let mut spec = to_proto::spec_from(wire);
+        if priority_unset {
+            // A job without a priority of its own gets its tenant's default (0 without a
+            // record), decided here so the log carries the value the job runs with.
+            spec.priority = self.cluster.state.read(|s| {
+                s.tenants
+                    .get(&spec.tenant)
+                    .map_or(0, |t| t.default_priority)
+            });
+        }
         validate::job_spec(&spec).map_err(invalid)?;
         let key = (!r.idempotency_key.is_empty()).then_some(r.idempotency_key);
         if let Some(k) = &key {
@@ -155,10 +167,7 @@ impl JobService for JobApi {
                 .values()
                 .filter(|j| visible(&j.spec.tenant))
                 .filter(|j| states.is_empty() || states.contains(&j.state))
-                .filter(|j| {
-                    req.node_id
-                        .is_none_or(|n| j.binding.as_ref().is_some_and(|b| b.node == n))
-                })
+                .filter(|j| req.node_id.is_none_or(|n| j.on_node(n)))
                 .filter(|j| req.tenant.is_empty() || j.spec.tenant == req.tenant)
                 .take(limit)
                 .map(|j| job_view(s, j))
@@ -236,5 +245,35 @@ impl JobService for JobApi {
             .await?
             .into_inner();
         Ok(Response::new(Box::pin(upstream)))
+    }
+
+    async fn explain_job(
+        &self,
+        req: Request<pb::ExplainJobRequest>,
+    ) -> Result<Response<pb::JobExplanation>, Status> {
+        let pb::ExplainJobRequest { id, stale } = *req.get_ref();
+        let caller = self
+            .auth
+            .authenticate(&req, "job.why", &format!("job/j-{id}"))
+            .await?;
+        if !stale {
+            self.cluster.linearizable_read().await?;
+        }
+        self.auth
+            .require(&caller, Action::ReadJob(&self.tenant_of(id).await?))
+            .await?;
+        // Copy under the lock, run the planner forward outside it (and off the async workers).
+        let copy = self.cluster.state.read(scheduler::planning_copy);
+        let now = now_ms();
+        let explained = tokio::task::spawn_blocking(move || {
+            let policy = Policy::default().with_settings(&copy.scheduler);
+            let env = PlanEnv::from_state(&copy, &policy, now);
+            scheduler::explain(&copy, &policy, &env, id).map(|e| (e, policy.spec()))
+        })
+        .await
+        .map_err(|e| Status::internal(format!("explaining job j-{id}: {e}")))?;
+        let (e, policy) =
+            explained.ok_or_else(|| Status::not_found(format!("job j-{id} does not exist")))?;
+        Ok(Response::new(to_proto::job_explanation(id, &e, policy)))
     }
 }

@@ -31,6 +31,7 @@ pub mod scheduler;
 pub mod scheduler_service;
 pub mod simulate;
 pub mod status;
+pub mod tenant_service;
 pub mod tls;
 pub mod to_proto;
 pub mod token_service;

@@ -12,6 +12,7 @@ use gpu_proto::v1::alert_service_server::AlertServiceServer;
 use gpu_proto::v1::cluster_service_server::ClusterServiceServer;
 use gpu_proto::v1::node_service_server::NodeServiceServer;
 use gpu_proto::v1::scheduler_service_server::SchedulerServiceServer;
+use gpu_proto::v1::tenant_service_server::TenantServiceServer;
 use gpu_raft_store::{Command, Raft};
 use openraft::BasicNode;
 use tokio::net::TcpListener;
@@ -56,6 +57,7 @@ use crate::peer_service::PeerService;
 use crate::raft_network::NetworkFactory;
 use crate::scheduler::{Policy, Scheduler};
 use crate::scheduler_service::SchedulerApi;
+use crate::tenant_service::TenantApi;
 use crate::tls::enroll::{self, Renewer, TlsIdentity};
 use crate::tls::files::{read_public, read_secret, write_file};
 use crate::tls::{NodeTls, PeerCheck, Subject, TlsDir};
@@ -509,6 +511,7 @@ async fn serve(listener: TcpListener, s: Services, cancel: CancellationToken) {
         .set_serving::<SchedulerServiceServer<SchedulerApi>>()
         .await;
     health.set_serving::<AlertServiceServer<AlertApi>>().await;
+    health.set_serving::<TenantServiceServer<TenantApi>>().await;
     health.set_serving::<JobServiceServer<JobApi>>().await;
     health.set_serving::<GpuServiceServer<GpuApi>>().await;
     let max = gpu_proto::MAX_MESSAGE_BYTES;
@@ -573,6 +576,10 @@ async fn serve(listener: TcpListener, s: Services, cancel: CancellationToken) {
         cluster: cluster.clone(),
         auth: auth.clone(),
     };
+    let tenant_api = TenantApi {
+        cluster: cluster.clone(),
+        auth: auth.clone(),
+    };
     let job_api = JobApi {
         cluster: cluster.clone(),
         auth: auth.clone(),
@@ -614,6 +621,7 @@ async fn serve(listener: TcpListener, s: Services, cancel: CancellationToken) {
         .add_service(NodeServiceServer::new(node_api).max_decoding_message_size(max))
         .add_service(SchedulerServiceServer::new(scheduler_api).max_decoding_message_size(max))
         .add_service(AlertServiceServer::new(alert_api).max_decoding_message_size(max))
+        .add_service(TenantServiceServer::new(tenant_api).max_decoding_message_size(max))
         .add_service(JobServiceServer::new(job_api).max_decoding_message_size(max))
         .add_service(GpuServiceServer::new(gpu_api).max_decoding_message_size(max))
         .add_service(TokenServiceServer::new(token_api).max_decoding_message_size(max))

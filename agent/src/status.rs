@@ -15,7 +15,9 @@ impl From<ClusterError> for Status {
                 }
                 Rejection::Invalid { .. } => Status::invalid_argument(r.to_string()),
                 Rejection::PermissionDenied { .. } => Status::permission_denied(r.to_string()),
-                Rejection::UnknownToken { .. } => Status::not_found(r.to_string()),
+                Rejection::UnknownToken { .. } | Rejection::UnknownTenant { .. } => {
+                    Status::not_found(r.to_string())
+                }
                 Rejection::IdempotencyConflict { .. } => Status::already_exists(r.to_string()),
                 Rejection::JobFinished { .. } | Rejection::Stale { .. } => {
                     Status::failed_precondition(r.to_string())

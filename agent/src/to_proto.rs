@@ -1,10 +1,11 @@
 //! Domain ↔ wire conversions for the public API, the only place they happen. Generated types
 //! are always written `pb::…`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
 use gpu_proto::v1 as pb;
+use gpu_raft_store::tenant::{Quota, TenantRecord};
 use gpu_raft_store::{
     ClusterState, DEFAULT_TENANT, Job, JobSpec, JobState, NodeRecord, NodeStatus, Outcome, Role,
     SchedulerSettings, TokenRecord,
@@ -116,12 +117,13 @@ fn spec(s: &JobSpec) -> pb::JobSpec {
         gpu_types: s.gpu_types.iter().cloned().collect(),
         min_gpu_memory_mib: s.min_gpu_memory_mib,
         node_selector: s.node_selector.clone().into_iter().collect(),
-        priority: s.priority,
+        priority: Some(s.priority),
         runtime_estimate_s: s.runtime_estimate_s,
         wall_time_limit_s: s.wall_time_limit_s,
         max_attempts: s.max_attempts,
         cpu_millis: s.cpu_millis,
         memory_mib: s.memory_mib,
+        nodes: s.nodes,
     }
 }
 
@@ -141,12 +143,13 @@ pub fn spec_from(p: pb::JobSpec) -> JobSpec {
         gpu_types: p.gpu_types.into_iter().collect(),
         min_gpu_memory_mib: p.min_gpu_memory_mib,
         node_selector: p.node_selector.into_iter().collect(),
-        priority: p.priority,
+        priority: p.priority.unwrap_or(0),
         runtime_estimate_s: p.runtime_estimate_s,
         wall_time_limit_s: p.wall_time_limit_s,
         max_attempts: p.max_attempts.max(1),
         cpu_millis: p.cpu_millis,
         memory_mib: p.memory_mib,
+        nodes: p.nodes,
     }
 }
 
@@ -167,6 +170,7 @@ pub fn job(j: &Job, uuids: &BTreeMap<u32, String>) -> pb::Job {
         attempts: j.attempts,
         generation: j.generation,
         node_id: binding.map(|b| b.node),
+        gang_nodes: j.gang.iter().map(|b| b.node).collect(),
         gpus: binding.map(|b| b.gpus.clone()).unwrap_or_default(),
         gpu_uuids: binding
             .map(|b| {
@@ -297,6 +301,7 @@ pub fn scheduler_status(s: &ClusterState) -> pb::SchedulerStatus {
             aging_per_hour: settings.aging_per_hour,
             fairshare_weight: settings.fairshare_weight,
             usage_half_life_s: settings.usage_half_life_s,
+            preemption: settings.preemption.to_string(),
         }),
         pending_jobs: pending as u64,
         running_jobs: running as u64,
@@ -318,6 +323,10 @@ pub fn scheduler_settings_from(
         aging_per_hour: req.aging_per_hour.unwrap_or(current.aging_per_hour),
         fairshare_weight: req.fairshare_weight.unwrap_or(current.fairshare_weight),
         usage_half_life_s: req.usage_half_life_s.unwrap_or(current.usage_half_life_s),
+        preemption: match &req.preemption {
+            Some(p) => p.trim().parse()?,
+            None => current.preemption,
+        },
     })
 }
 
@@ -463,5 +472,165 @@ pub fn energy(s: &ClusterState) -> pb::EnergyReport {
                 jobs,
             })
             .collect(),
+    }
+}
+
+/// The tenant record a `CreateTenantRequest` asks for. Syntax only: `apply` validates it.
+pub fn tenant_from_create(req: &pb::CreateTenantRequest) -> Result<TenantRecord, String> {
+    Ok(TenantRecord {
+        name: req.name.trim().to_owned(),
+        quotas: quotas_from(&req.quotas)?,
+        weight: req.weight.unwrap_or(1),
+        default_priority: req.default_priority.unwrap_or(0),
+        created_at_ms: 0,
+        updated_at_ms: 0,
+    })
+}
+
+/// `current` with an `UpdateTenantRequest`'s changes.
+pub fn tenant_from_update(
+    req: &pb::UpdateTenantRequest,
+    current: &TenantRecord,
+) -> Result<TenantRecord, String> {
+    let mut quotas = current.quotas.clone();
+    for t in &req.remove_quotas {
+        if quotas.remove(t).is_none() {
+            return Err(format!("tenant {} has no quota for {t}", current.name));
+        }
+    }
+    quotas.extend(quotas_from(&req.quotas)?);
+    Ok(TenantRecord {
+        quotas,
+        weight: req.weight.unwrap_or(current.weight),
+        default_priority: req.default_priority.unwrap_or(current.default_priority),
+        ..current.clone()
+    })
+}
+
+fn quotas_from(quotas: &[pb::GpuQuota]) -> Result<BTreeMap<String, Quota>, String> {
+    let mut out = BTreeMap::new();
+    for q in quotas {
+        let quota = Quota {
+            guaranteed: q.guaranteed,
+            borrow: q.borrow,
+        };
+        if out.insert(q.gpu_type.clone(), quota).is_some() {
+            return Err(format!("GPU type {} appears twice", q.gpu_type));
+        }
+    }
+    Ok(out)
+}
+
+/// Most jobs listed in a `GetTenant` answer.
+const TENANT_JOBS_SHOWN: usize = 1000;
+
+/// Every tenant with a record or a job, by name.
+pub fn tenant_names(s: &ClusterState) -> BTreeSet<String> {
+    let mut names: BTreeSet<String> = s.tenants.keys().cloned().collect();
+    names.extend(s.jobs.values().map(|j| j.spec.tenant.clone()));
+    names
+}
+
+/// A tenant as `Tenant`: its record (or the defaults), GPU use by type as of `now_ms`, and
+/// with `with_jobs` the GPU time of its most recent jobs. `None` when the cluster has neither
+/// a record nor a job of that name.
+pub fn tenant(s: &ClusterState, name: &str, now_ms: u64, with_jobs: bool) -> Option<pb::Tenant> {
+    let record = s.tenants.get(name);
+    let jobs: Vec<&gpu_raft_store::Job> =
+        s.jobs.values().filter(|j| j.spec.tenant == name).collect();
+    if record.is_none() && jobs.is_empty() {
+        return None;
+    }
+    let mut cluster: BTreeMap<&str, u32> = BTreeMap::new();
+    for g in s.nodes.values().flat_map(|n| &n.inventory.gpus) {
+        *cluster.entry(g.gpu_type.as_str()).or_insert(0) += 1;
+    }
+    let mut usage: BTreeMap<String, (u32, u64)> = BTreeMap::new();
+    if let Some(r) = record {
+        for t in r.quotas.keys() {
+            usage.entry(t.clone()).or_default();
+        }
+    }
+    let mut per_job = Vec::new();
+    for j in &jobs {
+        if j.state.is_live() {
+            for t in gpu_raft_store::tenant::bound_types(j, &s.nodes) {
+                usage.entry(t.to_owned()).or_default().0 += 1;
+            }
+        }
+        for (t, ms) in gpu_raft_store::tenant::job_gpu_time(j, &s.nodes, now_ms) {
+            usage.entry(t.clone()).or_default().1 += ms;
+            per_job.push(pb::JobGpuTime {
+                job_id: j.id,
+                gpu_type: t,
+                gpu_ms: ms,
+            });
+        }
+    }
+    if !with_jobs {
+        per_job.clear();
+    }
+    // The most recent jobs (highest ids) when there are too many.
+    let skip = per_job.len().saturating_sub(TENANT_JOBS_SHOWN);
+    let per_job = per_job.split_off(skip);
+    let mut warnings = Vec::new();
+    let quotas = record.map(|r| r.quotas.clone()).unwrap_or_default();
+    for (t, q) in &quotas {
+        let have = cluster.get(t.as_str()).copied().unwrap_or(0);
+        if have == 0 {
+            warnings.push(format!("no registered node has a {t} GPU"));
+        } else if q.guaranteed > have {
+            warnings.push(format!(
+                "guaranteed {} {t} GPUs, the cluster has {have}",
+                q.guaranteed
+            ));
+        }
+    }
+    Some(pb::Tenant {
+        name: name.to_owned(),
+        has_record: record.is_some(),
+        quotas: quotas
+            .iter()
+            .map(|(t, q)| pb::GpuQuota {
+                gpu_type: t.clone(),
+                guaranteed: q.guaranteed,
+                borrow: q.borrow,
+            })
+            .collect(),
+        weight: record.map_or(1, |r| r.weight),
+        default_priority: record.map_or(0, |r| r.default_priority),
+        created_at_ms: record.map_or(0, |r| r.created_at_ms),
+        updated_at_ms: record.map_or(0, |r| r.updated_at_ms),
+        usage: usage
+            .into_iter()
+            .map(|(t, (held, ms))| pb::GpuTypeUsage {
+                cluster_gpus: cluster.get(t.as_str()).copied().unwrap_or(0),
+                gpu_type: t,
+                gpus_held: held,
+                gpu_ms: ms,
+            })
+            .collect(),
+        jobs: per_job,
+        warnings,
+        pending_jobs: jobs.iter().filter(|j| j.state == JobState::Pending).count() as u64,
+        live_jobs: jobs.iter().filter(|j| j.state.is_live()).count() as u64,
+    })
+}
+
+/// `explain`'s answer as `JobExplanation`.
+pub fn job_explanation(
+    id: gpu_raft_store::JobId,
+    e: &crate::scheduler::Explanation,
+    policy: String,
+) -> pb::JobExplanation {
+    pb::JobExplanation {
+        job_id: id,
+        state: job_state(e.state) as i32,
+        reason: e.reason.clone().unwrap_or_default(),
+        queue_position: e.position as u64,
+        pending_jobs: e.pending as u64,
+        estimated_start_ms: e.start_ms,
+        estimate_note: e.note.clone(),
+        policy,
     }
 }

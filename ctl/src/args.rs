@@ -12,6 +12,26 @@ pub fn key_value(s: &str) -> Result<(String, String), String> {
     Ok((k.to_owned(), v.to_owned()))
 }
 
+/// A GPU quota `TYPE=GUARANTEED[:BORROW]` (whole GPUs; borrow 0 when absent), e.g.
+/// `A100=4:2`. Negative, fractional or non-numeric figures are refused here.
+pub fn quota(s: &str) -> Result<(String, u32, u32), String> {
+    let usage =
+        || format!("expected TYPE=GUARANTEED[:BORROW] in whole GPUs, e.g. A100=4:2, got {s:?}");
+    let (t, figures) = s.split_once('=').ok_or_else(usage)?;
+    if t.is_empty() {
+        return Err(usage());
+    }
+    let (g, b) = figures.split_once(':').unwrap_or((figures, "0"));
+    let whole = |x: &str| {
+        if x.is_empty() || !x.chars().all(|c| c.is_ascii_digit()) {
+            return Err(usage());
+        }
+        x.parse::<u32>()
+            .map_err(|_| format!("{x} GPUs is too many"))
+    };
+    Ok((t.to_owned(), whole(g)?, whole(b)?))
+}
+
 /// A word that must not be empty (e.g. one item of a comma-separated list).
 pub fn non_empty(s: &str) -> Result<String, String> {
     if s.is_empty() {
@@ -66,6 +86,26 @@ pub fn fault(s: &str) -> Result<Fault, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn quotas() {
+        assert_eq!(quota("A100=4:2"), Ok(("A100".into(), 4, 2)));
+        assert_eq!(quota("T4=1"), Ok(("T4".into(), 1, 0)));
+        for bad in [
+            "A100",
+            "=4",
+            "A100=",
+            "A100=-1",
+            "A100=NaN",
+            "A100=1.5",
+            "A100=4:",
+            "A100=4:-2",
+            "A100=99999999999",
+            "A100=inf",
+        ] {
+            assert!(quota(bad).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn key_values() {

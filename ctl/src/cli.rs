@@ -94,6 +94,9 @@ pub enum Noun {
         #[arg(long)]
         once: bool,
     },
+    /// Tenants: quotas per GPU type, fair-share weight, default priority, GPU time.
+    #[command(subcommand)]
+    Tenant(TenantVerb),
 }
 
 #[derive(Subcommand, Debug)]
@@ -162,6 +165,49 @@ pub struct AlertRuleArgs {
 }
 
 #[derive(Subcommand, Debug)]
+pub enum TenantVerb {
+    /// Create a tenant record (admins). Without quotas the tenant stays unlimited.
+    Create {
+        name: String,
+        /// TYPE=GUARANTEED[:BORROW], e.g. A100=4:2 (4 guaranteed, 2 more borrowed while idle);
+        /// repeatable. GPU types without a quota stay unlimited.
+        #[arg(long = "quota", value_name = "TYPE=G[:B]", value_parser = args::quota)]
+        quotas: Vec<(String, u32, u32)>,
+        /// Fair-share weight (1..=10000; default 1, the weight of a tenant without a record).
+        #[arg(long)]
+        weight: Option<u32>,
+        /// Priority of this tenant's jobs submitted without --priority (default 0).
+        #[arg(long, allow_negative_numbers = true)]
+        default_priority: Option<i32>,
+    },
+    /// Change a tenant's quotas, weight or default priority (admins).
+    Update {
+        name: String,
+        /// Set or replace the quota of a GPU type; repeatable.
+        #[arg(long = "quota", value_name = "TYPE=G[:B]", value_parser = args::quota)]
+        quotas: Vec<(String, u32, u32)>,
+        /// Remove the quota of a GPU type (it becomes unlimited); repeatable.
+        #[arg(long = "remove-quota", value_name = "TYPE")]
+        remove_quotas: Vec<String>,
+        #[arg(long)]
+        weight: Option<u32>,
+        #[arg(long, allow_negative_numbers = true)]
+        default_priority: Option<i32>,
+    },
+    /// One tenant: quotas, GPUs held and GPU time by type, and per job.
+    Get {
+        name: String,
+        #[arg(long)]
+        stale: bool,
+    },
+    /// Every tenant with a record or a job.
+    List {
+        #[arg(long)]
+        stale: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
 pub enum CertVerb {
     /// Every certificate the cluster issued or revoked.
     List,
@@ -208,6 +254,10 @@ pub enum SchedulerPolicyVerb {
         /// Half-life of past usage in fair-share terms, e.g. 1d, 6h.
         #[arg(long, value_parser = crate::units::whole_seconds)]
         usage_half_life: Option<u64>,
+        /// off | reclaim (take GPUs back from tenants borrowing them) | priority (reclaim,
+        /// and stop strictly lower-priority jobs; never for a borrower).
+        #[arg(long, value_parser = ["off", "reclaim", "priority"])]
+        preemption: Option<String>,
     },
 }
 
@@ -372,6 +422,14 @@ pub enum JobVerb {
         #[arg(long)]
         stale: bool,
     },
+    /// Why a job is pending, its place in the queue and its estimated start.
+    Why {
+        /// Job id: 42 or j-42.
+        #[arg(value_parser = ids::job_id)]
+        id: u64,
+        #[arg(long)]
+        stale: bool,
+    },
     /// Cancel a job: pending jobs at once, running ones are stopped (SIGTERM, grace, SIGKILL).
     Cancel {
         /// Job id: 42 or j-42.
@@ -409,9 +467,16 @@ pub struct SubmitArgs {
     /// Tenant that owns the job [default: the server's "default"].
     #[arg(long)]
     pub tenant: Option<String>,
-    /// Number of GPUs.
+    /// Number of GPUs (in all: with --nodes, split evenly over the nodes).
     #[arg(long, default_value_t = 0)]
     pub gpus: u32,
+    /// Run as a gang over this many nodes, all or nothing, each member given MASTER_ADDR,
+    /// MASTER_PORT, WORLD_SIZE, RANK, NODE_RANK and LOCAL_RANK.
+    #[arg(long, default_value_t = 1)]
+    pub nodes: u32,
+    /// GPUs on each node of a gang (instead of --gpus: --gpus = --nodes × this).
+    #[arg(long, conflicts_with = "gpus")]
+    pub gpus_per_node: Option<u32>,
     /// Acceptable GPU types; repeat or separate with commas [default: any].
     #[arg(long = "gpu-type", value_delimiter = ',', value_parser = args::non_empty)]
     pub gpu_types: Vec<String>,
@@ -421,9 +486,10 @@ pub struct SubmitArgs {
     /// Only nodes carrying this label (KEY=VALUE); repeatable.
     #[arg(long = "selector", value_name = "KEY=VALUE", value_parser = args::key_value)]
     pub selectors: Vec<(String, String)>,
-    /// Scheduling priority; higher runs first, may be negative.
-    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
-    pub priority: i32,
+    /// Scheduling priority; higher runs first, may be negative. Default: the tenant's default
+    /// priority (0 without a tenant record).
+    #[arg(long, allow_negative_numbers = true)]
+    pub priority: Option<i32>,
     /// Expected run time (e.g. 90m), a scheduling hint; whole seconds.
     #[arg(long, value_parser = units::whole_seconds)]
     pub estimate: Option<u64>,
@@ -574,11 +640,25 @@ mod tests {
         assert_eq!(a.gpu_types, ["A100", "H100", "L40S"]);
         assert_eq!(a.min_gpu_memory, Some(40_960));
         assert_eq!(a.selectors, [("zone".to_owned(), "a".to_owned())]);
-        assert_eq!(a.priority, -5);
+        assert_eq!(a.priority, Some(-5));
         assert_eq!((a.estimate, a.wall_time), (Some(5400), Some(43_200)));
         assert_eq!(a.max_attempts, Some(3));
         assert_eq!(a.env[1], ("B".to_owned(), "x=y".to_owned()));
         assert_eq!(a.command, ["python", "train.py", "--lr", "0.1"]);
+    }
+
+    #[test]
+    fn gang_flags() {
+        let a = submit(&["--nodes", "2", "--gpus-per-node", "4", "--", "x"]).expect("parses");
+        assert_eq!((a.nodes, a.gpus_per_node, a.gpus), (2, Some(4), 0));
+        let single = submit(&["--gpus", "2", "--", "x"]).expect("parses");
+        assert_eq!((single.nodes, single.gpus_per_node), (1, None));
+        for bad in [
+            &["--gpus", "2", "--gpus-per-node", "1", "--", "x"][..],
+            &["--nodes", "-2", "--", "x"],
+        ] {
+            assert!(submit(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

@@ -141,6 +141,7 @@ fn main() -> ExitCode {
             Noun::Scheduler(verb) => commands::scheduler::run(&ctx, verb).await,
             Noun::Alert(verb) => commands::alert::run(&ctx, verb).await,
             Noun::Top { interval, once } => commands::top::run(&ctx, interval, once).await,
+            Noun::Tenant(verb) => commands::tenant::run(&ctx, verb).await,
         }
     });
     match result {

@@ -107,6 +107,26 @@ impl JobService for Fake {
         Ok(Response::new(job))
     }
 
+    async fn explain_job(
+        &self,
+        req: Request<pb::ExplainJobRequest>,
+    ) -> Result<Response<pb::JobExplanation>, Status> {
+        let id = req.into_inner().id;
+        if id != 7 {
+            return Err(Status::not_found(format!("job j-{id} does not exist")));
+        }
+        Ok(Response::new(pb::JobExplanation {
+            job_id: 7,
+            state: pb::JobState::Pending as i32,
+            reason: "waiting for 2 GPUs to be free".into(),
+            queue_position: 2,
+            pending_jobs: 4,
+            estimated_start_ms: None,
+            estimate_note: "no estimate".into(),
+            policy: "fcfs+easy".into(),
+        }))
+    }
+
     type JobLogsStream = LogStream;
 
     async fn job_logs(
@@ -345,6 +365,23 @@ fn wait_timeout_names_the_state() {
     assert_eq!(run.code, Some(2));
     assert!(run.stdout.is_empty());
     assert_eq!(run.stderr, "error: timed out after 1.2s, job is Running\n");
+}
+
+#[test]
+fn why_prints_the_reason_position_and_estimate() {
+    let (_, addr) = serve();
+    let run = gpuctl(&addr, &["-o", "json", "job", "why", "j-7"]);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let why: serde_json::Value = serde_json::from_slice(&run.stdout).expect("json");
+    assert_eq!(why["reason"], "waiting for 2 GPUs to be free");
+    assert_eq!(
+        (why["queue_position"].as_u64(), why["jobs_ahead"].as_u64()),
+        (Some(2), Some(1))
+    );
+    assert_eq!(why["estimated_start_ms"], serde_json::Value::Null);
+    let run = gpuctl(&addr, &["job", "why", "99"]);
+    assert_eq!(run.code, Some(2));
+    assert_eq!(run.stderr, "error: not found: job j-99 does not exist\n");
 }
 
 #[test]

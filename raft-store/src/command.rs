@@ -16,6 +16,7 @@ use crate::energy::EnergyReport;
 use crate::job::{JobId, JobSpec, Outcome};
 use crate::node::{Inventory, NodeStatus};
 use crate::scheduler::SchedulerSettings;
+use crate::tenant::TenantRecord;
 
 /// One replicated log record. `proposed_at_ms` is stamped by the proposer (the leader); apply
 /// uses it as "now" and never reads a clock.
@@ -89,6 +90,13 @@ pub enum Command {
         generation: u64,
         outcome: Outcome,
     },
+    /// One member of a gang saw its run of this placement exit 0. The gang succeeds when every
+    /// member has; any other end of a member ends the whole gang (`JobFinished`).
+    GangMemberFinished {
+        job: JobId,
+        generation: u64,
+        node: NodeId,
+    },
     /// Why pending jobs cannot be placed right now (scheduler feedback for users).
     /// A new API token (its secret's hash only). `apply` re-checks that the actor may grant it.
     CreateToken {
@@ -119,6 +127,20 @@ pub enum Command {
         /// (job, reason) pairs. A list, not a map: integer map keys do not survive the
         /// internally tagged JSON encoding of `Command`.
         reasons: Vec<(JobId, String)>,
+    },
+    /// A new tenant record (refused if one exists); times are stamped by `apply`.
+    CreateTenant {
+        tenant: TenantRecord,
+    },
+    /// Replace an existing tenant's quotas, weight and default priority.
+    UpdateTenant {
+        tenant: TenantRecord,
+    },
+    /// The leader's preemptions: stop each job (SIGTERM, grace, SIGKILL, through the
+    /// eviction path) so the pending job it names can run; the job is requeued without using
+    /// an attempt. Each is re-checked on apply (only downward, never for a borrower).
+    PreemptJobs {
+        preemptions: Vec<Preempt>,
     },
     /// Replace the scheduler settings (validated on apply).
     SetSchedulerPolicy {
@@ -164,6 +186,14 @@ pub struct Bind {
     pub gpus: Vec<u32>,
 }
 
+/// One preemption: stop run `generation` of `job` for the pending job `for_job`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Preempt {
+    pub job: JobId,
+    pub generation: u64,
+    pub for_job: JobId,
+}
+
 /// What applying one entry produced. A rejection is a normal, replicated outcome: every replica
 /// rejects the same entry the same way.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -191,6 +221,11 @@ pub enum ApplyResult {
     AlertResolved {
         alert: u64,
     },
+    /// Per preemption of a batch: the jobs asked to stop, and the ones refused with why.
+    Preempted {
+        preempted: Vec<JobId>,
+        rejected: Vec<(JobId, String)>,
+    },
 }
 
 /// Why `apply` refused a command.
@@ -212,6 +247,8 @@ pub enum Rejection {
     IdempotencyConflict { key: String, job: JobId },
     #[error("permission denied: {message}")]
     PermissionDenied { message: String },
+    #[error("tenant {name} does not exist")]
+    UnknownTenant { name: String },
     #[error("token {id} does not exist")]
     UnknownToken { id: String },
     #[error(
@@ -296,6 +333,34 @@ impl fmt::Display for Command {
             Command::AuditDenied { reason } => write!(f, "denied: {reason}"),
             Command::RecordAction { outcome } => write!(f, "action: {outcome}"),
             Command::NoteUnschedulable { reasons } => write!(f, "unschedulable x{}", reasons.len()),
+            Command::GangMemberFinished {
+                job,
+                generation,
+                node,
+            } => write!(f, "gang member n{node} of j-{job} g{generation} exited 0"),
+            Command::PreemptJobs { preemptions } => {
+                f.write_str("preempt")?;
+                for p in preemptions {
+                    write!(f, " j-{}g{}->j-{}", p.job, p.generation, p.for_job)?;
+                }
+                Ok(())
+            }
+            Command::CreateTenant { tenant } => {
+                write!(
+                    f,
+                    "tenant create {} ({} quotas)",
+                    tenant.name,
+                    tenant.quotas.len()
+                )
+            }
+            Command::UpdateTenant { tenant } => {
+                write!(
+                    f,
+                    "tenant update {} ({} quotas)",
+                    tenant.name,
+                    tenant.quotas.len()
+                )
+            }
             Command::SetSchedulerPolicy { settings } => {
                 write!(f, "scheduler policy {}", settings.spec())
             }
@@ -357,10 +422,68 @@ mod tests {
                 aging_per_hour: 1,
                 fairshare_weight: 10,
                 usage_half_life_s: 86_400,
+                preemption: crate::scheduler::Preemption::Off,
             },
         });
         expect![[r#"{"proposed_at_ms":1700000000000,"cmd":{"type":"set_scheduler_policy","settings":{"ordering":"sjf","backfill":"easy","aging_per_hour":1,"fairshare_weight":10,"usage_half_life_s":86400}}}"#]]
             .assert_eq(&serde_json::to_string(&policy).unwrap_or_default());
+
+        let tenant = entry(Command::CreateTenant {
+            tenant: crate::tenant::TenantRecord {
+                name: "vision".into(),
+                quotas: BTreeMap::from([(
+                    "A100".into(),
+                    crate::tenant::Quota {
+                        guaranteed: 4,
+                        borrow: 2,
+                    },
+                )]),
+                weight: 2,
+                default_priority: -1,
+                created_at_ms: 0,
+                updated_at_ms: 0,
+            },
+        });
+        expect![[r#"{"proposed_at_ms":1700000000000,"cmd":{"type":"create_tenant","tenant":{"name":"vision","quotas":{"A100":{"guaranteed":4,"borrow":2}},"weight":2,"default_priority":-1,"created_at_ms":0,"updated_at_ms":0}}}"#]]
+            .assert_eq(&serde_json::to_string(&tenant).unwrap_or_default());
+        let preempt = entry(Command::PreemptJobs {
+            preemptions: vec![Preempt {
+                job: 3,
+                generation: 2,
+                for_job: 9,
+            }],
+        });
+        expect![[r#"{"proposed_at_ms":1700000000000,"cmd":{"type":"preempt_jobs","preemptions":[{"job":3,"generation":2,"for_job":9}]}}"#]]
+            .assert_eq(&serde_json::to_string(&preempt).unwrap_or_default());
+
+        let member = entry(Command::GangMemberFinished {
+            job: 4,
+            generation: 1,
+            node: 2,
+        });
+        expect![[r#"{"proposed_at_ms":1700000000000,"cmd":{"type":"gang_member_finished","job":4,"generation":1,"node":2}}"#]]
+            .assert_eq(&serde_json::to_string(&member).unwrap_or_default());
+        let update = entry(Command::UpdateTenant {
+            tenant: crate::tenant::TenantRecord {
+                name: "a".into(),
+                quotas: BTreeMap::new(),
+                weight: 1,
+                default_priority: 0,
+                created_at_ms: 3,
+                updated_at_ms: 4,
+            },
+        });
+        expect![[r#"{"proposed_at_ms":1700000000000,"cmd":{"type":"update_tenant","tenant":{"name":"a","quotas":{},"weight":1,"default_priority":0,"created_at_ms":3,"updated_at_ms":4}}}"#]]
+            .assert_eq(&serde_json::to_string(&update).unwrap_or_default());
+
+        // An update written before `borrow`, `weight` or `default_priority` existed still decodes.
+        let old = r#"{"proposed_at_ms":5,"cmd":{"type":"update_tenant","tenant":{"name":"a","quotas":{"T4":{"guaranteed":1}}}}}"#;
+        let decoded: LogEntry = serde_json::from_str(old).expect("old tenant entry decodes");
+        let Command::UpdateTenant { tenant } = decoded.cmd else {
+            panic!("{decoded:?}");
+        };
+        assert_eq!((tenant.weight, tenant.default_priority), (1, 0));
+        assert_eq!(tenant.quotas["T4"].limit(), 1);
     }
 
     #[test]
@@ -447,6 +570,7 @@ mod tests {
             max_attempts: 2,
             cpu_millis: None,
             memory_mib: None,
+            nodes: 0,
         };
         let gpu = GpuRecord {
             index: 1,
@@ -550,6 +674,38 @@ mod tests {
             Command::RecordAction {
                 outcome: "ok".into(),
             },
+            Command::GangMemberFinished {
+                job: 7,
+                generation: 1,
+                node: 2,
+            },
+            Command::PreemptJobs {
+                preemptions: vec![Preempt {
+                    job: 7,
+                    generation: 1,
+                    for_job: 8,
+                }],
+            },
+            Command::CreateTenant {
+                tenant: crate::tenant::TenantRecord {
+                    name: "a".into(),
+                    quotas: BTreeMap::from([("T4".into(), crate::tenant::Quota::default())]),
+                    weight: 1,
+                    default_priority: 0,
+                    created_at_ms: 1,
+                    updated_at_ms: 2,
+                },
+            },
+            Command::UpdateTenant {
+                tenant: crate::tenant::TenantRecord {
+                    name: "a".into(),
+                    quotas: BTreeMap::new(),
+                    weight: 3,
+                    default_priority: 4,
+                    created_at_ms: 1,
+                    updated_at_ms: 2,
+                },
+            },
             Command::SetSchedulerPolicy {
                 settings: SchedulerSettings {
                     ordering: crate::scheduler::Ordering::FairShare,
@@ -557,9 +713,24 @@ mod tests {
                     aging_per_hour: 2,
                     fairshare_weight: 3,
                     usage_half_life_s: 3600,
+                    preemption: crate::scheduler::Preemption::Priority,
                 },
             },
         ]
+    }
+
+    /// Fields added to `JobSpec` and `SchedulerSettings` later are left out at their defaults,
+    /// so the bytes of entries that do not use them are what older binaries wrote.
+    #[test]
+    fn defaults_of_added_fields_are_not_written() {
+        let submit = every_command()
+            .into_iter()
+            .find(|c| matches!(c, Command::SubmitJob { .. }))
+            .expect("a submit");
+        let bytes = serde_json::to_string(&entry(submit)).unwrap_or_default();
+        assert!(!bytes.contains("\"nodes\""), "{bytes}");
+        let policy = serde_json::to_string(&SchedulerSettings::default()).unwrap_or_default();
+        assert!(!policy.contains("preemption"), "{policy}");
     }
 
     /// Every command must survive the trip through the Raft log's encoding (an openraft entry,

@@ -25,7 +25,7 @@ pub struct JobSpec {
     pub env: BTreeMap<String, String>,
     #[serde(default)]
     pub workdir: Option<String>,
-    /// Whole GPUs, all on one node. 0 is a CPU-only job.
+    /// Whole GPUs, all on one node (split evenly over `nodes` for a gang). 0 is a CPU-only job.
     #[serde(default)]
     pub gpus: u32,
     /// Acceptable `gpu_type`s (empty = any).
@@ -52,6 +52,26 @@ pub struct JobSpec {
     /// Memory limit in MiB (cgroup `memory.max`), if any.
     #[serde(default)]
     pub memory_mib: Option<u64>,
+    /// A gang over this many nodes (`gpus / nodes` GPUs on each, all or nothing), run as one
+    /// unit with the distributed-training environment; 0 or 1 is a single-node job.
+    #[serde(default, skip_serializing_if = "is_single_node")]
+    pub nodes: u32,
+}
+
+fn is_single_node(n: &u32) -> bool {
+    *n <= 1
+}
+
+impl JobSpec {
+    /// How many nodes the job spans.
+    pub fn node_count(&self) -> u32 {
+        self.nodes.max(1)
+    }
+
+    /// GPUs on each of its nodes.
+    pub fn gpus_per_node(&self) -> u32 {
+        self.gpus / self.node_count()
+    }
 }
 
 fn default_tenant() -> String {
@@ -182,6 +202,43 @@ pub struct Job {
     pub started_at_ms: Option<u64>,
     #[serde(default)]
     pub finished_at_ms: Option<u64>,
+    /// GPU-milliseconds by GPU type of the runs that have ended (accounted by `apply` from the
+    /// binding, bind to end). The live run is added by `tenant::job_gpu_time`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub gpu_ms: BTreeMap<String, u64>,
+    /// Set when the leader preempted this job to make room for that one; the scheduler does
+    /// not place it again while that job is still pending. Cleared by the next placement.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preempted_for: Option<JobId>,
+    /// A gang's members in rank order (member 0 is also `binding`); empty for single-node jobs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gang: Vec<Binding>,
+    /// Gang members whose run of the current generation exited 0.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub gang_done: BTreeSet<NodeId>,
+}
+
+impl Job {
+    /// Every part of its (current or last) placement: the gang members in rank order, or the
+    /// one binding.
+    pub fn members(&self) -> impl Iterator<Item = &Binding> {
+        let single = if self.gang.is_empty() {
+            self.binding.as_ref()
+        } else {
+            None
+        };
+        self.gang.iter().chain(single)
+    }
+
+    /// Its member on `node` with its rank (0 for a single-node job).
+    pub fn member_on(&self, node: NodeId) -> Option<(usize, &Binding)> {
+        self.members().enumerate().find(|(_, b)| b.node == node)
+    }
+
+    /// Whether any part of its placement is on `node`.
+    pub fn on_node(&self, node: NodeId) -> bool {
+        self.member_on(node).is_some()
+    }
 }
 
 /// `j-42`, the way job ids are shown to people.

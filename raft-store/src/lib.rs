@@ -23,13 +23,14 @@ mod snapshot_file;
 mod state;
 mod state_machine;
 mod store;
+pub mod tenant;
 pub mod validate;
 
 pub use alert::{Alert, AlertRule};
 pub use audit::{AuditEntry, RequestMeta};
 pub use auth::{Grant, Role, TokenRecord};
 pub use cert::CertRecord;
-pub use command::{ApplyResult, Bind, Command, LogEntry, Rejection};
+pub use command::{ApplyResult, Bind, Command, LogEntry, Preempt, Rejection};
 pub use engine::{KvEngine, SledEngine, Space};
 pub use error::OpenError;
 pub use job::{Binding, DEFAULT_TENANT, Job, JobId, JobSpec, JobState, Outcome, job_name};
@@ -39,6 +40,7 @@ pub use scheduler::SchedulerSettings;
 pub use state::{ClusterState, gpu_fits};
 pub use state_machine::{StateMachineStore, StateReader};
 pub use store::{DATA_FORMAT_VERSION, DataDir, open};
+pub use tenant::{Quota, TenantRecord};
 
 /// Raft node ids are small integers chosen by the operator (`--node-id`).
 pub type NodeId = u64;

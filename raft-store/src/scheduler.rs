@@ -36,6 +36,49 @@ pub enum Backfill {
     Greedy,
 }
 
+/// Whether the leader stops running jobs to make room.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Preemption {
+    /// Never (v1's behaviour).
+    #[default]
+    Off,
+    /// Quota reclaim only: a tenant within its guarantee may take GPUs back from borrowers.
+    Reclaim,
+    /// Reclaim, and a job may stop strictly lower-priority jobs (never to let a borrower run).
+    Priority,
+}
+
+impl Preemption {
+    pub fn is_off(&self) -> bool {
+        *self == Self::Off
+    }
+}
+
+impl FromStr for Preemption {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "off" => Ok(Self::Off),
+            "reclaim" => Ok(Self::Reclaim),
+            "priority" => Ok(Self::Priority),
+            _ => Err(format!(
+                "unknown preemption mode {s:?}: expected off, reclaim or priority"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for Preemption {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Off => "off",
+            Self::Reclaim => "reclaim",
+            Self::Priority => "priority",
+        })
+    }
+}
+
 /// Most aging or fair-share points accepted.
 pub const MAX_POINTS: u32 = 10_000;
 /// Shortest and longest usage half-life accepted, in seconds (a minute to a year).
@@ -56,6 +99,10 @@ pub struct SchedulerSettings {
     /// Half-life of past usage in the fair-share terms.
     #[serde(default = "one_day")]
     pub usage_half_life_s: u64,
+    /// When the leader preempts running jobs. Not written when off, so entries from before it
+    /// existed keep their bytes.
+    #[serde(default, skip_serializing_if = "Preemption::is_off")]
+    pub preemption: Preemption,
 }
 
 fn one_day() -> u64 {
@@ -70,6 +117,7 @@ impl Default for SchedulerSettings {
             aging_per_hour: 0,
             fairshare_weight: 0,
             usage_half_life_s: one_day(),
+            preemption: Preemption::Off,
         }
     }
 }
@@ -185,6 +233,7 @@ mod tests {
             aging_per_hour: 5,
             fairshare_weight: 0,
             usage_half_life_s: 3600,
+            preemption: Preemption::Reclaim,
         };
         assert_eq!(set(&mut s, good.clone()), ApplyResult::Ok);
         assert_eq!(s.scheduler, good);

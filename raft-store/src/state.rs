@@ -8,11 +8,12 @@ use crate::alert::{Alert, AlertRule};
 use crate::audit::{self, AuditEntry, RequestMeta};
 use crate::auth::{self, Grant, TokenRecord};
 use crate::cert::{self, CertRecord};
-use crate::command::{ApplyResult, Bind, Command, LogEntry, Rejection};
+use crate::command::{ApplyResult, Bind, Command, LogEntry, Preempt, Rejection};
 use crate::energy::EnergyBook;
 use crate::job::{Binding, Job, JobId, JobState, Outcome};
 use crate::node::{NodeRecord, NodeStatus};
 use crate::scheduler::SchedulerSettings;
+use crate::tenant::{self, TenantRecord};
 use crate::{NodeId, validate};
 
 /// Everything the cluster agrees on (besides Raft membership, which openraft tracks).
@@ -51,6 +52,10 @@ pub struct ClusterState {
     /// GPU energy per job and per node.
     #[serde(default)]
     pub energy: EnergyBook,
+    /// Tenant records by name (quotas, weight, default priority). A tenant without one is
+    /// unlimited.
+    #[serde(default)]
+    pub tenants: BTreeMap<String, TenantRecord>,
 }
 
 fn first_job_id() -> JobId {
@@ -126,6 +131,14 @@ impl ClusterState {
             Command::RevokeCertificate { serial, reason } => {
                 self.revoke_certificate(serial, reason)
             }
+            Command::PreemptJobs { preemptions } => Ok(self.preempt_all(preemptions)),
+            Command::GangMemberFinished {
+                job,
+                generation,
+                node,
+            } => self.member_finished(*job, *generation, *node, now),
+            Command::CreateTenant { tenant } => self.put_tenant(tenant, false, now),
+            Command::UpdateTenant { tenant } => self.put_tenant(tenant, true, now),
             Command::SetSchedulerPolicy { settings } => {
                 settings.validate().map_err(invalid).map(|()| {
                     self.scheduler = settings.clone();
@@ -216,6 +229,35 @@ impl ClusterState {
             return Err(invalid(format!("token {} already exists", token.id)));
         }
         self.tokens.insert(token.id.clone(), token.clone());
+        Ok(ApplyResult::Ok)
+    }
+
+    /// Create (`exists` false) or replace (`exists` true) a tenant record, re-validated here.
+    fn put_tenant(
+        &mut self,
+        t: &TenantRecord,
+        exists: bool,
+        now: u64,
+    ) -> Result<ApplyResult, Rejection> {
+        tenant::validate(t).map_err(invalid)?;
+        let created_at_ms = match (self.tenants.get(&t.name), exists) {
+            (Some(_), false) => {
+                return Err(invalid(format!("tenant {} already exists", t.name)));
+            }
+            (None, true) => {
+                return Err(Rejection::UnknownTenant {
+                    name: t.name.clone(),
+                });
+            }
+            (Some(old), true) => old.created_at_ms,
+            (None, false) => now,
+        };
+        let record = TenantRecord {
+            created_at_ms,
+            updated_at_ms: now,
+            ..t.clone()
+        };
+        self.tenants.insert(t.name.clone(), record);
         Ok(ApplyResult::Ok)
     }
 
@@ -344,7 +386,7 @@ impl ClusterState {
             let live: Vec<(JobId, u64)> = self
                 .jobs
                 .values()
-                .filter(|j| j.state.is_live() && j.binding.as_ref().is_some_and(|b| b.node == node))
+                .filter(|j| j.state.is_live() && j.on_node(node))
                 .map(|j| (j.id, j.generation))
                 .collect();
             for (job, generation) in live {
@@ -363,7 +405,7 @@ impl ClusterState {
         record.updated_at_ms = now;
         if evict {
             for job in self.jobs.values_mut() {
-                if job.state.is_live() && job.binding.as_ref().is_some_and(|b| b.node == node) {
+                if job.state.is_live() && job.on_node(node) {
                     job.evict_requested = true;
                 }
             }
@@ -423,6 +465,10 @@ impl ClusterState {
                 bound_at_ms: None,
                 started_at_ms: None,
                 finished_at_ms: None,
+                gpu_ms: Default::default(),
+                preempted_for: None,
+                gang: Vec::new(),
+                gang_done: Default::default(),
             },
         );
         Ok(ApplyResult::JobSubmitted {
@@ -449,7 +495,24 @@ impl ClusterState {
     fn bind_all(&mut self, binds: &[Bind], now: u64) -> ApplyResult {
         let mut bound = Vec::new();
         let mut rejected = Vec::new();
+        let mut gangs_seen = std::collections::BTreeSet::new();
         for b in binds {
+            let gang = self.jobs.get(&b.job).is_some_and(|j| j.spec.nodes > 1);
+            if gang {
+                // All of a gang's binds, in rank order, at its first: all or nothing.
+                if !gangs_seen.insert(b.job) {
+                    continue;
+                }
+                let members: Vec<&Bind> = binds.iter().filter(|m| m.job == b.job).collect();
+                match self.check_gang(&members) {
+                    Ok(()) => {
+                        self.bind_gang(&members, now);
+                        bound.push(b.job);
+                    }
+                    Err(reason) => rejected.push((b.job, reason)),
+                }
+                continue;
+            }
             match self.check_bind(b) {
                 Ok(()) => {
                     self.bind(b, now);
@@ -459,6 +522,88 @@ impl ClusterState {
             }
         }
         ApplyResult::Bound { bound, rejected }
+    }
+
+    /// A gang's binds: one per member node, distinct nodes, each passing `check_bind`.
+    fn check_gang(&self, members: &[&Bind]) -> Result<(), String> {
+        let Some(first) = members.first() else {
+            return Err("an empty gang".into());
+        };
+        let job = self
+            .jobs
+            .get(&first.job)
+            .ok_or_else(|| format!("job j-{} does not exist", first.job))?;
+        let want = job.spec.node_count() as usize;
+        if members.len() != want {
+            return Err(format!(
+                "gang j-{} needs {want} nodes, the binds name {}",
+                first.job,
+                members.len()
+            ));
+        }
+        let mut nodes = std::collections::BTreeSet::new();
+        for m in members {
+            if !nodes.insert(m.node) {
+                return Err(format!("gang j-{} names node n{} twice", m.job, m.node));
+            }
+            self.check_bind(m)?;
+        }
+        Ok(())
+    }
+
+    fn bind_gang(&mut self, members: &[&Bind], now: u64) {
+        let Some(first) = members.first() else {
+            return;
+        };
+        self.bind(first, now);
+        for m in &members[1..] {
+            if let Some(node) = self.nodes.get_mut(&m.node) {
+                for &index in &m.gpus {
+                    node.allocations.insert(index, m.job);
+                }
+            }
+        }
+        if let Some(job) = self.jobs.get_mut(&first.job) {
+            let generation = job.generation;
+            job.gang = members
+                .iter()
+                .map(|m| Binding {
+                    node: m.node,
+                    gpus: m.gpus.clone(),
+                    generation,
+                })
+                .collect();
+        }
+    }
+
+    fn member_finished(
+        &mut self,
+        job: JobId,
+        generation: u64,
+        node: NodeId,
+        now: u64,
+    ) -> Result<ApplyResult, Rejection> {
+        let j = self.jobs.get(&job).ok_or(Rejection::UnknownJob { job })?;
+        if !j.state.is_live() || j.generation != generation {
+            return Err(Rejection::Stale {
+                job,
+                generation,
+                current: j.generation,
+                state: j.state,
+            });
+        }
+        if j.gang.is_empty() || !j.on_node(node) {
+            return Err(invalid(format!(
+                "job j-{job} has no gang member on node n{node}"
+            )));
+        }
+        let members = j.gang.len();
+        let j = self.job_mut(job)?;
+        j.gang_done.insert(node);
+        if j.gang_done.len() == members {
+            return self.finished(job, generation, &Outcome::Exited { code: 0 }, now);
+        }
+        Ok(ApplyResult::Ok)
     }
 
     /// Whether `b` may be applied now: the P4 check. Every condition is re-checked here no
@@ -487,11 +632,11 @@ impl ClusterState {
         {
             return Err(format!("node n{} does not have label {k}={v}", b.node));
         }
-        if b.gpus.len() != job.spec.gpus as usize {
+        let per_node = job.spec.gpus_per_node() as usize;
+        if b.gpus.len() != per_node {
             return Err(format!(
-                "job j-{} needs {} GPUs, bind gives {}",
+                "job j-{} needs {per_node} GPUs on each node, bind gives {}",
                 b.job,
-                job.spec.gpus,
                 b.gpus.len()
             ));
         }
@@ -522,6 +667,108 @@ impl ClusterState {
         Ok(())
     }
 
+    fn preempt_all(&mut self, preemptions: &[Preempt]) -> ApplyResult {
+        let held = tenant::held_by_type(&self.jobs, &self.nodes);
+        let mut preempted = Vec::new();
+        let mut rejected = Vec::new();
+        for p in preemptions {
+            match self.check_preemption(&held, p) {
+                Ok(_) => {
+                    if let Some(j) = self.jobs.get_mut(&p.job) {
+                        j.evict_requested = true;
+                        j.preempted_for = Some(p.for_job);
+                    }
+                    preempted.push(p.job);
+                }
+                Err(reason) => rejected.push((p.job, reason)),
+            }
+        }
+        ApplyResult::Preempted {
+            preempted,
+            rejected,
+        }
+    }
+
+    /// Whether preemption `p` is allowed now, and of which kind (`reclaim` or `priority`):
+    /// the rule the leader plans with and `apply` enforces. Only a live run not already
+    /// stopping may be preempted, only for a pending job, never so that a tenant can borrow
+    /// (hold more than its guarantee of a type the run's GPUs are), and only to take GPUs back
+    /// from a tenant borrowing them (reclaim) or, with `priority` preemption on, from a job of
+    /// strictly lower priority.
+    pub fn check_preemption(
+        &self,
+        held: &BTreeMap<(String, String), u32>,
+        p: &Preempt,
+    ) -> Result<&'static str, String> {
+        let mode = self.scheduler.preemption;
+        if mode == crate::scheduler::Preemption::Off {
+            return Err("preemption is off".into());
+        }
+        let victim = self
+            .jobs
+            .get(&p.job)
+            .ok_or_else(|| format!("job j-{} does not exist", p.job))?;
+        if !victim.state.is_live() || victim.generation != p.generation {
+            return Err(format!(
+                "run g{} of j-{} is not live (now {} g{})",
+                p.generation, p.job, victim.state, victim.generation
+            ));
+        }
+        if victim.evict_requested || victim.cancel_requested {
+            return Err(format!("j-{} is already stopping", p.job));
+        }
+        let ben = self
+            .jobs
+            .get(&p.for_job)
+            .ok_or_else(|| format!("job j-{} does not exist", p.for_job))?;
+        if ben.state != JobState::Pending || ben.spec.gpus == 0 {
+            return Err(format!(
+                "j-{} is not a pending GPU job, nothing to preempt for",
+                p.for_job
+            ));
+        }
+        let held_of = |tenant: &str, t: &str| {
+            held.get(&(tenant.to_owned(), t.to_owned()))
+                .copied()
+                .unwrap_or(0)
+        };
+        let mut types: Vec<&str> = tenant::bound_types(victim, &self.nodes).collect();
+        types.sort_unstable();
+        types.dedup();
+        let ben_record = self.tenants.get(&ben.spec.tenant);
+        let victim_record = self.tenants.get(&victim.spec.tenant);
+        for t in &types {
+            if let Some(q) = ben_record.and_then(|r| r.quota(t))
+                && held_of(&ben.spec.tenant, t).saturating_add(ben.spec.gpus) > q.guaranteed
+            {
+                return Err(format!(
+                    "j-{} would borrow {t} GPUs beyond tenant {}'s guarantee of {}: no job is preempted for a borrower",
+                    p.for_job, ben.spec.tenant, q.guaranteed
+                ));
+            }
+        }
+        let reclaim = victim.spec.tenant != ben.spec.tenant
+            && !types.is_empty()
+            && types.iter().all(|t| {
+                ben_record.and_then(|r| r.quota(t)).is_some()
+                    && victim_record
+                        .and_then(|r| r.quota(t))
+                        .is_some_and(|q| held_of(&victim.spec.tenant, t) > q.guaranteed)
+            });
+        if reclaim {
+            return Ok("reclaim");
+        }
+        if mode == crate::scheduler::Preemption::Priority
+            && victim.spec.priority < ben.spec.priority
+        {
+            return Ok("priority");
+        }
+        Err(format!(
+            "j-{} (priority {}) is not of lower priority than j-{} (priority {}) and its tenant is not borrowing what j-{} is guaranteed",
+            p.job, victim.spec.priority, p.for_job, ben.spec.priority, p.for_job
+        ))
+    }
+
     fn bind(&mut self, b: &Bind, now: u64) {
         if let Some(node) = self.nodes.get_mut(&b.node) {
             for &index in &b.gpus {
@@ -539,6 +786,9 @@ impl ClusterState {
             });
             job.bound_at_ms = Some(now);
             job.reason = None;
+            job.preempted_for = None;
+            job.gang.clear();
+            job.gang_done.clear();
         }
     }
 
@@ -576,13 +826,22 @@ impl ClusterState {
                 state: j.state,
             });
         }
-        if let Some(b) = &j.binding
-            && let Some(node) = self.nodes.get_mut(&b.node)
-        {
-            node.allocations.retain(|_, holder| *holder != job);
+        // GPU time of this run, bind to end, by GPU type.
+        let held_ms = now.saturating_sub(j.bound_at_ms.unwrap_or(now));
+        let types: Vec<String> = tenant::bound_types(j, &self.nodes)
+            .map(str::to_owned)
+            .collect();
+        let nodes: Vec<NodeId> = j.members().map(|b| b.node).collect();
+        for n in nodes {
+            if let Some(node) = self.nodes.get_mut(&n) {
+                node.allocations.retain(|_, holder| *holder != job);
+            }
         }
         // The binding stays as the record of where the job last ran (for logs and history).
         let j = self.job_mut(job)?;
+        for t in types {
+            *j.gpu_ms.entry(t).or_insert(0) += held_ms;
+        }
         j.outcome = Some(outcome.clone());
         j.cancel_requested = false;
         j.evict_requested = false;
@@ -604,7 +863,10 @@ impl ClusterState {
             }
             None => {
                 j.state = JobState::Pending;
-                j.reason = Some(format!("requeued: {outcome}"));
+                j.reason = Some(match (outcome, j.preempted_for) {
+                    (Outcome::Evicted, Some(by)) => format!("requeued: preempted for j-{by}"),
+                    _ => format!("requeued: {outcome}"),
+                });
             }
         }
         Ok(ApplyResult::Ok)

@@ -134,6 +134,7 @@ pub mod limits {
     pub const GPUS: u32 = 64;
     pub const GPU_TYPES: usize = 32;
     pub const MAX_ATTEMPTS: u32 = 100;
+    pub const GANG_NODES: u32 = 64;
     pub const IDEMPOTENCY_KEY_LEN: usize = 128;
     pub const CPU_MILLIS: u32 = 1024 * 1000;
     pub const MEMORY_MIB: u64 = 64 * 1024 * 1024;
@@ -260,6 +261,19 @@ pub fn job_spec(spec: &crate::job::JobSpec) -> Result<(), String> {
             spec.gpus
         ));
     }
+    if spec.nodes > limits::GANG_NODES {
+        return Err(format!(
+            "a gang spans at most {} nodes, asked for {}",
+            limits::GANG_NODES,
+            spec.nodes
+        ));
+    }
+    if spec.nodes > 1 && (spec.gpus < spec.nodes || !spec.gpus.is_multiple_of(spec.nodes)) {
+        return Err(format!(
+            "a gang of {} nodes needs the same number of GPUs (at least 1) on each: {} GPUs do not divide evenly",
+            spec.nodes, spec.gpus
+        ));
+    }
     if spec.gpu_types.len() > limits::GPU_TYPES {
         return Err(format!("at most {} GPU types", limits::GPU_TYPES));
     }
@@ -310,6 +324,7 @@ mod job_tests {
             max_attempts: 1,
             cpu_millis: None,
             memory_mib: None,
+            nodes: 0,
         }
     }
 

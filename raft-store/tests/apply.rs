@@ -61,6 +61,7 @@ fn spec(gpus: u32) -> JobSpec {
         max_attempts: 2,
         cpu_millis: None,
         memory_mib: None,
+        nodes: 0,
     }
 }
 

@@ -106,6 +106,29 @@ fn log_entry() {
             serial: "0a".into(),
             reason: "x".into(),
         }),
+        entry(Command::CreateTenant {
+            tenant: gpu_raft_store::TenantRecord {
+                name: "vision".into(),
+                quotas: BTreeMap::from([(
+                    "A100".into(),
+                    gpu_raft_store::Quota {
+                        guaranteed: 4,
+                        borrow: 2,
+                    },
+                )]),
+                weight: 2,
+                default_priority: -1,
+                created_at_ms: 0,
+                updated_at_ms: 0,
+            },
+        }),
+        entry(Command::PreemptJobs {
+            preemptions: vec![gpu_raft_store::Preempt {
+                job: 1,
+                generation: 1,
+                for_job: 2,
+            }],
+        }),
     ];
     drive("log_entry", fuzz::log_entry, &samples);
 }

@@ -22,6 +22,7 @@ async fn set(
         aging_per_hour: Some(2),
         fairshare_weight: None,
         usage_half_life_s: half_life_s,
+        preemption: None,
     };
     Ok(client.set_scheduler_policy(req).await?.into_inner())
 }

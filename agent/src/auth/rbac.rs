@@ -34,6 +34,10 @@ pub enum Action<'a> {
     InjectNetworkFaults,
     /// Set and delete replicated alert rules.
     ManageAlerts,
+    /// Create or update tenant records.
+    ManageTenants,
+    /// Read a tenant's record, quotas and GPU time.
+    ReadTenant(&'a str),
 }
 
 impl Identity {
@@ -52,11 +56,15 @@ impl Identity {
                 | Action::ManageAlerts
                 | Action::JoinNode
                 | Action::ReadJob(_)
+                | Action::ReadTenant(_)
                 | Action::ReadAudit,
             ) => true,
             (Role::TenantAdmin, Action::ManageTokens) => true,
             (Role::TenantAdmin | Role::User, Action::WriteJob(t) | Action::ReadJob(t)) => own(t),
-            (Role::Viewer, Action::ReadJob(t)) => self.tenant.is_none() || own(t),
+            (Role::TenantAdmin | Role::User, Action::ReadTenant(t)) => own(t),
+            (Role::Viewer, Action::ReadJob(t) | Action::ReadTenant(t)) => {
+                self.tenant.is_none() || own(t)
+            }
             _ => false,
         };
         if allowed {
@@ -89,6 +97,8 @@ fn describe(action: Action<'_>) -> String {
         Action::ClientCertificate => "get a client certificate".into(),
         Action::ManageScheduler => "change the scheduler policy".into(),
         Action::ManageAlerts => "change alert rules".into(),
+        Action::ManageTenants => "create or update tenants".into(),
+        Action::ReadTenant(t) => format!("read tenant {t}"),
     }
 }
 
@@ -147,6 +157,18 @@ mod tests {
             (&id(Role::Node, None), Action::ClientCertificate, false),
             (&viewer, Action::ClientCertificate, true),
             (&viewer, Action::JoinNode, false),
+            (&admin, Action::ManageTenants, true),
+            (&op, Action::ManageTenants, false),
+            (&ta, Action::ManageTenants, false),
+            (&user, Action::ManageTenants, false),
+            (&op, Action::ReadTenant("a"), true),
+            (&ta, Action::ReadTenant("a"), true),
+            (&ta, Action::ReadTenant("b"), false),
+            (&user, Action::ReadTenant("a"), true),
+            (&user, Action::ReadTenant("b"), false),
+            (&viewer, Action::ReadTenant("b"), true),
+            (&tviewer, Action::ReadTenant("b"), false),
+            (&id(Role::Node, None), Action::ReadTenant("a"), false),
             (&user, Action::JoinNode, false),
         ];
         for (who, action, want) in cases {

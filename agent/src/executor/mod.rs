@@ -185,7 +185,7 @@ impl Executor {
             .iter()
             .filter(|o| o.alive)
             .filter_map(|o| jobs.get(&o.job).filter(|j| j.generation == o.generation))
-            .filter_map(|j| j.binding.as_ref())
+            .filter_map(|j| j.member_on(self.cluster.id).map(|(_, b)| b))
             .flat_map(|b| b.gpus.iter().copied())
             .collect();
         for device in self.gpus.devices() {
@@ -256,15 +256,24 @@ impl Executor {
             } => {
                 info!(job_id = job, generation, %outcome, "finished");
                 let dir = JobDir::new(&self.settings.jobs_dir, job, generation);
-                self.report(
+                // A gang member that exited 0 reports only itself: the gang succeeds when
+                // every member has. Any other end ends the whole gang.
+                let gang = jobs.get(&job).is_some_and(|j| !j.gang.is_empty());
+                let cmd = if gang && matches!(outcome, gpu_raft_store::Outcome::Exited { code: 0 })
+                {
+                    Command::GangMemberFinished {
+                        job,
+                        generation,
+                        node: self.cluster.id,
+                    }
+                } else {
                     Command::JobFinished {
                         job,
                         generation,
                         outcome,
-                    },
-                    Some(&dir),
-                )
-                .await;
+                    }
+                };
+                self.report(cmd, Some(&dir)).await;
             }
         }
     }
@@ -297,9 +306,10 @@ impl Executor {
     fn start(&self, job: &Job, dir: &JobDir, host: &Host) -> Result<Child, String> {
         dir.create()
             .map_err(|e| format!("creating {}: {e}", dir.path.display()))?;
-        let Some(binding) = job.binding.as_ref() else {
-            return Err("the job has no binding".into());
+        let Some((rank, binding)) = job.member_on(self.cluster.id) else {
+            return Err("the job has no placement on this node".into());
         };
+        let gang_env = self.cluster.state.read(|s| gang_env(s, job, rank, binding));
         let uuids: Vec<String> = self.cluster.state.read(|s| {
             let node = s.nodes.get(&binding.node);
             binding
@@ -347,6 +357,7 @@ impl Executor {
                     .collect::<Vec<_>>()
                     .join(","),
             )
+            .envs(gang_env)
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
@@ -417,12 +428,50 @@ pub fn shim_args(
     args
 }
 
+/// The distributed-training environment of a gang member (what torchrun, NCCL and Horovod
+/// read), empty for a single-node job. Every member agrees on it: the rendezvous is member 0's
+/// host and a port derived from the job id (29500 + id mod 1000); one process per node, so
+/// `RANK` is the node's first global rank and `LOCAL_RANK` 0.
+pub(crate) fn gang_env(
+    state: &ClusterState,
+    job: &Job,
+    rank: usize,
+    member: &gpu_raft_store::Binding,
+) -> Vec<(&'static str, String)> {
+    if job.gang.is_empty() {
+        return Vec::new();
+    }
+    let master = job
+        .gang
+        .first()
+        .and_then(|m| state.nodes.get(&m.node))
+        .map(|n| {
+            n.addr
+                .rsplit_once(':')
+                .map_or(n.addr.as_str(), |(host, _)| host)
+                .trim_matches(['[', ']'])
+                .to_owned()
+        })
+        .unwrap_or_default();
+    let per = member.gpus.len();
+    vec![
+        ("MASTER_ADDR", master),
+        ("MASTER_PORT", (29_500 + job.id % 1000).to_string()),
+        ("WORLD_SIZE", (per * job.gang.len()).to_string()),
+        ("RANK", (rank * per).to_string()),
+        ("NODE_RANK", rank.to_string()),
+        ("LOCAL_RANK", "0".to_owned()),
+        ("GPUMESH_NNODES", job.gang.len().to_string()),
+        ("GPUMESH_GPUS_PER_NODE", per.to_string()),
+    ]
+}
+
 /// This node's live placements, plus the jobs they belong to.
 fn desired_runs(state: &ClusterState, me: NodeId) -> (Vec<Desired>, HashMap<JobId, Job>) {
     let mine: Vec<&Job> = state
         .jobs
         .values()
-        .filter(|j| j.state.is_live() && j.binding.as_ref().is_some_and(|b| b.node == me))
+        .filter(|j| j.state.is_live() && j.on_node(me))
         .collect();
     let desired = mine
         .iter()
@@ -438,9 +487,7 @@ fn desired_runs(state: &ClusterState, me: NodeId) -> (Vec<Desired>, HashMap<JobI
     let jobs = state
         .jobs
         .values()
-        .filter(|j| {
-            j.binding.as_ref().is_some_and(|b| b.node == me) || j.state == JobState::Pending
-        })
+        .filter(|j| j.on_node(me) || j.state == JobState::Pending)
         .map(|j| (j.id, j.clone()))
         .collect();
     (desired, jobs)

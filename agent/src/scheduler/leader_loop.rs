@@ -1,16 +1,18 @@
 //! The leader-only scheduling loop: plan on every applied change (and on a tick) with the
 //! replicated scheduler settings and the leader's clock as "now", propose the
-//! placements as one `BindJobs` entry and the new pending reasons as one `NoteUnschedulable`.
+//! placements as one `BindJobs` entry and the new pending reasons as one `NoteUnschedulable`;
+//! when nothing could be placed and preemption is on, the runs to stop as one `PreemptJobs`.
 
 use std::time::Duration;
 
 use gpu_raft_store::{ApplyResult, Command};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use super::env::PlanEnv;
 use super::plan::plan;
 use super::policy::Policy;
+use super::preempt::preemptions;
 use crate::cluster::Cluster;
 
 pub struct Scheduler {
@@ -34,13 +36,41 @@ impl Scheduler {
                 continue;
             }
             let now_ms = crate::cluster::now_ms();
-            let pass = self.cluster.state.read(|s| {
+            let (pass, preempt) = self.cluster.state.read(|s| {
                 // The replicated settings decide ordering and backfill; `self.policy` keeps
                 // the agent-local knobs (batch size).
                 let policy = self.policy.with_settings(&s.scheduler);
                 let env = PlanEnv::from_state(s, &policy, now_ms);
-                plan(s, &policy, &env)
+                let pass = plan(s, &policy, &env);
+                // Preempt only when nothing can be placed the ordinary way.
+                let preempt = if pass.binds.is_empty() {
+                    preemptions(s, &policy, &env)
+                } else {
+                    Vec::new()
+                };
+                (pass, preempt)
             });
+            if !preempt.is_empty() {
+                match self
+                    .cluster
+                    .write(Command::PreemptJobs {
+                        preemptions: preempt,
+                    })
+                    .await
+                {
+                    Ok(ApplyResult::Preempted {
+                        preempted,
+                        rejected,
+                    }) => {
+                        info!(?preempted, rejected = rejected.len(), "preempting");
+                        for (job_id, reason) in rejected {
+                            debug!(job_id, %reason, "preemption refused by apply");
+                        }
+                    }
+                    Ok(other) => warn!(?other, "unexpected result for a preemption batch"),
+                    Err(e) => warn!(error = %e, "could not propose preemptions"),
+                }
+            }
             if !pass.binds.is_empty() {
                 match self
                     .cluster

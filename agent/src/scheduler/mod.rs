@@ -4,6 +4,9 @@
 
 mod backfill;
 mod env;
+mod explain;
+#[cfg(test)]
+mod gang_tests;
 mod history;
 mod leader_loop;
 mod order;
@@ -12,14 +15,22 @@ mod plan;
 mod policy;
 #[cfg(test)]
 mod policy_tests;
+mod preempt;
+#[cfg(test)]
+mod preempt_tests;
+mod quota;
+#[cfg(test)]
+mod quota_tests;
 #[cfg(test)]
 pub(crate) mod testkit;
 mod usage;
 
 pub use backfill::Reservation;
 pub use env::PlanEnv;
+pub use explain::{Explanation, explain, planning_copy};
 pub use history::RuntimeHistory;
 pub use leader_loop::Scheduler;
 pub use plan::{Plan, plan};
 pub use policy::{Backfill, BadPolicy, DEFAULT_HALF_LIFE_MS, Ordering, Policy};
+pub use preempt::preemptions;
 pub use usage::TenantUsage;

@@ -114,8 +114,7 @@ fn usage_shares(state: &ClusterState, env: &PlanEnv) -> HashMap<String, f64> {
 
 /// Tenants take turns: the tenant with the least load (GPUs it holds, counting the jobs
 /// already ahead of it in this queue, plus its decayed past usage in GPU-equivalents) goes
-/// next; inside a tenant, priority then submission order. Every tenant weighs the same until
-/// tenants carry weights.
+/// next, its load divided by its weight; inside a tenant, priority then submission order.
 fn fair_share<'a>(state: &'a ClusterState, env: &PlanEnv, pending: Vec<&'a Job>) -> Vec<&'a Job> {
     let usage = env.usage.at(state, env.now_ms);
     let mut held: HashMap<&str, f64> = HashMap::new();
@@ -129,7 +128,11 @@ fn fair_share<'a>(state: &'a ClusterState, env: &PlanEnv, pending: Vec<&'a Job>)
             .or_default()
             .push(j);
     }
-    let load = |t: &str| usage.get(t).copied().unwrap_or(0.0) + held.get(t).copied().unwrap_or(0.0);
+    // A tenant's load counts per unit of its weight (1 without a record).
+    let weight = |t: &str| f64::from(state.tenants.get(t).map_or(1, |r| r.weight.max(1)));
+    let load = |t: &str| {
+        (usage.get(t).copied().unwrap_or(0.0) + held.get(t).copied().unwrap_or(0.0)) / weight(t)
+    };
     let total = per_tenant.values().map(Vec::len).sum();
     // Each tenant's queue reversed, so its next job is at the end.
     for q in per_tenant.values_mut() {
@@ -147,7 +150,8 @@ fn fair_share<'a>(state: &'a ClusterState, env: &PlanEnv, pending: Vec<&'a Job>)
         let Some(job) = q.pop() else { continue };
         out.push(job);
         if !q.is_empty() {
-            turns.push(Reverse((Load(l + f64::from(job.spec.gpus.max(1))), tenant)));
+            let step = f64::from(job.spec.gpus.max(1)) / weight(tenant);
+            turns.push(Reverse((Load(l + step), tenant)));
         }
     }
     out

@@ -74,6 +74,9 @@ impl<'a> Nodes<'a> {
 
     /// The best placement for `spec` now, avoiding the slot `avoid` if given.
     pub fn find(&self, spec: &JobSpec, gangs: bool, avoid: Option<usize>) -> Option<Placement> {
+        if spec.nodes > 1 {
+            return self.find_even_gang(spec, avoid);
+        }
         let want = spec.gpus as usize;
         if want <= self.max_free()
             && let Some(single) = self.find_single(spec, avoid)
@@ -145,6 +148,49 @@ impl<'a> Nodes<'a> {
         (left == 0).then_some(parts)
     }
 
+    /// A gang the job asked for (`--nodes K`): K distinct nodes with `gpus / K` matching free
+    /// GPUs each, the tightest fits first (big holes stay for big jobs), in node id order on
+    /// ties; member 0 (the rank-0 node) is the first. All or nothing.
+    fn find_even_gang(&self, spec: &JobSpec, avoid: Option<usize>) -> Option<Placement> {
+        let per = spec.gpus_per_node() as usize;
+        let k = spec.node_count() as usize;
+        let mut fits: Vec<(usize, usize)> = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|(i, s)| Some(*i) != avoid && selector_matches(spec, &s.labels))
+            .map(|(i, s)| (matching_free(s, spec), i))
+            .filter(|(m, _)| *m >= per)
+            .collect();
+        if fits.len() < k {
+            return None;
+        }
+        fits.sort_unstable();
+        Some(
+            fits.into_iter()
+                .take(k)
+                .map(|(_, i)| {
+                    let fitting: Vec<&GpuRecord> = self.slots[i]
+                        .free
+                        .iter()
+                        .copied()
+                        .filter(|g| gpu_fits(g, spec))
+                        .collect();
+                    (i, pick_gpus(&fitting, per))
+                })
+                .collect(),
+        )
+    }
+
+    /// Eligible nodes with at least `per` matching GPUs, free or not (for a gang's nodes).
+    pub fn nodes_with_capacity(&self, spec: &JobSpec, per: usize) -> usize {
+        self.slots
+            .iter()
+            .filter(|s| selector_matches(spec, &s.labels))
+            .filter(|s| s.all.iter().filter(|g| gpu_fits(g, spec)).count() >= per)
+            .count()
+    }
+
     /// The most GPUs matching `spec` that any one eligible node has, free or not.
     pub fn largest_capacity(&self, spec: &JobSpec) -> usize {
         if is_plain(spec) {
@@ -160,6 +206,10 @@ impl<'a> Nodes<'a> {
 
     /// Whether `spec` could be placed on an otherwise empty cluster.
     pub fn could_ever_fit(&self, spec: &JobSpec, gangs: bool) -> bool {
+        if spec.nodes > 1 {
+            let per = spec.gpus_per_node() as usize;
+            return self.nodes_with_capacity(spec, per) >= spec.node_count() as usize;
+        }
         let want = spec.gpus as usize;
         let eligible = || {
             self.slots

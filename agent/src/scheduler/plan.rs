@@ -3,15 +3,17 @@
 //! call it. The queue order comes from `order.rs`, where a job goes from `placement.rs`, and
 //! what a job that does not fit does to the ones behind it from the policy's `Backfill`.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
-use gpu_raft_store::{Bind, ClusterState, JobId, JobSpec};
+use gpu_raft_store::{Bind, ClusterState, JobId, JobSpec, gpu_fits};
 
 use super::backfill::{self, Holding, Reservation};
 use super::env::PlanEnv;
 use super::order;
 use super::placement::{Nodes, is_plain, selector_matches};
 use super::policy::{Backfill, Policy};
+use super::quota::{Admission, QuotaBook, restrict};
 
 /// One pass's result: placements to propose, and new reasons for jobs that stay pending.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -32,7 +34,8 @@ pub fn plan(state: &ClusterState, policy: &Policy, env: &PlanEnv) -> Plan {
     let gangs = policy.multi_node_gangs;
     let unconstrained_capacity = Capacity::of(&nodes);
     let mut started: Vec<Holding> = Vec::new();
-    let mut reservation: Option<(Reservation, &JobSpec)> = None;
+    let mut reservation: Option<(Reservation, Cow<'_, JobSpec>)> = None;
+    let mut quotas = QuotaBook::new(state);
     let mut blocked_by: Option<JobId> = None;
     // Free GPUs only shrink during a pass, so for plain single-node jobs (no GPU type, memory
     // or node selector) failure is monotone in size: once a size finds no room, or is held
@@ -45,12 +48,19 @@ pub fn plan(state: &ClusterState, policy: &Policy, env: &PlanEnv) -> Plan {
         if out.binds.len() >= policy.max_binds_per_pass {
             break;
         }
-        let spec = &job.spec;
         let note = |out: &mut Plan, reason: String| {
             if policy.explain && job.reason.as_deref() != Some(reason.as_str()) {
                 out.unschedulable.push((job.id, reason));
             }
         };
+        if super::preempt::waits_for_beneficiary(state, job) {
+            let by = job.preempted_for.unwrap_or_default();
+            note(
+                &mut out,
+                format!("preempted for j-{by}: waits until j-{by} has started"),
+            );
+            continue;
+        }
         if let Some(head) = blocked_by {
             if !policy.explain {
                 break;
@@ -61,6 +71,17 @@ pub fn plan(state: &ClusterState, policy: &Policy, env: &PlanEnv) -> Plan {
             );
             continue;
         }
+        // A tenant at its quota for some GPU types may only use the others; at its quota for
+        // all it waits, without holding up the queue behind it.
+        let spec: Cow<'_, JobSpec> = match quotas.admit(&job.spec) {
+            Admission::Unlimited => Cow::Borrowed(&job.spec),
+            Admission::Only(types) => Cow::Owned(restrict(&job.spec, types)),
+            Admission::OverQuota(reason) => {
+                note(&mut out, reason);
+                continue;
+            }
+        };
+        let spec = spec.as_ref();
         let want = spec.gpus as usize;
         if !policy.explain && want > 0 && nodes.total_free() == 0 {
             // Nothing with GPUs can start; only CPU-only jobs could still be placed.
@@ -69,8 +90,15 @@ pub fn plan(state: &ClusterState, policy: &Policy, env: &PlanEnv) -> Plan {
             }
             continue;
         }
-        let memo = is_plain(spec) && want <= unconstrained_capacity.largest;
-        let may_fit = want <= nodes.max_free() || (gangs && want <= nodes.total_free());
+        // A gang the job asked for (`nodes` > 1) has its own shape: no size memo, and it
+        // needs its per-node share on enough nodes.
+        let asked_gang = spec.nodes > 1;
+        let memo = !asked_gang && is_plain(spec) && want <= unconstrained_capacity.largest;
+        let may_fit = if asked_gang {
+            spec.gpus_per_node() as usize <= nodes.max_free() && want <= nodes.total_free()
+        } else {
+            want <= nodes.max_free() || (gangs && want <= nodes.total_free())
+        };
         let found = if may_fit && !(memo && want >= no_room_from) {
             nodes.find(spec, gangs, None)
         } else {
@@ -80,7 +108,10 @@ pub fn plan(state: &ClusterState, policy: &Policy, env: &PlanEnv) -> Plan {
             no_room_from = no_room_from.min(want);
         }
         let Some(mut placement) = found else {
-            let holds_queue = policy.backfill != Backfill::Greedy && reservation.is_none();
+            // A gang asked for does not hold the queue (no reservation is computed for its
+            // shape): it starts when enough nodes are free at once.
+            let holds_queue =
+                !asked_gang && policy.backfill != Backfill::Greedy && reservation.is_none();
             if !(policy.explain || holds_queue) {
                 continue;
             }
@@ -96,7 +127,7 @@ pub fn plan(state: &ClusterState, policy: &Policy, env: &PlanEnv) -> Plan {
                     })
                     .flatten();
                 match reserved {
-                    Some(r) => reservation = Some((r, spec)),
+                    Some(r) => reservation = Some((r, Cow::Owned(spec.clone()))),
                     None => blocked_by = Some(job.id),
                 }
             }
@@ -108,6 +139,7 @@ pub fn plan(state: &ClusterState, policy: &Policy, env: &PlanEnv) -> Plan {
             .map(|e| env.now_ms.saturating_add(e));
         if let Some((r, head)) = reservation.as_mut() {
             let outlasts = end_ms.is_none_or(|end| end > r.start_ms);
+            let head: &JobSpec = head;
             let memo = memo && outlasts && is_plain(head);
             let admitted = !(memo && want >= held_from)
                 && backfill::admit(r, head, &nodes, &placement, end_ms)
@@ -136,6 +168,14 @@ pub fn plan(state: &ClusterState, policy: &Policy, env: &PlanEnv) -> Plan {
             }
         }
         nodes.take(&placement);
+        for (slot, gpus) in &placement {
+            let all = &nodes.slots[*slot].all;
+            let types = gpus
+                .iter()
+                .filter_map(|i| all.iter().find(|g| g.index == *i))
+                .map(|g| g.gpu_type.as_str());
+            quotas.take(&job.spec.tenant, types);
+        }
         for (slot, gpus) in placement {
             if policy.backfill == Backfill::Easy {
                 started.push(Holding {
@@ -207,7 +247,7 @@ impl Capacity {
     }
 
     fn could_ever_fit(&self, nodes: &Nodes<'_>, spec: &JobSpec, gangs: bool) -> bool {
-        if !is_plain(spec) {
+        if !is_plain(spec) || spec.nodes > 1 {
             return nodes.could_ever_fit(spec, gangs);
         }
         let want = spec.gpus as usize;
@@ -229,9 +269,37 @@ fn why_unplaceable(spec: &JobSpec, nodes: &Nodes<'_>) -> String {
             "no schedulable node matches the node selector".to_owned()
         };
     }
+    if spec.nodes > 1 {
+        let (k, per) = (spec.node_count(), spec.gpus_per_node());
+        let able = nodes.nodes_with_capacity(spec, per as usize);
+        let each = describe(&JobSpec {
+            gpus: per,
+            nodes: 0,
+            ..spec.clone()
+        });
+        return if able < k as usize {
+            format!("gang of {k} nodes: only {able} schedulable nodes have {each} each")
+        } else {
+            format!(
+                "gang of {k} nodes not yet satisfiable: waiting for {k} nodes with {each} free at once"
+            )
+        };
+    }
     let largest = nodes.largest_capacity(spec);
-    if largest < spec.gpus as usize {
-        format!("no schedulable node has {what} (the most any has is {largest})")
+    let want = spec.gpus as usize;
+    if largest < want {
+        return format!("no schedulable node has {what} (the most any has is {largest})");
+    }
+    let free: usize = nodes
+        .slots
+        .iter()
+        .filter(|n| selector_matches(spec, &n.labels))
+        .map(|n| n.free.iter().filter(|g| gpu_fits(g, spec)).count())
+        .sum();
+    if want > 1 && free >= want {
+        format!(
+            "waiting for {what} on one node: {free} matching GPUs are free, but spread over several nodes (fragmentation)"
+        )
     } else {
         format!("waiting for {what} to be free")
     }
@@ -256,7 +324,7 @@ fn describe(spec: &JobSpec) -> String {
 mod tests {
     use std::collections::BTreeMap;
 
-    use gpu_raft_store::{ApplyResult, Command, JobSpec, gpu_fits};
+    use gpu_raft_store::{ApplyResult, Command, JobSpec};
     use proptest::prelude::*;
 
     use super::*;
@@ -364,6 +432,31 @@ mod tests {
             },
         );
         assert!(plan_default(&s).unschedulable.is_empty());
+    }
+
+    #[test]
+    fn fragmentation_is_named() {
+        let mut s = ClusterState::new();
+        node(&mut s, 1, (0..2).map(|i| gpu(i, "A100", 0)).collect());
+        node(&mut s, 2, (0..2).map(|i| gpu(i, "A100", 0)).collect());
+        submit(&mut s, spec(1, 0));
+        submit(&mut s, spec(1, 0));
+        let binds = (1..=2)
+            .map(|n| Bind {
+                job: n,
+                node: n,
+                gpus: vec![0],
+            })
+            .collect();
+        apply(&mut s, Command::BindJobs { binds });
+        submit(&mut s, spec(2, 0));
+        assert_eq!(
+            plan_default(&s).unschedulable,
+            vec![(
+                3,
+                "waiting for 2 GPUs on one node: 2 matching GPUs are free, but spread over several nodes (fragmentation)".to_owned()
+            )]
+        );
     }
 
     #[test]

@@ -22,8 +22,9 @@ pub struct Policy {
     pub usage_half_life_ms: u64,
     /// Use runtime predictions from history when a job has no estimate of its own.
     pub predict: bool,
-    /// Place jobs larger than any node on several nodes, all or nothing. Off in the agent:
-    /// a replicated `Bind` names one node. The simulator turns it on.
+    /// Place jobs larger than any node on several nodes, all or nothing, split however the
+    /// free GPUs allow (the trace's jobs name no node count). Off in the agent, where a gang
+    /// is asked for (`JobSpec::nodes`) and split evenly; the simulator turns it on.
     pub multi_node_gangs: bool,
     /// Compute user-facing reasons for jobs left pending (the simulator does not need them).
     pub explain: bool,

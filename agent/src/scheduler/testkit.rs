@@ -67,6 +67,7 @@ pub fn spec(gpus: u32, priority: i32) -> JobSpec {
         max_attempts: 1,
         cpu_millis: None,
         memory_mib: None,
+        nodes: 0,
     }
 }
 

@@ -55,6 +55,7 @@ pub fn run(
             max_attempts: 1,
             cpu_millis: None,
             memory_mib: None,
+            nodes: 0,
         };
         state.apply(&LogEntry {
             proposed_at_ms: i as u64,

@@ -316,6 +316,7 @@ fn pending_job(id: JobId, t: &TraceJob, estimates: Estimates) -> Job {
             max_attempts: 1,
             cpu_millis: None,
             memory_mib: None,
+            nodes: 0,
         },
         idempotency_key: None,
         state: JobState::Pending,
@@ -330,6 +331,10 @@ fn pending_job(id: JobId, t: &TraceJob, estimates: Estimates) -> Job {
         bound_at_ms: None,
         started_at_ms: None,
         finished_at_ms: None,
+        gpu_ms: Default::default(),
+        preempted_for: None,
+        gang: Vec::new(),
+        gang_done: Default::default(),
     }
 }
 

@@ -29,7 +29,7 @@ pub struct Summary {
     /// tenant is slowed down alike, 1/n when one tenant gets all the service.
     pub jain_fairness: f64,
     pub fragmentation_gpu_h: f64,
-    /// Always 0: the scheduler does not preempt yet.
+    /// Always 0: the replay does not run the preemption pass (the leader does, when enabled).
     pub preemptions: u64,
     /// Jobs for which history had a prediction when they started.
     pub prediction_coverage: f64,

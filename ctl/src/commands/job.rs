@@ -1,4 +1,4 @@
-//! `gpuctl job submit|list|get|cancel|logs|wait`.
+//! `gpuctl job submit|list|get|cancel|logs|wait` (`why`: see `job_why.rs`).
 //!
 //! JSON (stable):
 //! - a job (`get`, `cancel`, `wait`; `list` prints an array of them) is
@@ -8,7 +8,9 @@
 //!   "min_gpu_memory_mib", "node_selector": {k: v}, "priority", "runtime_estimate_s" (null when
 //!   not given), "wall_time_limit_s" (null when none), "max_attempts", "cpu_millis" and
 //!   "memory_mib" (null when no limit), "idempotency_key",
-//!   "submitted_at_ms", "attempts", "generation", "node_id" (null before placement),
+//!   "nodes" (1, or the gang's size), "submitted_at_ms", "attempts", "generation", "node_id"
+//!   (null before placement; a gang's rank-0 node), "gang_nodes": [node id] (a gang's nodes in
+//!   rank order; [] otherwise),
 //!   "bound_gpus": [index], "gpu_uuids": [uuid], "reason" (why pending or why failed; ""),
 //!   "outcome" (how the last run ended, in words; ""), "exit_code", "signal", "bound_at_ms",
 //!   "started_at_ms", "finished_at_ms" (each null when unknown), "cancel_requested",
@@ -27,7 +29,7 @@ use gpu_proto::v1::job_service_client::JobServiceClient;
 use serde_json::Value;
 
 use super::job_view::{jobs_table, render_one};
-use super::{Answer, Ctx, Failure, job_logs, job_submit, job_wait};
+use super::{Answer, Ctx, Failure, job_logs, job_submit, job_wait, job_why};
 use crate::cli::{JobStateArg, JobVerb, Output};
 use crate::output;
 
@@ -85,6 +87,7 @@ pub async fn run(ctx: &Ctx, verb: JobVerb) -> Result<Answer, Failure> {
                 .await?;
             Ok(Answer::ok(render_one(ctx.output, &job)))
         }
+        JobVerb::Why { id, stale } => job_why::run(ctx, id, stale, now_ms()).await,
         JobVerb::Logs { id, follow, stderr } => job_logs::run(ctx, id, follow, stderr).await,
         JobVerb::Wait { id } => job_wait::run(ctx, id).await,
     }

@@ -71,7 +71,11 @@ fn request(
         command: args.command,
         env: unique_map("--env", args.env)?,
         workdir: args.workdir.unwrap_or_default(),
-        gpus: args.gpus,
+        gpus: match args.gpus_per_node {
+            Some(per) => per.saturating_mul(args.nodes.max(1)),
+            None => args.gpus,
+        },
+        nodes: args.nodes,
         gpu_types: args.gpu_types,
         min_gpu_memory_mib: args.min_gpu_memory.unwrap_or(0),
         node_selector: unique_map("--selector", args.selectors)?,

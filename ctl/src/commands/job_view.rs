@@ -70,7 +70,7 @@ pub fn job_json(j: &pb::Job) -> Value {
         "gpu_types": spec.gpu_types,
         "min_gpu_memory_mib": spec.min_gpu_memory_mib,
         "node_selector": selector,
-        "priority": spec.priority,
+        "priority": spec.priority.unwrap_or(0),
         "runtime_estimate_s": spec.runtime_estimate_s,
         "wall_time_limit_s": spec.wall_time_limit_s,
         "max_attempts": spec.max_attempts.max(1),
@@ -85,6 +85,8 @@ pub fn job_json(j: &pb::Job) -> Value {
         "attempts": j.attempts,
         "generation": j.generation,
         "node_id": j.node_id,
+        "gang_nodes": j.gang_nodes,
+        "nodes": spec.nodes.max(1),
         "bound_gpus": j.gpus,
         "gpu_uuids": j.gpu_uuids,
         "reason": j.reason,
@@ -183,14 +185,19 @@ pub fn job_block(j: &pb::Job) -> String {
     lines.extend([
         (
             "Node",
-            j.node_id.map_or_else(|| "-".into(), |n| format!("n{n}")),
+            if j.gang_nodes.is_empty() {
+                j.node_id.map_or_else(|| "-".into(), |n| format!("n{n}"))
+            } else {
+                let nodes: Vec<String> = j.gang_nodes.iter().map(|n| format!("n{n}")).collect();
+                format!("gang {} (rank order)", nodes.join(","))
+            },
         ),
         ("Bound GPUs", bound_gpus(j)),
         (
             "Attempts",
             format!("{}/{}", j.attempts, spec.max_attempts.max(1)),
         ),
-        ("Priority", spec.priority.to_string()),
+        ("Priority", spec.priority.unwrap_or(0).to_string()),
         ("Reason", or_dash(&j.reason)),
         ("Outcome", or_dash(&j.outcome)),
         ("Submitted", units::rfc3339(j.submitted_at_ms)),
@@ -293,7 +300,8 @@ pub mod tests {
                 gpu_types: vec!["A100".into(), "H100".into()],
                 min_gpu_memory_mib: 40_960,
                 node_selector: [("zone".to_owned(), "a".to_owned())].into_iter().collect(),
-                priority: -5,
+                priority: Some(-5),
+                nodes: 0,
                 runtime_estimate_s: Some(5400),
                 wall_time_limit_s: None,
                 max_attempts: 3,
@@ -317,6 +325,7 @@ pub mod tests {
             finished_at_ms: None,
             cancel_requested: true,
             energy_mj: 5_400_000,
+            gang_nodes: vec![],
         }
     }
 
@@ -488,6 +497,7 @@ pub mod tests {
               },
               "exit_code": null,
               "finished_at_ms": null,
+              "gang_nodes": [],
               "generation": 7,
               "gpu_types": [
                 "A100",
@@ -508,6 +518,7 @@ pub mod tests {
               "node_selector": {
                 "zone": "a"
               },
+              "nodes": 1,
               "outcome": "",
               "priority": -5,
               "reason": "",

@@ -11,8 +11,10 @@ mod job_logs;
 mod job_submit;
 mod job_view;
 mod job_wait;
+mod job_why;
 pub mod node;
 pub mod scheduler;
+pub mod tenant;
 pub mod token;
 pub mod top;
 

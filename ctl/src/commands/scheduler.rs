@@ -1,8 +1,9 @@
 //! `gpuctl scheduler status|policy set`.
 //!
 //! JSON (stable): both print `{"policy": {"spec", "ordering", "backfill", "aging_per_hour",
-//! "fairshare_weight", "usage_half_life_s"}, "pending_jobs", "running_jobs", "gpus_total",
-//! "gpus_free"}` (`policy set` prints the status after the change).
+//! "fairshare_weight", "usage_half_life_s", "preemption" ("off"|"reclaim"|"priority")},
+//! "pending_jobs", "running_jobs", "gpus_total", "gpus_free"}` (`policy set` prints the status
+//! after the change).
 
 use gpu_proto::v1 as pb;
 use gpu_proto::v1::scheduler_service_client::SchedulerServiceClient;
@@ -30,12 +31,14 @@ pub async fn run(ctx: &Ctx, verb: SchedulerVerb) -> Result<Answer, Failure> {
             aging_per_hour,
             fairshare_weight,
             usage_half_life,
+            preemption,
         }) => {
             let req = pb::SetSchedulerPolicyRequest {
                 policy,
                 aging_per_hour,
                 fairshare_weight,
                 usage_half_life_s: usage_half_life,
+                preemption,
             };
             ctx.endpoints
                 .call(|ch| {
@@ -67,6 +70,7 @@ fn status_json(s: &pb::SchedulerStatus) -> Value {
             "aging_per_hour": p.aging_per_hour,
             "fairshare_weight": p.fairshare_weight,
             "usage_half_life_s": p.usage_half_life_s,
+            "preemption": p.preemption,
         },
         "pending_jobs": s.pending_jobs,
         "running_jobs": s.running_jobs,
@@ -85,6 +89,7 @@ fn status_table(s: &pb::SchedulerStatus) -> String {
             "usage half-life".into(),
             units::format_duration(std::time::Duration::from_secs(p.usage_half_life_s)),
         ],
+        vec!["preemption".into(), p.preemption],
         vec!["pending jobs".into(), s.pending_jobs.to_string()],
         vec!["running jobs".into(), s.running_jobs.to_string()],
         vec![

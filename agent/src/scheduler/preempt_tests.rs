@@ -1,0 +1,243 @@
+//! Preemption in the pure core and in `apply`: only downward, quota reclaim from borrowers,
+//! never for a borrower, one round at a time, the victim requeued without using an attempt and
+//! held back until the job it made room for has started.
+
+use gpu_raft_store::scheduler::Preemption;
+use gpu_raft_store::tenant::{Quota, TenantRecord};
+use gpu_raft_store::{
+    ApplyResult, Bind, ClusterState, Command, JobId, JobSpec, JobState, Outcome, Preempt,
+    SchedulerSettings,
+};
+
+use super::testkit::{apply, gpu, node, spec, submit};
+use super::{PlanEnv, Policy, plan, preemptions};
+
+fn cluster(mode: Preemption, gpus: u32) -> ClusterState {
+    let mut s = ClusterState::new();
+    node(&mut s, 1, (0..gpus).map(|i| gpu(i, "A100", 0)).collect());
+    apply(
+        &mut s,
+        Command::SetSchedulerPolicy {
+            settings: SchedulerSettings {
+                preemption: mode,
+                ..SchedulerSettings::default()
+            },
+        },
+    );
+    s
+}
+
+fn tenant(s: &mut ClusterState, name: &str, guaranteed: u32, borrow: u32) {
+    let quotas = [("A100".to_owned(), Quota { guaranteed, borrow })].into();
+    apply(
+        s,
+        Command::CreateTenant {
+            tenant: TenantRecord {
+                name: name.into(),
+                quotas,
+                weight: 1,
+                default_priority: 0,
+                created_at_ms: 0,
+                updated_at_ms: 0,
+            },
+        },
+    );
+}
+
+fn job(tenant: &str, gpus: u32, priority: i32) -> JobSpec {
+    JobSpec {
+        tenant: tenant.into(),
+        ..spec(gpus, priority)
+    }
+}
+
+/// Plan one pass and apply its binds.
+fn pass(s: &mut ClusterState) {
+    let policy = Policy::default().with_settings(&s.scheduler);
+    let binds = plan(s, &policy, &PlanEnv::new(1, &policy)).binds;
+    apply(s, Command::BindJobs { binds });
+}
+
+fn victims(s: &ClusterState) -> Vec<Preempt> {
+    let policy = Policy::default().with_settings(&s.scheduler);
+    preemptions(s, &policy, &PlanEnv::new(1, &policy))
+}
+
+fn preempt(job: JobId, generation: u64, for_job: JobId) -> Preempt {
+    Preempt {
+        job,
+        generation,
+        for_job,
+    }
+}
+
+#[test]
+fn a_higher_priority_job_preempts_a_lower_one_and_never_upward() {
+    let mut s = cluster(Preemption::Priority, 2);
+    submit(&mut s, job("t", 2, 0));
+    pass(&mut s);
+    submit(&mut s, job("t", 2, 5));
+    submit(&mut s, job("t", 2, 0));
+    assert_eq!(
+        victims(&s),
+        vec![preempt(1, 1, 2)],
+        "j-3 (priority 0) gets nothing"
+    );
+
+    // Equal priority is not enough; neither is reclaim mode without quotas.
+    let mut same = cluster(Preemption::Priority, 2);
+    submit(&mut same, job("t", 2, 5));
+    pass(&mut same);
+    submit(&mut same, job("t", 2, 5));
+    assert_eq!(victims(&same), vec![]);
+    let mut reclaim_only = cluster(Preemption::Reclaim, 2);
+    submit(&mut reclaim_only, job("t", 2, 0));
+    pass(&mut reclaim_only);
+    submit(&mut reclaim_only, job("t", 2, 5));
+    assert_eq!(victims(&reclaim_only), vec![]);
+    // Off: nothing, and apply refuses a hand-made preemption.
+    let mut off = cluster(Preemption::Off, 2);
+    submit(&mut off, job("t", 2, 0));
+    pass(&mut off);
+    submit(&mut off, job("t", 2, 5));
+    assert_eq!(victims(&off), vec![]);
+    let before = off.clone();
+    let r = apply(
+        &mut off,
+        Command::PreemptJobs {
+            preemptions: vec![preempt(1, 1, 2)],
+        },
+    );
+    assert!(
+        matches!(&r, ApplyResult::Preempted { preempted, .. } if preempted.is_empty()),
+        "{r:?}"
+    );
+    assert_eq!(off, before);
+}
+
+#[test]
+fn apply_refuses_upward_and_stale_preemptions_with_nothing_changed() {
+    let mut s = cluster(Preemption::Priority, 2);
+    submit(&mut s, job("t", 2, 5));
+    pass(&mut s);
+    submit(&mut s, job("t", 2, 0));
+    let before = s.clone();
+    for bad in [
+        preempt(1, 1, 2), // upward: 5 for 0
+        preempt(1, 7, 2), // stale generation
+        preempt(2, 0, 1), // the "victim" is pending, the "beneficiary" running
+        preempt(9, 1, 2), // unknown
+    ] {
+        let r = apply(
+            &mut s,
+            Command::PreemptJobs {
+                preemptions: vec![bad.clone()],
+            },
+        );
+        let ApplyResult::Preempted {
+            preempted,
+            rejected,
+        } = r
+        else {
+            panic!("{r:?}");
+        };
+        assert!(preempted.is_empty() && rejected.len() == 1, "{bad:?}");
+        assert_eq!(s, before, "{bad:?} changed the state");
+    }
+}
+
+#[test]
+fn reclaim_takes_back_from_borrowers_and_never_serves_one() {
+    // a is guaranteed 2 and borrows 2 more; c is guaranteed 2 and holds none.
+    let mut s = cluster(Preemption::Reclaim, 4);
+    tenant(&mut s, "a", 2, 2);
+    tenant(&mut s, "c", 2, 0);
+    for _ in 0..4 {
+        submit(&mut s, job("a", 1, 9));
+    }
+    pass(&mut s);
+    submit(&mut s, job("c", 2, 0)); // j-5: within c's guarantee
+    let v = victims(&s);
+    assert_eq!(v.len(), 2, "{v:?}");
+    assert!(v.iter().all(|p| p.for_job == 5), "{v:?}");
+
+    // A job that would make its tenant borrow never preempts, whatever its priority.
+    let mut s = cluster(Preemption::Priority, 2);
+    tenant(&mut s, "borrower", 0, 4);
+    submit(&mut s, job("other", 2, 0));
+    pass(&mut s);
+    submit(&mut s, job("borrower", 2, 100));
+    assert_eq!(victims(&s), vec![]);
+    let r = apply(
+        &mut s,
+        Command::PreemptJobs {
+            preemptions: vec![preempt(1, 1, 2)],
+        },
+    );
+    let ApplyResult::Preempted { rejected, .. } = r else {
+        panic!("{r:?}");
+    };
+    assert!(rejected[0].1.contains("borrow"), "{rejected:?}");
+}
+
+#[test]
+fn the_victim_is_requeued_without_using_an_attempt_and_waits_for_the_beneficiary() {
+    let mut s = cluster(Preemption::Priority, 2);
+    submit(&mut s, job("t", 2, 0));
+    pass(&mut s);
+    submit(&mut s, job("t", 2, 5));
+    let v = victims(&s);
+    apply(&mut s, Command::PreemptJobs { preemptions: v });
+    assert!(s.jobs[&1].evict_requested);
+    assert_eq!(victims(&s), vec![], "one round at a time");
+    // The executor stops it (SIGTERM, grace) and reports the eviction.
+    apply(
+        &mut s,
+        Command::JobFinished {
+            job: 1,
+            generation: 1,
+            outcome: Outcome::Evicted,
+        },
+    );
+    let low = &s.jobs[&1];
+    assert_eq!((low.state, low.attempts), (JobState::Pending, 0));
+    assert_eq!(low.reason.as_deref(), Some("requeued: preempted for j-2"));
+    // The next pass places j-2, not j-1 (which is older and would come first otherwise).
+    let policy = Policy::default().with_settings(&s.scheduler);
+    let fcfs = Policy {
+        ordering: super::Ordering::Fcfs,
+        ..policy
+    };
+    let p = plan(&s, &fcfs, &PlanEnv::new(1, &fcfs));
+    assert_eq!(
+        p.binds,
+        vec![Bind {
+            job: 2,
+            node: 1,
+            gpus: vec![0, 1]
+        }]
+    );
+    assert!(
+        p.unschedulable
+            .iter()
+            .any(|(j, r)| *j == 1 && r.starts_with("preempted for j-2")),
+        "{:?}",
+        p.unschedulable
+    );
+    apply(&mut s, Command::BindJobs { binds: p.binds });
+    // Once j-2 has started, j-1 may run again when GPUs free up; it has its attempt.
+    apply(
+        &mut s,
+        Command::JobFinished {
+            job: 2,
+            generation: 1,
+            outcome: Outcome::Exited { code: 0 },
+        },
+    );
+    pass(&mut s);
+    let low = &s.jobs[&1];
+    assert_eq!(
+        (low.state, low.attempts, low.generation),
+        (JobState::Bound, 1, 2)
+    );
+}

@@ -1,0 +1,283 @@
+//! `gpuctl tenant create|update|get|list`.
+//!
+//! JSON (stable): a tenant is `{"name", "has_record" (false: known only from its jobs, so
+//! unlimited), "quotas": [{"gpu_type", "guaranteed", "borrow"}], "weight", "default_priority",
+//! "created_at_ms", "updated_at_ms", "pending_jobs", "live_jobs", "usage": [{"gpu_type",
+//! "gpus_held", "gpu_seconds", "cluster_gpus"}], "warnings": [string]}`; `get` adds
+//! `"jobs": [{"job_id", "gpu_type", "gpu_seconds"}]` (its 1000 most recent jobs). `create`,
+//! `update` and `get` print one tenant, `list` an array. GPU-seconds are decimals with
+//! millisecond precision.
+
+use gpu_proto::v1 as pb;
+use gpu_proto::v1::tenant_service_client::TenantServiceClient;
+use serde_json::{Value, json};
+
+use super::{Answer, Ctx, Failure};
+use crate::cli::{Output, TenantVerb};
+use crate::output::{self, fields, table};
+
+pub async fn run(ctx: &Ctx, verb: TenantVerb) -> Result<Answer, Failure> {
+    let tenants = match verb {
+        TenantVerb::Create {
+            name,
+            quotas,
+            weight,
+            default_priority,
+        } => {
+            let req = pb::CreateTenantRequest {
+                name,
+                quotas: quotas_pb(quotas),
+                weight,
+                default_priority,
+            };
+            let t = ctx
+                .endpoints
+                .call(|ch| {
+                    let req = req.clone();
+                    async move {
+                        Ok(TenantServiceClient::new(ch)
+                            .create_tenant(req)
+                            .await?
+                            .into_inner())
+                    }
+                })
+                .await?;
+            vec![t]
+        }
+        TenantVerb::Update {
+            name,
+            quotas,
+            remove_quotas,
+            weight,
+            default_priority,
+        } => {
+            let req = pb::UpdateTenantRequest {
+                name,
+                quotas: quotas_pb(quotas),
+                remove_quotas,
+                weight,
+                default_priority,
+            };
+            let t = ctx
+                .endpoints
+                .call(|ch| {
+                    let req = req.clone();
+                    async move {
+                        Ok(TenantServiceClient::new(ch)
+                            .update_tenant(req)
+                            .await?
+                            .into_inner())
+                    }
+                })
+                .await?;
+            vec![t]
+        }
+        TenantVerb::Get { name, stale } => {
+            let t = ctx
+                .endpoints
+                .call(|ch| {
+                    let name = name.clone();
+                    async move {
+                        Ok(TenantServiceClient::new(ch)
+                            .get_tenant(pb::GetTenantRequest { name, stale })
+                            .await?
+                            .into_inner())
+                    }
+                })
+                .await?;
+            vec![t]
+        }
+        TenantVerb::List { stale } => {
+            let list = ctx
+                .endpoints
+                .call(|ch| async move {
+                    Ok(TenantServiceClient::new(ch)
+                        .list_tenants(pb::ListTenantsRequest { stale })
+                        .await?
+                        .into_inner()
+                        .tenants)
+                })
+                .await?;
+            let text = match ctx.output {
+                Output::Json => output::json(&Value::Array(list.iter().map(tenant_json).collect())),
+                Output::Table => list_table(&list),
+            };
+            return Ok(Answer::ok(text));
+        }
+    };
+    let t = tenants.into_iter().next().unwrap_or_default();
+    let text = match ctx.output {
+        Output::Json => output::json(&tenant_json(&t)),
+        Output::Table => tenant_text(&t),
+    };
+    Ok(Answer::ok(text))
+}
+
+fn quotas_pb(quotas: Vec<(String, u32, u32)>) -> Vec<pb::GpuQuota> {
+    quotas
+        .into_iter()
+        .map(|(gpu_type, guaranteed, borrow)| pb::GpuQuota {
+            gpu_type,
+            guaranteed,
+            borrow,
+        })
+        .collect()
+}
+
+fn seconds(ms: u64) -> Value {
+    json!(ms as f64 / 1000.0)
+}
+
+fn tenant_json(t: &pb::Tenant) -> Value {
+    let mut v = json!({
+        "name": t.name,
+        "has_record": t.has_record,
+        "quotas": t.quotas.iter().map(|q| json!({
+            "gpu_type": q.gpu_type,
+            "guaranteed": q.guaranteed,
+            "borrow": q.borrow,
+        })).collect::<Vec<_>>(),
+        "weight": t.weight,
+        "default_priority": t.default_priority,
+        "created_at_ms": t.created_at_ms,
+        "updated_at_ms": t.updated_at_ms,
+        "pending_jobs": t.pending_jobs,
+        "live_jobs": t.live_jobs,
+        "usage": t.usage.iter().map(|u| json!({
+            "gpu_type": u.gpu_type,
+            "gpus_held": u.gpus_held,
+            "gpu_seconds": seconds(u.gpu_ms),
+            "cluster_gpus": u.cluster_gpus,
+        })).collect::<Vec<_>>(),
+        "warnings": t.warnings,
+    });
+    if !t.jobs.is_empty() {
+        v["jobs"] = t
+            .jobs
+            .iter()
+            .map(|j| {
+                json!({
+                    "job_id": j.job_id,
+                    "gpu_type": j.gpu_type,
+                    "gpu_seconds": seconds(j.gpu_ms),
+                })
+            })
+            .collect();
+    }
+    v
+}
+
+fn quota_text(q: &pb::GpuQuota) -> String {
+    format!("{}={}:{}", q.gpu_type, q.guaranteed, q.borrow)
+}
+
+fn gpu_hours(ms: u64) -> String {
+    format!("{:.2}", ms as f64 / 3_600_000.0)
+}
+
+fn list_table(list: &[pb::Tenant]) -> String {
+    let rows: Vec<Vec<String>> = list
+        .iter()
+        .map(|t| {
+            let quotas: Vec<String> = t.quotas.iter().map(quota_text).collect();
+            let held: u32 = t.usage.iter().map(|u| u.gpus_held).sum();
+            let ms: u64 = t.usage.iter().map(|u| u.gpu_ms).sum();
+            vec![
+                t.name.clone(),
+                if t.has_record {
+                    if quotas.is_empty() {
+                        "unlimited".into()
+                    } else {
+                        quotas.join(",")
+                    }
+                } else {
+                    "unlimited (no record)".into()
+                },
+                t.weight.to_string(),
+                t.default_priority.to_string(),
+                held.to_string(),
+                t.pending_jobs.to_string(),
+                gpu_hours(ms),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "TENANT",
+            "QUOTAS (TYPE=G:B)",
+            "WEIGHT",
+            "PRIORITY",
+            "GPUS",
+            "PENDING",
+            "GPU-HOURS",
+        ],
+        &rows,
+    )
+}
+
+fn tenant_text(t: &pb::Tenant) -> String {
+    let mut out = fields(&[
+        ("Name", t.name.clone()),
+        (
+            "Record",
+            if t.has_record {
+                "yes".into()
+            } else {
+                "no (unlimited, weight 1, priority 0)".into()
+            },
+        ),
+        ("Weight", t.weight.to_string()),
+        ("Default priority", t.default_priority.to_string()),
+        ("Pending jobs", t.pending_jobs.to_string()),
+        ("Live jobs", t.live_jobs.to_string()),
+    ]);
+    let quota = |gpu_type: &str| t.quotas.iter().find(|q| q.gpu_type == gpu_type);
+    let rows: Vec<Vec<String>> = t
+        .usage
+        .iter()
+        .map(|u| {
+            let (g, b) = quota(&u.gpu_type).map_or(("-".into(), "-".into()), |q| {
+                (q.guaranteed.to_string(), q.borrow.to_string())
+            });
+            vec![
+                u.gpu_type.clone(),
+                g,
+                b,
+                u.gpus_held.to_string(),
+                u.cluster_gpus.to_string(),
+                format!("{:.1}", u.gpu_ms as f64 / 1000.0),
+            ]
+        })
+        .collect();
+    out.push('\n');
+    out.push_str(&table(
+        &[
+            "GPU TYPE",
+            "GUARANTEED",
+            "BORROW",
+            "HELD",
+            "IN CLUSTER",
+            "GPU-SECONDS",
+        ],
+        &rows,
+    ));
+    for w in &t.warnings {
+        out.push_str(&format!("warning: {w}\n"));
+    }
+    if !t.jobs.is_empty() {
+        let rows: Vec<Vec<String>> = t
+            .jobs
+            .iter()
+            .map(|j| {
+                vec![
+                    format!("j-{}", j.job_id),
+                    j.gpu_type.clone(),
+                    format!("{:.1}", j.gpu_ms as f64 / 1000.0),
+                ]
+            })
+            .collect();
+        out.push('\n');
+        out.push_str(&table(&["JOB", "GPU TYPE", "GPU-SECONDS"], &rows));
+    }
+    out
+}
