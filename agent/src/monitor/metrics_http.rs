@@ -116,7 +116,7 @@ fn answer(source: &MetricsSource, req: &Request<Incoming>) -> Response<Full<Byte
 pub fn exposition(source: &MetricsSource) -> String {
     let node_id = source.cluster.id;
     let latest = source.telemetry.latest();
-    let (bound, jobs_by_state, pending_by_tenant) = source.cluster.state.read(|s| {
+    let (bound, jobs_by_state, pending_by_tenant, open_alerts) = source.cluster.state.read(|s| {
         let mut bound = BTreeMap::new();
         let mut by_state = BTreeMap::new();
         let mut pending = BTreeMap::new();
@@ -136,7 +136,15 @@ pub fn exposition(source: &MetricsSource) -> String {
                 bound.insert(*gpu, BoundJob { id: job.id, tenant });
             }
         }
-        (bound, by_state, pending)
+        let mut alerts = BTreeMap::from([("critical", 0), ("warning", 0)]);
+        for a in s.alerts.values().filter(|a| a.is_open()) {
+            let severity = match a.severity {
+                gpu_raft_store::alert::Severity::Critical => "critical",
+                gpu_raft_store::alert::Severity::Warning => "warning",
+            };
+            *alerts.entry(severity).or_insert(0) += 1;
+        }
+        (bound, by_state, pending, alerts)
     });
     let mut process_memory: BTreeMap<(u32, Option<JobId>), u64> = BTreeMap::new();
     for r in &latest {
@@ -157,6 +165,7 @@ pub fn exposition(source: &MetricsSource) -> String {
         raft: &raft,
         jobs_by_state: &jobs_by_state,
         pending_by_tenant: &pending_by_tenant,
+        open_alerts: &open_alerts,
     })
 }
 

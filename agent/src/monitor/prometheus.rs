@@ -34,6 +34,8 @@ pub struct Scrape<'a> {
     pub jobs_by_state: &'a BTreeMap<String, u64>,
     /// Pending jobs per tenant.
     pub pending_by_tenant: &'a BTreeMap<String, u64>,
+    /// Open alerts in the cluster, by severity (`warning`, `critical`).
+    pub open_alerts: &'a BTreeMap<&'static str, u64>,
 }
 
 /// A GPU metric: dcgm-exporter's name (or one of ours, `gpumesh_gpu_*`, where DCGM has no
@@ -344,6 +346,20 @@ fn jobs(out: &mut String, s: &Scrape) {
             *n as f64,
         );
     }
+    family(
+        out,
+        "gpumesh_alerts_open",
+        "gauge",
+        "Open alerts in the cluster, by severity.",
+    );
+    for (severity, n) in s.open_alerts {
+        line(
+            out,
+            "gpumesh_alerts_open",
+            &format!("severity=\"{severity}\""),
+            *n as f64,
+        );
+    }
 }
 
 fn family(out: &mut String, name: &str, kind: &str, help: &str) {
@@ -415,6 +431,7 @@ mod tests {
             raft: &raft(),
             jobs_by_state: &BTreeMap::from([("Running".to_owned(), 1)]),
             pending_by_tenant: &BTreeMap::from([("vision".to_owned(), 3)]),
+            open_alerts: &BTreeMap::from([("critical", 2), ("warning", 0)]),
         });
         let uuid = &sim.devices()[0].uuid;
         let labels = format!(
@@ -438,6 +455,7 @@ mod tests {
             "gpumesh_raft_applied_index{node_id=\"2\"} 39".to_owned(),
             "gpumesh_jobs{state=\"Running\"} 1".to_owned(),
             "gpumesh_queue_length{tenant=\"vision\"} 3".to_owned(),
+            "gpumesh_alerts_open{severity=\"critical\"} 2".to_owned(),
         ] {
             assert!(
                 text.lines().any(|l| l == expected),

@@ -93,16 +93,16 @@ impl WebhookSender {
             for url in &self.urls {
                 tokio::select! {
                     () = cancel.cancelled() => return,
-                    () = deliver(url, &body, notice.alert.id) => {}
+                    () = deliver(url, &body, notice.alert.id, FIRST_BACKOFF) => {}
                 }
             }
         }
     }
 }
 
-/// POST `body` to `url`, retrying with backoff until it is accepted (2xx) or `ATTEMPTS` fail.
-async fn deliver(url: &Uri, body: &Bytes, alert: u64) {
-    let mut backoff = FIRST_BACKOFF;
+/// POST `body` to `url`, retrying with backoff (starting at `backoff`, doubling) until it is
+/// accepted (2xx) or `ATTEMPTS` fail.
+async fn deliver(url: &Uri, body: &Bytes, alert: u64, mut backoff: Duration) {
     for attempt in 1..=ATTEMPTS {
         match tokio::time::timeout(ATTEMPT_TIMEOUT, post(url, body.clone())).await {
             Ok(Ok(())) => {
@@ -190,5 +190,64 @@ mod tests {
             let e = parse_url(bad).expect_err(bad);
             assert!(e.contains(why), "{bad}: {e}");
         }
+    }
+}
+
+#[cfg(test)]
+mod delivery {
+    use super::*;
+
+    fn notice(id: u64) -> Notice {
+        Notice {
+            event: Event::Raised,
+            alert: Alert {
+                id,
+                rule: "gpu-overheat".into(),
+                node: 1,
+                gpu: 0,
+                severity: Default::default(),
+                remediation: Default::default(),
+                message: "hot".into(),
+                raised_at_ms: 1,
+                resolved_at_ms: None,
+                migrated_job: None,
+            },
+        }
+    }
+
+    #[test]
+    fn notifying_never_waits_even_when_nothing_delivers() {
+        let url = parse_url("http://127.0.0.1:9/").expect("url");
+        let (notifier, sender) = Notifier::new(vec![url]);
+        let started = std::time::Instant::now();
+        // Nobody drains the queue: past its capacity, notices are dropped, not waited for.
+        for id in 0..(QUEUE as u64 * 4) {
+            notifier.notify(notice(id));
+        }
+        assert!(started.elapsed() < Duration::from_secs(1));
+        drop(sender);
+    }
+
+    #[tokio::test]
+    async fn a_webhook_that_is_down_is_retried_with_backoff_then_given_up() {
+        // A port nothing listens on: every attempt is refused at once.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let url =
+            parse_url(&format!("http://{}/", listener.local_addr().expect("addr"))).expect("url");
+        drop(listener);
+        let started = std::time::Instant::now();
+        deliver(
+            &url,
+            &Bytes::from_static(b"{}"),
+            1,
+            Duration::from_millis(20),
+        )
+        .await;
+        // It waited 20 + 40 + 80 + 160 ms between its five refused attempts, then gave up.
+        assert!(
+            started.elapsed() >= Duration::from_millis(300),
+            "{:?}",
+            started.elapsed()
+        );
     }
 }
