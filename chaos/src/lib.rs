@@ -6,6 +6,8 @@
 pub mod catalog;
 pub mod check;
 pub mod client;
+pub mod crash;
+pub mod failpoints;
 pub mod history;
 pub mod holder;
 pub mod isolation;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use gpu_tests::{Cluster, is_terminal};
+use gpu_tests::{AgentCommand, Cluster, Placement, free_addr, is_terminal};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -21,15 +21,21 @@ use crate::model::{FinalJob, Violation};
 use gpu_tests::records;
 
 use crate::netns::Netns;
-use crate::{isolation, nemesis, observer, pause, storm, timeline, workload};
+use crate::{crash, failpoints, isolation, nemesis, observer, pause, storm, timeline, workload};
 
 /// Which faults a scenario injects.
 #[derive(Clone, Copy, Debug)]
 pub enum Nemesis {
+    /// No faults: the workload runs `secs` seconds (the baseline for broken-agent tests).
+    Quiet { secs: u64 },
     /// C1: kill -9 the leader and restart it, `rounds` times.
     LeaderKillLoop { rounds: u32 },
+    /// C2: kill -9 a random agent (a minority) and restart it, `rounds` times.
+    MinorityKillLoop { rounds: u32 },
     /// C3: kill -9 every agent at once mid-load, restart all.
     KillAll,
+    /// C4: restart every agent gracefully, one after another, under load.
+    RollingRestart,
     /// C16: keys stormed one after another by `tasks` concurrent submitters each, at least
     /// `min_keys` of them and until a leader kill midway has healed.
     RetryStorm { min_keys: usize, tasks: usize },
@@ -41,12 +47,30 @@ pub enum Nemesis {
     IsolateLeader,
     /// C10 by partition: cut off an agent running jobs until its runs are re-placed.
     HolderIsolate,
+    /// C14: one agent at a time restarted with a crash failpoint armed, for each of `points`
+    /// (the failpoints build; snapshots every few entries so snapshot points are reached).
+    CrashAt { points: &'static [&'static str] },
+    /// C15: one agent restarted with failing fsyncs; it must stop on its own.
+    FsyncError,
 }
 
 impl Nemesis {
     /// Whether the scenario runs its agents in network namespaces.
     pub fn needs_netns(self) -> bool {
         matches!(self, Nemesis::IsolateLeader | Nemesis::HolderIsolate)
+    }
+
+    /// Whether the scenario runs the failpoints build of the agent.
+    pub fn needs_failpoints(self) -> bool {
+        matches!(self, Nemesis::CrashAt { .. } | Nemesis::FsyncError)
+    }
+
+    /// Agent configuration the scenario needs (inside `[raft]`).
+    fn extra_toml(self) -> &'static str {
+        match self {
+            Nemesis::CrashAt { .. } => "snapshot_every = 25",
+            _ => "",
+        }
     }
 }
 
@@ -110,8 +134,28 @@ impl Report {
     }
 }
 
+/// How a scenario's cluster is started, beyond the defaults.
+#[derive(Clone, Debug, Default)]
+pub struct Setup {
+    /// The agent binary and environment (a failpoints build with `FAIL_POINTS`).
+    pub agent: AgentCommand,
+    /// Appended to every agent's config (`Cluster::start`'s `extra_toml`).
+    pub extra_toml: String,
+}
+
 /// Run scenario `name` with `seed`, writing its files under `out/<name>-<seed>/`.
 pub async fn run(name: &str, seed: u64, nemesis: Nemesis, out: &Path) -> anyhow::Result<Report> {
+    run_with(name, seed, nemesis, out, &Setup::default()).await
+}
+
+/// `run` with the cluster started as `setup` says.
+pub async fn run_with(
+    name: &str,
+    seed: u64,
+    nemesis: Nemesis,
+    out: &Path,
+    setup: &Setup,
+) -> anyhow::Result<Report> {
     println!(
         "chaos {name}: seed {seed} (reproduce with {}={seed})",
         crate::seed::SEED_ENV
@@ -126,13 +170,29 @@ pub async fn run(name: &str, seed: u64, nemesis: Nemesis, out: &Path) -> anyhow:
         None
     };
     // Clusters take turns (a process-wide lock in `Cluster::start`): time from the start.
+    let mut setup = setup.clone();
+    if nemesis.needs_failpoints() && setup.agent.bin.is_none() {
+        setup.agent.bin = Some(tokio::task::spawn_blocking(failpoints::agent).await??);
+    }
+    if setup.extra_toml.is_empty() {
+        setup.extra_toml = nemesis.extra_toml().to_owned();
+    }
+    let (extra, agent) = (&setup.extra_toml, setup.agent.clone());
     let mut c = match &net {
         Some(net) => {
-            let c = Cluster::start_placed(3, "", net.placements()).await;
+            let c = Cluster::start_with(3, extra, net.placements(), agent).await;
             crate::ready::wait_all_ready(&c).await;
             c
         }
-        None => Cluster::start(3, 3, "").await,
+        None => {
+            let loopback = (0..3)
+                .map(|_| Placement {
+                    addr: free_addr(),
+                    prefix: Vec::new(),
+                })
+                .collect();
+            Cluster::start_with(3, extra, loopback, agent).await
+        }
     };
     let started = Instant::now();
     let rec = Arc::new(Recorder::create(&dir.join("history.jsonl"))?);
@@ -223,8 +283,16 @@ async fn inject(
     records: &Path,
 ) -> anyhow::Result<()> {
     match nemesis {
+        Nemesis::Quiet { secs } => {
+            tokio::time::sleep(Duration::from_secs(secs)).await;
+            Ok(())
+        }
         Nemesis::LeaderKillLoop { rounds } => nemesis::leader_kill_loop(c, rec, rng, rounds).await,
+        Nemesis::MinorityKillLoop { rounds } => {
+            nemesis::minority_kill_loop(c, rec, rng, rounds).await
+        }
         Nemesis::KillAll => nemesis::kill_all(c, rec, rng).await,
+        Nemesis::RollingRestart => nemesis::rolling_restart(c, rec, rng).await,
         Nemesis::RetryStorm { min_keys, tasks } => {
             let stop = Arc::new(AtomicBool::new(false));
             let task = tokio::spawn(storm::storm(
@@ -249,6 +317,8 @@ async fn inject(
             let net = net.ok_or_else(|| anyhow::anyhow!("C5 needs network namespaces"))?;
             isolation::isolate_leader(c, net, rec, rng, client, name, records).await
         }
+        Nemesis::CrashAt { points } => crash::crash_at(c, rec, rng, points).await,
+        Nemesis::FsyncError => crash::fsync_error(c, rec, rng).await,
         Nemesis::HolderIsolate => {
             let net = net.ok_or_else(|| anyhow::anyhow!("C10 by partition needs namespaces"))?;
             isolation::isolate_holder(c, net, rec, rng, client, name, records).await

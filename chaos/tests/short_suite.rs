@@ -1,4 +1,5 @@
-//! The short chaos suite: C1 (leader kill loop), C3 (kill every node at once), C5 (leader
+//! The short chaos suite: C1 (leader kill loop), C2 (random minority kill loop), C3 (kill
+//! every node at once), C4 (rolling restart under load), C5 (leader
 //! isolated), C9 (leader paused), C10 (GPU holder paused, and cut off, past its lease) and C16
 //! (client retry storm) against a 3-agent cluster with the fixed seeds and parameters of
 //! `gpu_chaos::catalog` (`GPUMESH_CHAOS_SEED` overrides); every checker must find nothing. The
@@ -40,6 +41,16 @@ async fn scenario(short: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c1_leader_kill_loop() {
     scenario("c1").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c2_random_minority_kill_loop() {
+    scenario("c2").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c4_rolling_restart_under_load() {
+    scenario("c4").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -12,6 +12,7 @@ pub mod cert;
 mod command;
 mod engine;
 mod error;
+pub mod failpoint;
 pub mod job;
 mod log_store;
 pub mod node;

@@ -13,6 +13,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::engine::{KvEngine, Space};
+use crate::failpoint;
 use crate::{Entry, LogId, NodeId, StorageError, TypeConfig};
 
 const VOTE: &[u8] = b"vote";
@@ -151,7 +152,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), StorageError> {
         self.write_meta(VOTE, vote)?;
-        self.flush(ErrorSubject::Vote).await
+        failpoint::crash("vote-save-before-fsync");
+        self.flush(ErrorSubject::Vote).await?;
+        failpoint::crash("vote-save-after-fsync");
+        Ok(())
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote<NodeId>>, StorageError> {
@@ -190,10 +194,14 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             .write(Space::Log, batch)
             .map_err(|e| write_err(ErrorSubject::Logs, &e))?;
         // Entries are readable now; tell openraft they are durable only once fsynced.
+        failpoint::crash("log-append-before-fsync");
         let engine = self.engine.clone();
         let flushed = tokio::task::spawn_blocking(move || engine.flush())
             .await
             .unwrap_or_else(|join| Err(std::io::Error::other(join.to_string())));
+        if flushed.is_ok() {
+            failpoint::crash("log-append-after-fsync");
+        }
         callback.log_io_completed(flushed);
         Ok(())
     }

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use crate::command::ApplyResult;
+use crate::failpoint;
 use crate::snapshot_file::{SnapshotFile, SnapshotFileError, SnapshotMeta};
 use crate::state::ClusterState;
 use crate::{Entry, LogId, NodeId, StorageError, TypeConfig};
@@ -122,7 +123,9 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
             last_membership: data.last_membership,
             snapshot_id,
         };
+        failpoint::crash("snapshot-build-before-write");
         self.write_snapshot(&meta, &bytes)?;
+        failpoint::crash("snapshot-build-after-write");
         Ok(Snapshot {
             meta,
             snapshot: Box::new(Cursor::new(bytes)),
@@ -145,6 +148,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         I: IntoIterator<Item = Entry> + Send,
         I::IntoIter: Send,
     {
+        failpoint::crash("apply-before");
         let mut results = Vec::new();
         let mut last = None;
         {
@@ -168,6 +172,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                 });
             }
         }
+        failpoint::crash("apply-after");
         if let Some(index) = last {
             self.applied.send_replace(index);
         }
@@ -190,7 +195,9 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         let bytes = snapshot.into_inner();
         let data: MachineData =
             serde_json::from_slice(&bytes).map_err(|e| snapshot_err(ErrorVerb::Read, &e))?;
+        failpoint::crash("snapshot-install-before-write");
         self.write_snapshot(meta, &bytes)?;
+        failpoint::crash("snapshot-install-after-write");
         let applied = data.last_applied.map_or(0, |l| l.index);
         *self.data.write().unwrap_or_else(|p| p.into_inner()) = data;
         self.applied.send_replace(applied);

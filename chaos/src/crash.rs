@@ -1,0 +1,137 @@
+//! Faults from inside the agent, through the failpoints build (`failpoints.rs`): C14 crashes
+//! at named failpoints around vote, append, apply and snapshot, and C15 an fsync that fails.
+//! Each round restarts one agent with `FAIL_POINTS` set, waits until the point has ended the
+//! process (a point that never fires is an error: the scenario would prove nothing), then
+//! restarts it without failpoints.
+
+use std::process::ExitStatus;
+use std::time::{Duration, Instant};
+
+use gpu_raft_store::failpoint::CRASH_EXIT;
+use gpu_tests::Cluster;
+use rand::Rng;
+use rand::rngs::StdRng;
+
+use crate::history::{Event, OpKind, Phase, Recorder};
+
+const PROCESS: &str = "nemesis";
+/// How long a switched-on point may take to fire.
+const FIRE_WITHIN: Duration = Duration::from_secs(40);
+/// How long an agent whose storage failed may take to stop on its own.
+const STOP_WITHIN: Duration = Duration::from_secs(30);
+
+fn note(rec: &Recorder, phase: Phase, what: String) -> anyhow::Result<()> {
+    rec.record(Event {
+        value: Some(what),
+        ..Event::new(PROCESS, phase, OpKind::Nemesis)
+    })
+}
+
+async fn sleep_ms(rng: &mut StdRng, lo: u64, hi: u64) {
+    tokio::time::sleep(Duration::from_millis(rng.random_range(lo..hi))).await;
+}
+
+/// Kill agent `victim`, restart it with `FAIL_POINTS=<point>=<skip>*off->return` (the point
+/// fires on its `skip + 1`-th pass), and wait up to `within` for it to exit on its own.
+async fn restart_armed(
+    c: &mut Cluster,
+    rec: &Recorder,
+    victim: u64,
+    point: &str,
+    skip: u32,
+    within: Duration,
+) -> anyhow::Result<ExitStatus> {
+    note(
+        rec,
+        Phase::Invoke,
+        format!("kill -9 n{victim}; restart it with failpoint {point} after {skip} passes"),
+    )?;
+    c.kill(victim);
+    let agent = c.agents.get_mut(&victim).expect("known agent");
+    agent
+        .env
+        .insert("FAIL_POINTS".into(), format!("{point}={skip}*off->return"));
+    c.start_agent(victim);
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = c.exited(victim) {
+            break status;
+        }
+        anyhow::ensure!(
+            start.elapsed() < within,
+            "failpoint {point} did not end n{victim} within {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    c.agents
+        .get_mut(&victim)
+        .expect("known agent")
+        .env
+        .remove("FAIL_POINTS");
+    Ok(status)
+}
+
+/// C14: for each point, after a moment of load, restart one agent (the leader for vote
+/// points, whose vote changes when the others elect a successor; otherwise one drawn at
+/// random) with the point armed, wait until it crashes there, restart it clean.
+pub async fn crash_at(
+    c: &mut Cluster,
+    rec: &Recorder,
+    rng: &mut StdRng,
+    points: &[&str],
+) -> anyhow::Result<()> {
+    for point in points {
+        sleep_ms(rng, 800, 1500).await;
+        let victim = if point.starts_with("vote") {
+            c.leader().await
+        } else {
+            let all = c.running();
+            all[rng.random_range(0..all.len())]
+        };
+        let skip = rng.random_range(0..8);
+        let status = restart_armed(c, rec, victim, point, skip, FIRE_WITHIN).await?;
+        anyhow::ensure!(
+            status.code() == Some(CRASH_EXIT),
+            "n{victim} ended with {status}, not at failpoint {point}"
+        );
+        note(rec, Phase::Info, format!("n{victim} crashed at {point}"))?;
+        sleep_ms(rng, 200, 1000).await;
+        c.start_agent(victim);
+        note(
+            rec,
+            Phase::Info,
+            format!("restarted n{victim} without failpoints"),
+        )?;
+    }
+    sleep_ms(rng, 1000, 2000).await;
+    Ok(())
+}
+
+/// C15: restart one agent drawn at random with every fsync failing after a few; it must stop
+/// on its own (exit status 2, having acknowledged nothing it could not make durable) rather
+/// than run on; then restart it with a healthy disk.
+pub async fn fsync_error(c: &mut Cluster, rec: &Recorder, rng: &mut StdRng) -> anyhow::Result<()> {
+    sleep_ms(rng, 1000, 2000).await;
+    let all = c.running();
+    let victim = all[rng.random_range(0..all.len())];
+    let skip = rng.random_range(5..30);
+    let status = restart_armed(c, rec, victim, "fsync-error", skip, STOP_WITHIN).await?;
+    anyhow::ensure!(
+        status.code() == Some(2),
+        "n{victim} ended with {status} after fsync failed (want exit status 2)"
+    );
+    note(
+        rec,
+        Phase::Info,
+        format!("n{victim} stopped after fsync failed ({status})"),
+    )?;
+    sleep_ms(rng, 500, 1500).await;
+    c.start_agent(victim);
+    note(
+        rec,
+        Phase::Info,
+        format!("restarted n{victim} with a healthy disk"),
+    )?;
+    sleep_ms(rng, 1000, 2000).await;
+    Ok(())
+}
