@@ -117,7 +117,7 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
     };
     tasks.spawn(serve(listener, services, cancel.clone()));
     info!(node_id, "watching raft for a fatal error");
-    let fatal = Arc::new(std::sync::OnceLock::new());
+    let fatal = Arc::new(std::sync::OnceLock::<String>::new());
     tasks.spawn(watch_fatal(raft.clone(), fatal.clone(), cancel.clone()));
 
     let started = enter_cluster(&config, &cluster, tls.as_ref(), &tasks, &cancel).await;

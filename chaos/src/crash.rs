@@ -32,7 +32,9 @@ async fn sleep_ms(rng: &mut StdRng, lo: u64, hi: u64) {
 }
 
 /// Kill agent `victim`, restart it with `FAIL_POINTS=<point>=<skip>*off->return` (the point
-/// fires on its `skip + 1`-th pass), and wait up to `within` for it to exit on its own.
+/// fires on its `skip + 1`-th pass), and wait up to `within` for it to exit on its own. With
+/// `new_leader`, the restart waits until the others have elected a leader: a killed leader
+/// back within its lease resumes its old vote and would never save a new one.
 async fn restart_armed(
     c: &mut Cluster,
     rec: &Recorder,
@@ -40,6 +42,7 @@ async fn restart_armed(
     point: &str,
     skip: u32,
     within: Duration,
+    new_leader: bool,
 ) -> anyhow::Result<ExitStatus> {
     note(
         rec,
@@ -47,6 +50,14 @@ async fn restart_armed(
         format!("kill -9 n{victim}; restart it with failpoint {point} after {skip} passes"),
     )?;
     c.kill(victim);
+    if new_leader {
+        let leader = c.leader().await;
+        note(
+            rec,
+            Phase::Info,
+            format!("n{leader} leads without n{victim}"),
+        )?;
+    }
     let agent = c.agents.get_mut(&victim).expect("known agent");
     agent
         .env
@@ -82,14 +93,17 @@ pub async fn crash_at(
 ) -> anyhow::Result<()> {
     for point in points {
         sleep_ms(rng, 800, 1500).await;
-        let victim = if point.starts_with("vote") {
+        let vote = point.starts_with("vote");
+        let victim = if vote {
             c.leader().await
         } else {
             let all = c.running();
             all[rng.random_range(0..all.len())]
         };
-        let skip = rng.random_range(0..8);
-        let status = restart_armed(c, rec, victim, point, skip, FIRE_WITHIN).await?;
+        // A restarted agent saves its vote once or twice (the new leader's term), so vote
+        // points fire on their first pass; the others after a few.
+        let skip = if vote { 0 } else { rng.random_range(0..8) };
+        let status = restart_armed(c, rec, victim, point, skip, FIRE_WITHIN, vote).await?;
         anyhow::ensure!(
             status.code() == Some(CRASH_EXIT),
             "n{victim} ended with {status}, not at failpoint {point}"
@@ -115,7 +129,7 @@ pub async fn fsync_error(c: &mut Cluster, rec: &Recorder, rng: &mut StdRng) -> a
     let all = c.running();
     let victim = all[rng.random_range(0..all.len())];
     let skip = rng.random_range(5..30);
-    let status = restart_armed(c, rec, victim, "fsync-error", skip, STOP_WITHIN).await?;
+    let status = restart_armed(c, rec, victim, "fsync-error", skip, STOP_WITHIN, false).await?;
     anyhow::ensure!(
         status.code() == Some(2),
         "n{victim} ended with {status} after fsync failed (want exit status 2)"

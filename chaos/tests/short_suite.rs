@@ -1,5 +1,6 @@
 //! The short chaos suite: C1 (leader kill loop), C2 (random minority kill loop), C3 (kill
-//! every node at once), C4 (rolling restart under load), C5 (leader
+//! every node at once), C4 (rolling restart under load), C14 (crashes at failpoints), C15
+//! (fsync errors), C5 (leader
 //! isolated), C9 (leader paused), C10 (GPU holder paused, and cut off, past its lease) and C16
 //! (client retry storm) against a 3-agent cluster with the fixed seeds and parameters of
 //! `gpu_chaos::catalog` (`GPUMESH_CHAOS_SEED` overrides); every checker must find nothing. The
@@ -71,6 +72,21 @@ async fn c9_leader_paused_past_the_election_timeout() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c10_gpu_holder_paused_past_its_lease() {
     scenario("c10-paused").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c14_crash_at_vote_and_append_failpoints() {
+    scenario("c14-log").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c14_crash_at_apply_and_snapshot_failpoints() {
+    scenario("c14-apply").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c15_fsync_error_stops_the_agent() {
+    scenario("c15").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
