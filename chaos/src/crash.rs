@@ -134,6 +134,12 @@ pub async fn fsync_error(c: &mut Cluster, rec: &Recorder, rng: &mut StdRng) -> a
         status.code() == Some(2),
         "n{victim} ended with {status} after fsync failed (want exit status 2)"
     );
+    let log = std::fs::read_to_string(&c.agents[&victim].log)?;
+    let last = log.lines().last().unwrap_or_default();
+    anyhow::ensure!(
+        last.contains("raft stopped on a fatal error") && last.contains("failpoint fsync-error"),
+        "n{victim}'s last words do not say why it stopped: {last:?}"
+    );
     note(
         rec,
         Phase::Info,
