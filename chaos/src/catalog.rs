@@ -67,6 +67,12 @@ pub const ALL: &[Entry] = &[
         nemesis: Nemesis::HolderIsolate,
     },
     Entry {
+        short: "c13",
+        name: "c13-follower-behind-purged-log",
+        default_seed: 13,
+        nemesis: Nemesis::FollowerBehindPurge { crash_at: None },
+    },
+    Entry {
         short: "c14-log",
         name: "c14-crash-at-vote-and-append",
         default_seed: 14,
@@ -91,6 +97,14 @@ pub const ALL: &[Entry] = &[
                 "snapshot-file-before-rename",
                 "snapshot-build-after-write",
             ],
+        },
+    },
+    Entry {
+        short: "c14-install",
+        name: "c14-crash-installing-a-snapshot",
+        default_seed: 214,
+        nemesis: Nemesis::FollowerBehindPurge {
+            crash_at: Some("snapshot-install-before-write"),
         },
     },
     Entry {

@@ -16,7 +16,7 @@ use crate::history::{Event, OpKind, Phase, Recorder};
 
 const PROCESS: &str = "nemesis";
 /// How long a switched-on point may take to fire.
-const FIRE_WITHIN: Duration = Duration::from_secs(40);
+pub(crate) const FIRE_WITHIN: Duration = Duration::from_secs(40);
 /// How long an agent whose storage failed may take to stop on its own.
 const STOP_WITHIN: Duration = Duration::from_secs(30);
 
@@ -35,7 +35,7 @@ async fn sleep_ms(rng: &mut StdRng, lo: u64, hi: u64) {
 /// fires on its `skip + 1`-th pass), and wait up to `within` for it to exit on its own. With
 /// `new_leader`, the restart waits until the others have elected a leader: a killed leader
 /// back within its lease resumes its old vote and would never save a new one.
-async fn restart_armed(
+pub(crate) async fn restart_armed(
     c: &mut Cluster,
     rec: &Recorder,
     victim: u64,

@@ -11,6 +11,7 @@ pub mod failpoints;
 pub mod history;
 pub mod holder;
 pub mod isolation;
+pub mod lagging;
 pub mod model;
 pub mod nemesis;
 pub mod netns;

@@ -21,7 +21,9 @@ use crate::model::{FinalJob, Violation};
 use gpu_tests::records;
 
 use crate::netns::Netns;
-use crate::{crash, failpoints, isolation, nemesis, observer, pause, storm, timeline, workload};
+use crate::{
+    crash, failpoints, isolation, lagging, nemesis, observer, pause, storm, timeline, workload,
+};
 
 /// Which faults a scenario injects.
 #[derive(Clone, Copy, Debug)]
@@ -52,6 +54,9 @@ pub enum Nemesis {
     CrashAt { points: &'static [&'static str] },
     /// C15: one agent restarted with failing fsyncs; it must stop on its own.
     FsyncError,
+    /// C13: a follower down while the leader purges the log it needs; it must catch up by
+    /// installing a snapshot (after first crashing at `crash_at` on the install path: C14).
+    FollowerBehindPurge { crash_at: Option<&'static str> },
 }
 
 impl Nemesis {
@@ -62,13 +67,19 @@ impl Nemesis {
 
     /// Whether the scenario runs the failpoints build of the agent.
     pub fn needs_failpoints(self) -> bool {
-        matches!(self, Nemesis::CrashAt { .. } | Nemesis::FsyncError)
+        matches!(
+            self,
+            Nemesis::CrashAt { .. }
+                | Nemesis::FsyncError
+                | Nemesis::FollowerBehindPurge { crash_at: Some(_) }
+        )
     }
 
     /// Agent configuration the scenario needs (inside `[raft]`).
     fn extra_toml(self) -> &'static str {
         match self {
             Nemesis::CrashAt { .. } => "snapshot_every = 25",
+            Nemesis::FollowerBehindPurge { .. } => lagging::CONFIG,
             _ => "",
         }
     }
@@ -319,6 +330,9 @@ async fn inject(
         }
         Nemesis::CrashAt { points } => crash::crash_at(c, rec, rng, points).await,
         Nemesis::FsyncError => crash::fsync_error(c, rec, rng).await,
+        Nemesis::FollowerBehindPurge { crash_at } => {
+            lagging::follower_behind_purged_log(c, rec, rng, crash_at).await
+        }
         Nemesis::HolderIsolate => {
             let net = net.ok_or_else(|| anyhow::anyhow!("C10 by partition needs namespaces"))?;
             isolation::isolate_holder(c, net, rec, rng, client, name, records).await

@@ -75,6 +75,11 @@ async fn c10_gpu_holder_paused_past_its_lease() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c13_follower_behind_a_purged_log_installs_a_snapshot() {
+    scenario("c13").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c14_crash_at_vote_and_append_failpoints() {
     scenario("c14-log").await;
 }
@@ -82,6 +87,11 @@ async fn c14_crash_at_vote_and_append_failpoints() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c14_crash_at_apply_and_snapshot_failpoints() {
     scenario("c14-apply").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c14_crash_while_installing_a_snapshot() {
+    scenario("c14-install").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -201,6 +201,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         let applied = data.last_applied.map_or(0, |l| l.index);
         *self.data.write().unwrap_or_else(|p| p.into_inner()) = data;
         self.applied.send_replace(applied);
+        tracing::info!(log_index = applied, snapshot_id = %meta.snapshot_id, "installed a snapshot from the leader");
         Ok(())
     }
 
