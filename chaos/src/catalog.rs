@@ -67,6 +67,12 @@ pub const ALL: &[Entry] = &[
         nemesis: Nemesis::HolderIsolate,
     },
     Entry {
+        short: "c12",
+        name: "c12-voter-lost-learner-promoted",
+        default_seed: 12,
+        nemesis: Nemesis::VoterLost,
+    },
+    Entry {
         short: "c13",
         name: "c13-follower-behind-purged-log",
         default_seed: 13,

@@ -12,6 +12,7 @@ pub mod history;
 pub mod holder;
 pub mod isolation;
 pub mod lagging;
+pub mod membership;
 pub mod model;
 pub mod nemesis;
 pub mod netns;

@@ -22,7 +22,8 @@ use gpu_tests::records;
 
 use crate::netns::Netns;
 use crate::{
-    crash, failpoints, isolation, lagging, nemesis, observer, pause, storm, timeline, workload,
+    crash, failpoints, isolation, lagging, membership, nemesis, observer, pause, storm, timeline,
+    workload,
 };
 
 /// Which faults a scenario injects.
@@ -57,6 +58,8 @@ pub enum Nemesis {
     /// C13: a follower down while the leader purges the log it needs; it must catch up by
     /// installing a snapshot (after first crashing at `crash_at` on the install path: C14).
     FollowerBehindPurge { crash_at: Option<&'static str> },
+    /// C12: four agents; a voter killed for good must be replaced by the learner.
+    VoterLost,
 }
 
 impl Nemesis {
@@ -75,11 +78,20 @@ impl Nemesis {
         )
     }
 
+    /// How many agents the scenario's cluster has (three of them voters).
+    fn agents(self) -> u64 {
+        match self {
+            Nemesis::VoterLost => membership::AGENTS,
+            _ => 3,
+        }
+    }
+
     /// Agent configuration the scenario needs (inside `[raft]`).
     fn extra_toml(self) -> &'static str {
         match self {
             Nemesis::CrashAt { .. } => "snapshot_every = 25",
             Nemesis::FollowerBehindPurge { .. } => lagging::CONFIG,
+            Nemesis::VoterLost => membership::CONFIG,
             _ => "",
         }
     }
@@ -196,7 +208,7 @@ pub async fn run_with(
             c
         }
         None => {
-            let loopback = (0..3)
+            let loopback = (0..nemesis.agents())
                 .map(|_| Placement {
                     addr: free_addr(),
                     prefix: Vec::new(),
@@ -330,6 +342,7 @@ async fn inject(
         }
         Nemesis::CrashAt { points } => crash::crash_at(c, rec, rng, points).await,
         Nemesis::FsyncError => crash::fsync_error(c, rec, rng).await,
+        Nemesis::VoterLost => membership::voter_lost(c, rec, rng).await,
         Nemesis::FollowerBehindPurge { crash_at } => {
             lagging::follower_behind_purged_log(c, rec, rng, crash_at).await
         }

@@ -75,6 +75,11 @@ async fn c10_gpu_holder_paused_past_its_lease() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c12_voter_lost_under_load_the_learner_is_promoted() {
+    scenario("c12").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c13_follower_behind_a_purged_log_installs_a_snapshot() {
     scenario("c13").await;
 }
