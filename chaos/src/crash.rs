@@ -101,8 +101,15 @@ pub async fn crash_at(
             all[rng.random_range(0..all.len())]
         };
         // A restarted agent saves its vote once or twice (the new leader's term), so vote
-        // points fire on their first pass; the others after a few.
-        let skip = if vote { 0 } else { rng.random_range(0..8) };
+        // points fire on their first pass; snapshot points (a pass a second or so) after at
+        // most two; the others after a few.
+        let skip = if vote {
+            0
+        } else if point.starts_with("snapshot") {
+            rng.random_range(0..3)
+        } else {
+            rng.random_range(0..8)
+        };
         let status = restart_armed(c, rec, victim, point, skip, FIRE_WITHIN, vote).await?;
         anyhow::ensure!(
             status.code() == Some(CRASH_EXIT),

@@ -29,8 +29,9 @@ pub fn target_dir() -> PathBuf {
         .join("failpoints")
 }
 
-/// The failpoints agent binary: `$GPUMESH_FAILPOINTS_AGENT`, else built (once per process;
-/// cargo makes a later call a quick no-op) with debug info off to keep the build short.
+/// The failpoints agent binary: `$GPUMESH_FAILPOINTS_AGENT`, else built (once per process,
+/// while no cluster of this process runs; cargo makes a later call a quick no-op) with debug
+/// info off to keep the build short.
 pub fn agent() -> anyhow::Result<PathBuf> {
     static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     BUILT
@@ -43,6 +44,8 @@ fn build() -> anyhow::Result<PathBuf> {
     if let Some(path) = std::env::var_os(AGENT_ENV) {
         return Ok(PathBuf::from(path));
     }
+    // A build on two cores would starve a cluster another test is running.
+    let _turn = gpu_tests::exclusive();
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let dir = target_dir();
     let started = std::time::Instant::now();

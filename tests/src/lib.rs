@@ -96,6 +96,14 @@ impl Interceptor for Bearer {
 
 static ONE_CLUSTER_AT_A_TIME: Mutex<()> = Mutex::new(());
 
+/// Wait for the turn clusters take and hold it: for heavy work (building the failpoints agent)
+/// that would disturb a running cluster's timing. Never call it while holding a `Cluster`.
+pub fn exclusive() -> MutexGuard<'static, ()> {
+    ONE_CLUSTER_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+}
+
 /// Where one agent runs: the address it listens on (and others reach it at) and a command
 /// prefix it is started under, e.g. `ip netns exec gm1a2bx0-n2` (empty: started directly).
 #[derive(Clone, Debug, Default)]
