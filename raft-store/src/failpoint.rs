@@ -46,9 +46,14 @@ pub const ENABLED: bool = cfg!(feature = "failpoints");
 /// Configure the points named in `FAIL_POINTS` (a no-op without the feature). Returns the
 /// names switched on; `Err` names an unknown point or a malformed action.
 pub fn setup() -> Result<Vec<String>, String> {
-    let Ok(spec) = std::env::var("FAIL_POINTS") else {
-        return Ok(Vec::new());
-    };
+    match std::env::var("FAIL_POINTS") {
+        Ok(spec) => setup_from(&spec),
+        Err(_) => Ok(Vec::new()),
+    }
+}
+
+/// `setup` for the value `spec` of `FAIL_POINTS`.
+pub fn setup_from(spec: &str) -> Result<Vec<String>, String> {
     let mut names = Vec::new();
     for part in spec.split(';').filter(|p| !p.trim().is_empty()) {
         let (name, action) = part
@@ -110,5 +115,46 @@ pub fn io_error(name: &'static str) -> std::io::Result<()> {
         Err(std::io::Error::other(format!("failpoint {name}")))
     } else {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_specs_are_refused_by_name() {
+        let err = setup_from("no-such-point=return").expect_err("unknown");
+        assert!(err.contains("unknown failpoint \"no-such-point\""), "{err}");
+        let err = setup_from("apply-before").expect_err("no action");
+        assert!(err.contains("is not name=action"), "{err}");
+        assert_eq!(setup_from(" ; "), Ok(Vec::new()));
+    }
+
+    #[cfg(not(feature = "failpoints"))]
+    #[test]
+    fn without_the_feature_a_point_is_refused_and_never_fires() {
+        let err = setup_from("apply-before=return").expect_err("no feature");
+        assert!(
+            err.contains("built without the failpoints feature"),
+            "{err}"
+        );
+        assert!(!on("apply-before"));
+        assert!(io_error("fsync-error").is_ok());
+    }
+
+    #[cfg(feature = "failpoints")]
+    #[test]
+    fn a_configured_point_fires_as_its_action_says() {
+        // A point no code has (the registry is process-wide; tests run in parallel).
+        const POINT: &str = "test-only-point";
+        configure(POINT, "2*off->return").expect("configure");
+        assert!(!on(POINT));
+        assert!(!on(POINT));
+        assert!(on(POINT));
+        assert!(io_error(POINT).is_err());
+        fail::remove(POINT);
+        assert!(!on(POINT));
+        assert!(configure(POINT, "bogus(").is_err());
     }
 }
