@@ -1,7 +1,8 @@
 //! C12: a membership change under faults. Four agents (three voters, one learner); a voter is
 //! killed for good while the workload runs, the leader's autopilot must replace it with the
 //! learner (`autopilot.dead_voter_after` is short here), and the load goes on in the new
-//! configuration. The heal then brings the removed agent back.
+//! configuration. The heal then brings the removed agent back (it stays a member, as a
+//! learner: it replicates and serves again, without a vote).
 
 use std::time::Duration;
 
