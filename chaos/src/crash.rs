@@ -128,37 +128,47 @@ pub async fn crash_at(
     Ok(())
 }
 
-/// C15: restart one agent drawn at random with every fsync failing after a few; it must stop
-/// on its own (exit status 2, having acknowledged nothing it could not make durable) rather
-/// than run on; then restart it with a healthy disk.
+/// C15, twice: first the leader, then a follower drawn at random, is restarted with every
+/// fsync failing after a few (a leader restarted at once usually resumes leading); each must
+/// stop on its own (exit status 2, its last log line naming the fatal error, having
+/// acknowledged nothing it could not make durable) rather than run on, and is then restarted
+/// with a healthy disk.
 pub async fn fsync_error(c: &mut Cluster, rec: &Recorder, rng: &mut StdRng) -> anyhow::Result<()> {
-    sleep_ms(rng, 1000, 2000).await;
-    let all = c.running();
-    let victim = all[rng.random_range(0..all.len())];
-    let skip = rng.random_range(5..30);
-    let status = restart_armed(c, rec, victim, "fsync-error", skip, STOP_WITHIN, false).await?;
-    anyhow::ensure!(
-        status.code() == Some(2),
-        "n{victim} ended with {status} after fsync failed (want exit status 2)"
-    );
-    let log = std::fs::read_to_string(&c.agents[&victim].log)?;
-    let last = log.lines().last().unwrap_or_default();
-    anyhow::ensure!(
-        last.contains("raft stopped on a fatal error") && last.contains("failpoint fsync-error"),
-        "n{victim}'s last words do not say why it stopped: {last:?}"
-    );
-    note(
-        rec,
-        Phase::Info,
-        format!("n{victim} stopped after fsync failed ({status})"),
-    )?;
-    sleep_ms(rng, 500, 1500).await;
-    c.start_agent(victim);
-    note(
-        rec,
-        Phase::Info,
-        format!("restarted n{victim} with a healthy disk"),
-    )?;
+    for round in 0..2 {
+        sleep_ms(rng, 1000, 2000).await;
+        let leader = c.leader().await;
+        let victim = if round == 0 {
+            leader
+        } else {
+            let followers: Vec<u64> = c.running().into_iter().filter(|&id| id != leader).collect();
+            followers[rng.random_range(0..followers.len())]
+        };
+        let skip = rng.random_range(5..30);
+        let status = restart_armed(c, rec, victim, "fsync-error", skip, STOP_WITHIN, false).await?;
+        anyhow::ensure!(
+            status.code() == Some(2),
+            "n{victim} ended with {status} after fsync failed (want exit status 2)"
+        );
+        let log = std::fs::read_to_string(&c.agents[&victim].log)?;
+        let last = log.lines().last().unwrap_or_default();
+        anyhow::ensure!(
+            last.contains("raft stopped on a fatal error")
+                && last.contains("failpoint fsync-error"),
+            "n{victim}'s last words do not say why it stopped: {last:?}"
+        );
+        note(
+            rec,
+            Phase::Info,
+            format!("n{victim} stopped after fsync failed ({status})"),
+        )?;
+        sleep_ms(rng, 500, 1500).await;
+        c.start_agent(victim);
+        note(
+            rec,
+            Phase::Info,
+            format!("restarted n{victim} with a healthy disk"),
+        )?;
+    }
     sleep_ms(rng, 1000, 2000).await;
     Ok(())
 }
