@@ -18,6 +18,7 @@ mod log_store;
 pub mod node;
 pub mod scheduler;
 mod snapshot_file;
+mod snapshot_gate;
 mod state;
 mod state_machine;
 mod store;
