@@ -9,6 +9,7 @@ fmt-check:
 
 clippy:
 	cargo clippy --workspace --all-targets --locked -- -D warnings
+	cargo clippy -p gpu-raft-store -p gpu-agent --features gpu-agent/failpoints --lib --bins --locked -- -D warnings
 
 test:
 	cargo test --workspace --locked

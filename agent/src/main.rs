@@ -281,6 +281,13 @@ async fn run(command: Cmd) -> anyhow::Result<()> {
     });
     match command {
         Cmd::Run(args) => {
+            let points = gpu_raft_store::failpoint::setup().map_err(anyhow::Error::msg)?;
+            if gpu_raft_store::failpoint::ENABLED {
+                tracing::warn!(
+                    ?points,
+                    "built with the failpoints feature: for chaos tests only"
+                );
+            }
             let file = match &args.config {
                 Some(path) => FileConfig::load(path)?,
                 None => FileConfig::default(),

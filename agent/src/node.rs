@@ -171,11 +171,17 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
         transport_faults: config.raft.fault_injection.then_some(faults),
     };
     tasks.spawn(serve(listener, services, cancel.clone()));
+    info!(node_id, "watching raft for a fatal error");
+    let fatal = Arc::new(std::sync::OnceLock::<String>::new());
+    tasks.spawn(watch_fatal(raft.clone(), fatal.clone(), cancel.clone()));
 
     let started = enter_cluster(&config, &cluster, tls.as_ref(), &tasks, &cancel).await;
     if let Err(e) = started {
         shutdown(&cancel, &tasks, &raft).await;
-        return Err(e);
+        return match fatal.get() {
+            Some(why) => Err(e.context(format!("raft stopped on a fatal error: {why}"))),
+            None => Err(e),
+        };
     }
     if let Some(identity) = &tls {
         info!(node_id, validity = ?config.tls.cert_validity, "starting certificate renewal");
@@ -287,7 +293,40 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
     info!(node_id, "shutting down");
     shutdown(&cancel, &tasks, &raft).await;
     drop(data_dir);
-    Ok(())
+    match fatal.get() {
+        Some(why) => bail!("raft stopped on a fatal error: {why}"),
+        None => Ok(()),
+    }
+}
+
+/// Stop the agent when Raft stops on a fatal error (a storage write or fsync that failed):
+/// Raft then answers nothing and acknowledges nothing, and an agent lingering without it would
+/// look alive while serving stale reads and never recovering. Exiting with the error lets the
+/// operator (or systemd) see it and restart the agent once the disk is fixed.
+async fn watch_fatal(
+    raft: Raft,
+    fatal: Arc<std::sync::OnceLock<String>>,
+    cancel: CancellationToken,
+) {
+    let mut metrics = raft.metrics();
+    loop {
+        if let Err(e) = &metrics.borrow_and_update().running_state {
+            if !matches!(e, openraft::error::Fatal::Stopped) {
+                tracing::error!(error = %e, "raft stopped on a fatal error; stopping the agent");
+                let _ = fatal.set(e.to_string());
+                cancel.cancel();
+            }
+            return;
+        }
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            changed = metrics.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+            }
+        }
+    }
 }
 
 /// Bootstrap a new cluster, join an existing one, or (with state on disk) resume membership.

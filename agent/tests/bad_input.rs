@@ -197,3 +197,77 @@ fn a_corrupt_snapshot_is_refused() {
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("is corrupt"), "{}", stderr(&out));
 }
+
+/// Wait (up to 60 s) for `child` to exit; kill it and fail if it does not.
+fn wait_exit(mut child: std::process::Child, what: &str) -> Output {
+    let start = std::time::Instant::now();
+    while child.try_wait().expect("poll").is_none() {
+        if start.elapsed() > Duration::from_secs(60) {
+            child.kill().ok();
+            let out = child.wait_with_output().expect("reap");
+            panic!("{what}: still running after 60 s\n{}", stderr(&out));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    child.wait_with_output().expect("reap")
+}
+
+#[test]
+fn a_corrupt_raft_log_entry_stops_the_agent_with_a_clear_error() {
+    use gpu_raft_store::{KvEngine, SledEngine, Space};
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = tmp.path().join("data");
+    let token = tmp.path().join("admin.token");
+    let toml = format!(
+        "node_id = 1\nlisten = {:?}\ndata_dir = {data:?}\nbootstrap = true\n\
+         bootstrap_token_file = {token:?}\n",
+        free_addr()
+    );
+    let path = tmp.path().join("agent.toml");
+    std::fs::write(&path, toml).expect("write config");
+    let start = || {
+        agent()
+            .arg("run")
+            .arg("--config")
+            .arg(&path)
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start gpu-agent")
+    };
+    // A real data directory: bootstrap until the admin token is minted (written through Raft),
+    // then stop gracefully.
+    let first = start();
+    let begun = std::time::Instant::now();
+    while !token.exists() && begun.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(first.id()).expect("pid"));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
+    let out = wait_exit(first, "the bootstrapping agent after SIGTERM");
+    assert!(token.exists(), "bootstrap never finished: {}", stderr(&out));
+
+    // Garble one committed entry in the middle of the log, the way a bad disk would.
+    let engine = SledEngine::open(&data.join("raft")).expect("open the log");
+    let keys = engine
+        .keys(Space::Log, &0u64.to_be_bytes(), &u64::MAX.to_be_bytes())
+        .expect("log keys");
+    assert!(keys.len() >= 3, "too short a log: {} entries", keys.len());
+    let victim = keys[1].clone();
+    engine
+        .write(
+            Space::Log,
+            vec![(victim, Some(b"{\"log_id\": garbage".to_vec()))],
+        )
+        .expect("garble");
+    engine.flush().expect("flush");
+    drop(engine);
+
+    let out = wait_exit(start(), "the agent on a corrupt log");
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    let last = err.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("error: starting raft") && last.contains("Read Logs"),
+        "{err}"
+    );
+}

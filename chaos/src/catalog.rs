@@ -25,10 +25,22 @@ pub const ALL: &[Entry] = &[
         nemesis: Nemesis::LeaderKillLoop { rounds: 4 },
     },
     Entry {
+        short: "c2",
+        name: "c2-minority-kill-loop",
+        default_seed: 2,
+        nemesis: Nemesis::MinorityKillLoop { rounds: 4 },
+    },
+    Entry {
         short: "c3",
         name: "c3-kill-all",
         default_seed: 3,
         nemesis: Nemesis::KillAll,
+    },
+    Entry {
+        short: "c4",
+        name: "c4-rolling-restart",
+        default_seed: 4,
+        nemesis: Nemesis::RollingRestart,
     },
     Entry {
         short: "c5",
@@ -80,6 +92,59 @@ pub const ALL: &[Entry] = &[
         name: "c11-lossy-transport",
         default_seed: 11,
         nemesis: Nemesis::LossyTransport,
+    },
+    Entry {
+        short: "c12",
+        name: "c12-voter-lost-learner-promoted",
+        default_seed: 12,
+        nemesis: Nemesis::VoterLost,
+    },
+    Entry {
+        short: "c13",
+        name: "c13-follower-behind-purged-log",
+        default_seed: 13,
+        nemesis: Nemesis::FollowerBehindPurge { crash_at: None },
+    },
+    Entry {
+        short: "c14-log",
+        name: "c14-crash-at-vote-and-append",
+        default_seed: 14,
+        nemesis: Nemesis::CrashAt {
+            points: &[
+                "log-append-before-fsync",
+                "vote-save-before-fsync",
+                "log-append-after-fsync",
+                "vote-save-after-fsync",
+            ],
+        },
+    },
+    Entry {
+        short: "c14-apply",
+        name: "c14-crash-at-apply-and-snapshot",
+        default_seed: 114,
+        nemesis: Nemesis::CrashAt {
+            points: &[
+                "apply-before",
+                "snapshot-build-before-write",
+                "apply-after",
+                "snapshot-file-before-rename",
+                "snapshot-build-after-write",
+            ],
+        },
+    },
+    Entry {
+        short: "c14-install",
+        name: "c14-crash-installing-a-snapshot",
+        default_seed: 214,
+        nemesis: Nemesis::FollowerBehindPurge {
+            crash_at: Some("snapshot-install-before-write"),
+        },
+    },
+    Entry {
+        short: "c15",
+        name: "c15-fsync-error",
+        default_seed: 15,
+        nemesis: Nemesis::FsyncError,
     },
     Entry {
         short: "c16",

@@ -6,9 +6,13 @@
 pub mod catalog;
 pub mod check;
 pub mod client;
+pub mod crash;
+pub mod failpoints;
 pub mod history;
 pub mod holder;
 pub mod isolation;
+pub mod lagging;
+pub mod membership;
 pub mod model;
 pub mod nemesis;
 pub mod netns;

@@ -1,5 +1,6 @@
 //! Process faults against a running cluster, timed from the scenario's seeded RNG and recorded
-//! in the history: C1 leader kill loop, C3 kill every node at once, and healing.
+//! in the history: C1 leader kill loop, C2 random minority kill loop, C3 kill every node at
+//! once, C4 rolling restart, and healing.
 
 use std::time::Duration;
 
@@ -71,6 +72,89 @@ pub async fn kill_all(c: &mut Cluster, rec: &Recorder, rng: &mut StdRng) -> anyh
     note(rec, Phase::Info, format!("restarted {all:?}"))?;
     sleep_ms(rng, 2000, 3000).await;
     Ok(())
+}
+
+/// C2: `rounds` times, after a moment of load, `kill -9` one agent drawn at random (leader or
+/// not: a minority of three) and restart it after a random delay.
+pub async fn minority_kill_loop(
+    c: &mut Cluster,
+    rec: &Recorder,
+    rng: &mut StdRng,
+    rounds: u32,
+) -> anyhow::Result<()> {
+    for _ in 0..rounds {
+        sleep_ms(rng, 800, 2000).await;
+        let all = c.running();
+        let victim = all[rng.random_range(0..all.len())];
+        note(rec, Phase::Invoke, format!("kill -9 n{victim}"))?;
+        c.kill(victim);
+        note(rec, Phase::Info, format!("killed n{victim}"))?;
+        sleep_ms(rng, 300, 2500).await;
+        c.start_agent(victim);
+        note(rec, Phase::Info, format!("restarted n{victim}"))?;
+    }
+    Ok(())
+}
+
+/// How long a graceful stop may take before C4 calls it a failure.
+const STOP_GRACE: Duration = Duration::from_secs(30);
+
+/// C4: restart every agent in a seeded order, one at a time, each by `SIGTERM` (the graceful
+/// path an operator's upgrade takes); the next goes only once the restarted one serves and
+/// has applied what the cluster had committed when it stopped.
+pub async fn rolling_restart(
+    c: &mut Cluster,
+    rec: &Recorder,
+    rng: &mut StdRng,
+) -> anyhow::Result<()> {
+    let mut order = c.running();
+    for i in (1..order.len()).rev() {
+        order.swap(i, rng.random_range(0..=i));
+    }
+    for id in order {
+        sleep_ms(rng, 800, 1800).await;
+        let committed = committed_index(c, id).await;
+        note(
+            rec,
+            Phase::Invoke,
+            format!("SIGTERM n{id} (rolling restart)"),
+        )?;
+        c.terminate(id);
+        let start = std::time::Instant::now();
+        while c.exited(id).is_none() {
+            anyhow::ensure!(
+                start.elapsed() < STOP_GRACE,
+                "n{id} still running {STOP_GRACE:?} after SIGTERM"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        note(rec, Phase::Info, format!("n{id} stopped"))?;
+        sleep_ms(rng, 200, 1000).await;
+        c.start_agent(id);
+        note(rec, Phase::Info, format!("restarted n{id}"))?;
+        c.wait_for(
+            &format!("n{id} to serve and apply index {committed}"),
+            Duration::from_secs(60),
+            |c| async move {
+                c.status(id, true)
+                    .await
+                    .is_ok_and(|s| s.leader_id.is_some() && s.applied_index >= committed)
+            },
+        )
+        .await;
+        note(rec, Phase::Info, format!("n{id} caught up to {committed}"))?;
+    }
+    Ok(())
+}
+
+/// The commit index the cluster's leader reports (through `via`, falling back to any agent).
+async fn committed_index(c: &Cluster, via: u64) -> u64 {
+    for id in std::iter::once(via).chain(c.running()) {
+        if let Ok(s) = c.status(id, false).await {
+            return s.commit_index;
+        }
+    }
+    0
 }
 
 /// Restart every stopped agent and wait until all serve and a leader is known.

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use gpu_tests::{Cluster, is_terminal};
+use gpu_tests::{AgentCommand, Cluster, Placement, free_addr, is_terminal};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -22,16 +22,23 @@ use gpu_tests::records;
 
 use crate::netns::Netns;
 use crate::{
-    isolation, nemesis, observer, pause, settle, splits, storm, timeline, transport, workload,
+    crash, failpoints, isolation, lagging, membership, nemesis, observer, pause, settle, splits,
+    storm, timeline, transport, workload,
 };
 
 /// Which faults a scenario injects.
 #[derive(Clone, Copy, Debug)]
 pub enum Nemesis {
+    /// No faults: the workload runs `secs` seconds (the baseline for broken-agent tests).
+    Quiet { secs: u64 },
     /// C1: kill -9 the leader and restart it, `rounds` times.
     LeaderKillLoop { rounds: u32 },
+    /// C2: kill -9 a random agent (a minority) and restart it, `rounds` times.
+    MinorityKillLoop { rounds: u32 },
     /// C3: kill -9 every agent at once mid-load, restart all.
     KillAll,
+    /// C4: restart every agent gracefully, one after another, under load.
+    RollingRestart,
     /// C16: keys stormed one after another by `tasks` concurrent submitters each, at least
     /// `min_keys` of them and until a leader kill midway has healed.
     RetryStorm { min_keys: usize, tasks: usize },
@@ -51,6 +58,16 @@ pub enum Nemesis {
     Flapping { rounds: u32, agents: u64 },
     /// C11: delay, loss and duplication on the Raft transport (in the agents), then healed.
     LossyTransport,
+    /// C14: one agent at a time restarted with a crash failpoint armed, for each of `points`
+    /// (the failpoints build; snapshots every few entries so snapshot points are reached).
+    CrashAt { points: &'static [&'static str] },
+    /// C15: one agent restarted with failing fsyncs; it must stop on its own.
+    FsyncError,
+    /// C13: a follower down while the leader purges the log it needs; it must catch up by
+    /// installing a snapshot (after first crashing at `crash_at` on the install path: C14).
+    FollowerBehindPurge { crash_at: Option<&'static str> },
+    /// C12: four agents; a voter killed for good must be replaced by the learner.
+    VoterLost,
 }
 
 impl Nemesis {
@@ -66,20 +83,44 @@ impl Nemesis {
         )
     }
 
-    /// What the scenario adds to every agent's config (inside `[raft]`).
-    pub fn agent_toml(self) -> &'static str {
-        match self {
-            Nemesis::LossyTransport => transport::AGENT_TOML,
-            _ => "",
-        }
+    /// Whether the scenario runs the failpoints build of the agent.
+    pub fn needs_failpoints(self) -> bool {
+        matches!(
+            self,
+            Nemesis::CrashAt { .. }
+                | Nemesis::FsyncError
+                | Nemesis::FollowerBehindPurge { crash_at: Some(_) }
+        )
     }
 
-    /// How many agents the scenario runs (all voters).
+    /// How many agents the scenario's cluster has.
     pub fn agents(self) -> u64 {
         match self {
             Nemesis::SplitLeaderSide | Nemesis::Ring => 5,
             Nemesis::Flapping { agents, .. } => agents,
+            Nemesis::VoterLost => membership::AGENTS,
             _ => 3,
+        }
+    }
+
+    /// How many of them vote: every agent of the partition scenarios on five, else three.
+    fn voters(self) -> usize {
+        match self {
+            Nemesis::SplitLeaderSide | Nemesis::Ring | Nemesis::Flapping { .. } => {
+                self.agents() as usize
+            }
+            _ => 3,
+        }
+    }
+
+    /// Agent configuration the scenario needs (inside `[raft]`).
+    fn extra_toml(self) -> &'static str {
+        match self {
+            Nemesis::LossyTransport => transport::AGENT_TOML,
+            Nemesis::CrashAt { .. } => "snapshot_every = 25",
+            Nemesis::FollowerBehindPurge { .. } => lagging::CONFIG,
+            Nemesis::VoterLost => membership::CONFIG,
+            _ => "",
         }
     }
 }
@@ -148,8 +189,28 @@ impl Report {
     }
 }
 
+/// How a scenario's cluster is started, beyond the defaults.
+#[derive(Clone, Debug, Default)]
+pub struct Setup {
+    /// The agent binary and environment (a failpoints build with `FAIL_POINTS`).
+    pub agent: AgentCommand,
+    /// Appended to every agent's config (`Cluster::start`'s `extra_toml`).
+    pub extra_toml: String,
+}
+
 /// Run scenario `name` with `seed`, writing its files under `out/<name>-<seed>/`.
 pub async fn run(name: &str, seed: u64, nemesis: Nemesis, out: &Path) -> anyhow::Result<Report> {
+    run_with(name, seed, nemesis, out, &Setup::default()).await
+}
+
+/// `run` with the cluster started as `setup` says.
+pub async fn run_with(
+    name: &str,
+    seed: u64,
+    nemesis: Nemesis,
+    out: &Path,
+    setup: &Setup,
+) -> anyhow::Result<Report> {
     println!(
         "chaos {name}: seed {seed} (reproduce with {}={seed})",
         crate::seed::SEED_ENV
@@ -165,14 +226,29 @@ pub async fn run(name: &str, seed: u64, nemesis: Nemesis, out: &Path) -> anyhow:
         None
     };
     // Clusters take turns (a process-wide lock in `Cluster::start`): time from the start.
+    let mut setup = setup.clone();
+    if nemesis.needs_failpoints() && setup.agent.bin.is_none() {
+        setup.agent.bin = Some(tokio::task::spawn_blocking(failpoints::agent).await??);
+    }
+    if setup.extra_toml.is_empty() {
+        setup.extra_toml = nemesis.extra_toml().to_owned();
+    }
+    let (extra, agent) = (&setup.extra_toml, setup.agent.clone());
     let mut c = match &net {
         Some(net) => {
-            let c = Cluster::start_placed(agents as usize, nemesis.agent_toml(), net.placements())
-                .await;
+            let c = Cluster::start_with(nemesis.voters(), extra, net.placements(), agent).await;
             crate::ready::wait_all_ready(&c).await;
             c
         }
-        None => Cluster::start(agents, agents as usize, nemesis.agent_toml()).await,
+        None => {
+            let loopback = (0..agents)
+                .map(|_| Placement {
+                    addr: free_addr(),
+                    prefix: Vec::new(),
+                })
+                .collect();
+            Cluster::start_with(nemesis.voters(), extra, loopback, agent).await
+        }
     };
     let started = Instant::now();
     let rec = Arc::new(Recorder::create(&dir.join("history.jsonl"))?);
@@ -269,8 +345,16 @@ async fn inject(
     records: &Path,
 ) -> anyhow::Result<()> {
     match nemesis {
+        Nemesis::Quiet { secs } => {
+            tokio::time::sleep(Duration::from_secs(secs)).await;
+            Ok(())
+        }
         Nemesis::LeaderKillLoop { rounds } => nemesis::leader_kill_loop(c, rec, rng, rounds).await,
+        Nemesis::MinorityKillLoop { rounds } => {
+            nemesis::minority_kill_loop(c, rec, rng, rounds).await
+        }
         Nemesis::KillAll => nemesis::kill_all(c, rec, rng).await,
+        Nemesis::RollingRestart => nemesis::rolling_restart(c, rec, rng).await,
         Nemesis::RetryStorm { min_keys, tasks } => {
             let stop = Arc::new(AtomicBool::new(false));
             let task = tokio::spawn(storm::storm(
@@ -294,6 +378,12 @@ async fn inject(
         Nemesis::IsolateLeader => {
             let net = net.ok_or_else(|| anyhow::anyhow!("C5 needs network namespaces"))?;
             isolation::isolate_leader(c, net, rec, rng, client, name, records).await
+        }
+        Nemesis::CrashAt { points } => crash::crash_at(c, rec, rng, points).await,
+        Nemesis::FsyncError => crash::fsync_error(c, rec, rng).await,
+        Nemesis::VoterLost => membership::voter_lost(c, rec, rng).await,
+        Nemesis::FollowerBehindPurge { crash_at } => {
+            lagging::follower_behind_purged_log(c, rec, rng, crash_at).await
         }
         Nemesis::HolderIsolate => {
             let net = net.ok_or_else(|| anyhow::anyhow!("C10 by partition needs namespaces"))?;

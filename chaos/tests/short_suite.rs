@@ -1,10 +1,11 @@
-//! The short chaos suite: C1 (leader kill loop), C3 (kill every node at once), C5 (leader
-//! isolated), C9 (leader paused), C10 (GPU holder paused, and cut off, past its lease), C11
-//! (Raft messages delayed, lost and duplicated in the agents) and C16 (client retry storm)
-//! against a 3-agent cluster with the fixed seeds and parameters of `gpu_chaos::catalog`
-//! (`GPUMESH_CHAOS_SEED` overrides); every checker must find nothing. The partition scenarios
-//! run the agents in network namespaces and are skipped with a message where those are
-//! unavailable.
+//! The short chaos suite: C1 (leader kill loop), C2 (random minority kill loop), C3 (kill
+//! every node at once), C4 (rolling restart under load), C5 (leader isolated), C9 (leader
+//! paused), C10 (GPU holder paused, and cut off, past its lease), C11 (Raft messages delayed,
+//! lost and duplicated in the agents), C12 (a voter lost for good), C13 (a follower behind a
+//! purged log), C14 (crashes at failpoints), C15 (fsync errors) and C16 (client retry storm)
+//! with the fixed seeds and parameters of `gpu_chaos::catalog` (`GPUMESH_CHAOS_SEED`
+//! overrides); every checker must find nothing. The partition scenarios run the agents in
+//! network namespaces and are skipped with a message where those are unavailable.
 
 use std::path::PathBuf;
 
@@ -44,6 +45,16 @@ async fn c1_leader_kill_loop() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c2_random_minority_kill_loop() {
+    scenario("c2").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c4_rolling_restart_under_load() {
+    scenario("c4").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c3_kill_every_node_at_once() {
     scenario("c3").await;
 }
@@ -66,6 +77,36 @@ async fn c9_leader_paused_past_the_election_timeout() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c10_gpu_holder_paused_past_its_lease() {
     scenario("c10-paused").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c12_voter_lost_under_load_the_learner_is_promoted() {
+    scenario("c12").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c13_follower_behind_a_purged_log_installs_a_snapshot() {
+    scenario("c13").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c14_crash_at_vote_and_append_failpoints() {
+    scenario("c14-log").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c14_crash_at_apply_and_snapshot_failpoints() {
+    scenario("c14-apply").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c14_crash_while_installing_a_snapshot() {
+    scenario("c14-install").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c15_fsync_error_stops_the_agent() {
+    scenario("c15").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

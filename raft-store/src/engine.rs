@@ -136,6 +136,7 @@ impl KvEngine for SledEngine {
 
     fn flush(&self) -> std::io::Result<()> {
         let _one_at_a_time = self.flush_lock.lock().unwrap_or_else(|p| p.into_inner());
+        crate::failpoint::io_error("fsync-error")?;
         self.db.flush().map(drop).map_err(io)
     }
 }

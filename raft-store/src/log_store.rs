@@ -13,6 +13,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::engine::{KvEngine, Space};
+use crate::failpoint;
+use crate::snapshot_gate::SnapshotGate;
 use crate::{Entry, LogId, NodeId, StorageError, TypeConfig};
 
 const VOTE: &[u8] = b"vote";
@@ -25,6 +27,8 @@ pub struct LogStore {
     engine: Arc<dyn KvEngine>,
     /// The last committed index openraft told us about (0 = none), for status reporting.
     committed_index: Arc<AtomicU64>,
+    /// The state machine's snapshot state: a purge never outruns the snapshot on disk.
+    gate: SnapshotGate,
 }
 
 impl std::fmt::Debug for LogStore {
@@ -36,9 +40,10 @@ impl std::fmt::Debug for LogStore {
 }
 
 impl LogStore {
-    pub(crate) fn new(engine: Arc<dyn KvEngine>) -> Result<Self, StorageError> {
+    pub(crate) fn new(engine: Arc<dyn KvEngine>, gate: SnapshotGate) -> Result<Self, StorageError> {
         let store = Self {
             engine,
+            gate,
             committed_index: Arc::new(AtomicU64::new(0)),
         };
         let committed: Option<LogId> = store.read_meta(COMMITTED)?;
@@ -151,7 +156,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), StorageError> {
         self.write_meta(VOTE, vote)?;
-        self.flush(ErrorSubject::Vote).await
+        failpoint::crash("vote-save-before-fsync");
+        self.flush(ErrorSubject::Vote).await?;
+        failpoint::crash("vote-save-after-fsync");
+        Ok(())
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote<NodeId>>, StorageError> {
@@ -190,10 +198,14 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             .write(Space::Log, batch)
             .map_err(|e| write_err(ErrorSubject::Logs, &e))?;
         // Entries are readable now; tell openraft they are durable only once fsynced.
+        failpoint::crash("log-append-before-fsync");
         let engine = self.engine.clone();
         let flushed = tokio::task::spawn_blocking(move || engine.flush())
             .await
             .unwrap_or_else(|join| Err(std::io::Error::other(join.to_string())));
+        if flushed.is_ok() {
+            failpoint::crash("log-append-after-fsync");
+        }
         callback.log_io_completed(flushed);
         Ok(())
     }
@@ -203,6 +215,13 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
+        // openraft 0.9 purges for a snapshot install without waiting for the install to be
+        // durable (`snapshot_gate.rs`): a crash in between must not find the log purged past
+        // the snapshot on disk.
+        self.gate
+            .purge_allowed(log_id.index)
+            .await
+            .map_err(|e| write_err(ErrorSubject::Logs, &std::io::Error::other(e)))?;
         // Record the purge point first: a crash in between leaves extra entries, never a hole.
         self.write_meta(LAST_PURGED, &log_id)?;
         self.flush(ErrorSubject::Logs).await?;

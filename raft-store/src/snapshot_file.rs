@@ -75,6 +75,7 @@ impl SnapshotFile {
         file.write_all(&line).map_err(io)?;
         file.write_all(data).map_err(io)?;
         file.sync_all().map_err(io)?;
+        crate::failpoint::crash("snapshot-file-before-rename");
         fs::rename(&tmp, &self.path).map_err(io)?;
         if let Some(dir) = self.path.parent() {
             File::open(dir).and_then(|d| d.sync_all()).map_err(io)?;

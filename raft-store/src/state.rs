@@ -770,7 +770,11 @@ impl ClusterState {
     }
 
     fn bind(&mut self, b: &Bind, now: u64) {
-        if let Some(node) = self.nodes.get_mut(&b.node) {
+        // A deliberate bug for chaos tests (never on outside a failpoints build).
+        let forget = crate::failpoint::on("apply-bind-forgets-gpus");
+        if let Some(node) = self.nodes.get_mut(&b.node)
+            && !forget
+        {
             for &index in &b.gpus {
                 node.allocations.insert(index, b.job);
             }

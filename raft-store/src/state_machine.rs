@@ -14,7 +14,9 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use crate::command::ApplyResult;
+use crate::failpoint;
 use crate::snapshot_file::{SnapshotFile, SnapshotFileError, SnapshotMeta};
+use crate::snapshot_gate::SnapshotGate;
 use crate::state::ClusterState;
 use crate::{Entry, LogId, NodeId, StorageError, TypeConfig};
 
@@ -33,6 +35,10 @@ pub struct StateMachineStore {
     file: SnapshotFile,
     applied: Arc<watch::Sender<u64>>,
     snapshot_seq: Arc<AtomicU64>,
+    /// Which snapshot is on disk and whether one is being received (for the log's purges).
+    gate: SnapshotGate,
+    /// Serialises snapshot writes, so an older one never replaces a newer one.
+    writing: Arc<std::sync::Mutex<()>>,
 }
 
 /// A read-only handle on the applied state, for services, the scheduler and the executor.
@@ -91,7 +97,10 @@ impl StateMachineStore {
             None => MachineData::default(),
         };
         let applied = data.last_applied.map_or(0, |l: LogId| l.index);
+        let gate = SnapshotGate::new(data.last_applied.map(|l: LogId| l.index));
         Ok(Self {
+            gate,
+            writing: Arc::new(std::sync::Mutex::new(())),
             data: Arc::new(RwLock::new(data)),
             file,
             applied: Arc::new(watch::Sender::new(applied)),
@@ -106,15 +115,43 @@ impl StateMachineStore {
         }
     }
 
-    fn write_snapshot(&self, meta: &SnapshotMeta, bytes: &[u8]) -> Result<(), StorageError> {
-        self.file.write(meta, bytes).map_err(|e| {
+    /// The gate the log store consults before purging.
+    pub(crate) fn gate(&self) -> SnapshotGate {
+        self.gate.clone()
+    }
+
+    /// Write `meta`'s snapshot unless a newer one is already on disk; `installed`: it is the
+    /// one being received from the leader.
+    fn write_snapshot(
+        &self,
+        meta: &SnapshotMeta,
+        bytes: &[u8],
+        installed: bool,
+    ) -> Result<(), StorageError> {
+        let _one = self.writing.lock().unwrap_or_else(|p| p.into_inner());
+        let index = meta.last_log_id.map(|l| l.index);
+        let on_disk = self.gate.get().durable;
+        if index < on_disk {
+            tracing::debug!(
+                ?index,
+                ?on_disk,
+                "not replacing a newer snapshot with an older one"
+            );
+            if installed {
+                self.gate.durable(on_disk, true);
+            }
+            return Ok(());
+        }
+        self.file.write(meta, bytes).map_err(|e| -> StorageError {
             StorageIOError::new(
                 ErrorSubject::Snapshot(Some(meta.signature())),
                 ErrorVerb::Write,
                 openraft::AnyError::new(&e),
             )
             .into()
-        })
+        })?;
+        self.gate.durable(index, installed);
+        Ok(())
     }
 }
 
@@ -133,7 +170,9 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
             last_membership: data.last_membership,
             snapshot_id,
         };
-        self.write_snapshot(&meta, &bytes)?;
+        failpoint::crash("snapshot-build-before-write");
+        self.write_snapshot(&meta, &bytes, false)?;
+        failpoint::crash("snapshot-build-after-write");
         Ok(Snapshot {
             meta,
             snapshot: Box::new(Cursor::new(bytes)),
@@ -156,6 +195,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         I: IntoIterator<Item = Entry> + Send,
         I::IntoIter: Send,
     {
+        failpoint::crash("apply-before");
         let mut results = Vec::new();
         let mut last = None;
         {
@@ -179,6 +219,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                 });
             }
         }
+        failpoint::crash("apply-after");
         if let Some(index) = last {
             self.applied.send_replace(index);
         }
@@ -190,6 +231,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
     }
 
     async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError> {
+        self.gate.receiving();
         Ok(Box::new(Cursor::new(Vec::new())))
     }
 
@@ -201,10 +243,13 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         let bytes = snapshot.into_inner();
         let data: MachineData =
             serde_json::from_slice(&bytes).map_err(|e| snapshot_err(ErrorVerb::Read, &e))?;
-        self.write_snapshot(meta, &bytes)?;
+        failpoint::crash("snapshot-install-before-write");
+        self.write_snapshot(meta, &bytes, true)?;
+        failpoint::crash("snapshot-install-after-write");
         let applied = data.last_applied.map_or(0, |l| l.index);
         *self.data.write().unwrap_or_else(|p| p.into_inner()) = data;
         self.applied.send_replace(applied);
+        tracing::info!(log_index = applied, snapshot_id = %meta.snapshot_id, "installed a snapshot from the leader");
         Ok(())
     }
 

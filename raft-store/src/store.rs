@@ -54,7 +54,6 @@ pub fn open(dir: &Path) -> Result<(DataDir, LogStore, StateMachineStore), OpenEr
     check_format(dir)?;
     let engine =
         SledEngine::open(&dir.join("raft")).map_err(|e| corrupt(dir, format!("raft log: {e}")))?;
-    let log = LogStore::new(Arc::new(engine)).map_err(|e| corrupt(dir, e.to_string()))?;
     let sm = StateMachineStore::open(SnapshotFile::new(dir)).map_err(|e| match e {
         SnapshotFileError::FutureVersion { found, .. } => OpenError::FutureVersion {
             dir: dir.to_owned(),
@@ -63,6 +62,8 @@ pub fn open(dir: &Path) -> Result<(DataDir, LogStore, StateMachineStore), OpenEr
         },
         other => corrupt(dir, other.to_string()),
     })?;
+    let log =
+        LogStore::new(Arc::new(engine), sm.gate()).map_err(|e| corrupt(dir, e.to_string()))?;
     Ok((
         DataDir {
             path: dir.to_owned(),

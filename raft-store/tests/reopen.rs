@@ -170,3 +170,57 @@ async fn a_corrupted_snapshot_is_refused() {
     assert!(matches!(err, OpenError::Corrupt { .. }), "{err}");
     assert!(err.to_string().contains("checksum"), "{err}");
 }
+
+/// Regression (found by chaos C14 `snapshot-install-before-write`): openraft 0.9 purges the
+/// log for a snapshot install without waiting for the install to be durable; a crash in
+/// between left the log purged past the snapshot on disk and the agent panicked on every
+/// start. A purge past the durable snapshot while one is being received now waits for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purge_waits_for_the_snapshot_being_installed() {
+    let entries: Vec<Entry> = std::iter::once(membership(1))
+        .chain((2..=12).map(register))
+        .collect();
+    // The leader's snapshot at index 12.
+    let leader_dir = tempfile::tempdir().expect("tempdir");
+    let (_ld, _ll, mut leader) = gpu_raft_store::open(leader_dir.path()).expect("open");
+    leader.apply(entries.clone()).await.expect("apply");
+    let snapshot = leader
+        .get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .expect("snapshot");
+
+    // A follower with the first 4 entries starts receiving it.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (_dir, mut log, mut sm) = gpu_raft_store::open(tmp.path()).expect("open");
+    log.blocking_append(entries[..4].to_vec())
+        .await
+        .expect("append");
+    sm.apply(entries[..4].to_vec()).await.expect("apply");
+    sm.begin_receiving_snapshot().await.expect("begin");
+    let mut purging = log.clone();
+    let purge = tokio::spawn(async move { purging.purge(log_id(1, 12)).await });
+    for _ in 0..20 {
+        tokio::task::yield_now().await;
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert!(
+        !purge.is_finished(),
+        "the purge ran ahead of the snapshot install"
+    );
+    assert_eq!(
+        log.get_log_state().await.expect("state").last_purged_log_id,
+        None
+    );
+
+    sm.install_snapshot(&snapshot.meta, snapshot.snapshot)
+        .await
+        .expect("install");
+    purge.await.expect("join").expect("purge");
+    let state = log.get_log_state().await.expect("state");
+    assert_eq!(state.last_purged_log_id, Some(log_id(1, 12)));
+
+    // Purges covered by the snapshot on disk never wait.
+    log.purge(log_id(1, 12)).await.expect("purge again");
+}

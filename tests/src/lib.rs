@@ -96,6 +96,14 @@ impl Interceptor for Bearer {
 
 static ONE_CLUSTER_AT_A_TIME: Mutex<()> = Mutex::new(());
 
+/// Wait for the turn clusters take and hold it: for heavy work (building the failpoints agent)
+/// that would disturb a running cluster's timing. Never call it while holding a `Cluster`.
+pub fn exclusive() -> MutexGuard<'static, ()> {
+    ONE_CLUSTER_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+}
+
 /// Where one agent runs: the address it listens on (and others reach it at) and a command
 /// prefix it is started under, e.g. `ip netns exec gm1a2bx0-n2` (empty: started directly).
 #[derive(Clone, Debug, Default)]
@@ -104,6 +112,16 @@ pub struct Placement {
     pub addr: String,
     /// Program and arguments put before the agent's own command line.
     pub prefix: Vec<String>,
+}
+
+/// What the cluster's agents run: a binary other than the workspace's `gpu-agent` (a
+/// failpoints build, say) and environment variables every agent starts with (`FAIL_POINTS`).
+#[derive(Clone, Debug, Default)]
+pub struct AgentCommand {
+    /// The agent binary; `None`: `bin("gpu-agent")`.
+    pub bin: Option<PathBuf>,
+    /// Set in every agent's environment (`Agent::env`, changeable per agent before a restart).
+    pub env: Vec<(String, String)>,
 }
 
 pub struct Agent {
@@ -115,11 +133,15 @@ pub struct Agent {
     /// Flags after `run --config FILE` (a joiner's CA and join token files).
     pub flags: Vec<std::ffi::OsString>,
     pub log: PathBuf,
+    /// Extra environment for its next start.
+    pub env: BTreeMap<String, String>,
     child: Option<Child>,
 }
 
 pub struct Cluster {
     pub root: tempfile::TempDir,
+    /// The agent binary every start runs.
+    pub agent_bin: PathBuf,
     pub agents: BTreeMap<u64, Agent>,
     _turn: MutexGuard<'static, ()>,
 }
@@ -143,6 +165,22 @@ impl Cluster {
         voter_target: usize,
         extra_toml: &str,
         placements: Vec<Placement>,
+    ) -> Cluster {
+        Self::start_with(
+            voter_target,
+            extra_toml,
+            placements,
+            AgentCommand::default(),
+        )
+        .await
+    }
+
+    /// `start_placed` running `agent`'s binary with its environment.
+    pub async fn start_with(
+        voter_target: usize,
+        extra_toml: &str,
+        placements: Vec<Placement>,
+        agent: AgentCommand,
     ) -> Cluster {
         let n = placements.len() as u64;
         let turn = ONE_CLUSTER_AT_A_TIME
@@ -195,12 +233,14 @@ impl Cluster {
                     config,
                     flags,
                     log,
+                    env: agent.env.iter().cloned().collect(),
                     child: None,
                 },
             );
         }
         let mut cluster = Cluster {
             root,
+            agent_bin: agent.bin.unwrap_or_else(|| bin("gpu-agent")),
             agents,
             _turn: turn,
         };
@@ -233,6 +273,7 @@ impl Cluster {
     }
 
     pub fn start_agent(&mut self, id: u64) {
+        let agent_bin = self.agent_bin.clone();
         let agent = self.agents.get_mut(&id).expect("known agent");
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -240,10 +281,10 @@ impl Cluster {
             .open(&agent.log)
             .expect("log file");
         let mut command = match agent.prefix.split_first() {
-            None => Command::new(bin("gpu-agent")),
+            None => Command::new(&agent_bin),
             Some((program, args)) => {
                 let mut c = Command::new(program);
-                c.args(args).arg(bin("gpu-agent"));
+                c.args(args).arg(&agent_bin);
                 c
             }
         };
@@ -253,6 +294,7 @@ impl Cluster {
             .arg(&agent.config)
             .args(&agent.flags)
             .env("RUST_LOG", "info,openraft=warn")
+            .envs(&agent.env)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
@@ -270,10 +312,28 @@ impl Cluster {
         }
     }
 
+    /// If agent `id` has exited on its own (a crash), reap it and return how it ended; it then
+    /// counts as stopped (`heal` restarts it).
+    pub fn exited(&mut self, id: u64) -> Option<std::process::ExitStatus> {
+        let agent = self.agents.get_mut(&id).expect("known agent");
+        let status = agent
+            .child
+            .as_mut()?
+            .try_wait()
+            .expect("wait on an agent")?;
+        agent.child = None;
+        Some(status)
+    }
+
     /// `SIGSTOP` agent `id`: it keeps its sockets and state but does nothing until `resume`
     /// (its job supervisors, in their own process groups, keep running).
     pub fn pause(&self, id: u64) {
         self.signal(id, nix::sys::signal::Signal::SIGSTOP);
+    }
+
+    /// `SIGTERM` agent `id`: a graceful shutdown (`exited` tells when it is over).
+    pub fn terminate(&self, id: u64) {
+        self.signal(id, nix::sys::signal::Signal::SIGTERM);
     }
 
     /// `SIGCONT` an agent stopped by `pause`.
