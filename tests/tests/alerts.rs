@@ -10,7 +10,6 @@ use std::time::Duration;
 use gpu_proto::v1 as pb;
 use gpu_proto::v1::alert_service_client::AlertServiceClient;
 use gpu_proto::v1::gpu_service_client::GpuServiceClient;
-use gpu_proto::v1::node_service_client::NodeServiceClient;
 use gpu_tests::{Cluster, is_terminal, shell_job};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -116,14 +115,7 @@ async fn inject(c: &Cluster, gpu_index: u32, fault: pb::GpuFault, xid: u32) {
 }
 
 async fn gpu_of(c: &Cluster, job: &pb::Job) -> u32 {
-    let node = NodeServiceClient::new(c.channel(1).await.expect("channel"))
-        .get_node(pb::GetNodeRequest {
-            id: 1,
-            stale: false,
-        })
-        .await
-        .expect("node")
-        .into_inner();
+    let node = c.node(1, 1, false).await.expect("node");
     node.gpus
         .iter()
         .find(|g| job.gpu_uuids.contains(&g.uuid))
@@ -268,14 +260,7 @@ async fn overheat_is_throttled_and_a_fatal_xid_moves_the_job_off_its_gpu() {
         (failing_gpu, Some(moved))
     );
     assert!(failing.message.contains("XID 79"), "{}", failing.message);
-    let node = NodeServiceClient::new(c.channel(1).await.expect("channel"))
-        .get_node(pb::GetNodeRequest {
-            id: 1,
-            stale: false,
-        })
-        .await
-        .expect("node")
-        .into_inner();
+    let node = c.node(1, 1, false).await.expect("node");
     let quarantined: Vec<u32> = node
         .gpus
         .iter()

@@ -110,6 +110,15 @@ struct SimState {
     gpus: Vec<SimGpu>,
 }
 
+impl SimState {
+    fn gpu_mut(&mut self, index: u32) -> Result<&mut SimGpu, GpuError> {
+        let count = self.gpus.len();
+        self.gpus
+            .get_mut(index as usize)
+            .ok_or(GpuError::NoSuchGpu { index, count })
+    }
+}
+
 struct SimGpu {
     busy: bool,
     power_w: f64,
@@ -275,11 +284,7 @@ impl GpuBackend for SimBackend {
 
     fn set_power_limit(&self, index: u32, watts: u32) -> Result<(), GpuError> {
         let mut state = self.lock();
-        let count = state.gpus.len();
-        let gpu = state
-            .gpus
-            .get_mut(index as usize)
-            .ok_or(GpuError::NoSuchGpu { index, count })?;
+        let gpu = state.gpu_mut(index)?;
         let model = self.models[index as usize];
         let range = model.min_power_limit_w()..=model.max_power_w;
         if !range.contains(&watts) {
@@ -297,11 +302,7 @@ impl GpuBackend for SimBackend {
 
     fn inject(&self, index: u32, fault: Fault) -> Result<(), GpuError> {
         let mut state = self.lock();
-        let count = state.gpus.len();
-        let gpu = state
-            .gpus
-            .get_mut(index as usize)
-            .ok_or(GpuError::NoSuchGpu { index, count })?;
+        let gpu = state.gpu_mut(index)?;
         match fault {
             Fault::Overheat => gpu.overheat = true,
             Fault::Xid(xid) => gpu.pending_xids.push(xid),
