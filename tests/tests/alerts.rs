@@ -385,4 +385,42 @@ async fn alert_rules_are_set_listed_and_refused_with_the_reason() {
     );
     let (code, _, err) = run(&["delete", "hbm-hot"]);
     assert_eq!(code, Some(0), "{err}");
+
+    // A rule that fires at once quarantines every GPU; deleting it resolves its alerts and
+    // returns the GPUs to service.
+    let (code, _, err) = run(&[
+        "set",
+        "always",
+        "--metric",
+        "temperature_c",
+        "--above",
+        "0",
+        "--action",
+        "quarantine",
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    c.wait_for(
+        "every GPU quarantined",
+        Duration::from_secs(20),
+        |c| async move {
+            c.node(1, 1, false)
+                .await
+                .is_ok_and(|n| n.gpus.iter().all(|g| g.quarantined_by == "always"))
+        },
+    )
+    .await;
+    let (code, _, err) = run(&["delete", "always"]);
+    assert_eq!(code, Some(0), "{err}");
+    c.wait_for(
+        "its alerts resolved",
+        Duration::from_secs(20),
+        |c| async move {
+            let all = alerts(c).await;
+            let node = c.node(1, 1, false).await;
+            all.iter().filter(|a| a.rule == "always").count() == 4
+                && all.iter().all(|a| a.resolved_at_ms.is_some())
+                && node.is_ok_and(|n| n.gpus.iter().all(|g| g.quarantined_by.is_empty()))
+        },
+    )
+    .await;
 }

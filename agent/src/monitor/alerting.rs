@@ -66,6 +66,14 @@ impl Alerting {
                     }
                 }
             }
+            // A rule deleted or switched off resolves its open alerts: nothing would otherwise
+            // ever clear them (or return a GPU they quarantined).
+            for a in open
+                .iter()
+                .filter(|a| !rules.iter().any(|r| r.name == a.rule))
+            {
+                self.resolve(node, a.gpu, &a.rule).await;
+            }
         }
     }
 
