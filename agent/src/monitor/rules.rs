@@ -147,16 +147,24 @@ fn fires(rule: &AlertRule, readings: &[Reading], now: u64) -> Option<String> {
             if points.len() < 3 || span < *window_ms as f64 / 2.0 {
                 return None;
             }
-            let (slope, at_now) = fit(&points, now as f64)?;
-            if at_now >= limit.0 {
-                return Some(format!("{} at {at_now:.1}, past {limit}", metric.name()));
+            let latest = points.last()?.1;
+            if latest >= limit.0 {
+                return Some(format!("{} at {latest:.1}, past {limit}", metric.name()));
             }
-            let eta_ms = (limit.0 - at_now) / slope;
-            (slope > 0.0 && eta_ms <= *within_ms as f64).then(|| {
+            // Both the whole window's trend and its second half's must reach the limit in
+            // time, so a single step (a job allocating its memory at start) is no trend.
+            let half = &points[points.partition_point(|p| p.0 < now as f64 - span / 2.0)..];
+            let eta_ms = |points: &[(f64, f64)]| {
+                let (slope, at_now) = fit(points, now as f64)?;
+                (slope > 0.0).then(|| (limit.0 - at_now.max(latest)) / slope)
+            };
+            let (whole, recent) = (eta_ms(&points)?, eta_ms(half)?);
+            let eta = whole.max(recent);
+            (eta <= *within_ms as f64).then(|| {
                 format!(
-                    "{} {at_now:.1} trending to {limit} in {}",
+                    "{} {latest:.1} trending to {limit} in {}",
                     metric.name(),
-                    humantime::format_duration(Duration::from_secs((eta_ms / 1000.0) as u64))
+                    humantime::format_duration(Duration::from_secs((eta / 1000.0) as u64))
                 )
             })
         }
@@ -525,6 +533,14 @@ mod tests {
         // 0.5 %/s at 31.5 % after 61 s: 137 s to go, later than 2 minutes.
         assert_eq!(evaluate(&rule, &history(62, filling(50))), Verdict::Clear);
         // 0.8 %/s at 48 %: 65 s to go.
+        // A step (memory taken at a job's start, then flat) is no trend.
+        let step = |t: u64| GpuSample {
+            memory_used_mib: if t < 30 { 0 } else { 8_000 },
+            memory_total_mib: 10_000,
+            ..GpuSample::empty(0)
+        };
+        assert_eq!(evaluate(&rule, &history(60, step)), Verdict::Undecided);
+        assert_eq!(evaluate(&rule, &history(95, step)), Verdict::Clear);
         match evaluate(&rule, &history(60, filling(80))) {
             Verdict::Firing(m) => assert!(
                 m.starts_with("memory_used_pct 48.2 trending to 100 in 1m"),
