@@ -68,8 +68,9 @@ pub async fn run(opts: DevOptions, cancel: CancellationToken) -> anyhow::Result<
     std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o711))
         .with_context(|| format!("opening {} to job users", dir.display()))?;
     let addrs = pick_addrs(opts.nodes, opts.base_port)?;
-    // Prometheus metrics beside each agent: 9400 (dcgm-exporter's port) on, or free ports.
-    let metrics = pick_addrs(opts.nodes, if opts.base_port == 0 { 0 } else { 9400 })?;
+    // Prometheus metrics beside each agent, on free ports (9400, dcgm-exporter's, may be taken
+    // on a GPU host); the banner says where.
+    let metrics = pick_addrs(opts.nodes, 0)?;
 
     let spawn = |i: usize| -> anyhow::Result<DevAgent> {
         let id = i as u64 + 1;
