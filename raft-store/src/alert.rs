@@ -279,6 +279,9 @@ impl fmt::Display for Condition {
     }
 }
 
+/// Longest alert message kept, in bytes.
+pub const MAX_MESSAGE: usize = 1024;
+
 /// Resolved alerts kept in the state (the oldest beyond this are dropped at apply).
 pub const KEEP_RESOLVED: usize = 1000;
 
@@ -420,8 +423,12 @@ impl crate::ClusterState {
         }
         self.next_alert_id += 1;
         let id = self.next_alert_id;
-        let mut message = message.to_owned();
-        message.truncate(1024);
+        // At most MAX_MESSAGE bytes, cut on a character boundary (apply must never panic).
+        let cut = (0..=message.len().min(MAX_MESSAGE))
+            .rev()
+            .find(|&i| message.is_char_boundary(i))
+            .unwrap_or(0);
+        let message = message[..cut].to_owned();
         self.alerts.insert(
             id,
             Alert {

@@ -225,6 +225,33 @@ fn quarantine_leaves_the_running_job_alone_and_resolving_returns_the_gpu() {
 }
 
 #[test]
+fn a_long_message_is_cut_on_a_character_boundary() {
+    let mut s = cluster();
+    let message = format!("a{}", "é".repeat(1000));
+    let raised = s.apply(&at(
+        10,
+        Command::RaiseAlert {
+            node: 1,
+            gpu: 1,
+            rule: "long".into(),
+            severity: Severity::Warning,
+            remediation: Remediation::None,
+            message,
+        },
+    ));
+    assert_eq!(
+        raised,
+        ApplyResult::AlertRaised {
+            alert: 1,
+            existing: false
+        }
+    );
+    let kept = &s.alerts[&1].message;
+    assert_eq!(kept.len(), 1023, "1 + 511 two-byte characters");
+    assert!(kept.ends_with('é'));
+}
+
+#[test]
 fn resolved_alerts_are_bounded() {
     let mut s = cluster();
     for t in 0..(KEEP_RESOLVED as u64 + 10) {
