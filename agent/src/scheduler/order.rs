@@ -22,17 +22,37 @@ pub(crate) fn queue<'a>(
     policy: &Policy,
     env: &PlanEnv,
 ) -> Box<dyn Iterator<Item = &'a Job> + 'a> {
+    ordered(state, policy, env).jobs
+}
+
+/// A pass's queue, and what building it learnt on the way.
+pub(crate) struct Queue<'a> {
+    pub jobs: Box<dyn Iterator<Item = &'a Job> + 'a>,
+    /// Whether any pending job asks for no GPUs, when the ordering had to look at every
+    /// pending job anyway (`None` for FCFS, which does not).
+    pub cpu_only_pending: Option<bool>,
+}
+
+/// `queue`, plus `Queue::cpu_only_pending`, so that `plan` need not scan the job map for it.
+pub(crate) fn ordered<'a>(state: &'a ClusterState, policy: &Policy, env: &PlanEnv) -> Queue<'a> {
     let pending = state.jobs.values().filter(|j| j.state == JobState::Pending);
+    let mut cpu_only = false;
     // FCFS: arrival order is the order the Raft log accepted the jobs, job id order.
     // (Submission timestamps come from whichever leader proposed them and need not be
     // monotonic.)
-    match policy.ordering {
-        Ordering::Fcfs => Box::new(pending),
+    let jobs: Box<dyn Iterator<Item = &'a Job> + 'a> = match policy.ordering {
+        Ordering::Fcfs => {
+            return Queue {
+                jobs: Box::new(pending),
+                cpu_only_pending: None,
+            };
+        }
         // Keys are computed for every job, but the order is drawn from a heap lazily: a pass
         // that stops early (a strict queue, a full cluster) does not pay for a full sort.
         Ordering::Sjf => {
             let heap: BinaryHeap<SjfEntry<'a>> = pending
                 .map(|j| {
+                    cpu_only |= j.spec.gpus == 0;
                     let est = env.estimate_ms(&j.spec, policy).unwrap_or(u64::MAX);
                     Reverse((est, j.submitted_at_ms, j.id, Keyed(j)))
                 })
@@ -44,13 +64,22 @@ pub(crate) fn queue<'a>(
             let shares: TenantMap<'_> = usage.iter().map(|(t, v)| (t.as_str(), *v)).collect();
             let heap: BinaryHeap<PriorityEntry<'a>> = pending
                 .map(|j| {
+                    cpu_only |= j.spec.gpus == 0;
                     let score = dynamic_priority(j, policy, env, &shares);
                     (Load(score), Reverse((j.submitted_at_ms, j.id)), Keyed(j))
                 })
                 .collect();
             Box::new(drain(heap).map(|(.., Keyed(j))| j))
         }
-        Ordering::FairShare => Box::new(fair_share(state, env, pending.collect()).into_iter()),
+        Ordering::FairShare => {
+            let pending: Vec<&Job> = pending.collect();
+            cpu_only = pending.iter().any(|j| j.spec.gpus == 0);
+            Box::new(fair_share(state, env, pending).into_iter())
+        }
+    };
+    Queue {
+        jobs,
+        cpu_only_pending: Some(cpu_only),
     }
 }
 

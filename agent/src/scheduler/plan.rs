@@ -29,7 +29,10 @@ pub struct Plan {
 /// Plan one pass. Jobs are taken in the policy's order; each goes where `placement` puts it
 /// now, unless the backfill mode holds it back for a job ahead of it.
 pub fn plan(state: &ClusterState, policy: &Policy, env: &PlanEnv) -> Plan {
-    let queue = order::queue(state, policy, env);
+    let order::Queue {
+        jobs: queue,
+        cpu_only_pending,
+    } = order::ordered(state, policy, env);
     let mut nodes = Nodes::new(state);
     let gangs = policy.multi_node_gangs;
     let unconstrained_capacity = Capacity::of(&nodes);
@@ -85,7 +88,10 @@ pub fn plan(state: &ClusterState, policy: &Policy, env: &PlanEnv) -> Plan {
         let want = spec.gpus as usize;
         if !policy.explain && want > 0 && nodes.total_free() == 0 {
             // Nothing with GPUs can start; only CPU-only jobs could still be placed.
-            if !*cpu_only.get_or_insert_with(|| has_cpu_only_pending(state)) {
+            let known = cpu_only_pending;
+            if !*cpu_only
+                .get_or_insert_with(|| known.unwrap_or_else(|| has_cpu_only_pending(state)))
+            {
                 break;
             }
             continue;

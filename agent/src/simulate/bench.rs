@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use gpu_raft_store::{Command, JobSpec, LogEntry};
+use gpu_raft_store::{ClusterState, Command, JobSpec, LogEntry};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -24,16 +24,24 @@ pub struct BenchResult {
     pub placements_per_s: f64,
 }
 
-/// Plan `jobs` pending jobs (a seeded mix of 1, 2, 4 and 8 GPUs, some with GPU types and
-/// estimates) on `nodes` × `gpus_per_node` idle GPUs, `repeat` times.
-pub fn run(
+/// One pass's inputs: `jobs` pending jobs on an idle cluster, the policy as the bench runs it
+/// (no limit on binds per pass) and the environment.
+pub struct Setup {
+    pub state: ClusterState,
+    pub gpus: u64,
+    pub policy: Policy,
+    pub env: PlanEnv,
+}
+
+/// `jobs` pending jobs (a seeded mix of 1, 2, 4 and 8 GPUs, half with estimates) on `nodes` ×
+/// `gpus_per_node` idle GPUs. Shared by `bench-plan` and the criterion bench.
+pub fn setup(
     nodes: u64,
     gpus_per_node: u32,
     jobs: usize,
     policy: &Policy,
-    repeat: usize,
     seed: u64,
-) -> anyhow::Result<BenchResult> {
+) -> anyhow::Result<Setup> {
     let spec = format!("{nodes}x{gpus_per_node}xA100-80GB");
     let (mut state, gpus) = cluster::build(&spec)?;
     let mut rng = StdRng::seed_from_u64(seed);
@@ -71,6 +79,29 @@ pub fn run(
         ..policy.clone()
     };
     let env = PlanEnv::from_state(&state, &policy, jobs as u64 + 1_000);
+    Ok(Setup {
+        state,
+        gpus,
+        policy,
+        env,
+    })
+}
+
+/// Plan the `setup` jobs `repeat` times.
+pub fn run(
+    nodes: u64,
+    gpus_per_node: u32,
+    jobs: usize,
+    policy: &Policy,
+    repeat: usize,
+    seed: u64,
+) -> anyhow::Result<BenchResult> {
+    let Setup {
+        state,
+        gpus,
+        policy,
+        env,
+    } = setup(nodes, gpus_per_node, jobs, policy, seed)?;
     let mut passes = Vec::new();
     let mut placed = 0;
     for _ in 0..repeat.max(1) {
