@@ -382,19 +382,12 @@ pub fn alert(a: &gpu_raft_store::Alert) -> pb::Alert {
         rule: a.rule.clone(),
         node_id: a.node,
         gpu_index: a.gpu,
-        severity: severity_name(a.severity).into(),
+        severity: a.severity.name().into(),
         action: crate::monitor::rules::action_name(a.remediation),
         message: a.message.clone(),
         raised_at_ms: a.raised_at_ms,
         resolved_at_ms: a.resolved_at_ms,
         migrated_job_id: a.migrated_job,
-    }
-}
-
-fn severity_name(s: gpu_raft_store::alert::Severity) -> &'static str {
-    match s {
-        gpu_raft_store::alert::Severity::Warning => "warning",
-        gpu_raft_store::alert::Severity::Critical => "critical",
     }
 }
 
@@ -414,7 +407,7 @@ pub fn alert_rule(r: &gpu_raft_store::AlertRule, source: &str) -> pb::AlertRule 
         window_ms: ms(flat.window),
         within_ms: ms(flat.within),
         clear_after_ms: ms(flat.clear_after),
-        severity: severity_name(r.severity).into(),
+        severity: r.severity.name().into(),
         action: flat.action.unwrap_or_default(),
         enabled: r.enabled,
         source: source.into(),

@@ -141,6 +141,16 @@ pub enum Severity {
     Critical,
 }
 
+impl Severity {
+    /// As the API, the CLI and the metrics spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Severity::Warning => "warning",
+            Severity::Critical => "critical",
+        }
+    }
+}
+
 /// One alert rule.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AlertRule {

@@ -138,11 +138,7 @@ pub fn exposition(source: &MetricsSource) -> String {
         }
         let mut alerts = BTreeMap::from([("critical", 0), ("warning", 0)]);
         for a in s.alerts.values().filter(|a| a.is_open()) {
-            let severity = match a.severity {
-                gpu_raft_store::alert::Severity::Critical => "critical",
-                gpu_raft_store::alert::Severity::Warning => "warning",
-            };
-            *alerts.entry(severity).or_insert(0) += 1;
+            *alerts.entry(a.severity.name()).or_insert(0) += 1;
         }
         (bound, by_state, pending, alerts)
     });

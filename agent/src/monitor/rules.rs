@@ -358,10 +358,7 @@ impl FlatRule {
         let mut flat = FlatRule {
             name: rule.name.clone(),
             clear_after: d(rule.clear_after_ms),
-            severity: Some(match rule.severity {
-                Severity::Warning => "warning".into(),
-                Severity::Critical => "critical".into(),
-            }),
+            severity: Some(rule.severity.name().into()),
             action: Some(action_name(rule.remediation)),
             enabled: Some(rule.enabled),
             ..FlatRule::default()
