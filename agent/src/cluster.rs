@@ -256,9 +256,17 @@ impl Cluster {
     }
 
     /// Confirm leadership with a quorum; the returned index is safe to read at once applied.
+    ///
+    /// The index is this leader's last log index, not openraft's read index (its committed index
+    /// or its first entry of the term). A leader that restarts keeps its term and comes back as
+    /// leader with the committed index it last *flushed* (`save_committed` does not fsync), so
+    /// openraft's read index can sit below a write it acknowledged before the crash: a read
+    /// right after a full restart missed that write (CI, `mesh.rs`). Every acknowledged write is
+    /// in the leader's log, and everything in it commits while the leader holds its term.
     pub async fn read_index_as_leader(&self) -> Result<u64, Attempt> {
+        let last_log = self.raft.metrics().borrow().last_log_index.unwrap_or(0);
         match self.raft.ensure_linearizable().await {
-            Ok(log_id) => Ok(log_id.map_or(0, |l| l.index)),
+            Ok(log_id) => Ok(log_id.map_or(0, |l| l.index).max(last_log)),
             Err(RaftError::APIError(_)) => Err(Attempt::Retry(ClusterError::NoLeader)),
             Err(e) => Err(Attempt::Fail(ClusterError::Raft(e.to_string()))),
         }

@@ -167,8 +167,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
-        // Not flushed on purpose: a lost committed index is recomputed by the leader; it only
-        // saves replaying the log on restart.
+        // Not flushed on purpose (an fsync per commit): it only saves replaying the log on
+        // restart. A leader restarting in its term may so come back with a committed index
+        // below writes it acknowledged; reads never trust it (`Cluster::read_index_as_leader`).
         self.write_meta(COMMITTED, &committed)?;
         self.committed_index
             .store(committed.map_or(0, |c| c.index), Ordering::Relaxed);
