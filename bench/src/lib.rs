@@ -1,0 +1,18 @@
+//! gpu-bench: gpumesh's benchmarks, each run beside the same measurement of etcd on the same
+//! machine in the same run, reported as ratios (`docs/benchmarks.md`).
+
+pub mod etcd;
+pub mod failover;
+pub mod fsync;
+pub mod load;
+pub mod mesh;
+pub mod placement;
+pub mod report;
+pub mod stats;
+pub mod target;
+
+/// The client for the few etcd v3 RPCs used (`proto/etcd_subset.proto`).
+#[allow(clippy::all, clippy::pedantic)]
+pub mod etcdserverpb {
+    tonic::include_proto!("etcdserverpb");
+}

@@ -1,0 +1,146 @@
+//! `gpu-bench run`: replicated writes, placement latency and failover of a 3-agent gpumesh
+//! mesh, each beside a 3-member etcd on the same machine in the same run, plus the disk's fsync
+//! floor. Build with `--release`; `--quick` is the CI smoke run (figures meaningless).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use gpu_bench::etcd::Etcd;
+use gpu_bench::mesh::{self, Mesh};
+use gpu_bench::report::{Report, WriteRow};
+use gpu_bench::{failover, fsync, load, placement};
+
+#[derive(Parser)]
+#[command(name = "gpu-bench", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run every benchmark and print the report (Markdown).
+    Run {
+        /// A few seconds in all: checks the benchmarks work; the figures mean nothing.
+        #[arg(long)]
+        quick: bool,
+        /// Measure gpumesh alone (no etcd installed and none wanted).
+        #[arg(long)]
+        skip_etcd: bool,
+        /// Also write the report as JSON here.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+}
+
+/// How long and how often each part runs.
+struct Plan {
+    write_run: Duration,
+    clients: [usize; 2],
+    fsync_rounds: usize,
+    placed_jobs: usize,
+    failover_trials: usize,
+}
+
+impl Plan {
+    fn new(quick: bool) -> Plan {
+        if quick {
+            Plan {
+                write_run: Duration::from_millis(500),
+                clients: [1, 64],
+                fsync_rounds: 10,
+                placed_jobs: 5,
+                failover_trials: 1,
+            }
+        } else {
+            Plan {
+                write_run: Duration::from_secs(10),
+                clients: [1, 64],
+                fsync_rounds: 200,
+                placed_jobs: 100,
+                failover_trials: 10,
+            }
+        }
+    }
+}
+
+/// Clients beside the placement measurement "under load".
+const LOAD_CLIENTS: usize = 16;
+/// The pace of placeable submissions.
+const PLACE_EVERY: Duration = Duration::from_millis(20);
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let Cmd::Run {
+        quick,
+        skip_etcd,
+        json,
+    } = Cli::parse().command;
+    let plan = Plan::new(quick);
+    let report = run(&plan, quick, skip_etcd).await?;
+    if let Some(path) = json {
+        std::fs::write(&path, serde_json::to_vec_pretty(&report)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    print!("{}", report.markdown());
+    Ok(())
+}
+
+async fn run(plan: &Plan, quick: bool, skip_etcd: bool) -> anyhow::Result<Report> {
+    eprintln!("fsync floor…");
+    let scratch = tempfile::tempdir()?;
+    let fsync = fsync::floor(scratch.path(), plan.fsync_rounds)?;
+
+    eprintln!("starting a 3-agent mesh and a 3-member etcd…");
+    let mut mesh = Mesh::start(3).await;
+    let write_bytes = mesh::submission_bytes();
+    let mut etcd = if skip_etcd {
+        None
+    } else {
+        // The key ("bench/" + 16 hex digits) and value together weigh one submission.
+        Some(Etcd::start(3, write_bytes.saturating_sub(22)).await?)
+    };
+
+    let mut writes = Vec::new();
+    for (run, &clients) in plan.clients.iter().enumerate() {
+        eprintln!("replicated writes, {clients} clients…");
+        let gpumesh = load::closed_loop(&mesh, clients, plan.write_run, run as u64).await?;
+        let etcd_run = match &etcd {
+            Some(e) => Some(load::closed_loop(e, clients, plan.write_run, run as u64).await?),
+            None => None,
+        };
+        writes.push(WriteRow {
+            gpumesh,
+            etcd: etcd_run,
+        });
+    }
+
+    eprintln!("submit → bound / running…");
+    let placement_idle = placement::measure(&mesh, 0, plan.placed_jobs, PLACE_EVERY, 0).await?;
+    let placing = PLACE_EVERY * plan.placed_jobs as u32 + Duration::from_secs(1);
+    let (placement_loaded, placement_load) = tokio::join!(
+        placement::measure(&mesh, 0, plan.placed_jobs, PLACE_EVERY, 1),
+        load::closed_loop(&mesh, LOAD_CLIENTS, placing, 9),
+    );
+
+    eprintln!("failover…");
+    let failover_gpumesh = failover::trials(&mut mesh, plan.failover_trials).await?;
+    let failover_etcd = match &mut etcd {
+        Some(e) => Some(failover::trials(e, plan.failover_trials).await?),
+        None => None,
+    };
+    Ok(Report {
+        machine: gpu_bench::report::machine(),
+        quick,
+        write_bytes,
+        fsync,
+        writes,
+        placement_idle,
+        placement_loaded: placement_loaded?,
+        placement_load: placement_load?,
+        failover_gpumesh,
+        failover_etcd,
+    })
+}

@@ -1,0 +1,144 @@
+//! The benchmark report: every figure side by side with etcd's, as JSON and as Markdown.
+
+use std::fmt::Write;
+
+use serde::Serialize;
+
+use crate::load::LoadResult;
+use crate::placement::PlacementLatency;
+use crate::stats::Summary;
+
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub machine: String,
+    pub quick: bool,
+    /// Bytes of one submission, and of one etcd put (key + value).
+    pub write_bytes: usize,
+    pub fsync: Summary,
+    pub writes: Vec<WriteRow>,
+    pub placement_idle: PlacementLatency,
+    pub placement_loaded: PlacementLatency,
+    /// The submissions running beside `placement_loaded`.
+    pub placement_load: LoadResult,
+    pub failover_gpumesh: Summary,
+    pub failover_etcd: Option<Summary>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct WriteRow {
+    pub gpumesh: LoadResult,
+    pub etcd: Option<LoadResult>,
+}
+
+/// The machine, in one line: CPU model, cores, kernel.
+pub fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_default();
+    format!("{cpu}, {cores} cores, Linux {kernel}")
+}
+
+fn ratio(ours: f64, theirs: f64) -> String {
+    if theirs > 0.0 {
+        format!("{:.2}×", ours / theirs)
+    } else {
+        "–".into()
+    }
+}
+
+fn lat(s: &Summary) -> String {
+    format!("{:.1} / {:.1} / {:.1}", s.p50_ms, s.p99_ms, s.max_ms)
+}
+
+impl Report {
+    pub fn markdown(&self) -> String {
+        let mut md = String::new();
+        let w = &mut md;
+        let _ = writeln!(w, "Machine: {}. Quick run: {}.\n", self.machine, self.quick);
+        let _ = writeln!(
+            w,
+            "Disk fsync floor (4 KiB append + fdatasync, {} rounds): p50 / p99 / max {} ms.\n",
+            self.fsync.count,
+            lat(&self.fsync)
+        );
+        let _ = writeln!(
+            w,
+            "Replicated writes, 3 members, {} B each (gpumesh: job submissions; etcd: puts):\n",
+            self.write_bytes
+        );
+        let _ = writeln!(
+            w,
+            "| clients | gpumesh writes/s | etcd writes/s | ratio | gpumesh p50 / p99 / max ms | etcd p50 / p99 / max ms | errors (gpumesh, etcd) |"
+        );
+        let _ = writeln!(w, "|---|---|---|---|---|---|---|");
+        for row in &self.writes {
+            let g = &row.gpumesh;
+            let (e_rate, e_lat, e_err) = match &row.etcd {
+                Some(e) => (format!("{:.0}", e.writes_per_s), lat(&e.latency), e.errors),
+                None => ("–".into(), "–".into(), 0),
+            };
+            let r = row
+                .etcd
+                .as_ref()
+                .map_or("–".into(), |e| ratio(g.writes_per_s, e.writes_per_s));
+            let _ = writeln!(
+                w,
+                "| {} | {:.0} | {e_rate} | {r} | {} | {e_lat} | {}, {e_err} |",
+                g.clients,
+                g.writes_per_s,
+                lat(&g.latency),
+                g.errors
+            );
+        }
+        let _ = writeln!(
+            w,
+            "\nSubmit → bound and submit → running, p50 / p99 / max ms ({} jobs each):\n",
+            self.placement_idle.jobs
+        );
+        let _ = writeln!(w, "| mesh | to bound | to running |");
+        let _ = writeln!(w, "|---|---|---|");
+        for (name, p) in [
+            ("idle".to_owned(), &self.placement_idle),
+            (
+                format!(
+                    "under load ({} clients, {:.0} submissions/s)",
+                    self.placement_load.clients, self.placement_load.writes_per_s
+                ),
+                &self.placement_loaded,
+            ),
+        ] {
+            let _ = writeln!(
+                w,
+                "| {name} | {} | {} |",
+                lat(&p.to_bound),
+                lat(&p.to_running)
+            );
+        }
+        let _ = writeln!(
+            w,
+            "\nFailover: kill -9 the leader, time until the next acknowledged write through a surviving member, p50 / p99 / max ms:\n"
+        );
+        let _ = writeln!(w, "| system | trials | p50 / p99 / max ms |");
+        let _ = writeln!(w, "|---|---|---|");
+        let _ = writeln!(
+            w,
+            "| gpumesh | {} | {} |",
+            self.failover_gpumesh.count,
+            lat(&self.failover_gpumesh)
+        );
+        if let Some(e) = &self.failover_etcd {
+            let _ = writeln!(w, "| etcd | {} | {} |", e.count, lat(e));
+        }
+        md
+    }
+}
