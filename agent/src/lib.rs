@@ -27,6 +27,7 @@ pub mod node_service;
 pub mod peer_client;
 pub mod peer_service;
 pub mod raft_network;
+pub mod restore;
 pub mod scheduler;
 pub mod scheduler_service;
 pub mod sd_notify;

@@ -664,6 +664,12 @@ async fn serve(listener: TcpListener, s: Services, cancel: CancellationToken) {
         cluster: cluster.clone(),
         auth: auth.clone(),
         reachable_within: s.reachable_within,
+        cluster_id: s
+            .tls
+            .as_ref()
+            .and_then(|t| t.current())
+            .and_then(|t| crate::tls::pki::fingerprint(&t.ca.cert_pem).ok())
+            .unwrap_or_else(|| "insecure".into()),
     };
     let node_api = NodeApi {
         cluster: cluster.clone(),

@@ -319,6 +319,19 @@ pub enum ClusterVerb {
         #[arg(long)]
         stale: bool,
     },
+    /// Backups of the replicated state (admins only).
+    #[command(subcommand)]
+    Snapshot(SnapshotVerb),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum SnapshotVerb {
+    /// Save a consistent snapshot of the replicated state to FILE (mode 0600: it holds token
+    /// hashes and the audit log), for `gpu-agent restore --from FILE`.
+    Save {
+        /// Where to write it; replaced atomically.
+        file: std::path::PathBuf,
+    },
 }
 
 #[derive(Subcommand, Debug)]

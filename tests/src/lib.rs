@@ -182,6 +182,18 @@ impl Cluster {
         placements: Vec<Placement>,
         agent: AgentCommand,
     ) -> Cluster {
+        Self::start_prepared(voter_target, extra_toml, placements, agent, |_| {}).await
+    }
+
+    /// `start_with`, calling `prepare` once every agent's config is written and before any
+    /// starts (to seed n1's data directory from a backup, say).
+    pub async fn start_prepared(
+        voter_target: usize,
+        extra_toml: &str,
+        placements: Vec<Placement>,
+        agent: AgentCommand,
+        prepare: impl FnOnce(&Cluster),
+    ) -> Cluster {
         let n = placements.len() as u64;
         let turn = ONE_CLUSTER_AT_A_TIME
             .lock()
@@ -244,6 +256,7 @@ impl Cluster {
             agents,
             _turn: turn,
         };
+        prepare(&cluster);
         for id in 1..=n {
             cluster.start_agent(id);
             if id == 1 {
