@@ -725,7 +725,10 @@ async fn serve(listener: TcpListener, s: Services, cancel: CancellationToken) {
         .http2_keepalive_timeout(Some(Duration::from_secs(10)))
         .tcp_keepalive(Some(Duration::from_secs(60)))
         .add_service(health_service)
-        .add_service(peer)
+        .add_service(tonic::service::interceptor::InterceptedService::new(
+            peer,
+            crate::protocol::check,
+        ))
         .add_service(ClusterServiceServer::new(cluster_api).max_decoding_message_size(max))
         .add_service(NodeServiceServer::new(node_api).max_decoding_message_size(max))
         .add_service(SchedulerServiceServer::new(scheduler_api).max_decoding_message_size(max))

@@ -52,3 +52,8 @@ pub fn fits_in_a_message(what: &str, len: usize) -> Result<(), Status> {
     }
     Ok(())
 }
+
+/// A peer speaking an internal protocol version this agent cannot (`protocol::negotiate`).
+pub fn incompatible_peer(e: &crate::protocol::Incompatible) -> Status {
+    Status::failed_precondition(e.to_string())
+}
