@@ -75,6 +75,9 @@ enum Cmd {
     /// after the old cluster lost its majority for good; then start it with `run` (same node id,
     /// data directory and address) and join the others to it. See docs/operations.md.
     Restore(RestoreArgs),
+    /// Shell completions and man pages generated from this command line (used at install).
+    #[command(hide = true, subcommand)]
+    Generate(Generate),
     /// Internal: supervise one job run (started by the agent's executor).
     #[command(hide = true)]
     Shim(gpu_agent::executor::shim::ShimArgs),
@@ -128,6 +131,31 @@ struct RunArgs {
     /// Serve Prometheus metrics over plain HTTP at ADDR/metrics (config: monitor.metrics_listen).
     #[arg(long)]
     metrics_listen: Option<SocketAddr>,
+}
+
+#[derive(Subcommand)]
+enum Generate {
+    /// Completions for SHELL on stdout.
+    Completion { shell: clap_complete::Shell },
+    /// Man pages (gpu-agent.1 and one per subcommand) into DIR.
+    Man { dir: PathBuf },
+}
+
+fn generate(what: Generate) -> anyhow::Result<()> {
+    use clap::CommandFactory;
+    let cmd = Cli::command();
+    match what {
+        Generate::Completion { shell } => {
+            let mut cmd = cmd;
+            clap_complete::generate(shell, &mut cmd, "gpu-agent", &mut std::io::stdout());
+        }
+        Generate::Man { dir } => {
+            std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+            clap_mangen::generate_to(cmd, &dir)
+                .with_context(|| format!("writing man pages into {}", dir.display()))?;
+        }
+    }
+    Ok(())
 }
 
 #[derive(clap::Args)]
@@ -280,6 +308,7 @@ fn main() -> ExitCode {
         Cmd::Shim(args) => return gpu_agent::executor::shim::run(args),
         Cmd::Simulate(args) => return offline(simulate(args)),
         Cmd::BenchPlan(args) => return offline(bench_plan(args)),
+        Cmd::Generate(what) => return offline(generate(what)),
         other => other,
     };
     init_tracing(cli.log_format);
@@ -396,7 +425,7 @@ async fn run(command: Cmd) -> anyhow::Result<()> {
             );
             Ok(())
         }
-        Cmd::Shim(_) | Cmd::Simulate(_) | Cmd::BenchPlan(_) => {
+        Cmd::Shim(_) | Cmd::Simulate(_) | Cmd::BenchPlan(_) | Cmd::Generate(_) => {
             anyhow::bail!("this command runs without the agent runtime")
         }
     }

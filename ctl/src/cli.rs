@@ -55,6 +55,9 @@ pub enum Output {
 
 #[derive(Subcommand, Debug)]
 pub enum Noun {
+    /// Shell completions and man pages generated from this command line (used at install).
+    #[command(hide = true, subcommand)]
+    Generate(GenerateVerb),
     /// The Raft group: leader, log progress, members.
     #[command(subcommand)]
     Cluster(ClusterVerb),
@@ -322,6 +325,14 @@ pub enum ClusterVerb {
     /// Backups of the replicated state (admins only).
     #[command(subcommand)]
     Snapshot(SnapshotVerb),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum GenerateVerb {
+    /// Completions for SHELL on stdout.
+    Completion { shell: clap_complete::Shell },
+    /// Man pages (gpuctl.1 and one per subcommand) into DIR.
+    Man { dir: std::path::PathBuf },
 }
 
 #[derive(Subcommand, Debug)]
