@@ -1,5 +1,5 @@
 //! Public `ClusterService`: the Raft group's state as the leader (or, with `stale`, this agent)
-//! sees it, and this agent's replica digest.
+//! sees it, this agent's replica digest, and backups of the replicated state.
 
 use std::time::Duration;
 
@@ -18,6 +18,8 @@ pub struct ClusterApi {
     pub cluster: Cluster,
     pub auth: Auth,
     pub reachable_within: Duration,
+    /// What backups name as their source cluster: the CA certificate's fingerprint.
+    pub cluster_id: String,
 }
 
 /// This agent's view; with `liveness` (leader only) members carry reachability.
@@ -86,6 +88,27 @@ impl ClusterService for ClusterApi {
             self.cluster.id,
             index,
             sha256,
+        )))
+    }
+
+    async fn save_snapshot(
+        &self,
+        req: Request<pb::SaveSnapshotRequest>,
+    ) -> Result<Response<pb::ClusterBackup>, Status> {
+        self.auth
+            .check(&req, "cluster.snapshot", "cluster", Action::Backup)
+            .await?;
+        // Everything committed before the call is in the backup.
+        self.cluster.linearizable_read().await?;
+        let (index, data) = self
+            .cluster
+            .state
+            .backup(&self.cluster_id, crate::cluster::now_ms());
+        crate::status::fits_in_a_message("the backup", data.len())?;
+        Ok(Response::new(to_proto::cluster_backup(
+            index,
+            data,
+            self.cluster_id.clone(),
         )))
     }
 }

@@ -71,6 +71,13 @@ enum Cmd {
         #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]
         retention: std::time::Duration,
     },
+    /// Build the first member of a new cluster from a backup (`gpuctl cluster snapshot save`)
+    /// after the old cluster lost its majority for good; then start it with `run` (same node id,
+    /// data directory and address) and join the others to it. See docs/operations.md.
+    Restore(RestoreArgs),
+    /// Shell completions and man pages generated from this command line (used at install).
+    #[command(hide = true, subcommand)]
+    Generate(Generate),
     /// Internal: supervise one job run (started by the agent's executor).
     #[command(hide = true)]
     Shim(gpu_agent::executor::shim::ShimArgs),
@@ -124,6 +131,54 @@ struct RunArgs {
     /// Serve Prometheus metrics over plain HTTP at ADDR/metrics (config: monitor.metrics_listen).
     #[arg(long)]
     metrics_listen: Option<SocketAddr>,
+}
+
+#[derive(Subcommand)]
+enum Generate {
+    /// Completions for SHELL on stdout.
+    Completion { shell: clap_complete::Shell },
+    /// Man pages (gpu-agent.1 and one per subcommand) into DIR.
+    Man { dir: PathBuf },
+}
+
+fn generate(what: Generate) -> anyhow::Result<()> {
+    use clap::CommandFactory;
+    let cmd = Cli::command();
+    match what {
+        Generate::Completion { shell } => {
+            let mut cmd = cmd;
+            clap_complete::generate(shell, &mut cmd, "gpu-agent", &mut std::io::stdout());
+        }
+        Generate::Man { dir } => {
+            std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+            clap_mangen::generate_to(cmd, &dir)
+                .with_context(|| format!("writing man pages into {}", dir.display()))?;
+        }
+    }
+    Ok(())
+}
+
+#[derive(clap::Args)]
+struct RestoreArgs {
+    /// The backup file.
+    #[arg(long)]
+    from: PathBuf,
+    /// A new, empty data directory for the restored agent.
+    #[arg(long)]
+    data_dir: PathBuf,
+    /// The restored agent's node id.
+    #[arg(long)]
+    node_id: u64,
+    /// The address the restored agent will listen on and advertise.
+    #[arg(long)]
+    advertise: String,
+    /// Where to write the new cluster CA certificate and an admin client certificate
+    /// (ca.crt, admin.crt, admin.key); the files must not exist yet.
+    #[arg(long)]
+    credentials_dir: PathBuf,
+    /// Lifetime of the restored agent's certificate.
+    #[arg(long, default_value = "30d", value_parser = humantime::parse_duration)]
+    cert_validity: std::time::Duration,
 }
 
 #[derive(clap::Args)]
@@ -253,6 +308,7 @@ fn main() -> ExitCode {
         Cmd::Shim(args) => return gpu_agent::executor::shim::run(args),
         Cmd::Simulate(args) => return offline(simulate(args)),
         Cmd::BenchPlan(args) => return offline(bench_plan(args)),
+        Cmd::Generate(what) => return offline(generate(what)),
         other => other,
     };
     init_tracing(cli.log_format);
@@ -345,7 +401,31 @@ async fn run(command: Cmd) -> anyhow::Result<()> {
             })
             .await
         }
-        Cmd::Shim(_) | Cmd::Simulate(_) | Cmd::BenchPlan(_) => {
+        Cmd::Restore(args) => {
+            let o = gpu_agent::restore::RestoreOptions {
+                from: args.from,
+                data_dir: args.data_dir,
+                node_id: args.node_id,
+                advertise: args.advertise,
+                credentials_dir: args.credentials_dir,
+                cert_validity: args.cert_validity,
+            };
+            let r = gpu_agent::restore::run(&o).await?;
+            println!(
+                "restored index {} of cluster {} ({} jobs, {} nodes) into {}; new CA and admin \
+                 certificate in {}. Start it: gpu-agent run --node-id {} --data-dir {} ...",
+                r.index,
+                r.cluster_id,
+                r.jobs,
+                r.nodes,
+                o.data_dir.display(),
+                o.credentials_dir.display(),
+                o.node_id,
+                o.data_dir.display()
+            );
+            Ok(())
+        }
+        Cmd::Shim(_) | Cmd::Simulate(_) | Cmd::BenchPlan(_) | Cmd::Generate(_) => {
             anyhow::bail!("this command runs without the agent runtime")
         }
     }

@@ -57,17 +57,20 @@ use crate::peer_service::PeerService;
 use crate::raft_network::NetworkFactory;
 use crate::scheduler::{Policy, Scheduler};
 use crate::scheduler_service::SchedulerApi;
+use crate::sd_notify::SdNotify;
 use crate::tenant_service::TenantApi;
 use crate::tls::enroll::{self, Renewer, TlsIdentity};
 use crate::tls::files::{read_public, read_secret, write_file};
 use crate::tls::{NodeTls, PeerCheck, Subject, TlsDir};
 use crate::token_service::TokenApi;
 use crate::transport_faults::TransportFaults;
+use crate::watchdog::Watchdog;
 
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
 pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()> {
     let node_id = config.node_id;
+    let systemd = SdNotify::from_env();
     info!(node_id, data_dir = %config.data_dir.display(), "opening data directory");
     let (data_dir, log, sm) = gpu_raft_store::open(&config.data_dir)?;
     let state = sm.reader();
@@ -174,9 +177,24 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
     info!(node_id, "watching raft for a fatal error");
     let fatal = Arc::new(std::sync::OnceLock::<String>::new());
     tasks.spawn(watch_fatal(raft.clone(), fatal.clone(), cancel.clone()));
+    if let Some(interval) = systemd.watchdog_interval() {
+        info!(
+            node_id,
+            ?interval,
+            "pinging the systemd watchdog while alive"
+        );
+        let watchdog = Watchdog {
+            raft: raft.clone(),
+            state: cluster.state.clone(),
+            notify: systemd.clone(),
+            interval,
+        };
+        tasks.spawn(watchdog.run(cancel.clone()));
+    }
 
     let started = enter_cluster(&config, &cluster, tls.as_ref(), &tasks, &cancel).await;
     if let Err(e) = started {
+        let _ = systemd.stopping();
         shutdown(&cancel, &tasks, &raft).await;
         return match fatal.get() {
             Some(why) => Err(e.context(format!("raft stopped on a fatal error: {why}"))),
@@ -287,10 +305,24 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
         },
     };
     tasks.spawn(executor.run(cancel.clone()));
+    if systemd.enabled() {
+        info!(
+            node_id,
+            "telling systemd we are ready once caught up with the cluster"
+        );
+        tasks.spawn(notify_ready(
+            cluster.clone(),
+            systemd.clone(),
+            cancel.clone(),
+        ));
+    }
     info!(node_id, "agent ready");
 
     cancel.cancelled().await;
     info!(node_id, "shutting down");
+    if let Err(e) = systemd.stopping() {
+        warn!(error = %e, "could not tell systemd we are stopping");
+    }
     shutdown(&cancel, &tasks, &raft).await;
     drop(data_dir);
     match fatal.get() {
@@ -326,6 +358,38 @@ async fn watch_fatal(
                 }
             }
         }
+    }
+}
+
+/// `READY=1` once this agent has caught up: a leader confirmed a read index with a quorum
+/// and the local replica has applied it. Until then systemd sees the unit as starting (a
+/// restarted agent without a majority to talk to stays there, with a STATUS saying why).
+async fn notify_ready(cluster: Cluster, systemd: SdNotify, cancel: CancellationToken) {
+    let _ = systemd.status("waiting to catch up with the cluster");
+    loop {
+        let caught_up = tokio::select! {
+            () = cancel.cancelled() => return,
+            r = cluster.linearizable_read() => r,
+        };
+        match caught_up {
+            Ok(()) => break,
+            Err(e) => {
+                let _ = systemd.status(&format!("waiting to catch up with the cluster: {e}"));
+                tokio::select! {
+                    () = cancel.cancelled() => return,
+                    () = tokio::time::sleep(Duration::from_millis(500)) => {}
+                }
+            }
+        }
+    }
+    let applied = cluster.state.applied_index();
+    info!(
+        node_id = cluster.id,
+        log_index = applied,
+        "caught up: notifying systemd READY=1"
+    );
+    if let Err(e) = systemd.ready() {
+        warn!(error = %e, "could not tell systemd we are ready");
     }
 }
 
@@ -600,6 +664,12 @@ async fn serve(listener: TcpListener, s: Services, cancel: CancellationToken) {
         cluster: cluster.clone(),
         auth: auth.clone(),
         reachable_within: s.reachable_within,
+        cluster_id: s
+            .tls
+            .as_ref()
+            .and_then(|t| t.current())
+            .and_then(|t| crate::tls::pki::fingerprint(&t.ca.cert_pem).ok())
+            .unwrap_or_else(|| "insecure".into()),
     };
     let node_api = NodeApi {
         cluster: cluster.clone(),
@@ -655,7 +725,10 @@ async fn serve(listener: TcpListener, s: Services, cancel: CancellationToken) {
         .http2_keepalive_timeout(Some(Duration::from_secs(10)))
         .tcp_keepalive(Some(Duration::from_secs(60)))
         .add_service(health_service)
-        .add_service(peer)
+        .add_service(tonic::service::interceptor::InterceptedService::new(
+            peer,
+            crate::protocol::check,
+        ))
         .add_service(ClusterServiceServer::new(cluster_api).max_decoding_message_size(max))
         .add_service(NodeServiceServer::new(node_api).max_decoding_message_size(max))
         .add_service(SchedulerServiceServer::new(scheduler_api).max_decoding_message_size(max))

@@ -64,9 +64,10 @@ fn connect_lazy(addr: &str, tls: Option<ClientTlsConfig>) -> Result<Channel, ton
     Ok(endpoint.connect_lazy())
 }
 
-/// A request with a deadline, the way every peer call is made.
+/// A request with a deadline and our protocol version, the way every peer call is made.
 pub fn with_deadline<T>(msg: T, deadline: Duration) -> tonic::Request<T> {
     let mut req = tonic::Request::new(msg);
     req.set_timeout(deadline);
+    crate::protocol::stamp(&mut req);
     req
 }

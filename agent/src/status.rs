@@ -41,3 +41,19 @@ pub fn invalid(message: impl Into<String>) -> Status {
 pub fn bad_payload(e: serde_json::Error) -> Status {
     Status::invalid_argument(format!("undecodable payload: {e}"))
 }
+
+/// `RESOURCE_EXHAUSTED` when an answer of `len` bytes would exceed the message size limit.
+pub fn fits_in_a_message(what: &str, len: usize) -> Result<(), Status> {
+    let max = gpu_proto::MAX_MESSAGE_BYTES;
+    if len > max {
+        return Err(Status::resource_exhausted(format!(
+            "{what} is {len} bytes, over the {max}-byte message limit"
+        )));
+    }
+    Ok(())
+}
+
+/// A peer speaking an internal protocol version this agent cannot (`protocol::negotiate`).
+pub fn incompatible_peer(e: &crate::protocol::Incompatible) -> Status {
+    Status::failed_precondition(e.to_string())
+}

@@ -276,6 +276,15 @@ pub fn state_digest(node_id: u64, applied_index: u64, sha256: String) -> pb::Sta
     }
 }
 
+/// A backup file (`gpu_raft_store::backup`) read at `index`, as the API returns it.
+pub fn cluster_backup(index: u64, data: Vec<u8>, cluster_id: String) -> pb::ClusterBackup {
+    pb::ClusterBackup {
+        data,
+        index,
+        cluster_id,
+    }
+}
+
 fn millis(d: std::time::Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }

@@ -55,6 +55,9 @@ pub enum Output {
 
 #[derive(Subcommand, Debug)]
 pub enum Noun {
+    /// Shell completions and man pages generated from this command line (used at install).
+    #[command(hide = true, subcommand)]
+    Generate(GenerateVerb),
     /// The Raft group: leader, log progress, members.
     #[command(subcommand)]
     Cluster(ClusterVerb),
@@ -318,6 +321,27 @@ pub enum ClusterVerb {
     Members {
         #[arg(long)]
         stale: bool,
+    },
+    /// Backups of the replicated state (admins only).
+    #[command(subcommand)]
+    Snapshot(SnapshotVerb),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum GenerateVerb {
+    /// Completions for SHELL on stdout.
+    Completion { shell: clap_complete::Shell },
+    /// Man pages (gpuctl.1 and one per subcommand) into DIR.
+    Man { dir: std::path::PathBuf },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum SnapshotVerb {
+    /// Save a consistent snapshot of the replicated state to FILE (mode 0600: it holds token
+    /// hashes and the audit log), for `gpu-agent restore --from FILE`.
+    Save {
+        /// Where to write it; replaced atomically.
+        file: std::path::PathBuf,
     },
 }
 

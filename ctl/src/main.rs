@@ -76,8 +76,34 @@ fn load_tls(
     )))
 }
 
+/// `gpuctl generate completion SHELL | man DIR`, straight from the clap definition.
+fn generate(what: cli::GenerateVerb) -> std::io::Result<()> {
+    use clap::CommandFactory;
+    let cmd = Cli::command();
+    match what {
+        cli::GenerateVerb::Completion { shell } => {
+            let mut cmd = cmd;
+            clap_complete::generate(shell, &mut cmd, "gpuctl", &mut std::io::stdout());
+            Ok(())
+        }
+        cli::GenerateVerb::Man { dir } => {
+            std::fs::create_dir_all(&dir)?;
+            clap_mangen::generate_to(cmd, &dir)
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Noun::Generate(what) = cli.command {
+        return match generate(what) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::from(2)
+            }
+        };
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -142,6 +168,7 @@ fn main() -> ExitCode {
             Noun::Alert(verb) => commands::alert::run(&ctx, verb).await,
             Noun::Top { interval, once } => commands::top::run(&ctx, interval, once).await,
             Noun::Tenant(verb) => commands::tenant::run(&ctx, verb).await,
+            Noun::Generate(_) => Err(Failure::Usage("generate runs without an agent".into())),
         }
     });
     match result {

@@ -9,6 +9,7 @@
 pub mod alert;
 pub mod audit;
 pub mod auth;
+pub mod backup;
 pub mod cert;
 mod command;
 pub mod digest;

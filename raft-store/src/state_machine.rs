@@ -70,6 +70,16 @@ impl StateReader {
         (index, crate::digest::digest_bytes(&bytes))
     }
 
+    /// A backup of the applied state (`backup::encode`), read at one index under the lock.
+    pub fn backup(&self, cluster_id: &str, created_at_ms: u64) -> (u64, Vec<u8>) {
+        let data = read_lock(&self.data);
+        let (index, term) = data
+            .last_applied
+            .map_or((0, 0), |l| (l.index, l.leader_id.term));
+        let bytes = crate::backup::encode(&data.state, cluster_id, index, term, created_at_ms);
+        (index, bytes)
+    }
+
     /// A receiver that changes whenever an entry is applied.
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.applied.clone()
@@ -118,6 +128,22 @@ impl StateMachineStore {
     /// The gate the log store consults before purging.
     pub(crate) fn gate(&self) -> SnapshotGate {
         self.gate.clone()
+    }
+
+    /// Replace the state with `data` and write it as the snapshot (`backup::seed`, into a data
+    /// directory no agent is running on).
+    pub(crate) fn seed(&self, data: MachineData) -> Result<(), StorageError> {
+        let bytes = serde_json::to_vec(&data).map_err(|e| snapshot_err(ErrorVerb::Write, &e))?;
+        let meta = SnapshotMeta {
+            last_log_id: data.last_applied,
+            last_membership: data.last_membership.clone(),
+            snapshot_id: format!("restored-{}", data.last_applied.map_or(0, |l| l.index)),
+        };
+        self.write_snapshot(&meta, &bytes, false)?;
+        let applied = data.last_applied.map_or(0, |l| l.index);
+        *self.data.write().unwrap_or_else(|p| p.into_inner()) = data;
+        self.applied.send_replace(applied);
+        Ok(())
     }
 
     /// Write `meta`'s snapshot unless a newer one is already on disk; `installed`: it is the

@@ -9,7 +9,7 @@
 pub mod fuzz;
 pub mod records;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -57,10 +57,20 @@ pub fn find_bin(name: &str) -> Result<PathBuf, PathBuf> {
     }
 }
 
-/// A free loopback port (bound once, then released for the agent to take).
+/// A free loopback port (bound once, then released for the agent to take), never one this
+/// process handed out before: the kernel may give a released port to the next `bind(0)` at
+/// once, and two agents of one cluster were given the same port (one then failed to listen,
+/// "every agent to join" timed out: chaos c15 in CI, the backup test).
 pub fn free_addr() -> String {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr").to_string()
+    static HANDED_OUT: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+    let mut handed_out = HANDED_OUT.lock().unwrap_or_else(|p| p.into_inner());
+    loop {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = l.local_addr().expect("addr");
+        if handed_out.insert(addr.port()) {
+            return addr.to_string();
+        }
+    }
 }
 
 /// Simulated GPUs per agent, cycled: n1 A100s, n2 H100s and L4s, n3 T4s.
@@ -182,6 +192,18 @@ impl Cluster {
         placements: Vec<Placement>,
         agent: AgentCommand,
     ) -> Cluster {
+        Self::start_prepared(voter_target, extra_toml, placements, agent, |_| {}).await
+    }
+
+    /// `start_with`, calling `prepare` once every agent's config is written and before any
+    /// starts (to seed n1's data directory from a backup, say).
+    pub async fn start_prepared(
+        voter_target: usize,
+        extra_toml: &str,
+        placements: Vec<Placement>,
+        agent: AgentCommand,
+        prepare: impl FnOnce(&Cluster),
+    ) -> Cluster {
         let n = placements.len() as u64;
         let turn = ONE_CLUSTER_AT_A_TIME
             .lock()
@@ -244,6 +266,7 @@ impl Cluster {
             agents,
             _turn: turn,
         };
+        prepare(&cluster);
         for id in 1..=n {
             cluster.start_agent(id);
             if id == 1 {
@@ -667,4 +690,18 @@ pub fn voters(s: &pb::ClusterStatus) -> Vec<u64> {
         .filter(|m| m.role == pb::MemberRole::Voter as i32)
         .map(|m| m.node_id)
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    /// Regression: released ports came back from the next `bind(0)`, so two agents of one
+    /// cluster could be given one port (dozens of repeats in 2,000 calls here before the fix).
+    #[test]
+    fn free_addr_never_repeats() {
+        let mut seen = std::collections::BTreeSet::new();
+        for _ in 0..2000 {
+            let addr = super::free_addr();
+            assert!(seen.insert(addr.clone()), "{addr} handed out twice");
+        }
+    }
 }

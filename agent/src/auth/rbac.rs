@@ -38,6 +38,8 @@ pub enum Action<'a> {
     ManageTenants,
     /// Read a tenant's record, quotas and GPU time.
     ReadTenant(&'a str),
+    /// Take a backup of the whole replicated state (token hashes, audit log included): admins only.
+    Backup,
 }
 
 impl Identity {
@@ -99,6 +101,7 @@ fn describe(action: Action<'_>) -> String {
         Action::ManageAlerts => "change alert rules".into(),
         Action::ManageTenants => "create or update tenants".into(),
         Action::ReadTenant(t) => format!("read tenant {t}"),
+        Action::Backup => "back up the cluster state".into(),
     }
 }
 

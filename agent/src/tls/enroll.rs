@@ -26,7 +26,7 @@ use crate::peer_client::{PeerClients, with_deadline};
 /// The cluster CA lives this long.
 const CA_VALIDITY: Duration = Duration::from_secs(10 * 365 * 86_400);
 /// Client certificates (people and tools) live this long; agents renew their own far sooner.
-const CLIENT_VALIDITY: Duration = Duration::from_secs(365 * 86_400);
+pub const CLIENT_VALIDITY: Duration = Duration::from_secs(365 * 86_400);
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Clone)]

@@ -1,23 +1,25 @@
-//! `gpuctl cluster status|members`.
+//! `gpuctl cluster status|members|snapshot save`.
 //!
 //! JSON (stable): `status` prints the object below; `members` prints the `members` array.
 //! `{"node_id", "leader_id" (null when none), "leader_addr", "term", "commit_index",
 //!   "applied_index", "last_log_index", "voter_target", "members": [{"node_id", "addr",
 //!   "role" ("voter"|"learner"), "is_leader", "reachable" (null on a stale view),
 //!   "last_contact_ms_ago", "matched_index"}]}`
+//! `snapshot save` prints `{"file", "index", "cluster_id", "bytes"}`.
 
 use gpu_proto::v1 as pb;
 use gpu_proto::v1::cluster_service_client::ClusterServiceClient;
 use serde_json::{Value, json};
 
 use super::{Answer, Ctx, Failure};
-use crate::cli::{ClusterVerb, Output};
+use crate::cli::{ClusterVerb, Output, SnapshotVerb};
 use crate::output::{self, table};
 
 pub async fn run(ctx: &Ctx, verb: ClusterVerb) -> Result<Answer, Failure> {
     let (stale, members_only) = match verb {
         ClusterVerb::Status { stale } => (stale, false),
         ClusterVerb::Members { stale } => (stale, true),
+        ClusterVerb::Snapshot(SnapshotVerb::Save { file }) => return save(ctx, &file).await,
     };
     let status = ctx
         .endpoints
@@ -125,4 +127,60 @@ fn members_table(members: &[pb::Member]) -> String {
         ],
         &rows,
     )
+}
+
+/// `snapshot save FILE`: the backup from any agent, written to a temporary file beside FILE,
+/// fsynced and renamed over it (mode 0600), so FILE is either the old one or the whole new one.
+async fn save(ctx: &Ctx, file: &std::path::Path) -> Result<Answer, Failure> {
+    let backup = ctx
+        .endpoints
+        .call(|ch| async move {
+            let reply = ClusterServiceClient::new(ch)
+                .max_decoding_message_size(gpu_proto::MAX_MESSAGE_BYTES)
+                .save_snapshot(pb::SaveSnapshotRequest {})
+                .await?;
+            Ok(reply.into_inner())
+        })
+        .await?;
+    write_private(file, &backup.data)
+        .map_err(|e| Failure::Usage(format!("writing {}: {e}", file.display())))?;
+    let text = match ctx.output {
+        Output::Json => output::json(&json!({
+            "file": file.display().to_string(),
+            "index": backup.index,
+            "cluster_id": backup.cluster_id,
+            "bytes": backup.data.len(),
+        })),
+        Output::Table => format!(
+            "saved the cluster state at index {} ({} bytes, cluster {}) to {}\n",
+            backup.index,
+            backup.data.len(),
+            backup.cluster_id,
+            file.display()
+        ),
+    };
+    Ok(Answer::ok(text))
+}
+
+fn write_private(file: &std::path::Path, data: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = match file.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => std::path::Path::new("."),
+    };
+    let name = file
+        .file_name()
+        .ok_or_else(|| std::io::Error::other("FILE must name a file"))?;
+    let tmp = dir.join(format!(".{}.tmp", name.to_string_lossy()));
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    f.write_all(data)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, file)?;
+    std::fs::File::open(dir)?.sync_all()
 }

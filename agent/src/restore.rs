@@ -1,0 +1,88 @@
+//! `gpu-agent restore`: build the first member of a new cluster from a backup (`gpuctl cluster
+//! snapshot save`) after the old cluster lost its majority for good. The backup is verified
+//! before anything is written; the data directory must be empty. The new cluster gets a new CA
+//! (old certificates are not trusted); tokens, jobs, tenants, nodes and the audit log come back
+//! as they were, so old join and admin tokens keep working.
+
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime};
+
+use anyhow::{Context, bail};
+use gpu_raft_store::NodeId;
+
+use crate::tls::files::write_file;
+use crate::tls::{Subject, TlsDir, enroll, pki};
+
+#[derive(Clone, Debug)]
+pub struct RestoreOptions {
+    /// The backup file.
+    pub from: PathBuf,
+    /// The new, empty data directory.
+    pub data_dir: PathBuf,
+    pub node_id: NodeId,
+    /// The address the restored agent will advertise (its `advertise` / `listen`).
+    pub advertise: String,
+    /// Where the new CA certificate and an admin client certificate are written.
+    pub credentials_dir: PathBuf,
+    pub cert_validity: Duration,
+}
+
+/// What was restored, for the operator.
+#[derive(Debug)]
+pub struct Restored {
+    pub index: u64,
+    pub cluster_id: String,
+    pub jobs: usize,
+    pub nodes: usize,
+}
+
+pub async fn run(o: &RestoreOptions) -> anyhow::Result<Restored> {
+    anyhow::ensure!(o.node_id >= 1, "--node-id must be at least 1");
+    let bytes = std::fs::read(&o.from).with_context(|| format!("reading {}", o.from.display()))?;
+    let (header, state) = gpu_raft_store::backup::decode(&bytes)
+        .with_context(|| format!("refusing {}", o.from.display()))?;
+    let tls_dir = TlsDir::in_data_dir(&o.data_dir);
+    if tls_dir.dir.exists() {
+        bail!(
+            "{} already holds TLS material; restore into an empty data directory (nothing was changed)",
+            o.data_dir.display()
+        );
+    }
+    for name in ["ca.crt", "admin.crt", "admin.key"] {
+        let path = o.credentials_dir.join(name);
+        if path.exists() {
+            bail!(
+                "{} exists; choose an empty --credentials-dir (nothing was changed)",
+                path.display()
+            );
+        }
+    }
+    // Everything that can fail without touching the disk first.
+    let material = enroll::bootstrap(o.node_id, o.cert_validity)?;
+    let admin = pki::issue(
+        &material.ca,
+        &Subject::Client("admin".into()),
+        SystemTime::now(),
+        enroll::CLIENT_VALIDITY,
+    )?;
+    let restored = Restored {
+        index: header.index,
+        cluster_id: header.cluster_id.clone(),
+        jobs: state.jobs.len(),
+        nodes: state.nodes.len(),
+    };
+    gpu_raft_store::backup::seed(&o.data_dir, o.node_id, &o.advertise, state, header.index)
+        .await
+        .with_context(|| format!("restoring into {}", o.data_dir.display()))?;
+    tls_dir.store(&material)?;
+    std::fs::create_dir_all(&o.credentials_dir)
+        .with_context(|| format!("creating {}", o.credentials_dir.display()))?;
+    write_file(
+        &o.credentials_dir.join("ca.crt"),
+        &material.ca.cert_pem,
+        0o644,
+    )?;
+    write_file(&o.credentials_dir.join("admin.key"), &admin.key_pem, 0o600)?;
+    write_file(&o.credentials_dir.join("admin.crt"), &admin.cert_pem, 0o644)?;
+    Ok(restored)
+}

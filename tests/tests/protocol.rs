@@ -1,0 +1,82 @@
+//! The internal protocol version on real agent connections: a peer speaking an incompatible
+//! version is refused with both versions named and changes nothing; a build from before the
+//! header (no header) and the current version are served; the mesh keeps working.
+
+use gpu_proto::internal::v1::raft_peer_client::RaftPeerClient;
+use gpu_proto::internal::v1::{JoinRequest, LeaderStatusRequest};
+use gpu_tests::Cluster;
+use tonic::metadata::MetadataValue;
+
+fn with_version<T>(msg: T, version: Option<&str>) -> tonic::Request<T> {
+    let mut req = tonic::Request::new(msg);
+    if let Some(v) = version {
+        req.metadata_mut().insert(
+            gpu_agent::protocol::HEADER,
+            MetadataValue::try_from(v).expect("ascii"),
+        );
+    }
+    req
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn incompatible_peers_are_refused_and_the_mesh_keeps_working() {
+    let c = Cluster::start(3, 3, "").await;
+    // Speak as agent n3 (its own certificate), the way an upgraded n3 would.
+    let tls = c.root.path().join("node-3/tls");
+    let read = |n: &str| std::fs::read_to_string(tls.join(n)).expect("n3's tls material");
+    let endpoint = c
+        .endpoint(1, Some((read("node.crt"), read("node.key"))))
+        .expect("endpoint");
+    let mut peer = RaftPeerClient::new(endpoint.connect().await.expect("connect to n1"));
+
+    let ours = gpu_agent::protocol::PROTOCOL_VERSION;
+    let newer = (ours + 1).to_string();
+    let refused = peer
+        .leader_status(with_version(LeaderStatusRequest {}, Some(&newer)))
+        .await
+        .expect_err("a newer protocol must be refused");
+    assert_eq!(
+        refused.code(),
+        tonic::Code::FailedPrecondition,
+        "{refused:?}"
+    );
+    let msg = refused.message();
+    assert!(
+        msg.contains(&format!("caller speaks version {newer}"))
+            && msg.contains(&format!("this agent speaks {ours}")),
+        "the refusal must name both versions: {msg}"
+    );
+
+    // An incompatible agent asking to join is refused before anything is proposed.
+    let join = peer
+        .join(with_version(
+            JoinRequest {
+                node_id: 4,
+                addr: "127.0.0.1:9".into(),
+            },
+            Some("99"),
+        ))
+        .await
+        .expect_err("join refused");
+    assert_eq!(join.code(), tonic::Code::FailedPrecondition, "{join:?}");
+    assert!(join.message().contains("version 99"), "{}", join.message());
+    let status = c.status(1, false).await.expect("status");
+    assert_eq!(
+        status.members.len(),
+        3,
+        "the refused join changed membership"
+    );
+
+    // Served: the current version, and no header at all (a build from before it).
+    for version in [Some(ours.to_string()), None] {
+        peer.leader_status(with_version(LeaderStatusRequest {}, version.as_deref()))
+            .await
+            .unwrap_or_else(|e| panic!("version {version:?} refused: {e}"));
+    }
+    // The mesh keeps working: writes through every agent.
+    for via in 1..=3 {
+        c.label(via, 1, "after", &via.to_string())
+            .await
+            .unwrap_or_else(|e| panic!("write via n{via}: {e}\n{}", c.logs()));
+    }
+}
