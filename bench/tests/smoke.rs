@@ -1,0 +1,56 @@
+//! The CI smoke run of `gpu-bench run --quick`: every benchmark runs and reports; no figure is
+//! judged (timings on shared machines are noise). etcd joins when installed, and must be when
+//! `GPUMESH_REQUIRE_ETCD` is set (CI).
+
+use std::process::Command;
+
+#[test]
+fn the_quick_run_reports_every_benchmark() {
+    let has_etcd = Command::new("etcd").arg("--version").output().is_ok();
+    let required = std::env::var_os("GPUMESH_REQUIRE_ETCD").is_some();
+    assert!(
+        has_etcd || !required,
+        "GPUMESH_REQUIRE_ETCD is set but `etcd` is not installed (apt-get install etcd-server)"
+    );
+    let json = tempfile::NamedTempFile::new().expect("temp file");
+    let mut cmd = Command::new(gpu_tests::bin("gpu-bench"));
+    cmd.args(["run", "--quick", "--json"]).arg(json.path());
+    if !has_etcd {
+        cmd.arg("--skip-etcd");
+    }
+    let out = cmd.output().expect("run gpu-bench");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "gpu-bench failed: {}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for section in [
+        "fsync floor",
+        "Replicated writes",
+        "Submit → bound",
+        "Failover",
+    ] {
+        assert!(
+            stdout.contains(section),
+            "no {section:?} in the report:\n{stdout}"
+        );
+    }
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(json.path()).expect("read json")).expect("json");
+    for row in report["writes"].as_array().expect("writes") {
+        assert!(
+            row["gpumesh"]["acked"].as_u64() > Some(0),
+            "no acked write: {row}"
+        );
+        if has_etcd {
+            assert!(
+                row["etcd"]["acked"].as_u64() > Some(0),
+                "no etcd put: {row}"
+            );
+        }
+    }
+    assert_eq!(report["failover_gpumesh"]["count"], 1);
+    assert_eq!(report["placement_idle"]["to_running"]["count"], 5);
+}
