@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use gpu_raft_store::{ClusterState, Command, Job, JobId, JobSpec, JobState, NodeId, Rejection};
+use gpu_raft_store::{ClusterState, Command, Job, JobId, JobSpec, NodeId, Rejection};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tokio::process::Child;
@@ -141,7 +141,6 @@ impl Executor {
     async fn pass(&self, children: &mut Children, host: &Host) {
         children.retain(|_, child| matches!(child.try_wait(), Ok(None)));
         let me = self.cluster.id;
-        let (desired, jobs) = self.cluster.state.read(|s| desired_runs(s, me));
         let observed = match self.observe() {
             Ok(o) => o,
             Err(e) => {
@@ -149,6 +148,7 @@ impl Executor {
                 return;
             }
         };
+        let (desired, jobs) = self.cluster.state.read(|s| desired_runs(s, me, &observed));
         self.mark_busy_gpus(&jobs, &observed);
         // Start nothing while out of contact: the supervisor would fence it at once.
         let lease_fresh = lease::lease_age(&self.settings.lease_path)
@@ -466,8 +466,14 @@ pub(crate) fn gang_env(
     ]
 }
 
-/// This node's live placements, plus the jobs they belong to.
-fn desired_runs(state: &ClusterState, me: NodeId) -> (Vec<Desired>, HashMap<JobId, Job>) {
+/// This node's live placements, plus the jobs they and the runs `observed` here belong to.
+/// Only those jobs are copied: this runs on every applied entry, and copying every pending
+/// job as well (10,000 in a backed-up queue, on every agent) was most of a loaded mesh's CPU.
+fn desired_runs(
+    state: &ClusterState,
+    me: NodeId,
+    observed: &[Observed],
+) -> (Vec<Desired>, HashMap<JobId, Job>) {
     let mine: Vec<&Job> = state
         .jobs
         .values()
@@ -483,12 +489,12 @@ fn desired_runs(state: &ClusterState, me: NodeId) -> (Vec<Desired>, HashMap<JobI
             evict: j.evict_requested,
         })
         .collect();
-    // Every job with a run on this node at any generation, so stale runs can be named too.
-    let jobs = state
-        .jobs
-        .values()
-        .filter(|j| j.on_node(me) || j.state == JobState::Pending)
-        .map(|j| (j.id, j.clone()))
+    // The jobs of stale runs too (a requeued job's old run here), so they can be named.
+    let jobs = mine
+        .iter()
+        .map(|j| j.id)
+        .chain(observed.iter().map(|o| o.job))
+        .filter_map(|id| state.jobs.get(&id).map(|j| (id, j.clone())))
         .collect();
     (desired, jobs)
 }
