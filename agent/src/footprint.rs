@@ -12,6 +12,7 @@ use anyhow::{Context, bail};
 use tokio::process::{Child, Command};
 
 use crate::monitor::Reading;
+use crate::proc_stat::ProcStat;
 
 /// What one agent cost over the measured window.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -162,9 +163,9 @@ fn free_port() -> anyhow::Result<String> {
 async fn measure<const N: usize>(pids: [u32; N], window: Duration) -> anyhow::Result<[Cost; N]> {
     let ticks = clock_ticks()?;
     let cpu = |pid: u32| -> anyhow::Result<u64> {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .with_context(|| format!("reading /proc/{pid}/stat"))?;
-        cpu_ticks(&stat).with_context(|| format!("parsing /proc/{pid}/stat"))
+        ProcStat::of(pid)
+            .map(|s| s.cpu_ticks)
+            .with_context(|| format!("reading /proc/{pid}/stat"))
     };
     let rss = |pid: u32| -> anyhow::Result<u64> {
         let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
@@ -209,17 +210,6 @@ fn clock_ticks() -> anyhow::Result<u64> {
     u64::try_from(ticks).context("a negative CLK_TCK")
 }
 
-/// utime + stime (clock ticks) from `/proc/<pid>/stat`. The command name (field 2) may hold
-/// spaces and parentheses, so fields are counted after its last `)`.
-pub fn cpu_ticks(stat: &str) -> Option<u64> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // After the name: state is field 3, utime field 14, stime field 15.
-    let utime: u64 = fields.get(11)?.parse().ok()?;
-    let stime: u64 = fields.get(12)?.parse().ok()?;
-    Some(utime + stime)
-}
-
 /// `VmRSS` in KiB from `/proc/<pid>/status`.
 pub fn rss_kib(status: &str) -> Option<u64> {
     let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
@@ -231,16 +221,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn reads_cpu_ticks_and_rss_from_proc() {
-        let stat = "4242 (gpu agent (x)) S 1 4242 4242 0 -1 4194560 1234 0 0 0 150 37 0 0 20 0 \
-                    12 0 99 123456 789 18446744073709551615";
-        assert_eq!(cpu_ticks(stat), Some(187));
-        assert_eq!(cpu_ticks("garbage"), None);
+    fn reads_rss_from_proc() {
         let status = "Name:\tgpu-agent\nVmPeak:\t  99999 kB\nVmRSS:\t   23456 kB\nThreads:\t9\n";
         assert_eq!(rss_kib(status), Some(23_456));
         assert_eq!(rss_kib("Name:\tx\n"), None);
-        let me = std::fs::read_to_string("/proc/self/stat").expect("our own stat");
-        assert!(cpu_ticks(&me).is_some());
         let me = std::fs::read_to_string("/proc/self/status").expect("our own status");
         assert!(rss_kib(&me).is_some_and(|k| k > 0));
     }

@@ -4,8 +4,10 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::time::Duration;
+use std::process::Command;
+use std::time::{Duration, Instant};
 
+use gpu_agent::proc_stat::ProcStat;
 use gpu_proto::v1 as pb;
 use gpu_tests::records::{self, RunRecord};
 use gpu_tests::{Cluster, is_terminal, shell_job};
@@ -196,6 +198,52 @@ async fn a_restarted_agent_adopts_its_running_job() {
         run.end_ns.is_some_and(|end| end > run.start_ns) && !text.contains("term"),
         "the run was not disturbed:\n{text}"
     );
+}
+
+/// A run's directory names its supervisor by pid and start time. Once a supervisor is gone the
+/// kernel gives its pid to some other process, which the executor must not take for the run and
+/// signal: in CI a reused pid belonged to the test runner, and the agent (root) sent it SIGTERM.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reused_supervisor_pid_is_never_signalled() {
+    let c = Cluster::start(1, 1, "").await;
+    let jobs = c.root.path().join("node-1/jobs");
+    let sleep = || {
+        Command::new("sleep")
+            .arg("300")
+            .spawn()
+            .expect("spawn sleep")
+    };
+    let start_ticks = |pid: u32| ProcStat::of(pid).expect("its stat").start_ticks;
+    // A process that took the pid of a run's dead supervisor, and a live supervisor of a run
+    // that is no longer current (no such job): the executor stops the second only.
+    let mut impostor = sleep();
+    let mut stale = sleep();
+    let (i, s) = (impostor.id(), stale.id());
+    plant_run(&jobs, 900, &format!("{i} {}", start_ticks(i) + 1));
+    plant_run(&jobs, 901, &format!("{s} {}", start_ticks(s)));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while stale.try_wait().expect("wait").is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "the stale supervisor was never stopped"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let left_alone = impostor.try_wait().expect("wait").is_none();
+    impostor.kill().ok();
+    impostor.wait().ok();
+    assert!(
+        left_alone,
+        "the executor signalled a process that only reused a supervisor's pid"
+    );
+}
+
+/// Put a run directory `j-<job>-g1` whose `shim.pid` says `record` under `jobs`, whole at once.
+fn plant_run(jobs: &Path, job: u64, record: &str) {
+    let staging = jobs.join(format!("planting-{job}"));
+    std::fs::create_dir_all(&staging).expect("staging dir");
+    std::fs::write(staging.join("shim.pid"), record).expect("shim.pid");
+    std::fs::rename(&staging, jobs.join(format!("j-{job}-g1"))).expect("plant");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -19,6 +19,8 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
+use crate::proc_stat::ProcStat;
+
 /// The controllers a job cgroup needs.
 pub const CONTROLLERS: [&str; 2] = ["cpu", "memory"];
 
@@ -244,7 +246,7 @@ impl JobCgroup {
             .filter_map(Result::ok)
             .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
         {
-            if process_group(pid) == Some(pgid) {
+            if ProcStat::of(pid).is_some_and(|s| s.pgrp == pgid) {
                 self.add(pid).ok();
             }
         }
@@ -285,17 +287,6 @@ impl JobCgroup {
             }
         }
     }
-}
-
-/// A process's group, from `/proc/<pid>/stat` (`pid (comm) state ppid pgrp ...`).
-fn process_group(pid: u32) -> Option<u32> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    parse_pgrp(&stat)
-}
-
-fn parse_pgrp(stat: &str) -> Option<u32> {
-    let (_, rest) = stat.rsplit_once(')')?;
-    rest.split_whitespace().nth(2)?.parse().ok()
 }
 
 #[cfg(test)]
@@ -369,13 +360,6 @@ mod tests {
         );
         assert!(can_search(0o700, nobody, 0, nobody, nogroup));
         assert!(can_search(0o000, 1, 1, 0, 0), "root passes anywhere");
-    }
-
-    #[test]
-    fn process_groups_are_read_from_stat() {
-        assert_eq!(parse_pgrp("42 (sh) S 1 42 42 0 -1"), Some(42));
-        assert_eq!(parse_pgrp("43 (a) b (c)) R 42 40 40 0"), Some(40));
-        assert_eq!(parse_pgrp("garbage"), None);
     }
 
     #[test]

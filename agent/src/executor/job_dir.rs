@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 
 use gpu_raft_store::{JobId, Outcome};
 
+use crate::proc_stat::ProcStat;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StopReason {
     Cancel,
@@ -45,6 +47,53 @@ impl StopReason {
                 message: "stopped: its placement is no longer current".into(),
             },
         }
+    }
+}
+
+/// The process supervising a run, named by its pid and its start time (`shim.pid` holds
+/// `<pid> <start ticks>`). The pid alone is not enough: once the supervisor is gone the kernel
+/// hands its pid to some other process, and the executor would take that one for the run and
+/// signal it (a pid reused by the test runner got SIGTERM in CI).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Supervisor {
+    pub pid: u32,
+    /// Absent in a record written by a build before it was kept: that one is trusted by pid.
+    start_ticks: Option<u64>,
+}
+
+impl Supervisor {
+    /// The calling process.
+    pub fn current() -> std::io::Result<Self> {
+        let me = ProcStat::of_self()
+            .ok_or_else(|| std::io::Error::other("cannot read /proc/self/stat"))?;
+        Ok(Self {
+            pid: std::process::id(),
+            start_ticks: Some(me.start_ticks),
+        })
+    }
+
+    /// Whether this very process is still running (not a zombie, not a newer owner of its pid).
+    pub fn is_running(&self) -> bool {
+        ProcStat::of(self.pid).is_some_and(|now| {
+            now.is_running() && self.start_ticks.is_none_or(|t| t == now.start_ticks)
+        })
+    }
+
+    fn record(&self) -> String {
+        match self.start_ticks {
+            Some(t) => format!("{} {t}", self.pid),
+            None => self.pid.to_string(),
+        }
+    }
+
+    fn parse(record: &str) -> Option<Self> {
+        let mut fields = record.split_whitespace();
+        let pid = fields.next()?.parse().ok().filter(|p| *p > 0)?;
+        let start_ticks = match fields.next() {
+            Some(t) => Some(t.parse().ok()?),
+            None => None,
+        };
+        Some(Self { pid, start_ticks })
     }
 }
 
@@ -100,16 +149,13 @@ impl JobDir {
         self.path.join("stderr.log")
     }
 
-    pub fn shim_pid(&self) -> Option<i32> {
-        fs::read_to_string(self.path.join("shim.pid"))
-            .ok()?
-            .trim()
-            .parse()
-            .ok()
+    /// The run's supervisor as it recorded itself at start.
+    pub fn supervisor(&self) -> Option<Supervisor> {
+        Supervisor::parse(&fs::read_to_string(self.path.join("shim.pid")).ok()?)
     }
 
-    pub fn write_shim_pid(&self, pid: u32) -> std::io::Result<()> {
-        write_atomic(&self.path.join("shim.pid"), pid.to_string().as_bytes())
+    pub fn write_supervisor(&self, supervisor: &Supervisor) -> std::io::Result<()> {
+        write_atomic(&self.path.join("shim.pid"), supervisor.record().as_bytes())
     }
 
     pub fn exit(&self) -> Option<Outcome> {
@@ -182,5 +228,29 @@ mod tests {
         assert!(!d.is_reported());
         d.mark_reported().expect("reported");
         assert!(d.is_reported());
+    }
+
+    #[test]
+    fn a_supervisor_is_its_pid_and_start_time() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let d = JobDir::new(tmp.path(), 7, 1);
+        d.create().expect("create");
+        assert_eq!(d.supervisor(), None);
+        let me = Supervisor::current().expect("this process");
+        d.write_supervisor(&me).expect("record");
+        assert_eq!(d.supervisor(), Some(me));
+        assert!(me.is_running());
+        // Our pid with another start time: a process that took over a dead supervisor's pid.
+        let reused = Supervisor {
+            start_ticks: me.start_ticks.map(|t| t + 1),
+            ..me
+        };
+        assert!(!reused.is_running());
+        // A record from an older build (pid only) is trusted by pid.
+        let legacy = Supervisor::parse(&me.pid.to_string()).expect("legacy record");
+        assert!(legacy.is_running());
+        for junk in ["", "0", "-4", "12 x", "x 12"] {
+            assert_eq!(Supervisor::parse(junk), None, "{junk:?}");
+        }
     }
 }

@@ -23,7 +23,7 @@ use tokio::process::Child;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use self::job_dir::JobDir;
+use self::job_dir::{JobDir, Supervisor};
 use self::reconcile::{Action, Desired, Observed, reconcile};
 use crate::cluster::{Cluster, ClusterError};
 use crate::config::RunAs;
@@ -165,13 +165,13 @@ impl Executor {
         Ok(JobDir::scan(&self.settings.jobs_dir)?
             .into_iter()
             .map(|d| {
-                let pid = d.shim_pid();
-                let alive = pid.is_some_and(process_alive);
+                let supervisor = d.supervisor();
+                let alive = supervisor.as_ref().is_some_and(Supervisor::is_running);
                 Observed {
                     job: d.job,
                     generation: d.generation,
                     alive,
-                    starting: pid.is_none() && d.age() < START_GRACE,
+                    starting: supervisor.is_none() && d.age() < START_GRACE,
                     exit: d.exit(),
                     stop_requested: d.stop_reason().is_some(),
                     reported: d.is_reported(),
@@ -241,7 +241,10 @@ impl Executor {
                 if let Err(e) = dir.request_stop(reason) {
                     warn!(job_id = job, error = %e, "cannot record the stop request");
                 }
-                if let Some(pid) = dir.shim_pid() {
+                // Checked again here: the supervisor may have ended since it was observed.
+                if let Some(s) = dir.supervisor().filter(Supervisor::is_running)
+                    && let Ok(pid) = i32::try_from(s.pid)
+                {
                     kill(Pid::from_raw(pid), Signal::SIGTERM).ok();
                 }
             }
@@ -497,21 +500,6 @@ fn desired_runs(
         .filter_map(|id| state.jobs.get(&id).map(|j| (id, j.clone())))
         .collect();
     (desired, jobs)
-}
-
-/// Whether `pid` names a live process (a zombie of ours is reaped before this is asked).
-fn process_alive(pid: i32) -> bool {
-    pid > 0 && kill(Pid::from_raw(pid), None).is_ok() && !is_zombie(pid)
-}
-
-fn is_zombie(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            s.rsplit_once(')')
-                .map(|(_, rest)| rest.trim_start().starts_with('Z'))
-        })
-        .unwrap_or(false)
 }
 
 #[cfg(test)]

@@ -24,7 +24,7 @@ use tokio::process::{Child, Command};
 use tokio::signal::unix::{SignalKind, signal};
 
 use super::isolation::{self, JobCgroup};
-use super::job_dir::JobDir;
+use super::job_dir::{JobDir, Supervisor};
 
 #[derive(Debug, clap::Args)]
 pub struct ShimArgs {
@@ -111,7 +111,7 @@ enum Stop {
 
 async fn supervise(dir: &JobDir, args: &ShimArgs) -> Outcome {
     let failed = |message: String| Outcome::FailedToStart { message };
-    if let Err(e) = dir.write_shim_pid(std::process::id()) {
+    if let Err(e) = Supervisor::current().and_then(|me| dir.write_supervisor(&me)) {
         return failed(format!("recording the supervisor pid: {e}"));
     }
     let mut term = match signal(SignalKind::terminate()) {
