@@ -14,7 +14,7 @@ pub type JobId = u64;
 pub const DEFAULT_TENANT: &str = "default";
 
 /// What the user submitted. Immutable once accepted.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct JobSpec {
     pub name: String,
     #[serde(default = "default_tenant")]

@@ -1,132 +1,286 @@
-//! The queue order of pending jobs under each `Ordering`.
+//! The queue order of pending jobs under each `Ordering`, drawn lazily from a `PendingIndex`.
+//! Jobs of one class share every key but their submission time and id, and a class keeps its
+//! members in that order, so a heap of class heads yields the whole queue: a pass pays per
+//! class and per job it takes, not per pending job, and may pass over the rest of a class.
 
+use std::borrow::Cow;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::hash::BuildHasherDefault;
 
-use gpu_raft_store::{ClusterState, Job, JobId, JobState};
+use gpu_raft_store::{ClusterState, Job};
 
 use super::env::PlanEnv;
 use super::history::Fnv;
+use super::pending::{Class, PendingIndex, Rank};
 use super::policy::{Ordering, Policy};
+use super::usage::live_jobs;
 
 const HOUR_MS: f64 = 3_600_000.0;
 
-/// Per-tenant figures for one pass, looked up once per pending job: FNV keeps that cheap.
+/// Per-tenant figures for one pass: FNV keeps the lookups cheap.
 type TenantMap<'a> = HashMap<&'a str, f64, BuildHasherDefault<Fnv>>;
 
-/// Pending jobs in the order the policy considers them, produced lazily where the order allows
-/// it (FCFS walks the job map, so a strict queue stops at its head without looking further).
+/// Pending jobs in the order the policy considers them (for callers that only walk it).
 pub(crate) fn queue<'a>(
     state: &'a ClusterState,
     policy: &Policy,
     env: &PlanEnv,
-) -> Box<dyn Iterator<Item = &'a Job> + 'a> {
-    ordered(state, policy, env).jobs
+) -> impl Iterator<Item = &'a Job> + 'a {
+    let index = Cow::Owned(PendingIndex::of(state, policy.ordering));
+    let mut q = Queue::new(state, policy, env, index);
+    std::iter::from_fn(move || q.next())
 }
 
-/// A pass's queue, and what building it learnt on the way.
+/// One pass's queue.
 pub(crate) struct Queue<'a> {
-    pub jobs: Box<dyn Iterator<Item = &'a Job> + 'a>,
-    /// Whether any pending job asks for no GPUs, when the ordering had to look at every
-    /// pending job anyway (`None` for FCFS, which does not).
-    pub cpu_only_pending: Option<bool>,
+    state: &'a ClusterState,
+    index: Cow<'a, PendingIndex>,
+    draw: Draw,
+    /// Whether `pass_over_class` may act: not when every job must be looked at (a pass that
+    /// explains), nor under fair share, where each job taken moves its tenant's turn.
+    may_pass_over: bool,
+    /// The class of the job `next` returned last.
+    last: Option<usize>,
+    passed_over: Vec<bool>,
 }
 
-/// `queue`, plus `Queue::cpu_only_pending`, so that `plan` need not scan the job map for it.
-pub(crate) fn ordered<'a>(state: &'a ClusterState, policy: &Policy, env: &PlanEnv) -> Queue<'a> {
-    let pending = state.jobs.values().filter(|j| j.state == JobState::Pending);
-    let mut cpu_only = false;
-    // FCFS: arrival order is the order the Raft log accepted the jobs, job id order.
-    // (Submission timestamps come from whichever leader proposed them and need not be
-    // monotonic.)
-    let jobs: Box<dyn Iterator<Item = &'a Job> + 'a> = match policy.ordering {
-        Ordering::Fcfs => {
-            return Queue {
-                jobs: Box::new(pending),
-                cpu_only_pending: None,
+/// A class head's place in the queue: least first.
+type Head = Reverse<(Key, Rank, usize)>;
+
+/// The ordering's key, shared by a class except for what depends on submission time.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Key {
+    /// FCFS: the rank (id) alone.
+    Arrival,
+    /// SJF: the estimate (`u64::MAX` without one).
+    Shortest(u64),
+    /// Dynamic priority, negated so the highest comes first.
+    Highest(Load),
+    /// Inside a tenant under fair share: base priority, highest first.
+    Base(Reverse<i32>),
+}
+
+enum Draw {
+    /// FCFS, SJF, priority: one heap of class heads.
+    Heads { heap: BinaryHeap<Head>, keys: Keys },
+    /// Fair share: tenants take turns, least loaded first; inside a tenant, its class heads.
+    Turns(Turns),
+}
+
+/// What the key of a class head is computed from, per class, once a pass.
+enum Keys {
+    Arrival,
+    Shortest(Vec<u64>),
+    Highest {
+        /// Per class: base priority, and the fair-share term's tenant share.
+        base: Vec<(i32, f64)>,
+        aging_per_hour: f64,
+        fairshare_weight: f64,
+        now_ms: u64,
+    },
+}
+
+impl Keys {
+    fn of(&self, class: usize, (submitted_ms, _): Rank) -> Key {
+        match self {
+            Keys::Arrival => Key::Arrival,
+            Keys::Shortest(est) => Key::Shortest(est[class]),
+            Keys::Highest {
+                base,
+                aging_per_hour,
+                fairshare_weight,
+                now_ms,
+            } => {
+                // Base priority, plus `aging_per_hour` for each hour waited, minus
+                // `fairshare_weight` times the tenant's share (0..=1) of all recent usage.
+                let (priority, share) = base[class];
+                let waited_h = now_ms.saturating_sub(submitted_ms) as f64 / HOUR_MS;
+                let score =
+                    f64::from(priority) + aging_per_hour * waited_h - fairshare_weight * share;
+                Key::Highest(Load(-score))
+            }
+        }
+    }
+}
+
+/// Fair share: the tenant with the least load (GPUs it holds, counting the jobs already ahead
+/// of it in this queue, plus its decayed past usage in GPU-equivalents, per unit of weight)
+/// goes next; inside a tenant, priority then submission order.
+struct Turns {
+    turns: BinaryHeap<Reverse<(Load, usize)>>,
+    /// Per tenant (sorted by name, so ties go to the lesser name): its class heads, and its
+    /// weight.
+    tenants: Vec<(BinaryHeap<Head>, f64)>,
+}
+
+impl<'a> Queue<'a> {
+    pub fn new(
+        state: &'a ClusterState,
+        policy: &Policy,
+        env: &PlanEnv,
+        index: Cow<'a, PendingIndex>,
+    ) -> Self {
+        debug_assert_eq!(index.ordering(), policy.ordering);
+        let classes = index.classes();
+        let heads = |key: &dyn Fn(usize, Rank) -> Key| -> Vec<(usize, Head)> {
+            classes
+                .iter()
+                .enumerate()
+                .filter_map(|(i, c)| c.after(None).map(|r| (i, Reverse((key(i, r), r, i)))))
+                .collect()
+        };
+        let draw = match policy.ordering {
+            Ordering::FairShare => {
+                let by_base = |i: usize, _| Key::Base(Reverse(classes[i].spec.priority));
+                Draw::Turns(Turns::new(state, env, &index, heads(&by_base)))
+            }
+            ordering => {
+                let keys = match ordering {
+                    Ordering::Fcfs => Keys::Arrival,
+                    Ordering::Sjf => Keys::Shortest(
+                        classes
+                            .iter()
+                            .map(|c| env.estimate_ms(&c.spec, policy).unwrap_or(u64::MAX))
+                            .collect(),
+                    ),
+                    _ => {
+                        let usage = if policy.fairshare_weight == 0.0 {
+                            HashMap::new()
+                        } else {
+                            usage_shares(state, env)
+                        };
+                        Keys::Highest {
+                            base: classes
+                                .iter()
+                                .map(|c| {
+                                    let share = usage.get(&c.spec.tenant).copied();
+                                    (c.spec.priority, share.unwrap_or(0.0))
+                                })
+                                .collect(),
+                            aging_per_hour: policy.aging_per_hour,
+                            fairshare_weight: policy.fairshare_weight,
+                            now_ms: env.now_ms,
+                        }
+                    }
+                };
+                let heap = heads(&|i, r| keys.of(i, r))
+                    .into_iter()
+                    .map(|(_, h)| h)
+                    .collect();
+                Draw::Heads { heap, keys }
+            }
+        };
+        let may_pass_over = !policy.explain && policy.ordering != Ordering::FairShare;
+        Self {
+            state,
+            passed_over: vec![false; classes.len()],
+            index,
+            draw,
+            may_pass_over,
+            last: None,
+        }
+    }
+
+    /// Whether any pending job asks for no GPUs.
+    pub fn has_cpu_only_pending(&self) -> bool {
+        self.index.has_cpu_only()
+    }
+
+    /// Leave out the rest of the class of the job `next` returned last: the caller knows none
+    /// of them can be placed in this pass (a no-op where every job must be looked at).
+    pub fn pass_over_class(&mut self) {
+        if self.may_pass_over
+            && let Some(c) = self.last
+        {
+            self.passed_over[c] = true;
+        }
+    }
+
+    pub fn next(&mut self) -> Option<&'a Job> {
+        let classes = self.index.classes();
+        loop {
+            let (class, (_, id)) = match &mut self.draw {
+                Draw::Heads { heap, keys } => {
+                    let Reverse((_, rank, class)) = heap.pop()?;
+                    if self.passed_over[class] {
+                        continue;
+                    }
+                    if let Some(r) = classes[class].after(Some(rank)) {
+                        heap.push(Reverse((keys.of(class, r), r, class)));
+                    }
+                    (class, rank)
+                }
+                Draw::Turns(turns) => turns.next(classes)?,
             };
+            self.last = Some(class);
+            match self.state.jobs.get(&id) {
+                Some(job) => return Some(job),
+                None => debug_assert!(false, "the pending index names j-{id}, not in the state"),
+            }
         }
-        // Keys are computed for every job, but the order is drawn from a heap lazily: a pass
-        // that stops early (a strict queue, a full cluster) does not pay for a full sort.
-        Ordering::Sjf => {
-            let heap: BinaryHeap<SjfEntry<'a>> = pending
-                .map(|j| {
-                    cpu_only |= j.spec.gpus == 0;
-                    let est = env.estimate_ms(&j.spec, policy).unwrap_or(u64::MAX);
-                    Reverse((est, j.submitted_at_ms, j.id, Keyed(j)))
-                })
-                .collect();
-            Box::new(drain(heap).map(|Reverse((.., Keyed(j)))| j))
-        }
-        Ordering::Priority => {
-            let usage = usage_shares(state, env);
-            let shares: TenantMap<'_> = usage.iter().map(|(t, v)| (t.as_str(), *v)).collect();
-            let heap: BinaryHeap<PriorityEntry<'a>> = pending
-                .map(|j| {
-                    cpu_only |= j.spec.gpus == 0;
-                    let score = dynamic_priority(j, policy, env, &shares);
-                    (Load(score), Reverse((j.submitted_at_ms, j.id)), Keyed(j))
-                })
-                .collect();
-            Box::new(drain(heap).map(|(.., Keyed(j))| j))
-        }
-        Ordering::FairShare => {
-            let pending: Vec<&Job> = pending.collect();
-            cpu_only = pending.iter().any(|j| j.spec.gpus == 0);
-            Box::new(fair_share(state, env, pending).into_iter())
-        }
-    };
-    Queue {
-        jobs,
-        cpu_only_pending: Some(cpu_only),
     }
 }
 
-/// Shortest estimate first, then submission time and id.
-type SjfEntry<'a> = Reverse<(u64, u64, JobId, Keyed<'a>)>;
-/// Highest score first, then earliest submission and lowest id.
-type PriorityEntry<'a> = (Load, Reverse<(u64, JobId)>, Keyed<'a>);
-
-fn drain<T: Ord>(mut heap: BinaryHeap<T>) -> impl Iterator<Item = T> {
-    std::iter::from_fn(move || heap.pop())
-}
-
-/// A job riding along in a heap entry; entries are ordered by their keys alone (which end in
-/// the unique job id, so this never decides).
-struct Keyed<'a>(&'a Job);
-
-impl PartialEq for Keyed<'_> {
-    fn eq(&self, other: &Self) -> bool {
-        self.0.id == other.0.id
+impl Turns {
+    fn new(
+        state: &ClusterState,
+        env: &PlanEnv,
+        index: &PendingIndex,
+        heads: Vec<(usize, Head)>,
+    ) -> Self {
+        let usage = env.usage.at(state, env.now_ms);
+        let mut held: TenantMap<'_> = HashMap::default();
+        for j in live_jobs(state) {
+            *held.entry(j.spec.tenant.as_str()).or_insert(0.0) += f64::from(j.spec.gpus);
+        }
+        let classes = index.classes();
+        let mut names: Vec<&str> = classes.iter().map(|c| c.spec.tenant.as_str()).collect();
+        names.sort_unstable();
+        names.dedup();
+        let mut tenants: Vec<(BinaryHeap<Head>, f64)> = names
+            .iter()
+            .map(|t| {
+                // A tenant's load counts per unit of its weight (1 without a record).
+                let weight = state.tenants.get(*t).map_or(1, |r| r.weight.max(1));
+                (BinaryHeap::new(), f64::from(weight))
+            })
+            .collect();
+        for (class, head) in heads {
+            let t = names
+                .binary_search(&classes[class].spec.tenant.as_str())
+                .expect("every class's tenant is named");
+            tenants[t].0.push(head);
+        }
+        let turns = names
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let load =
+                    usage.get(*t).copied().unwrap_or(0.0) + held.get(t).copied().unwrap_or(0.0);
+                Reverse((Load(load / tenants[i].1), i))
+            })
+            .collect();
+        Self { turns, tenants }
     }
-}
 
-impl Eq for Keyed<'_> {}
-
-impl PartialOrd for Keyed<'_> {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
+    fn next(&mut self, classes: &[Class]) -> Option<(usize, Rank)> {
+        loop {
+            let Reverse((Load(load), t)) = self.turns.pop()?;
+            let (heads, weight) = &mut self.tenants[t];
+            let Some(Reverse((key, rank, class))) = heads.pop() else {
+                continue;
+            };
+            if let Some(r) = classes[class].after(Some(rank)) {
+                heads.push(Reverse((key, r, class)));
+            }
+            if !heads.is_empty() {
+                let step = f64::from(classes[class].spec.gpus.max(1)) / *weight;
+                self.turns.push(Reverse((Load(load + step), t)));
+            }
+            return Some((class, rank));
+        }
     }
-}
-
-impl Ord for Keyed<'_> {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.0.id.cmp(&other.0.id)
-    }
-}
-
-/// Base priority, plus `aging_per_hour` for each hour waited, minus `fairshare_weight` times
-/// the tenant's share (0..=1) of all recent usage.
-fn dynamic_priority(job: &Job, policy: &Policy, env: &PlanEnv, shares: &TenantMap<'_>) -> f64 {
-    let waited_h = env.now_ms.saturating_sub(job.submitted_at_ms) as f64 / HOUR_MS;
-    let share = if policy.fairshare_weight == 0.0 {
-        0.0
-    } else {
-        shares.get(job.spec.tenant.as_str()).copied().unwrap_or(0.0)
-    };
-    f64::from(job.spec.priority) + policy.aging_per_hour * waited_h
-        - policy.fairshare_weight * share
 }
 
 /// Each tenant's fraction of all recent (decayed) usage.
@@ -141,52 +295,7 @@ fn usage_shares(state: &ClusterState, env: &PlanEnv) -> HashMap<String, f64> {
     usage
 }
 
-/// Tenants take turns: the tenant with the least load (GPUs it holds, counting the jobs
-/// already ahead of it in this queue, plus its decayed past usage in GPU-equivalents) goes
-/// next, its load divided by its weight; inside a tenant, priority then submission order.
-fn fair_share<'a>(state: &'a ClusterState, env: &PlanEnv, pending: Vec<&'a Job>) -> Vec<&'a Job> {
-    let usage = env.usage.at(state, env.now_ms);
-    let mut held: HashMap<&str, f64> = HashMap::new();
-    for j in state.jobs.values().filter(|j| j.state.is_live()) {
-        *held.entry(j.spec.tenant.as_str()).or_insert(0.0) += f64::from(j.spec.gpus);
-    }
-    let mut per_tenant: HashMap<&str, Vec<&Job>> = HashMap::new();
-    for j in pending {
-        per_tenant
-            .entry(j.spec.tenant.as_str())
-            .or_default()
-            .push(j);
-    }
-    // A tenant's load counts per unit of its weight (1 without a record).
-    let weight = |t: &str| f64::from(state.tenants.get(t).map_or(1, |r| r.weight.max(1)));
-    let load = |t: &str| {
-        (usage.get(t).copied().unwrap_or(0.0) + held.get(t).copied().unwrap_or(0.0)) / weight(t)
-    };
-    let total = per_tenant.values().map(Vec::len).sum();
-    // Each tenant's queue reversed, so its next job is at the end.
-    for q in per_tenant.values_mut() {
-        q.sort_by_key(|j| Reverse((Reverse(j.spec.priority), j.submitted_at_ms, j.id)));
-    }
-    let mut turns: BinaryHeap<Reverse<(Load, &str)>> = per_tenant
-        .keys()
-        .map(|t| Reverse((Load(load(t)), *t)))
-        .collect();
-    let mut out = Vec::with_capacity(total);
-    while let Some(Reverse((Load(l), tenant))) = turns.pop() {
-        let Some(q) = per_tenant.get_mut(tenant) else {
-            continue;
-        };
-        let Some(job) = q.pop() else { continue };
-        out.push(job);
-        if !q.is_empty() {
-            let step = f64::from(job.spec.gpus.max(1)) / weight(tenant);
-            turns.push(Reverse((Load(l + step), tenant)));
-        }
-    }
-    out
-}
-
-/// A load value with a total order, for the heap.
+/// A load value with a total order, for the heaps.
 #[derive(Clone, Copy, PartialEq)]
 struct Load(f64);
 

@@ -10,7 +10,8 @@ use gpu_raft_store::{Bind, ClusterState, JobId, JobSpec, gpu_fits};
 
 use super::backfill::{self, Holding, Reservation};
 use super::env::PlanEnv;
-use super::order;
+use super::order::Queue;
+use super::pending::PendingIndex;
 use super::placement::{Nodes, is_plain, selector_matches};
 use super::policy::{Backfill, Policy};
 use super::quota::{Admission, QuotaBook, restrict};
@@ -29,10 +30,32 @@ pub struct Plan {
 /// Plan one pass. Jobs are taken in the policy's order; each goes where `placement` puts it
 /// now, unless the backfill mode holds it back for a job ahead of it.
 pub fn plan(state: &ClusterState, policy: &Policy, env: &PlanEnv) -> Plan {
-    let order::Queue {
-        jobs: queue,
-        cpu_only_pending,
-    } = order::ordered(state, policy, env);
+    let pending = PendingIndex::of(state, policy.ordering);
+    plan_queue(
+        state,
+        policy,
+        Queue::new(state, policy, env, Cow::Owned(pending)),
+        env,
+    )
+}
+
+/// `plan` with the pending jobs of `state` already indexed (kept up to date by the
+/// simulator, for the policy's ordering).
+pub fn plan_pending(
+    state: &ClusterState,
+    policy: &Policy,
+    env: &PlanEnv,
+    pending: &PendingIndex,
+) -> Plan {
+    plan_queue(
+        state,
+        policy,
+        Queue::new(state, policy, env, Cow::Borrowed(pending)),
+        env,
+    )
+}
+
+fn plan_queue(state: &ClusterState, policy: &Policy, mut queue: Queue<'_>, env: &PlanEnv) -> Plan {
     let mut nodes = Nodes::new(state);
     let gangs = policy.multi_node_gangs;
     let unconstrained_capacity = Capacity::of(&nodes);
@@ -45,9 +68,8 @@ pub fn plan(state: &ClusterState, policy: &Policy, env: &PlanEnv) -> Plan {
     // back by a plain head's reservation, every larger one is too. These skip the search.
     let mut no_room_from = usize::MAX;
     let mut held_from = usize::MAX;
-    let mut cpu_only: Option<bool> = None;
     let mut out = Plan::default();
-    for job in queue {
+    while let Some(job) = queue.next() {
         if out.binds.len() >= policy.max_binds_per_pass {
             break;
         }
@@ -81,20 +103,22 @@ pub fn plan(state: &ClusterState, policy: &Policy, env: &PlanEnv) -> Plan {
             Admission::Only(types) => Cow::Owned(restrict(&job.spec, types)),
             Admission::OverQuota(reason) => {
                 note(&mut out, reason);
+                queue.pass_over_class();
                 continue;
             }
         };
         let spec = spec.as_ref();
         let want = spec.gpus as usize;
-        if !policy.explain && want > 0 && nodes.total_free() == 0 {
-            // Nothing with GPUs can start; only CPU-only jobs could still be placed.
-            let known = cpu_only_pending;
-            if !*cpu_only
-                .get_or_insert_with(|| known.unwrap_or_else(|| has_cpu_only_pending(state)))
-            {
-                break;
-            }
-            continue;
+        // Nothing with GPUs can start any more and no CPU-only job waits: the pass is over,
+        // once an EASY head has its reservation. (Otherwise the job goes on to find no room,
+        // which under a strict queue holds every job behind it, CPU-only ones included.)
+        if !policy.explain
+            && want > 0
+            && nodes.total_free() == 0
+            && !queue.has_cpu_only_pending()
+            && (reservation.is_some() || policy.backfill != Backfill::Easy)
+        {
+            break;
         }
         // A gang the job asked for (`nodes` > 1) has its own shape: no size memo, and it
         // needs its per-node share on enough nodes.
@@ -114,6 +138,8 @@ pub fn plan(state: &ClusterState, policy: &Policy, env: &PlanEnv) -> Plan {
             no_room_from = no_room_from.min(want);
         }
         let Some(mut placement) = found else {
+            // Free GPUs only shrink during a pass: the rest of its class finds no room either.
+            queue.pass_over_class();
             // A gang asked for does not hold the queue (no reservation is computed for its
             // shape): it starts when enough nodes are free at once.
             let holds_queue =
@@ -162,6 +188,7 @@ pub fn plan(state: &ClusterState, policy: &Policy, env: &PlanEnv) -> Plan {
             if !admitted {
                 if memo {
                     held_from = held_from.min(want);
+                    queue.pass_over_class();
                 }
                 let head = r.job;
                 note(
@@ -228,13 +255,6 @@ fn holdings(
         }
     }
     out
-}
-
-fn has_cpu_only_pending(state: &ClusterState) -> bool {
-    state
-        .jobs
-        .values()
-        .any(|j| j.state == gpu_raft_store::JobState::Pending && j.spec.gpus == 0)
 }
 
 /// The cluster's capacity for jobs with no GPU type, memory or node selector, computed once a

@@ -2,9 +2,12 @@
 //! recent use counts fully and old use fades. The core reads it; the leader rebuilds it from
 //! the state, the simulator keeps one up to date as jobs finish.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::hash::BuildHasherDefault;
 
-use gpu_raft_store::ClusterState;
+use gpu_raft_store::{ClusterState, Job, JobId};
+
+use super::history::Fnv;
 
 /// Decayed GPU-milliseconds per tenant for finished runs, each valued as of `as_of_ms`.
 #[derive(Clone, Debug)]
@@ -81,7 +84,7 @@ impl TenantUsage {
             .iter()
             .map(|(t, v)| (t.clone(), v * factor))
             .collect();
-        for j in state.jobs.values().filter(|j| j.state.is_live()) {
+        for j in live_jobs(state) {
             if let Some(start) = j.started_at_ms.or(j.bound_at_ms) {
                 let v = self.integral(j.spec.gpus, start, now_ms, now_ms);
                 *out.entry(j.spec.tenant.clone()).or_insert(0.0) += v;
@@ -92,6 +95,19 @@ impl TenantUsage {
         }
         out
     }
+}
+
+/// The live jobs holding GPUs, each once, found through the nodes' allocations: a pass over
+/// the GPUs, not over every job (a live job without GPUs has no usage to count).
+pub(crate) fn live_jobs(state: &ClusterState) -> impl Iterator<Item = &Job> {
+    let mut seen: HashSet<JobId, BuildHasherDefault<Fnv>> = HashSet::default();
+    state
+        .nodes
+        .values()
+        .flat_map(|n| n.allocations.values())
+        .filter(move |id| seen.insert(**id))
+        .filter_map(|id| state.jobs.get(id))
+        .filter(|j| j.state.is_live())
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use gpu_raft_store::{Binding, ClusterState, Job, JobId, JobSpec, JobState, NodeId};
 
 use super::trace::TraceJob;
-use crate::scheduler::{PlanEnv, Policy, plan};
+use crate::scheduler::{PendingIndex, PlanEnv, Policy, plan_pending};
 
 /// Where SJF and backfill get runtime estimates from in a replay.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -94,6 +94,7 @@ pub fn replay(
     let mut predicted: HashMap<JobId, Option<u64>> = HashMap::new();
     let mut ends: BinaryHeap<Reverse<(u64, JobId)>> = BinaryHeap::new();
     let mut placements: HashMap<JobId, Vec<(NodeId, Vec<u32>)>> = HashMap::new();
+    let mut pending = PendingIndex::new(policy.ordering);
     let mut pending_by_gpus: BTreeMap<u32, usize> = BTreeMap::new();
     let node_size = cluster
         .nodes
@@ -156,14 +157,16 @@ pub fn replay(
                 break;
             }
             let id = next_arrival as JobId + 1;
-            state.jobs.insert(id, pending_job(id, j, estimates));
+            let job = pending_job(id, j, estimates);
+            pending.insert(&job);
+            state.jobs.insert(id, job);
             *pending_by_gpus.entry(j.gpus).or_default() += 1;
             next_arrival += 1;
         }
 
         if could_place(&state, &pending_by_gpus, total_gpus - busy, node_size) {
             env.now_ms = t;
-            let pass = plan(&state, &policy, &env);
+            let pass = plan_pending(&state, &policy, &env, &pending);
             passes += 1;
             for b in pass.binds {
                 let node = state
@@ -187,6 +190,7 @@ pub fn replay(
                     continue;
                 }
                 let job = state.jobs.get_mut(&b.job).expect("plan binds known jobs");
+                pending.remove(job);
                 job.state = JobState::Running;
                 job.generation += 1;
                 job.attempts += 1;
