@@ -8,11 +8,11 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::hash::BuildHasherDefault;
 
-use gpu_raft_store::{ClusterState, Job};
+use gpu_raft_store::{ClusterState, Job, JobId};
 
 use super::env::PlanEnv;
 use super::history::Fnv;
-use super::pending::{Class, PendingIndex, Rank};
+use super::pending::{PendingIndex, Rank};
 use super::policy::{Ordering, Policy};
 use super::usage::live_jobs;
 
@@ -21,7 +21,8 @@ const HOUR_MS: f64 = 3_600_000.0;
 /// Per-tenant figures for one pass: FNV keeps the lookups cheap.
 type TenantMap<'a> = HashMap<&'a str, f64, BuildHasherDefault<Fnv>>;
 
-/// Pending jobs in the order the policy considers them (for callers that only walk it).
+/// Pending jobs in the order the policy considers them if each were placed in turn (for
+/// callers that only walk it: queue positions, preemption candidates).
 pub(crate) fn queue<'a>(
     state: &'a ClusterState,
     policy: &Policy,
@@ -29,7 +30,11 @@ pub(crate) fn queue<'a>(
 ) -> impl Iterator<Item = &'a Job> + 'a {
     let index = Cow::Owned(PendingIndex::of(state, policy.ordering));
     let mut q = Queue::new(state, policy, env, index);
-    std::iter::from_fn(move || q.next())
+    std::iter::from_fn(move || {
+        let job = q.next()?;
+        q.placed();
+        Some(job)
+    })
 }
 
 /// One pass's queue.
@@ -38,7 +43,7 @@ pub(crate) struct Queue<'a> {
     index: Cow<'a, PendingIndex>,
     draw: Draw,
     /// Whether `pass_over_class` may act: not when every job must be looked at (a pass that
-    /// explains), nor under fair share, where each job taken moves its tenant's turn.
+    /// explains).
     may_pass_over: bool,
     /// The class of the job `next` returned last.
     last: Option<usize>,
@@ -51,8 +56,6 @@ type Head = Reverse<(Key, Rank, usize)>;
 /// The ordering's key, shared by a class except for what depends on submission time.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Key {
-    /// FCFS: the rank (id) alone.
-    Arrival,
     /// SJF: the estimate (`u64::MAX` without one).
     Shortest(u64),
     /// Dynamic priority, negated so the highest comes first.
@@ -62,7 +65,9 @@ enum Key {
 }
 
 enum Draw {
-    /// FCFS, SJF, priority: one heap of class heads.
+    /// FCFS: pending jobs in id order, straight from the index.
+    Arrivals { after: Option<JobId> },
+    /// SJF, priority: one heap of class heads.
     Heads { heap: BinaryHeap<Head>, keys: Keys },
     /// Fair share: tenants take turns, least loaded first; inside a tenant, its class heads.
     Turns(Turns),
@@ -70,7 +75,6 @@ enum Draw {
 
 /// What the key of a class head is computed from, per class, once a pass.
 enum Keys {
-    Arrival,
     Shortest(Vec<u64>),
     Highest {
         /// Per class: base priority, and the fair-share term's tenant share.
@@ -84,7 +88,6 @@ enum Keys {
 impl Keys {
     fn of(&self, class: usize, (submitted_ms, _): Rank) -> Key {
         match self {
-            Keys::Arrival => Key::Arrival,
             Keys::Shortest(est) => Key::Shortest(est[class]),
             Keys::Highest {
                 base,
@@ -104,14 +107,20 @@ impl Keys {
     }
 }
 
-/// Fair share: the tenant with the least load (GPUs it holds, counting the jobs already ahead
-/// of it in this queue, plus its decayed past usage in GPU-equivalents, per unit of weight)
-/// goes next; inside a tenant, priority then submission order.
+/// Fair share: the tenant with the least load (GPUs it holds, counting the jobs placed for it
+/// earlier in this pass, plus its decayed past usage in GPU-equivalents, per unit of weight)
+/// goes next; inside a tenant, priority then submission order. A job that is not placed does
+/// not move its tenant's turn: queued work is not usage, and the least-loaded tenant keeps the
+/// first pick of what is free until it gets something.
 struct Turns {
     turns: BinaryHeap<Reverse<(Load, usize)>>,
     /// Per tenant (sorted by name, so ties go to the lesser name): its class heads, and its
     /// weight.
     tenants: Vec<(BinaryHeap<Head>, f64)>,
+    /// The tenant whose job was drawn last, its load then, and what that job adds to it.
+    taking: Option<(usize, f64, f64)>,
+    /// Whether that job was placed: only placed jobs count against their tenant's turn.
+    placed: bool,
 }
 
 impl<'a> Queue<'a> {
@@ -122,46 +131,48 @@ impl<'a> Queue<'a> {
         index: Cow<'a, PendingIndex>,
     ) -> Self {
         debug_assert_eq!(index.ordering(), policy.ordering);
-        let classes = index.classes();
+        let idx: &PendingIndex = &index;
         let heads = |key: &dyn Fn(usize, Rank) -> Key| -> Vec<(usize, Head)> {
-            classes
-                .iter()
-                .enumerate()
+            idx.classes()
                 .filter_map(|(i, c)| c.after(None).map(|r| (i, Reverse((key(i, r), r, i)))))
                 .collect()
         };
         let draw = match policy.ordering {
+            Ordering::Fcfs => Draw::Arrivals { after: None },
             Ordering::FairShare => {
-                let by_base = |i: usize, _| Key::Base(Reverse(classes[i].spec.priority));
-                Draw::Turns(Turns::new(state, env, &index, heads(&by_base)))
+                let by_base = |i: usize, _: Rank| Key::Base(Reverse(idx.class(i).spec.priority));
+                Draw::Turns(Turns::new(state, env, idx, heads(&by_base)))
             }
             ordering => {
-                let keys = match ordering {
-                    Ordering::Fcfs => Keys::Arrival,
-                    Ordering::Sjf => Keys::Shortest(
-                        classes
-                            .iter()
-                            .map(|c| env.estimate_ms(&c.spec, policy).unwrap_or(u64::MAX))
+                // Per slot; an empty slot's key is never read.
+                let slots = || (0..idx.slots()).map(|i| idx.slot(i));
+                let keys = if ordering == Ordering::Sjf {
+                    Keys::Shortest(
+                        slots()
+                            .map(|c| {
+                                c.and_then(|c| env.estimate_ms(&c.spec, policy))
+                                    .unwrap_or(u64::MAX)
+                            })
                             .collect(),
-                    ),
-                    _ => {
-                        let usage = if policy.fairshare_weight == 0.0 {
-                            HashMap::new()
-                        } else {
-                            usage_shares(state, env)
-                        };
-                        Keys::Highest {
-                            base: classes
-                                .iter()
-                                .map(|c| {
+                    )
+                } else {
+                    let usage = if policy.fairshare_weight == 0.0 {
+                        HashMap::new()
+                    } else {
+                        usage_shares(state, env)
+                    };
+                    Keys::Highest {
+                        base: slots()
+                            .map(|c| {
+                                c.map_or((0, 0.0), |c| {
                                     let share = usage.get(&c.spec.tenant).copied();
                                     (c.spec.priority, share.unwrap_or(0.0))
                                 })
-                                .collect(),
-                            aging_per_hour: policy.aging_per_hour,
-                            fairshare_weight: policy.fairshare_weight,
-                            now_ms: env.now_ms,
-                        }
+                            })
+                            .collect(),
+                        aging_per_hour: policy.aging_per_hour,
+                        fairshare_weight: policy.fairshare_weight,
+                        now_ms: env.now_ms,
                     }
                 };
                 let heap = heads(&|i, r| keys.of(i, r))
@@ -171,10 +182,10 @@ impl<'a> Queue<'a> {
                 Draw::Heads { heap, keys }
             }
         };
-        let may_pass_over = !policy.explain && policy.ordering != Ordering::FairShare;
+        let may_pass_over = !policy.explain;
         Self {
             state,
-            passed_over: vec![false; classes.len()],
+            passed_over: vec![false; idx.slots()],
             index,
             draw,
             may_pass_over,
@@ -197,21 +208,39 @@ impl<'a> Queue<'a> {
         }
     }
 
+    /// The job `next` returned last was placed (under fair share it moves its tenant's turn).
+    pub fn placed(&mut self) {
+        if let Draw::Turns(turns) = &mut self.draw {
+            turns.placed = true;
+        }
+    }
+
     pub fn next(&mut self) -> Option<&'a Job> {
-        let classes = self.index.classes();
+        let index: &PendingIndex = &self.index;
         loop {
-            let (class, (_, id)) = match &mut self.draw {
+            let (class, id) = match &mut self.draw {
+                Draw::Arrivals { after } => {
+                    let (id, class) = index.arrival_after(*after)?;
+                    *after = Some(id);
+                    if self.passed_over[class] {
+                        continue;
+                    }
+                    (class, id)
+                }
                 Draw::Heads { heap, keys } => {
                     let Reverse((_, rank, class)) = heap.pop()?;
                     if self.passed_over[class] {
                         continue;
                     }
-                    if let Some(r) = classes[class].after(Some(rank)) {
+                    if let Some(r) = index.class(class).after(Some(rank)) {
                         heap.push(Reverse((keys.of(class, r), r, class)));
                     }
-                    (class, rank)
+                    (class, rank.1)
                 }
-                Draw::Turns(turns) => turns.next(classes)?,
+                Draw::Turns(turns) => {
+                    let (class, rank) = turns.next(index, &self.passed_over)?;
+                    (class, rank.1)
+                }
             };
             self.last = Some(class);
             match self.state.jobs.get(&id) {
@@ -229,13 +258,16 @@ impl Turns {
         index: &PendingIndex,
         heads: Vec<(usize, Head)>,
     ) -> Self {
-        let usage = env.usage.at(state, env.now_ms);
+        let live: Vec<&Job> = live_jobs(state).collect();
+        let usage = env.usage.at(&live, env.now_ms);
         let mut held: TenantMap<'_> = HashMap::default();
-        for j in live_jobs(state) {
+        for j in live {
             *held.entry(j.spec.tenant.as_str()).or_insert(0.0) += f64::from(j.spec.gpus);
         }
-        let classes = index.classes();
-        let mut names: Vec<&str> = classes.iter().map(|c| c.spec.tenant.as_str()).collect();
+        let mut names: Vec<&str> = index
+            .classes()
+            .map(|(_, c)| c.spec.tenant.as_str())
+            .collect();
         names.sort_unstable();
         names.dedup();
         let mut tenants: Vec<(BinaryHeap<Head>, f64)> = names
@@ -248,7 +280,7 @@ impl Turns {
             .collect();
         for (class, head) in heads {
             let t = names
-                .binary_search(&classes[class].spec.tenant.as_str())
+                .binary_search(&index.class(class).spec.tenant.as_str())
                 .expect("every class's tenant is named");
             tenants[t].0.push(head);
         }
@@ -261,31 +293,46 @@ impl Turns {
                 Reverse((Load(load / tenants[i].1), i))
             })
             .collect();
-        Self { turns, tenants }
+        Self {
+            turns,
+            tenants,
+            taking: None,
+            placed: false,
+        }
     }
 
-    fn next(&mut self, classes: &[Class]) -> Option<(usize, Rank)> {
-        loop {
-            let Reverse((Load(load), t)) = self.turns.pop()?;
-            let (heads, weight) = &mut self.tenants[t];
-            let Some(Reverse((key, rank, class))) = heads.pop() else {
-                continue;
-            };
-            if let Some(r) = classes[class].after(Some(rank)) {
-                heads.push(Reverse((key, r, class)));
-            }
-            if !heads.is_empty() {
-                let step = f64::from(classes[class].spec.gpus.max(1)) / *weight;
-                self.turns.push(Reverse((Load(load + step), t)));
-            }
-            return Some((class, rank));
+    /// The next tenant's next job, once the tenant before has its turn back.
+    fn next(&mut self, index: &PendingIndex, passed_over: &[bool]) -> Option<(usize, Rank)> {
+        if let Some((t, load, step)) = self.taking.take()
+            && !self.tenants[t].0.is_empty()
+        {
+            let load = if self.placed { load + step } else { load };
+            self.turns.push(Reverse((Load(load), t)));
         }
+        self.placed = false;
+        while let Some(Reverse((Load(load), t))) = self.turns.pop() {
+            let (heads, weight) = &mut self.tenants[t];
+            while let Some(Reverse((key, rank, class))) = heads.pop() {
+                if passed_over[class] {
+                    continue;
+                }
+                let c = index.class(class);
+                if let Some(r) = c.after(Some(rank)) {
+                    heads.push(Reverse((key, r, class)));
+                }
+                let step = f64::from(c.spec.gpus.max(1)) / *weight;
+                self.taking = Some((t, load, step));
+                return Some((class, rank));
+            }
+        }
+        None
     }
 }
 
 /// Each tenant's fraction of all recent (decayed) usage.
 fn usage_shares(state: &ClusterState, env: &PlanEnv) -> HashMap<String, f64> {
-    let mut usage = env.usage.at(state, env.now_ms);
+    let live: Vec<&Job> = live_jobs(state).collect();
+    let mut usage = env.usage.at(&live, env.now_ms);
     let total: f64 = usage.values().sum();
     if total > 0.0 {
         for v in usage.values_mut() {

@@ -49,7 +49,8 @@ fn sorted<'a>(s: &'a ClusterState, p: &Policy, env: &PlanEnv) -> Vec<&'a Job> {
         .values()
         .filter(|j| j.state == JobState::Pending)
         .collect();
-    let usage = env.usage.at(s, env.now_ms);
+    let live: Vec<&Job> = s.jobs.values().filter(|j| j.state.is_live()).collect();
+    let usage = env.usage.at(&live, env.now_ms);
     let total: f64 = usage.values().sum();
     let share = |t: &str| {
         usage

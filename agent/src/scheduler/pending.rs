@@ -21,7 +21,13 @@ pub(crate) type Rank = (u64, JobId);
 pub struct PendingIndex {
     ordering: Ordering,
     class_of: HashMap<JobSpec, usize>,
-    classes: Vec<Class>,
+    /// Classes by slot; a slot stays put while its class has members, then is reused.
+    slots: Vec<Option<Class>>,
+    free: Vec<usize>,
+    /// FCFS only: every pending job with its class's slot, in id order. Under FCFS a class
+    /// is ordered by nothing but ids, so the queue walks this instead of merging heads (with
+    /// exact estimates nearly every job is a class of its own).
+    arrivals: BTreeSet<(JobId, usize)>,
     cpu_only: usize,
 }
 
@@ -37,7 +43,9 @@ impl PendingIndex {
         Self {
             ordering,
             class_of: HashMap::new(),
-            classes: Vec::new(),
+            slots: Vec::new(),
+            free: Vec::new(),
+            arrivals: BTreeSet::new(),
             cpu_only: 0,
         }
     }
@@ -61,15 +69,31 @@ impl PendingIndex {
         let slot = match self.class_of.get(&job.spec) {
             Some(&slot) => slot,
             None => {
-                self.class_of.insert(job.spec.clone(), self.classes.len());
-                self.classes.push(Class {
+                let class = Class {
                     spec: job.spec.clone(),
                     members: BTreeSet::new(),
-                });
-                self.classes.len() - 1
+                };
+                let slot = match self.free.pop() {
+                    Some(slot) => {
+                        self.slots[slot] = Some(class);
+                        slot
+                    }
+                    None => {
+                        self.slots.push(Some(class));
+                        self.slots.len() - 1
+                    }
+                };
+                self.class_of.insert(job.spec.clone(), slot);
+                slot
             }
         };
-        if self.classes[slot].members.insert(rank) && job.spec.gpus == 0 {
+        if !self.class_mut(slot).members.insert(rank) {
+            return;
+        }
+        if self.ordering == Ordering::Fcfs {
+            self.arrivals.insert((job.id, slot));
+        }
+        if job.spec.gpus == 0 {
             self.cpu_only += 1;
         }
     }
@@ -80,27 +104,26 @@ impl PendingIndex {
         let Some(&slot) = self.class_of.get(&job.spec) else {
             return;
         };
-        if !self.classes[slot].members.remove(&rank) {
+        if !self.class_mut(slot).members.remove(&rank) {
             return;
         }
+        self.arrivals.remove(&(job.id, slot));
         if job.spec.gpus == 0 {
             self.cpu_only -= 1;
         }
-        if self.classes[slot].members.is_empty() {
-            let gone = self.classes.swap_remove(slot);
-            self.class_of.remove(&gone.spec);
-            if let Some(moved) = self.classes.get(slot) {
-                self.class_of.insert(moved.spec.clone(), slot);
-            }
+        if self.class(slot).members.is_empty() {
+            self.slots[slot] = None;
+            self.free.push(slot);
+            self.class_of.remove(&job.spec);
         }
     }
 
     pub fn len(&self) -> usize {
-        self.classes.iter().map(|c| c.members.len()).sum()
+        self.classes().map(|(_, c)| c.members.len()).sum()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.classes.is_empty()
+        self.class_of.is_empty()
     }
 
     /// Whether any pending job asks for no GPUs.
@@ -108,8 +131,43 @@ impl PendingIndex {
         self.cpu_only > 0
     }
 
-    pub(crate) fn classes(&self) -> &[Class] {
-        &self.classes
+    /// How many slots there are (classes are numbered below this).
+    pub(crate) fn slots(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// The class in `slot`, which has members.
+    pub(crate) fn class(&self, slot: usize) -> &Class {
+        self.slot(slot).expect("a class in use")
+    }
+
+    /// The class in `slot`, if it is in use.
+    pub(crate) fn slot(&self, slot: usize) -> Option<&Class> {
+        self.slots[slot].as_ref()
+    }
+
+    fn class_mut(&mut self, slot: usize) -> &mut Class {
+        self.slots[slot].as_mut().expect("a class in use")
+    }
+
+    /// The classes with their slots.
+    pub(crate) fn classes(&self) -> impl Iterator<Item = (usize, &Class)> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(slot, c)| c.as_ref().map(|c| (slot, c)))
+    }
+
+    /// FCFS: the first pending job after `id` (from the start with `None`), and its class.
+    pub(crate) fn arrival_after(&self, id: Option<JobId>) -> Option<(JobId, usize)> {
+        let from = match id {
+            None => std::ops::Bound::Unbounded,
+            Some(id) => std::ops::Bound::Excluded((id, usize::MAX)),
+        };
+        self.arrivals
+            .range((from, std::ops::Bound::Unbounded))
+            .next()
+            .copied()
     }
 
     fn rank(&self, job: &Job) -> Rank {
@@ -146,28 +204,33 @@ mod tests {
         for gpus in [1, 2, 1, 0, 2] {
             submit(&mut state, spec(gpus, 0));
         }
-        let mut kept = PendingIndex::new(Ordering::Sjf);
+        let mut kept = PendingIndex::new(Ordering::Fcfs);
         for j in state.jobs.values() {
             kept.insert(j);
         }
-        assert_eq!((kept.len(), kept.classes().len()), (5, 3));
+        assert_eq!((kept.len(), kept.classes().count()), (5, 3));
         assert!(kept.has_cpu_only());
         for id in [2, 4] {
             let j = state.jobs.get_mut(&id).expect("job");
             kept.remove(j);
             j.state = JobState::Running;
         }
-        let built = PendingIndex::of(&state, Ordering::Sjf);
+        let built = PendingIndex::of(&state, Ordering::Fcfs);
         assert_eq!(members(&kept), members(&built));
         assert!(!kept.has_cpu_only());
-        assert_eq!(kept.classes().len(), 2, "an emptied class is dropped");
+        assert_eq!(kept.classes().count(), 2, "an emptied class is dropped");
+        let arrivals: Vec<u64> = std::iter::successors(kept.arrival_after(None), |(id, _)| {
+            kept.arrival_after(Some(*id))
+        })
+        .map(|(id, _)| id)
+        .collect();
+        assert_eq!(arrivals, [1, 3, 5]);
     }
 
     fn members(index: &PendingIndex) -> BTreeSet<(u32, Rank)> {
         index
             .classes()
-            .iter()
-            .flat_map(|c| c.members.iter().map(|r| (c.spec.gpus, *r)))
+            .flat_map(|(_, c)| c.members.iter().map(|r| (c.spec.gpus, *r)))
             .collect()
     }
 }

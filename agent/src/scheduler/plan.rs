@@ -223,6 +223,7 @@ fn plan_queue(state: &ClusterState, policy: &Policy, mut queue: Queue<'_>, env: 
                 gpus,
             });
         }
+        queue.placed();
     }
     out.reservation = reservation.map(|(r, _)| r);
     out

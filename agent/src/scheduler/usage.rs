@@ -75,16 +75,17 @@ impl TenantUsage {
         (-(age_ms as f64) / self.half_life_ms).exp2()
     }
 
-    /// Each tenant's decayed usage at `now_ms`, finished runs plus the live ones in `state`,
-    /// in GPU-equivalents: decayed GPU-milliseconds divided by the half-life.
-    pub fn at(&self, state: &ClusterState, now_ms: u64) -> HashMap<String, f64> {
+    /// Each tenant's decayed usage at `now_ms`, finished runs plus the `live` ones (the
+    /// state's `live_jobs`), in GPU-equivalents: decayed GPU-milliseconds divided by the
+    /// half-life.
+    pub fn at(&self, live: &[&Job], now_ms: u64) -> HashMap<String, f64> {
         let factor = self.decay(now_ms.saturating_sub(self.as_of_ms));
         let mut out: HashMap<String, f64> = self
             .finished
             .iter()
             .map(|(t, v)| (t.clone(), v * factor))
             .collect();
-        for j in live_jobs(state) {
+        for j in live {
             if let Some(start) = j.started_at_ms.or(j.bound_at_ms) {
                 let v = self.integral(j.spec.gpus, start, now_ms, now_ms);
                 *out.entry(j.spec.tenant.clone()).or_insert(0.0) += v;
@@ -120,9 +121,8 @@ mod tests {
     fn usage_halves_every_half_life() {
         let mut u = TenantUsage::new(H);
         u.record("a", 2, 0, H);
-        let s = ClusterState::new();
-        let now = u.at(&s, H)["a"];
-        let later = u.at(&s, 2 * H)["a"];
+        let now = u.at(&[], H)["a"];
+        let later = u.at(&[], 2 * H)["a"];
         assert!((later / now - 0.5).abs() < 1e-9, "{now} then {later}");
         // Two GPUs for one half-life: 2 · (1 - 1/2) / ln 2 GPU-equivalents.
         let expected = 2.0 * 0.5 / std::f64::consts::LN_2;
@@ -134,8 +134,7 @@ mod tests {
         let mut a = TenantUsage::new(H);
         a.record("x", 1, 0, H);
         a.record("y", 1, H, 2 * H);
-        let s = ClusterState::new();
-        let at = a.at(&s, 2 * H);
+        let at = a.at(&[], 2 * H);
         assert!((at["x"] * 2.0 - at["y"]).abs() < 1e-9, "{at:?}");
     }
 }
