@@ -501,7 +501,8 @@ pub struct SubmitArgs {
     /// GPUs on each node of a gang (instead of --gpus: --gpus = --nodes × this).
     #[arg(long, conflicts_with = "gpus")]
     pub gpus_per_node: Option<u32>,
-    /// Acceptable GPU types; repeat or separate with commas [default: any].
+    /// Acceptable GPU types, the most preferred first ("A100,V100": an A100 if one has room,
+    /// else a V100); repeat or separate with commas [default: any].
     #[arg(long = "gpu-type", value_delimiter = ',', value_parser = args::non_empty)]
     pub gpu_types: Vec<String>,
     /// Minimum memory per GPU: 40GiB, 80G, 40960MiB; a plain number is MiB.

@@ -561,7 +561,7 @@ mod tests {
             env: BTreeMap::from([("A".into(), "1".into())]),
             workdir: Some("/srv".into()),
             gpus: 2,
-            gpu_types: BTreeSet::from(["A100".into()]),
+            gpu_types: vec!["A100".into()],
             min_gpu_memory_mib: 1,
             node_selector: BTreeMap::from([("site".into(), "x".into())]),
             priority: -3,

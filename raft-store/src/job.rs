@@ -28,9 +28,10 @@ pub struct JobSpec {
     /// Whole GPUs, all on one node (split evenly over `nodes` for a gang). 0 is a CPU-only job.
     #[serde(default)]
     pub gpus: u32,
-    /// Acceptable `gpu_type`s (empty = any).
+    /// Acceptable `gpu_type`s, the most preferred first (empty = any): the job takes the
+    /// first of them that has room when it is placed ("prefer A100, accept V100").
     #[serde(default)]
-    pub gpu_types: BTreeSet<String>,
+    pub gpu_types: Vec<String>,
     #[serde(default)]
     pub min_gpu_memory_mib: u64,
     /// Node labels that must match exactly.

@@ -277,8 +277,11 @@ pub fn job_spec(spec: &crate::job::JobSpec) -> Result<(), String> {
     if spec.gpu_types.len() > limits::GPU_TYPES {
         return Err(format!("at most {} GPU types", limits::GPU_TYPES));
     }
-    for t in &spec.gpu_types {
+    for (i, t) in spec.gpu_types.iter().enumerate() {
         name("GPU type", t)?;
+        if spec.gpu_types[..i].contains(t) {
+            return Err(format!("GPU type {t:?} is listed twice"));
+        }
     }
     labels(&spec.node_selector).map_err(|e| format!("node selector: {e}"))?;
     if spec.max_attempts == 0 || spec.max_attempts > limits::MAX_ATTEMPTS {
@@ -382,8 +385,12 @@ mod job_tests {
             (
                 "bad type",
                 Box::new(|s| {
-                    s.gpu_types.insert("A100/../x".into());
+                    s.gpu_types.push("A100/../x".into());
                 }),
+            ),
+            (
+                "type listed twice",
+                Box::new(|s| s.gpu_types = vec!["A100".into(), "V100".into(), "A100".into()]),
             ),
         ];
         for (what, mutate) in cases {

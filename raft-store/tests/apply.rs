@@ -52,7 +52,7 @@ fn spec(gpus: u32) -> JobSpec {
         env: BTreeMap::new(),
         workdir: None,
         gpus,
-        gpu_types: BTreeSet::new(),
+        gpu_types: Vec::new(),
         min_gpu_memory_mib: 0,
         node_selector: BTreeMap::new(),
         priority: 0,
@@ -251,7 +251,7 @@ fn binds_are_revalidated() {
     submit(
         &mut s,
         JobSpec {
-            gpu_types: BTreeSet::from(["A100".into()]),
+            gpu_types: vec!["A100".into()],
             ..spec(1)
         },
         None,

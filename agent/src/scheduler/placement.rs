@@ -89,6 +89,30 @@ impl<'a> Nodes<'a> {
         None
     }
 
+    /// `find`, taking the job's GPU types one at a time in its order of preference first.
+    /// `prefer` is the types as the job listed them; `spec` may accept fewer of them (its
+    /// tenant is at its quota for some) or, listing none, any (no preference then).
+    pub fn find_preferring(
+        &self,
+        spec: &JobSpec,
+        prefer: &[String],
+        gangs: bool,
+        avoid: Option<usize>,
+    ) -> Option<Placement> {
+        if prefer.len() > 1 {
+            for t in prefer.iter().filter(|t| spec.gpu_types.contains(t)) {
+                let only = JobSpec {
+                    gpu_types: vec![t.clone()],
+                    ..spec.clone()
+                };
+                if let Some(p) = self.find(&only, gangs, avoid) {
+                    return Some(p);
+                }
+            }
+        }
+        self.find(spec, gangs, avoid)
+    }
+
     /// Best fit on one node: fewest matching free GPUs that still fit, then fewest free GPUs,
     /// then lowest node id. Buckets are scanned from the smallest hole up, so the first exact
     /// fit ends the search.

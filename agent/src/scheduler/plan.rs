@@ -4,7 +4,7 @@
 //! what a job that does not fit does to the ones behind it from the policy's `Backfill`.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use gpu_raft_store::{Bind, ClusterState, JobId, JobSpec, gpu_fits};
 
@@ -130,7 +130,7 @@ fn plan_queue(state: &ClusterState, policy: &Policy, mut queue: Queue<'_>, env: 
             want <= nodes.max_free() || (gangs && want <= nodes.total_free())
         };
         let found = if may_fit && !(memo && want >= no_room_from) {
-            nodes.find(spec, gangs, None)
+            nodes.find_preferring(spec, &job.spec.gpu_types, gangs, None)
         } else {
             None
         };
@@ -175,10 +175,9 @@ fn plan_queue(state: &ClusterState, policy: &Policy, mut queue: Queue<'_>, env: 
             let memo = memo && outlasts && is_plain(head);
             let admitted = !(memo && want >= held_from)
                 && backfill::admit(r, head, &nodes, &placement, end_ms)
-                || match r
-                    .slot
-                    .and_then(|avoid| nodes.find(spec, gangs, Some(avoid)))
-                {
+                || match r.slot.and_then(|avoid| {
+                    nodes.find_preferring(spec, &job.spec.gpu_types, gangs, Some(avoid))
+                }) {
                     Some(elsewhere) if backfill::admit(r, head, &nodes, &elsewhere, end_ms) => {
                         placement = elsewhere;
                         true
@@ -333,13 +332,9 @@ fn why_unplaceable(spec: &JobSpec, nodes: &Nodes<'_>) -> String {
 }
 
 fn describe(spec: &JobSpec) -> String {
-    let types: BTreeSet<&str> = spec.gpu_types.iter().map(String::as_str).collect();
     let mut s = format!("{} GPU{}", spec.gpus, if spec.gpus == 1 { "" } else { "s" });
-    if !types.is_empty() {
-        s.push_str(&format!(
-            " of type {}",
-            types.into_iter().collect::<Vec<_>>().join("|")
-        ));
+    if !spec.gpu_types.is_empty() {
+        s.push_str(&format!(" of type {}", spec.gpu_types.join("|")));
     }
     if spec.min_gpu_memory_mib > 0 {
         s.push_str(&format!(" with at least {} MiB", spec.min_gpu_memory_mib));
@@ -349,7 +344,7 @@ fn describe(spec: &JobSpec) -> String {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
+    use std::collections::{BTreeMap, BTreeSet};
 
     use gpu_raft_store::{ApplyResult, Command, JobSpec};
     use proptest::prelude::*;
@@ -421,6 +416,48 @@ mod tests {
     }
 
     #[test]
+    fn a_job_takes_its_preferred_gpu_type_when_it_has_room_and_another_when_not() {
+        let mut s = ClusterState::new();
+        // The V100 node is the tighter fit: without a preference best fit would take it.
+        node(&mut s, 1, (0..4).map(|i| gpu(i, "A100", 0)).collect());
+        node(&mut s, 2, vec![gpu(0, "V100", 0)]);
+        let prefer_a100 = JobSpec {
+            gpu_types: vec!["A100".into(), "V100".into()],
+            ..spec(1, 0)
+        };
+        submit(&mut s, prefer_a100.clone());
+        let p = plan_default(&s);
+        assert_eq!((p.binds[0].node, p.binds[0].gpus.len()), (1, 1));
+        // Listed the other way round, the same job goes to the V100.
+        let prefer_v100 = JobSpec {
+            gpu_types: vec!["V100".into(), "A100".into()],
+            ..spec(1, 0)
+        };
+        let mut t = ClusterState::new();
+        node(&mut t, 1, (0..4).map(|i| gpu(i, "A100", 0)).collect());
+        node(&mut t, 2, vec![gpu(0, "V100", 0)]);
+        submit(&mut t, prefer_v100);
+        assert_eq!(plan_default(&t).binds[0].node, 2);
+        // With every A100 busy it accepts the V100.
+        apply(&mut s, Command::BindJobs { binds: p.binds });
+        for _ in 0..3 {
+            submit(
+                &mut s,
+                JobSpec {
+                    gpu_types: vec!["A100".into()],
+                    ..spec(1, 0)
+                },
+            );
+        }
+        let p = plan_default(&s);
+        apply(&mut s, Command::BindJobs { binds: p.binds });
+        submit(&mut s, prefer_a100);
+        let p = plan_default(&s);
+        assert_eq!(p.binds.len(), 1);
+        assert_eq!(p.binds[0].node, 2, "{p:?}");
+    }
+
+    #[test]
     fn impossible_jobs_say_why_and_stay_pending() {
         let mut s = ClusterState::new();
         node(&mut s, 1, vec![gpu(0, "T4", 0), gpu(1, "T4", 0)]);
@@ -428,7 +465,7 @@ mod tests {
         submit(
             &mut s,
             JobSpec {
-                gpu_types: BTreeSet::from(["H100".into()]),
+                gpu_types: vec!["H100".into()],
                 ..spec(1, 0)
             },
         );
@@ -520,7 +557,7 @@ mod tests {
                 node(&mut s, i as u64 + 1, gpus);
             }
             for (gpus, ty, prio) in &jobs {
-                let gpu_types = ty.map(|t| BTreeSet::from([t.to_owned()])).unwrap_or_default();
+                let gpu_types = ty.map(|t| vec![t.to_owned()]).unwrap_or_default();
                 submit(&mut s, JobSpec { gpu_types, ..spec(*gpus, *prio) });
             }
             for _ in 0..rounds {

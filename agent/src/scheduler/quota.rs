@@ -16,8 +16,9 @@ use gpu_raft_store::{ClusterState, JobSpec};
 pub(crate) enum Admission {
     /// Anything its spec accepts.
     Unlimited,
-    /// Only these GPU types (the accepted ones its tenant still has room for).
-    Only(BTreeSet<String>),
+    /// Only these GPU types (the accepted ones its tenant still has room for, in the job's
+    /// order).
+    Only(Vec<String>),
     /// Nothing: every GPU type it accepts is at its tenant's limit. The pending reason.
     OverQuota(String),
 }
@@ -79,14 +80,14 @@ impl<'a> QuotaBook<'a> {
         } else {
             spec.gpu_types.iter().map(String::as_str).collect()
         };
-        let mut room = BTreeSet::new();
+        let mut room = Vec::new();
         let mut full = Vec::new();
         for t in &accepted {
             match record.quota(t) {
                 Some(q) => {
                     let held = self.held(&spec.tenant, t);
                     if held.saturating_add(spec.gpus) <= q.limit() {
-                        room.insert((*t).to_owned());
+                        room.push((*t).to_owned());
                     } else {
                         full.push(format!(
                             "holds {held} of its {} {t} GPUs ({} guaranteed + {} borrowed)",
@@ -97,7 +98,7 @@ impl<'a> QuotaBook<'a> {
                     }
                 }
                 None => {
-                    room.insert((*t).to_owned());
+                    room.push((*t).to_owned());
                 }
             }
         }
@@ -126,7 +127,7 @@ impl<'a> QuotaBook<'a> {
 }
 
 /// `spec` restricted to the GPU types `only` (what a job of a tenant near its quota may use).
-pub(crate) fn restrict(spec: &JobSpec, only: BTreeSet<String>) -> JobSpec {
+pub(crate) fn restrict(spec: &JobSpec, only: Vec<String>) -> JobSpec {
     JobSpec {
         gpu_types: only,
         ..spec.clone()

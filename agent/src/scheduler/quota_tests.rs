@@ -2,7 +2,7 @@
 //! steered to GPU types it still has room for, and waits with a reason when it has none; the
 //! property test checks that no sequence of passes ever takes a tenant over its limit.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use gpu_raft_store::tenant::{Quota, TenantRecord};
 use gpu_raft_store::{ApplyResult, ClusterState, Command, JobId, JobSpec, JobState, Outcome};
@@ -201,7 +201,7 @@ proptest! {
             limits.insert((names[i], "T4"), gt + bt);
         }
         for (t, gpus, ty) in &jobs {
-            let gpu_types = ty.map(|t| BTreeSet::from([t.to_owned()])).unwrap_or_default();
+            let gpu_types = ty.map(|t| vec![t.to_owned()]).unwrap_or_default();
             submit(&mut s, JobSpec { gpu_types, ..of(names[*t], *gpus) });
         }
         let policy: Policy = policy.parse().expect("policy");

@@ -1,6 +1,6 @@
 //! Test helpers for the scheduler: GPUs, nodes, specs, and applying commands to a state.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use gpu_raft_store::{
     ApplyResult, ClusterState, Command, GpuRecord, Inventory, JobSpec, LogEntry, NodeId,
@@ -58,7 +58,7 @@ pub fn spec(gpus: u32, priority: i32) -> JobSpec {
         env: BTreeMap::new(),
         workdir: None,
         gpus,
-        gpu_types: BTreeSet::new(),
+        gpu_types: Vec::new(),
         min_gpu_memory_mib: 0,
         node_selector: BTreeMap::new(),
         priority,
