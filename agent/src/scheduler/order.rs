@@ -132,9 +132,9 @@ impl<'a> Queue<'a> {
     ) -> Self {
         debug_assert_eq!(index.ordering(), policy.ordering);
         let idx: &PendingIndex = &index;
-        let heads = |key: &dyn Fn(usize, Rank) -> Key| -> Vec<(usize, Head)> {
+        let heads = |key: &dyn Fn(usize, Rank) -> Key| -> Vec<Head> {
             idx.classes()
-                .filter_map(|(i, c)| c.after(None).map(|r| (i, Reverse((key(i, r), r, i)))))
+                .filter_map(|(i, c)| c.after(None).map(|r| Reverse((key(i, r), r, i))))
                 .collect()
         };
         let draw = match policy.ordering {
@@ -175,10 +175,7 @@ impl<'a> Queue<'a> {
                         now_ms: env.now_ms,
                     }
                 };
-                let heap = heads(&|i, r| keys.of(i, r))
-                    .into_iter()
-                    .map(|(_, h)| h)
-                    .collect();
+                let heap = heads(&|i, r| keys.of(i, r)).into();
                 Draw::Heads { heap, keys }
             }
         };
@@ -252,12 +249,7 @@ impl<'a> Queue<'a> {
 }
 
 impl Turns {
-    fn new(
-        state: &ClusterState,
-        env: &PlanEnv,
-        index: &PendingIndex,
-        heads: Vec<(usize, Head)>,
-    ) -> Self {
+    fn new(state: &ClusterState, env: &PlanEnv, index: &PendingIndex, heads: Vec<Head>) -> Self {
         let live: Vec<&Job> = live_jobs(state).collect();
         let usage = env.usage.at(&live, env.now_ms);
         let mut held: TenantMap<'_> = HashMap::default();
@@ -278,7 +270,8 @@ impl Turns {
                 (BinaryHeap::new(), f64::from(weight))
             })
             .collect();
-        for (class, head) in heads {
+        for head in heads {
+            let Reverse((_, _, class)) = head;
             let t = names
                 .binary_search(&index.class(class).spec.tenant.as_str())
                 .expect("every class's tenant is named");

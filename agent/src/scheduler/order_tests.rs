@@ -8,7 +8,7 @@ use gpu_raft_store::{ClusterState, Command, Job, JobSpec, JobState};
 use proptest::prelude::*;
 
 use super::order::queue;
-use super::testkit::{apply_at, gpu, node, spec, submit_at};
+use super::testkit::{POLICIES, apply_at, gpu, node, spec, submit_at};
 use super::{Ordering, PlanEnv, Policy, plan};
 
 const HOUR_MS: f64 = 3_600_000.0;
@@ -127,17 +127,6 @@ fn arb_jobs() -> impl Strategy<Value = Vec<(u32, i32, Option<u64>, usize, u64)>>
 fn arb_running() -> impl Strategy<Value = Vec<(u32, usize)>> {
     proptest::collection::vec((1u32..5, 0usize..3), 0..5)
 }
-
-const POLICIES: [&str; 8] = [
-    "fcfs",
-    "fcfs+easy",
-    "sjf",
-    "sjf+easy",
-    "priority",
-    "priority+easy",
-    "fairshare",
-    "fairshare+easy",
-];
 
 proptest! {
     #[test]

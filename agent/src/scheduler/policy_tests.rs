@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use gpu_raft_store::{ApplyResult, Bind, ClusterState, Command, JobSpec, gpu_fits};
 use proptest::prelude::*;
 
-use super::testkit::{apply_at, gpu, node, spec, submit_at};
+use super::testkit::{POLICIES, apply_at, gpu, node, spec, submit_at};
 use super::{Backfill, Ordering, Plan, PlanEnv, Policy, plan};
 
 fn policy(s: &str) -> Policy {
@@ -242,17 +242,6 @@ fn gangs_span_nodes_all_or_nothing() {
     submit_at(&mut s, 1, spec(8, 0));
     assert!(plan_at(&s, &gangs, 1).binds.is_empty());
 }
-
-const POLICIES: [&str; 8] = [
-    "fcfs",
-    "fcfs+easy",
-    "sjf",
-    "sjf+easy",
-    "priority",
-    "priority+easy",
-    "fairshare+easy",
-    "fairshare+greedy",
-];
 
 /// Matching GPUs for `head` on the nodes of the reservation that are free at `at_ms`: not held
 /// by any run (before or after this pass) that is expected to end later.

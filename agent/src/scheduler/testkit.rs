@@ -91,3 +91,16 @@ pub fn plan_default(s: &ClusterState) -> Plan {
     let policy = Policy::default();
     plan(s, &policy, &PlanEnv::new(1, &policy))
 }
+
+/// Every ordering with each backfill mode the property tests exercise.
+pub const POLICIES: [&str; 9] = [
+    "fcfs",
+    "fcfs+easy",
+    "sjf",
+    "sjf+easy",
+    "priority",
+    "priority+easy",
+    "fairshare",
+    "fairshare+easy",
+    "fairshare+greedy",
+];
