@@ -141,26 +141,7 @@ impl Cluster {
         &self,
         change: &ChangeMembers<NodeId, BasicNode>,
     ) -> Result<(), ClusterError> {
-        let current = self.view().voters;
-        let added: Vec<NodeId> = match change {
-            ChangeMembers::AddVoterIds(ids) | ChangeMembers::ReplaceAllVoters(ids) => ids
-                .iter()
-                .copied()
-                .filter(|id| !current.contains(id))
-                .collect(),
-            ChangeMembers::AddVoters(nodes) => nodes
-                .keys()
-                .copied()
-                .filter(|id| !current.contains(id))
-                .collect(),
-            _ => Vec::new(),
-        };
-        for node in added {
-            if let Some(site) = self.edge_site_of(node) {
-                return Err(ClusterError::EdgeLearnerOnly { node, site });
-            }
-        }
-        Ok(())
+        refuse_edge_voters(&self.view().voters, change, |id| self.edge_site_of(id))
     }
 
     pub fn voter_target(&self) -> usize {
@@ -549,4 +530,79 @@ pub fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// The pure rule of `Cluster::refuse_edge_voters`: no member that `site_of` places at an edge
+/// site joins the voters `current`. (An edge voter already there stays until the autopilot
+/// replaces it.)
+fn refuse_edge_voters(
+    current: &BTreeSet<NodeId>,
+    change: &ChangeMembers<NodeId, BasicNode>,
+    site_of: impl Fn(NodeId) -> Option<String>,
+) -> Result<(), ClusterError> {
+    let added: Vec<NodeId> = match change {
+        ChangeMembers::AddVoterIds(ids) | ChangeMembers::ReplaceAllVoters(ids) => ids
+            .iter()
+            .copied()
+            .filter(|id| !current.contains(id))
+            .collect(),
+        ChangeMembers::AddVoters(nodes) => nodes
+            .keys()
+            .copied()
+            .filter(|id| !current.contains(id))
+            .collect(),
+        _ => Vec::new(),
+    };
+    for node in added {
+        if let Some(site) = site_of(node) {
+            return Err(ClusterError::EdgeLearnerOnly { node, site });
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_membership_change_makes_an_edge_member_a_voter() {
+        let current = BTreeSet::from([1, 2, 3]);
+        let site_of = |id: NodeId| (id == 4).then(|| "edge-1".to_owned());
+        let refused = |change| refuse_edge_voters(&current, &change, site_of);
+        let err = refused(ChangeMembers::AddVoterIds(BTreeSet::from([4]))).expect_err("edge");
+        assert_eq!(
+            err.to_string(),
+            "n4 is at edge site \"edge-1\": edge agents are learners only and never become voters"
+        );
+        assert!(refused(ChangeMembers::ReplaceAllVoters(BTreeSet::from([1, 2, 4]))).is_err());
+        assert!(
+            refused(ChangeMembers::AddVoters(BTreeMap::from([(
+                4,
+                BasicNode::new("h:1")
+            )])))
+            .is_err()
+        );
+        // Plain members may be promoted; an edge member may join as a learner.
+        assert!(refused(ChangeMembers::AddVoterIds(BTreeSet::from([5]))).is_ok());
+        assert!(refused(ChangeMembers::ReplaceAllVoters(BTreeSet::from([1, 2, 5]))).is_ok());
+        assert!(
+            refused(ChangeMembers::AddNodes(BTreeMap::from([(
+                4,
+                BasicNode::new("h:1")
+            )])))
+            .is_ok()
+        );
+        // Replacing the voters of a cluster whose voter n4 is edge does not need n4 to leave
+        // in the same change (the autopilot removes it once a replacement exists).
+        let with_edge_voter = BTreeSet::from([1, 2, 4]);
+        assert!(
+            refuse_edge_voters(
+                &with_edge_voter,
+                &ChangeMembers::ReplaceAllVoters(BTreeSet::from([1, 2, 5])),
+                site_of
+            )
+            .is_ok()
+        );
+    }
 }

@@ -1,0 +1,181 @@
+//! Edge sites against real agents: an edge agent joins as a learner only — never promoted,
+//! though voter seats are free — keeps its membership behind 200 ms of injected delay on every
+//! Raft message the voters send it, registers its site's terms, and runs the jobs placed on its
+//! site; a second agent of the same site with other terms is refused its registration (so it
+//! gets no work); an edge agent asked to bootstrap a cluster (its first voter) refuses to
+//! start. The 2-minute partition is `chaos/tests/edge_partition.rs`.
+
+use std::time::{Duration, Instant};
+
+use gpu_proto::v1 as pb;
+use gpu_proto::v1::node_service_client::NodeServiceClient;
+use gpu_tests::{AgentCommand, Cluster, free_addr, make_edge, shell_job, voters};
+
+/// LAN voters with timings that suit a 200 ms link to the edge (openraft uses the heartbeat
+/// interval as every AppendEntries deadline), fault injection on, short plain job timings.
+pub const EDGE_MESH: &str = "heartbeat_interval = \"500ms\"\nelection_timeout_min = \"1500ms\"\n\
+                             election_timeout_max = \"3s\"\nfault_injection = true\n\
+                             [jobs]\nlease = \"6s\"\ndown_after = \"9s\"\nstop_grace = \"2s\"\n";
+
+/// Delay every Raft message the voters send to `edge` by `ms` (both ways of the round trip are
+/// in that one wait: the reply comes straight back).
+async fn delay_to(c: &Cluster, voters: &[u64], edge: &[u64], ms: u32) {
+    let admin = c.admin_token();
+    for v in voters {
+        let mut client =
+            NodeServiceClient::new(c.channel_as(*v, Some(&admin)).await.expect("channel"));
+        client
+            .inject_network_fault(pb::InjectNetworkFaultRequest {
+                node_id: *v,
+                delay_min_ms: ms,
+                delay_max_ms: ms,
+                seed: *v,
+                peers: edge.to_vec(),
+                ..Default::default()
+            })
+            .await
+            .expect("inject the delay");
+    }
+}
+
+fn role(s: &pb::ClusterStatus, id: u64) -> Option<pb::MemberRole> {
+    s.members
+        .iter()
+        .find(|m| m.node_id == id)
+        .and_then(|m| pb::MemberRole::try_from(m.role).ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edge_learner_behind_200ms_stays_a_member_and_runs_its_sites_jobs() {
+    let placements = (0..5)
+        .map(|_| gpu_tests::Placement {
+            addr: free_addr(),
+            prefix: Vec::new(),
+        })
+        .collect();
+    // Five voter seats for five agents: only the edge agents' choice keeps them learners.
+    let c = Cluster::start_prepared(5, EDGE_MESH, placements, AgentCommand::default(), |c| {
+        make_edge(
+            &c.agents[&4].config,
+            "edge-1",
+            "lease = \"20s\"\ndown_after = \"30s\"\n",
+        )
+        .expect("n4 edge");
+        // Same site, other grace: its registration must be refused.
+        make_edge(
+            &c.agents[&5].config,
+            "edge-1",
+            "lease = \"20s\"\ndown_after = \"40s\"\n",
+        )
+        .expect("n5 edge");
+    })
+    .await;
+    let status = c.status(1, false).await.expect("status");
+    assert_eq!(voters(&status), [1, 2, 3], "{status:?}");
+    delay_to(&c, &[1, 2, 3], &[4, 5], 200).await;
+
+    // n4 registers with its site's terms; n5's mismatched terms are refused with the reason.
+    c.wait_for("n4 to register", Duration::from_secs(20), |c| async move {
+        c.node(1, 4, false).await.is_ok_and(|n| n.edge.is_some())
+    })
+    .await;
+    let n4 = c.node(1, 4, false).await.expect("n4");
+    assert_eq!(
+        n4.edge,
+        Some(pb::EdgeSite {
+            site: "edge-1".into(),
+            lease_ms: 20_000,
+            down_after_ms: 30_000,
+        })
+    );
+    assert_eq!(n4.labels.get("site").map(String::as_str), Some("edge-1"));
+    c.wait_for(
+        "n5's registration to be refused",
+        Duration::from_secs(20),
+        |c| async move {
+            std::fs::read_to_string(&c.agents[&5].log)
+                .is_ok_and(|l| l.contains("every agent of a site needs the same [edge] settings"))
+        },
+    )
+    .await;
+    let log5 = std::fs::read_to_string(&c.agents[&5].log).expect("n5 log");
+    assert!(
+        log5.contains("is an edge site (lease 20000 ms, down_after 30000 ms) for n4"),
+        "the refusal names the site's terms:\n{log5}"
+    );
+    let missing = c.node(1, 5, false).await.expect_err("n5 is not registered");
+    assert_eq!(missing.code(), tonic::Code::NotFound, "{missing:?}");
+
+    // A job for the edge site runs there, once, through the delayed link.
+    let spec = pb::JobSpec {
+        node_selector: [("site".to_owned(), "edge-1".to_owned())].into(),
+        ..shell_job("at-the-edge", 1, "sleep 1")
+    };
+    let id = c.submit(1, spec, "edge-1").await.expect("submit").job_id;
+    let done = c
+        .wait_job(id, Duration::from_secs(60), gpu_tests::is_terminal)
+        .await;
+    assert_eq!(
+        (done.state, done.node_id, done.generation),
+        (pb::JobState::Succeeded as i32, Some(4), 1),
+        "{done:?}"
+    );
+
+    // Long past the autopilot's rounds (every 500 ms) with seats free, both edge agents are
+    // still learners, reachable and caught up behind the delay.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        let s = c.status(1, false).await.expect("status");
+        assert_eq!(voters(&s), [1, 2, 3], "an edge agent was promoted: {s:?}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let s = c.status(1, false).await.expect("status");
+    for edge in [4, 5] {
+        assert_eq!(role(&s, edge), Some(pb::MemberRole::Learner), "{s:?}");
+        let m = s
+            .members
+            .iter()
+            .find(|m| m.node_id == edge)
+            .expect("member");
+        assert_eq!(m.reachable, Some(true), "{m:?}");
+        assert!(
+            m.matched_index.unwrap_or(0) + 20 >= s.last_log_index,
+            "n{edge} is behind: {m:?} of {}",
+            s.last_log_index
+        );
+    }
+    let n4 = c.node(1, 4, false).await.expect("n4");
+    assert_eq!(n4.status, pb::NodeStatus::Ready as i32);
+}
+
+/// An edge agent is a learner only, so it cannot be the first voter of a new cluster: the
+/// agent refuses to start, saying why, before it touches its data directory.
+#[test]
+fn an_edge_agent_refuses_to_bootstrap() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let config = dir.path().join("agent.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "node_id = 1\nlisten = {:?}\ndata_dir = {data:?}\nbootstrap = true\n\
+             gpu_backend = \"sim\"\nlabels = {{ site = \"edge-1\" }}\n[edge]\nenabled = true\n",
+            free_addr()
+        ),
+    )
+    .expect("config");
+    let out = std::process::Command::new(gpu_tests::bin("gpu-agent"))
+        .arg("run")
+        .arg("--config")
+        .arg(&config)
+        .output()
+        .expect("run gpu-agent");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("an edge agent cannot bootstrap a cluster")
+            && stderr.contains("edge agents are learners only"),
+        "{stderr}"
+    );
+    assert!(!data.exists(), "nothing written");
+}
