@@ -1,8 +1,8 @@
 //! Edge sites against real agents: an edge agent joins as a learner only — never promoted,
 //! though voter seats are free — keeps its membership behind 200 ms of injected delay on every
 //! Raft message the voters send it, registers its site's terms, and runs the jobs placed on its
-//! site; a second agent of the same site with other terms is refused its registration (so it
-//! gets no work); an edge agent asked to bootstrap a cluster (its first voter) refuses to
+//! site; an agent of the same site restarted with other terms is refused its registration (the
+//! site keeps the terms it has); an edge agent asked to bootstrap a cluster (its first voter) refuses to
 //! start. The 2-minute partition is `chaos/tests/edge_partition.rs`.
 
 use std::time::{Duration, Instant};
@@ -54,18 +54,17 @@ async fn an_edge_learner_behind_200ms_stays_a_member_and_runs_its_sites_jobs() {
         })
         .collect();
     // Five voter seats for five agents: only the edge agents' choice keeps them learners.
-    let c = Cluster::start_prepared(5, EDGE_MESH, placements, AgentCommand::default(), |c| {
+    let mut c = Cluster::start_prepared(5, EDGE_MESH, placements, AgentCommand::default(), |c| {
         make_edge(
             &c.agents[&4].config,
             "edge-1",
             "lease = \"20s\"\ndown_after = \"30s\"\n",
         )
         .expect("n4 edge");
-        // Same site, other grace: its registration must be refused.
         make_edge(
             &c.agents[&5].config,
             "edge-1",
-            "lease = \"20s\"\ndown_after = \"40s\"\n",
+            "lease = \"20s\"\ndown_after = \"30s\"\n",
         )
         .expect("n5 edge");
     })
@@ -73,11 +72,30 @@ async fn an_edge_learner_behind_200ms_stays_a_member_and_runs_its_sites_jobs() {
     let status = c.status(1, false).await.expect("status");
     assert_eq!(voters(&status), [1, 2, 3], "{status:?}");
     delay_to(&c, &[1, 2, 3], &[4, 5], 200).await;
+    // The delay is real: a write committed by the voters reaches n4's replica (and the commit
+    // index with it, in the next message) only after the injected delay.
+    c.label(1, 4, "probe", "1").await.expect("label");
+    let read_at = Instant::now();
+    let n4 = c
+        .node(4, 4, false)
+        .await
+        .expect("n4 through its own replica");
+    let took = read_at.elapsed();
+    assert_eq!(n4.labels.get("probe").map(String::as_str), Some("1"));
+    assert!(
+        took >= Duration::from_millis(150),
+        "a linearizable read on n4 right after a write took {took:?}: no delay on its link?"
+    );
 
-    // n4 registers with its site's terms; n5's mismatched terms are refused with the reason.
-    c.wait_for("n4 to register", Duration::from_secs(20), |c| async move {
-        c.node(1, 4, false).await.is_ok_and(|n| n.edge.is_some())
-    })
+    // Both register with their site's terms.
+    c.wait_for(
+        "n4 and n5 to register",
+        Duration::from_secs(20),
+        |c| async move {
+            c.node(1, 4, false).await.is_ok_and(|n| n.edge.is_some())
+                && c.node(1, 5, false).await.is_ok_and(|n| n.edge.is_some())
+        },
+    )
     .await;
     let n4 = c.node(1, 4, false).await.expect("n4");
     assert_eq!(
@@ -89,9 +107,20 @@ async fn an_edge_learner_behind_200ms_stays_a_member_and_runs_its_sites_jobs() {
         })
     );
     assert_eq!(n4.labels.get("site").map(String::as_str), Some("edge-1"));
+
+    // n5 restarted with another grace for the same site is refused, with the reason, and
+    // keeps the terms it registered with: one site, one grace.
+    c.kill(5);
+    let config5 = std::fs::read_to_string(&c.agents[&5].config).expect("n5 config");
+    std::fs::write(
+        &c.agents[&5].config,
+        config5.replace("down_after = \"30s\"", "down_after = \"40s\""),
+    )
+    .expect("rewrite n5's config");
+    c.start_agent(5);
     c.wait_for(
         "n5's registration to be refused",
-        Duration::from_secs(20),
+        Duration::from_secs(30),
         |c| async move {
             std::fs::read_to_string(&c.agents[&5].log)
                 .is_ok_and(|l| l.contains("every agent of a site needs the same [edge] settings"))
@@ -100,11 +129,14 @@ async fn an_edge_learner_behind_200ms_stays_a_member_and_runs_its_sites_jobs() {
     .await;
     let log5 = std::fs::read_to_string(&c.agents[&5].log).expect("n5 log");
     assert!(
-        log5.contains("is an edge site (lease 20000 ms, down_after 30000 ms) for n4"),
+        log5.contains(
+            "is an edge site (lease 20000 ms, down_after 30000 ms) for n4, but n5 registers it \
+             as an edge site (lease 20000 ms, down_after 40000 ms)"
+        ),
         "the refusal names the site's terms:\n{log5}"
     );
-    let missing = c.node(1, 5, false).await.expect_err("n5 is not registered");
-    assert_eq!(missing.code(), tonic::Code::NotFound, "{missing:?}");
+    let n5 = c.node(1, 5, false).await.expect("n5");
+    assert_eq!(n5.edge.map(|e| e.down_after_ms), Some(30_000));
 
     // A job for the edge site runs there, once, through the delayed link.
     let spec = pb::JobSpec {
