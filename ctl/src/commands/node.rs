@@ -345,6 +345,7 @@ mod tests {
               "addr": "10.0.0.1:7070",
               "cordoned": false,
               "cpu_cores": 64,
+              "edge": null,
               "gpus": [
                 {
                   "gpu_type": "a100",
@@ -417,5 +418,20 @@ mod tests {
         .assert_eq(&output::json(&node_json(&nodes[0])));
         assert_eq!(node_json(&nodes[1])["status"], "down");
         assert_eq!(node_json(&nodes[1])["gpus"], json!([]));
+        let mut edge = nodes[1].clone();
+        edge.edge = Some(pb::EdgeSite {
+            site: "edge-1".into(),
+            lease_ms: 600_000,
+            down_after_ms: 900_000,
+        });
+        assert_eq!(
+            node_json(&edge)["edge"],
+            json!({"site": "edge-1", "lease_ms": 600_000, "down_after_ms": 900_000})
+        );
+        let detail = node_detail(&edge);
+        assert!(
+            detail.contains("edge site edge-1: learner only, fences its jobs 10m after losing contact, down after 15m"),
+            "{detail}"
+        );
     }
 }
