@@ -131,10 +131,16 @@ impl Autopilot {
             ) else {
                 continue;
             };
-            tracing::info!(from = ?view.voters, to = ?next, "autopilot: changing voters");
+            // An edge voter leaving its seat is alive: it stays a member, as a learner. (A dead
+            // voter replaced in the same change then stays listed as a learner too.)
+            let retain = view
+                .voters
+                .iter()
+                .any(|v| !next.contains(v) && health(*v) == Health::LearnerOnly);
+            tracing::info!(from = ?view.voters, to = ?next, retain, "autopilot: changing voters");
             match self
                 .cluster
-                .change_membership(ChangeMembers::ReplaceAllVoters(next), false)
+                .change_membership(ChangeMembers::ReplaceAllVoters(next), retain)
                 .await
             {
                 Ok(()) => {}

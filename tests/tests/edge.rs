@@ -2,8 +2,9 @@
 //! though voter seats are free — keeps its membership behind 200 ms of injected delay on every
 //! Raft message the voters send it, registers its site's terms, and runs the jobs placed on its
 //! site; an agent of the same site restarted with other terms is refused its registration (the
-//! site keeps the terms it has); an edge agent asked to bootstrap a cluster (its first voter) refuses to
-//! start. The 2-minute partition is `chaos/tests/edge_partition.rs`.
+//! site keeps the terms it has); a voter restarted as edge gives up its seat; an edge agent
+//! asked to bootstrap a cluster (its first voter) refuses to start. The 2-minute partition is
+//! `chaos/tests/edge_partition.rs`.
 
 use std::time::{Duration, Instant};
 
@@ -210,4 +211,47 @@ fn an_edge_agent_refuses_to_bootstrap() {
         "{stderr}"
     );
     assert!(!data.exists(), "nothing written");
+}
+
+/// A voter whose agent comes back configured as edge gives its seat to a healthy learner and
+/// stays a member, as a learner: an edge agent never keeps voting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_voter_reconfigured_as_edge_gives_up_its_seat() {
+    let mut c = Cluster::start(4, 3, "").await;
+    let leader = c.leader().await;
+    let status = c.status(leader, false).await.expect("status");
+    let voter = *voters(&status)
+        .iter()
+        .find(|v| **v != leader)
+        .expect("a voter that is not the leader");
+    let learner = status
+        .members
+        .iter()
+        .map(|m| m.node_id)
+        .find(|id| role(&status, *id) == Some(pb::MemberRole::Learner))
+        .expect("one learner");
+    c.wait_for(
+        "the learner to register",
+        Duration::from_secs(20),
+        |c| async move { c.node(leader, learner, false).await.is_ok() },
+    )
+    .await;
+    c.kill(voter);
+    make_edge(&c.agents[&voter].config, "edge-9", "").expect("reconfigure as edge");
+    c.start_agent(voter);
+    c.wait_for(
+        "the edge agent's seat to go to the learner",
+        Duration::from_secs(30),
+        |c| async move {
+            c.status(leader, false).await.is_ok_and(|s| {
+                role(&s, voter) == Some(pb::MemberRole::Learner)
+                    && role(&s, learner) == Some(pb::MemberRole::Voter)
+            })
+        },
+    )
+    .await;
+    let n = c.node(leader, voter, false).await.expect("node");
+    assert_eq!(n.edge.map(|e| e.site), Some("edge-9".to_owned()));
+    let s = c.status(leader, false).await.expect("status");
+    assert_eq!(voters(&s).len(), 3, "{s:?}");
 }
