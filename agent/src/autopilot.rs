@@ -1,6 +1,10 @@
 //! Autopilot (leader only): keep `voter_target` voters. A voter unreachable for longer than
 //! `dead_voter_after` is replaced by the most caught-up healthy learner and removed; missing
-//! voter seats are filled from healthy learners. The decision is the pure `plan_voters`.
+//! voter seats are filled from healthy learners. Members at an edge site are learners only:
+//! never promoted, and replaced like a dead voter should one hold a seat (a voter whose agent
+//! was reconfigured as edge). A learner that has not registered yet is not promoted either
+//! (its registration says whether it is at an edge site). The decision is the pure
+//! `plan_voters`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -20,6 +24,9 @@ pub enum Health {
     Suspect,
     /// Silent longer than the dead-voter grace.
     Dead,
+    /// At an edge site (or not registered yet, so not known not to be): never a candidate for
+    /// a voter seat, and a voter seat it holds is given to a healthy learner.
+    LearnerOnly,
 }
 
 /// The voter set to move to, or `None` to stay. Never removes a voter without a replacement,
@@ -39,10 +46,9 @@ pub fn plan_voters(
     candidates.sort_by_key(|(id, matched)| (std::cmp::Reverse(*matched), *id));
     let mut candidates = candidates.into_iter().map(|(id, _)| id);
     let mut next = voters.clone();
-    for dead in voters
-        .iter()
-        .filter(|v| **v != leader && health_of_voter(**v) == Health::Dead)
-    {
+    for dead in voters.iter().filter(|v| {
+        **v != leader && matches!(health_of_voter(**v), Health::Dead | Health::LearnerOnly)
+    }) {
         match candidates.next() {
             Some(replacement) => {
                 next.remove(dead);
@@ -87,6 +93,9 @@ impl Autopilot {
             }
             let since = *leader_since.get_or_insert_with(Instant::now);
             let health = |id: NodeId| {
+                if self.cluster.edge_site_of(id).is_some() {
+                    return Health::LearnerOnly;
+                }
                 let silent = self.cluster.contacts.silent_for(id, since);
                 if silent <= self.reachable_within {
                     Health::Healthy
@@ -102,7 +111,9 @@ impl Autopilot {
                 .filter(|id| !view.voters.contains(id))
                 .map(|&id| {
                     let matched = view.matched.get(&id).copied().unwrap_or(0);
+                    let registered = self.cluster.state.read(|s| s.nodes.contains_key(&id));
                     let h = match health(id) {
+                        _ if !registered => Health::LearnerOnly,
                         Health::Healthy if matched + MAX_PROMOTION_LAG < view.last_log_index => {
                             Health::Suspect
                         }
@@ -120,10 +131,16 @@ impl Autopilot {
             ) else {
                 continue;
             };
-            tracing::info!(from = ?view.voters, to = ?next, "autopilot: changing voters");
+            // An edge voter leaving its seat is alive: it stays a member, as a learner. (A dead
+            // voter replaced in the same change then stays listed as a learner too.)
+            let retain = view
+                .voters
+                .iter()
+                .any(|v| !next.contains(v) && health(*v) == Health::LearnerOnly);
+            tracing::info!(from = ?view.voters, to = ?next, retain, "autopilot: changing voters");
             match self
                 .cluster
-                .change_membership(ChangeMembers::ReplaceAllVoters(next), false)
+                .change_membership(ChangeMembers::ReplaceAllVoters(next), retain)
                 .await
             {
                 Ok(()) => {}
@@ -207,6 +224,33 @@ mod tests {
         assert_eq!(
             plan_voters(1, &set(&[1, 2, 3]), &learners, |_| Health::Healthy, 3),
             None
+        );
+    }
+
+    #[test]
+    fn edge_members_never_take_a_seat() {
+        let learners = BTreeMap::from([(4, (Health::LearnerOnly, 50)), (5, (Health::Healthy, 5))]);
+        assert_eq!(
+            plan_voters(1, &set(&[1]), &learners, |_| Health::Healthy, 3),
+            Some(set(&[1, 5])),
+            "the free seat goes to the plain learner, the edge one stays a learner"
+        );
+        let only_edge = BTreeMap::from([(4, (Health::LearnerOnly, 50))]);
+        assert_eq!(
+            plan_voters(1, &set(&[1]), &only_edge, |_| Health::Healthy, 3),
+            None
+        );
+        // A voter that turned out to be at an edge site gives its seat to a healthy learner.
+        let edge3 = |id| {
+            if id == 3 {
+                Health::LearnerOnly
+            } else {
+                Health::Healthy
+            }
+        };
+        assert_eq!(
+            plan_voters(1, &set(&[1, 2, 3]), &learners, edge3, 3),
+            Some(set(&[1, 2, 5]))
         );
     }
 

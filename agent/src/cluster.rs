@@ -33,6 +33,10 @@ pub enum ClusterError {
     Raft(String),
     #[error("{}", describe(.0))]
     Remote(tonic::Status),
+    #[error(
+        "n{node} is at edge site {site:?}: edge agents are learners only and never become voters"
+    )]
+    EdgeLearnerOnly { node: NodeId, site: String },
 }
 
 /// One attempt's outcome inside a retry loop.
@@ -84,6 +88,11 @@ pub struct Cluster {
     /// How long a client-facing operation may keep retrying.
     op_timeout: Duration,
     voter_target: usize,
+    /// Whether this agent is at an edge site (it asks to join as a learner only).
+    edge: bool,
+    /// Members this leader admitted as edge learners, before their registration (which
+    /// records it in the replicated state) has been applied.
+    edge_joiners: Arc<std::sync::Mutex<BTreeSet<NodeId>>>,
 }
 
 impl Cluster {
@@ -103,7 +112,36 @@ impl Cluster {
             committed,
             op_timeout: (config.raft.election_timeout_max * 10).max(Duration::from_secs(5)),
             voter_target: config.raft.voter_target,
+            edge: config.edge.is_some(),
+            edge_joiners: Arc::default(),
         }
+    }
+
+    /// The edge site of `node` if it is at one: from its registration in the replicated state,
+    /// or from its join request to this leader when it has not registered yet.
+    pub fn edge_site_of(&self, node: NodeId) -> Option<String> {
+        let registered = self.state.read(|s| {
+            s.nodes
+                .get(&node)
+                .and_then(|n| n.edge.as_ref())
+                .map(|e| e.site.clone())
+        });
+        registered.or_else(|| {
+            self.edge_joiners
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains(&node)
+                .then(|| "(not yet registered)".to_owned())
+        })
+    }
+
+    /// Refuse a membership change that would make an edge member a voter: whoever asks (the
+    /// join path, the autopilot, an operator), this is the one gate every change passes.
+    fn refuse_edge_voters(
+        &self,
+        change: &ChangeMembers<NodeId, BasicNode>,
+    ) -> Result<(), ClusterError> {
+        refuse_edge_voters(&self.view().voters, change, |id| self.edge_site_of(id))
     }
 
     pub fn voter_target(&self) -> usize {
@@ -273,6 +311,7 @@ impl Cluster {
     }
 
     /// Ask the cluster (through any member) to admit `node` at `addr`. Returns whether it is a voter.
+    /// (`node` is this agent: an edge agent asks to be a learner only.)
     pub async fn join_via(
         &self,
         seeds: &[String],
@@ -281,32 +320,41 @@ impl Cluster {
         timeout: Duration,
     ) -> Result<bool, ClusterError> {
         let mut i = 0usize;
+        let edge = self.edge;
         retry_until(timeout, || {
             i += 1;
             let seed = seeds[i % seeds.len()].clone();
-            async move { self.send_join(&seed, node, addr).await }
+            async move { self.send_join(&seed, node, addr, edge).await }
         })
         .await
     }
 
     /// Handle a join request that reached this agent: admit it here if leader, else forward.
-    pub async fn join(&self, node: NodeId, addr: String) -> Result<bool, ClusterError> {
+    /// An `edge` agent is admitted as a learner only.
+    pub async fn join(&self, node: NodeId, addr: String, edge: bool) -> Result<bool, ClusterError> {
         self.retrying(|| async {
             match self.leader() {
                 None => Err(Attempt::Retry(ClusterError::NoLeader)),
-                Some((leader, _)) if leader == self.id => self.admit(node, &addr).await,
-                Some((_, leader_addr)) => self.send_join(&leader_addr, node, &addr).await,
+                Some((leader, _)) if leader == self.id => self.admit(node, &addr, edge).await,
+                Some((_, leader_addr)) => self.send_join(&leader_addr, node, &addr, edge).await,
             }
         })
         .await
     }
 
     /// Ask the agent at `to` to admit `node` (reachable at `addr`); returns whether it is a voter.
-    async fn send_join(&self, to: &str, node: NodeId, addr: &str) -> Result<bool, Attempt> {
+    async fn send_join(
+        &self,
+        to: &str,
+        node: NodeId,
+        addr: &str,
+        edge: bool,
+    ) -> Result<bool, Attempt> {
         let mut client = self.peers.get(to).map_err(remote)?;
         let req = JoinRequest {
             node_id: node,
             addr: addr.to_owned(),
+            edge,
         };
         let reply = client
             .join(with_deadline(req, self.op_timeout))
@@ -316,7 +364,13 @@ impl Cluster {
     }
 
     /// Leader side of a join: add as learner (waiting for it to catch up), then fill voter seats.
-    async fn admit(&self, node: NodeId, addr: &str) -> Result<bool, Attempt> {
+    async fn admit(&self, node: NodeId, addr: &str, edge: bool) -> Result<bool, Attempt> {
+        if edge {
+            self.edge_joiners
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(node);
+        }
         let known = self.view().members.get(&node).cloned();
         let change = match known {
             Some(a) if a == addr => None,
@@ -353,7 +407,10 @@ impl Cluster {
             }
         }
         let view = self.view();
-        if !view.voters.contains(&node) && view.voters.len() < self.voter_target {
+        if !view.voters.contains(&node)
+            && view.voters.len() < self.voter_target
+            && self.edge_site_of(node).is_none()
+        {
             tracing::info!(node_id = node, "promoting learner to voter");
             self.change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([node])), true)
                 .await?;
@@ -367,6 +424,7 @@ impl Cluster {
         change: ChangeMembers<NodeId, BasicNode>,
         retain: bool,
     ) -> Result<(), Attempt> {
+        self.refuse_edge_voters(&change).map_err(Attempt::Fail)?;
         match self.raft.change_membership(change, retain).await {
             Ok(_) => Ok(()),
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => {
@@ -472,4 +530,79 @@ pub fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// The pure rule of `Cluster::refuse_edge_voters`: no member that `site_of` places at an edge
+/// site joins the voters `current`. (An edge voter already there stays until the autopilot
+/// replaces it.)
+fn refuse_edge_voters(
+    current: &BTreeSet<NodeId>,
+    change: &ChangeMembers<NodeId, BasicNode>,
+    site_of: impl Fn(NodeId) -> Option<String>,
+) -> Result<(), ClusterError> {
+    let added: Vec<NodeId> = match change {
+        ChangeMembers::AddVoterIds(ids) | ChangeMembers::ReplaceAllVoters(ids) => ids
+            .iter()
+            .copied()
+            .filter(|id| !current.contains(id))
+            .collect(),
+        ChangeMembers::AddVoters(nodes) => nodes
+            .keys()
+            .copied()
+            .filter(|id| !current.contains(id))
+            .collect(),
+        _ => Vec::new(),
+    };
+    for node in added {
+        if let Some(site) = site_of(node) {
+            return Err(ClusterError::EdgeLearnerOnly { node, site });
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_membership_change_makes_an_edge_member_a_voter() {
+        let current = BTreeSet::from([1, 2, 3]);
+        let site_of = |id: NodeId| (id == 4).then(|| "edge-1".to_owned());
+        let refused = |change| refuse_edge_voters(&current, &change, site_of);
+        let err = refused(ChangeMembers::AddVoterIds(BTreeSet::from([4]))).expect_err("edge");
+        assert_eq!(
+            err.to_string(),
+            "n4 is at edge site \"edge-1\": edge agents are learners only and never become voters"
+        );
+        assert!(refused(ChangeMembers::ReplaceAllVoters(BTreeSet::from([1, 2, 4]))).is_err());
+        assert!(
+            refused(ChangeMembers::AddVoters(BTreeMap::from([(
+                4,
+                BasicNode::new("h:1")
+            )])))
+            .is_err()
+        );
+        // Plain members may be promoted; an edge member may join as a learner.
+        assert!(refused(ChangeMembers::AddVoterIds(BTreeSet::from([5]))).is_ok());
+        assert!(refused(ChangeMembers::ReplaceAllVoters(BTreeSet::from([1, 2, 5]))).is_ok());
+        assert!(
+            refused(ChangeMembers::AddNodes(BTreeMap::from([(
+                4,
+                BasicNode::new("h:1")
+            )])))
+            .is_ok()
+        );
+        // Replacing the voters of a cluster whose voter n4 is edge does not need n4 to leave
+        // in the same change (the autopilot removes it once a replacement exists).
+        let with_edge_voter = BTreeSet::from([1, 2, 4]);
+        assert!(
+            refuse_edge_voters(
+                &with_edge_voter,
+                &ChangeMembers::ReplaceAllVoters(BTreeSet::from([1, 2, 5])),
+                site_of
+            )
+            .is_ok()
+        );
+    }
 }

@@ -40,6 +40,19 @@ pub struct FileConfig {
     pub api: ApiSection,
     #[serde(default)]
     pub monitor: MonitorSection,
+    #[serde(default)]
+    pub edge: EdgeSection,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EdgeSection {
+    /// This agent is at an edge site (named by its `site` label).
+    pub enabled: Option<bool>,
+    #[serde(default, with = "humantime_serde")]
+    pub lease: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    pub down_after: Option<Duration>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -162,6 +175,33 @@ pub struct Config {
     pub tls: TlsSettings,
     pub api: ApiSettings,
     pub monitor: MonitorSettings,
+    /// Set when this agent is at an edge site.
+    pub edge: Option<EdgeSettings>,
+}
+
+/// An edge-site agent (`[edge] enabled = true`): a learner only, on a slow or unreliable link.
+/// It fences its jobs `lease` after it last heard from the cluster (instead of `jobs.lease`),
+/// and the leader declares it Down after `down_after` (instead of `jobs.down_after`). Both are
+/// recorded in the replicated state when it registers (`EdgeTerms`), where the leader reads
+/// them; every agent of one site must be configured alike, or its registration is refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EdgeSettings {
+    /// The agent's `site` label.
+    pub site: String,
+    pub lease: Duration,
+    pub down_after: Duration,
+}
+
+impl EdgeSettings {
+    /// The terms this agent registers with.
+    pub fn terms(&self) -> gpu_raft_store::EdgeTerms {
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        gpu_raft_store::EdgeTerms {
+            site: self.site.clone(),
+            lease_ms: ms(self.lease),
+            down_after_ms: ms(self.down_after),
+        }
+    }
 }
 
 /// GPU sampling: every `interval`, kept for `retention` in memory (a ring per GPU, so the
@@ -473,6 +513,7 @@ impl Config {
             jobs.down_after >= jobs.lease + jobs.lease / 2,
             "jobs.down_after must be at least 1.5 x jobs.lease, so a cut-off node fences its jobs before they are re-placed"
         );
+        let edge = edge_settings(file.edge, &labels, bootstrap, &jobs, &raft)?;
         let t = file.tls;
         let tls = TlsSettings {
             insecure: flags.insecure || t.insecure.unwrap_or(false),
@@ -585,7 +626,14 @@ impl Config {
             tls,
             api,
             monitor,
+            edge,
         })
+    }
+
+    /// How long after its last contact this agent fences its jobs: its edge lease at an edge
+    /// site, `jobs.lease` elsewhere.
+    pub fn node_lease(&self) -> Duration {
+        self.edge.as_ref().map_or(self.jobs.lease, |e| e.lease)
     }
 
     /// The openraft configuration derived from ours.
@@ -608,6 +656,60 @@ impl Config {
     pub fn reachable_within(&self) -> Duration {
         (self.raft.heartbeat_interval * 10).max(Duration::from_secs(1))
     }
+}
+
+/// The `[edge]` section checked against the rest: an edge agent needs a `site` label, never
+/// bootstraps (it would be the first voter), and tolerates at least what the cluster's own
+/// timings do; its lease is strictly inside its grace (`down_after` ≥ 1.5 × lease).
+fn edge_settings(
+    e: EdgeSection,
+    labels: &BTreeMap<String, String>,
+    bootstrap: bool,
+    jobs: &JobSettings,
+    raft: &RaftSettings,
+) -> anyhow::Result<Option<EdgeSettings>> {
+    if !e.enabled.unwrap_or(false) {
+        ensure!(
+            e.lease.is_none() && e.down_after.is_none(),
+            "edge.lease and edge.down_after only apply with edge.enabled = true"
+        );
+        return Ok(None);
+    }
+    let site = labels
+        .get(gpu_raft_store::SITE_LABEL)
+        .context("edge.enabled needs a `site` label naming this agent's edge site (labels = { site = \"...\" })")?;
+    ensure!(
+        !bootstrap,
+        "an edge agent cannot bootstrap a cluster: that would make it the first voter, and edge \
+         agents are learners only; bootstrap a voter in the core site and join this agent to it"
+    );
+    // Either one given derives the other at the tightest safe ratio; neither: 10 and 15 minutes.
+    let (lease, down_after) = match (e.lease, e.down_after) {
+        (Some(lease), Some(down_after)) => (lease, down_after),
+        (Some(lease), None) => (lease, lease + lease / 2),
+        (None, Some(down_after)) => (down_after * 2 / 3, down_after),
+        (None, None) => (Duration::from_secs(600), Duration::from_secs(900)),
+    };
+    ensure!(
+        lease >= jobs.lease,
+        "edge.lease ({}) must be at least jobs.lease ({})",
+        humantime::format_duration(lease),
+        humantime::format_duration(jobs.lease)
+    );
+    ensure!(
+        lease >= raft.election_timeout_max * 2,
+        "edge.lease must be at least twice raft.election_timeout_max"
+    );
+    let edge = EdgeSettings {
+        site: site.clone(),
+        lease,
+        down_after,
+    };
+    edge.terms()
+        .validate()
+        .map_err(anyhow::Error::msg)
+        .context("invalid [edge] settings")?;
+    Ok(Some(edge))
 }
 
 /// Whether `host:port` names this machine's loopback (an IP in 127/8 or ::1, or `localhost`).
@@ -638,6 +740,76 @@ mod tests {
         assert!(
             !c.raft.fault_injection,
             "fault injection is off unless asked for"
+        );
+    }
+
+    fn parse(text: &str) -> anyhow::Result<Config> {
+        Config::parse_and_validate(FileConfig::parse(text)?, Overrides::default())
+    }
+
+    const EDGE_AGENT: &str = "node_id = 4\ndata_dir = \"d\"\njoin = [\"10.0.0.1:7070\"]\n\
+                              labels = { site = \"edge-1\" }\n[edge]\nenabled = true\n";
+
+    #[test]
+    fn an_edge_agent_needs_its_site_and_never_bootstraps() {
+        let c = parse(EDGE_AGENT).expect("valid");
+        let edge = c.edge.clone().expect("edge");
+        assert_eq!(
+            (edge.site.as_str(), edge.lease, edge.down_after),
+            ("edge-1", Duration::from_secs(600), Duration::from_secs(900))
+        );
+        assert_eq!(c.node_lease(), Duration::from_secs(600));
+        assert_eq!(
+            parse("node_id = 1\ndata_dir = \"d\"\n")
+                .expect("valid")
+                .node_lease(),
+            Duration::from_secs(10),
+            "not at an edge site: jobs.lease"
+        );
+        let no_site =
+            parse(&EDGE_AGENT.replace("labels = { site = \"edge-1\" }", "")).expect_err("no site");
+        assert!(no_site.to_string().contains("`site` label"), "{no_site}");
+        let bootstrap =
+            parse(&EDGE_AGENT.replace("join = [\"10.0.0.1:7070\"]", "bootstrap = true"))
+                .expect_err("an edge voter");
+        assert!(
+            bootstrap
+                .to_string()
+                .contains("edge agents are learners only"),
+            "{bootstrap}"
+        );
+        let stray = parse("node_id = 1\ndata_dir = \"d\"\n[edge]\nlease = \"5m\"\n")
+            .expect_err("edge keys without edge");
+        assert!(stray.to_string().contains("edge.enabled"), "{stray}");
+    }
+
+    #[test]
+    fn an_edge_lease_stays_inside_its_grace() {
+        let with = |keys: &str| parse(&format!("{EDGE_AGENT}{keys}"));
+        let derived = with("lease = \"2m\"\n").expect("valid").edge.expect("edge");
+        assert_eq!(derived.down_after, Duration::from_secs(180));
+        let derived = with("down_after = \"3m\"\n")
+            .expect("valid")
+            .edge
+            .expect("edge");
+        assert_eq!(derived.lease, Duration::from_secs(120));
+        let both = with("lease = \"2m\"\ndown_after = \"10m\"\n")
+            .expect("valid")
+            .edge
+            .expect("edge");
+        assert_eq!(
+            (both.lease, both.down_after),
+            (Duration::from_secs(120), Duration::from_secs(600))
+        );
+        let tight = with("lease = \"2m\"\ndown_after = \"179s\"\n").expect_err("tight");
+        assert!(
+            format!("{tight:#}").contains("1.5 x its lease"),
+            "{tight:#}"
+        );
+        let below_jobs = with("lease = \"5s\"\n").expect_err("shorter than jobs.lease");
+        assert!(
+            below_jobs.to_string().contains("jobs.lease"),
+            "{below_jobs}"
         );
     }
 

@@ -22,6 +22,8 @@ pub struct InventoryReporter {
     pub node_id: NodeId,
     pub addr: String,
     pub labels: BTreeMap<String, String>,
+    /// The edge site terms this agent registers with, if it is at one.
+    pub edge: Option<gpu_raft_store::EdgeTerms>,
     pub interval: Duration,
 }
 
@@ -36,6 +38,7 @@ impl InventoryReporter {
                     addr: self.addr.clone(),
                     labels: self.labels.clone(),
                     inventory: inventory.clone(),
+                    edge: self.edge.clone(),
                 };
                 match self.cluster.write(cmd).await {
                     Ok(_) => {

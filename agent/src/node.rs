@@ -230,6 +230,7 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
         node_id,
         addr: config.advertise.clone(),
         labels: config.labels.clone(),
+        edge: config.edge.as_ref().map(crate::config::EdgeSettings::terms),
         interval: Duration::from_secs(2),
     };
     tasks.spawn(reporter.run(cancel.clone()));
@@ -281,11 +282,12 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
     };
     tasks.spawn(liveness.run(cancel.clone()));
     let lease_path = config.data_dir.join("lease");
-    info!(node_id, lease = ?config.jobs.lease, "starting the node lease");
+    let node_lease = config.node_lease();
+    info!(node_id, lease = ?node_lease, edge_site = ?config.edge.as_ref().map(|e| &e.site), "starting the node lease");
     let lease = LeaseKeeper {
         cluster: cluster.clone(),
         path: lease_path.clone(),
-        lease: config.jobs.lease,
+        lease: node_lease,
     };
     tasks.spawn(lease.run(cancel.clone()));
     info!(node_id, jobs_dir = %jobs_dir.display(), "starting the executor");
@@ -295,7 +297,7 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
         settings: ExecutorSettings {
             jobs_dir,
             lease_path,
-            lease: config.jobs.lease,
+            lease: node_lease,
             stop_grace: config.jobs.stop_grace,
             agent_exe: std::env::current_exe().context("locating the gpu-agent binary")?,
             tick: Duration::from_secs(1),

@@ -126,7 +126,11 @@ impl RaftPeer for PeerService {
     async fn join(&self, req: Request<JoinRequest>) -> Result<Response<JoinResponse>, Status> {
         // An agent joins as itself; a member may pass on another agent's join to the leader.
         let caller = self.peers.node(&req)?;
-        let JoinRequest { node_id, addr } = req.into_inner();
+        let JoinRequest {
+            node_id,
+            addr,
+            edge,
+        } = req.into_inner();
         if node_id == 0 {
             return Err(invalid("node_id must be at least 1"));
         }
@@ -138,7 +142,7 @@ impl RaftPeer for PeerService {
             )));
         }
         validate::addr(&addr).map_err(invalid)?;
-        let voter = self.cluster.join(node_id, addr).await?;
+        let voter = self.cluster.join(node_id, addr, edge).await?;
         let leader_id = self.cluster.leader().map_or(0, |(id, _)| id);
         Ok(Response::new(JoinResponse { leader_id, voter }))
     }

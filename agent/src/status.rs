@@ -28,6 +28,7 @@ impl From<ClusterError> for Status {
                 Status::internal(e.to_string())
             }
             ClusterError::Remote(status) => status,
+            ClusterError::EdgeLearnerOnly { .. } => Status::failed_precondition(e.to_string()),
         }
     }
 }

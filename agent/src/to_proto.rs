@@ -26,6 +26,11 @@ pub fn node(n: &NodeRecord) -> pb::Node {
             NodeStatus::Down => pb::NodeStatus::Down,
         } as i32,
         cordoned: n.cordoned,
+        edge: n.edge.as_ref().map(|e| pb::EdgeSite {
+            site: e.site.clone(),
+            lease_ms: e.lease_ms,
+            down_after_ms: e.down_after_ms,
+        }),
         gpus: n
             .inventory
             .gpus

@@ -14,7 +14,7 @@ use crate::audit::RequestMeta;
 use crate::auth::TokenRecord;
 use crate::energy::EnergyReport;
 use crate::job::{JobId, JobSpec, Outcome};
-use crate::node::{Inventory, NodeStatus};
+use crate::node::{EdgeTerms, Inventory, NodeStatus};
 use crate::scheduler::SchedulerSettings;
 use crate::tenant::TenantRecord;
 
@@ -42,6 +42,9 @@ pub enum Command {
         labels: BTreeMap<String, String>,
         #[serde(default)]
         inventory: Inventory,
+        /// Present when the agent is at an edge site (its `[edge]` configuration).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        edge: Option<EdgeTerms>,
     },
     /// Set and remove user labels on a registered node.
     SetNodeLabels {
@@ -276,12 +279,23 @@ impl fmt::Display for Command {
                 addr,
                 labels,
                 inventory,
-            } => write!(
-                f,
-                "register n{node} {addr} ({} gpus, {} labels)",
-                inventory.gpus.len(),
-                labels.len()
-            ),
+                edge,
+            } => {
+                write!(
+                    f,
+                    "register n{node} {addr} ({} gpus, {} labels)",
+                    inventory.gpus.len(),
+                    labels.len()
+                )?;
+                match edge {
+                    Some(e) => write!(
+                        f,
+                        " edge {} lease {}ms down {}ms",
+                        e.site, e.lease_ms, e.down_after_ms
+                    ),
+                    None => Ok(()),
+                }
+            }
             Command::SetNodeLabels { node, set, remove } => {
                 write!(f, "label n{node} +{} -{}", set.len(), remove.len())
             }
@@ -403,6 +417,7 @@ mod tests {
             addr: "10.0.0.3:7070".into(),
             labels: BTreeMap::from([("rack".into(), "r1".into())]),
             inventory: Inventory::default(),
+            edge: None,
         });
         expect![[r#"{"proposed_at_ms":1700000000000,"cmd":{"type":"register_node","node":3,"addr":"10.0.0.3:7070","labels":{"rack":"r1"},"inventory":{"gpus":[],"cpu_cores":0,"memory_mib":0}}}"#]]
             .assert_eq(&serde_json::to_string(&register).unwrap_or_default());
@@ -546,6 +561,7 @@ mod tests {
                 addr: "a:1".into(),
                 labels: BTreeMap::new(),
                 inventory: Inventory::default(),
+                edge: None,
             }
         );
     }
@@ -592,6 +608,11 @@ mod tests {
                     cpu_cores: 8,
                     memory_mib: 9,
                 },
+                edge: Some(EdgeTerms {
+                    site: "x".into(),
+                    lease_ms: 60_000,
+                    down_after_ms: 90_000,
+                }),
             },
             Command::SetNodeLabels {
                 node: 1,

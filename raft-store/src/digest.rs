@@ -63,6 +63,7 @@ mod tests {
                     addr: "10.0.0.2:7000".into(),
                     labels: Default::default(),
                     inventory: Inventory::default(),
+                    edge: None,
                 },
             ),
             entry(

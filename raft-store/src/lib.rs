@@ -38,7 +38,7 @@ pub use engine::{KvEngine, SledEngine, Space};
 pub use error::OpenError;
 pub use job::{Binding, DEFAULT_TENANT, Job, JobId, JobSpec, JobState, Outcome, job_name};
 pub use log_store::LogStore;
-pub use node::{GpuRecord, Inventory, NodeRecord, NodeStatus};
+pub use node::{EdgeTerms, GpuRecord, Inventory, NodeRecord, NodeStatus, SITE_LABEL};
 pub use scheduler::SchedulerSettings;
 pub use state::{ClusterState, gpu_fits};
 pub use state_machine::{StateMachineStore, StateReader};

@@ -49,6 +49,51 @@ pub enum NodeStatus {
     Down,
 }
 
+/// The label naming a node's site; placement selects on it like on any label.
+pub const SITE_LABEL: &str = "site";
+
+/// The terms an edge-site node runs under, from its agent's `[edge]` configuration, recorded
+/// by `apply` at registration so that every leader judges the node by the same grace. Every
+/// node of one site must bring the same terms (a mismatch is refused, so sites cannot drift).
+///
+/// The safety rule is the one of `jobs.lease` / `jobs.down_after`, per site: the node fences
+/// its jobs `lease_ms` after it last heard from the cluster, and the leader declares it down
+/// (re-placing its jobs) only `down_after_ms` ≥ 1.5 × `lease_ms` after it last heard from it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EdgeTerms {
+    /// The node's `site` label when it registered.
+    pub site: String,
+    pub lease_ms: u64,
+    pub down_after_ms: u64,
+}
+
+/// The shortest edge lease: an edge node tolerates at least this long a disconnection.
+pub const MIN_EDGE_LEASE_MS: u64 = 1_000;
+
+impl EdgeTerms {
+    /// Why the terms are unusable, if they are.
+    pub fn validate(&self) -> Result<(), String> {
+        crate::validate::label_value(&self.site)?;
+        if self.site.is_empty() {
+            return Err("an edge site needs a name (the node's `site` label)".into());
+        }
+        if self.lease_ms < MIN_EDGE_LEASE_MS {
+            return Err(format!(
+                "edge lease must be at least {MIN_EDGE_LEASE_MS} ms, got {}",
+                self.lease_ms
+            ));
+        }
+        if self.down_after_ms < self.lease_ms.saturating_add(self.lease_ms / 2) {
+            return Err(format!(
+                "edge down_after ({} ms) must be at least 1.5 x its lease ({} ms), so a cut-off \
+                 node fences its jobs before they are re-placed",
+                self.down_after_ms, self.lease_ms
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// A registered agent.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeRecord {
@@ -75,6 +120,10 @@ pub struct NodeRecord {
     /// Maintained only by `apply`.
     #[serde(default)]
     pub quarantined: BTreeMap<u32, String>,
+    /// Set when the node is at an edge site: a learner only, judged down after its site's
+    /// grace rather than `jobs.down_after`. Maintained only by registration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub edge: Option<EdgeTerms>,
     pub registered_at_ms: u64,
     pub updated_at_ms: u64,
 }

@@ -11,7 +11,7 @@ use crate::cert::{self, CertRecord};
 use crate::command::{ApplyResult, Bind, Command, LogEntry, Preempt, Rejection};
 use crate::energy::EnergyBook;
 use crate::job::{Binding, Job, JobId, JobState, Outcome};
-use crate::node::{NodeRecord, NodeStatus};
+use crate::node::{EdgeTerms, NodeRecord, NodeStatus, SITE_LABEL};
 use crate::scheduler::SchedulerSettings;
 use crate::tenant::{self, TenantRecord};
 use crate::{NodeId, validate};
@@ -81,7 +81,8 @@ impl ClusterState {
                 addr,
                 labels,
                 inventory,
-            } => self.register(*node, addr, labels, inventory, now),
+                edge,
+            } => self.register(*node, addr, labels, inventory, edge.as_ref(), now),
             Command::SetNodeLabels { node, set, remove } => self.node_mut(*node).and_then(|n| {
                 let mut labels = n.labels.clone();
                 for key in remove {
@@ -344,6 +345,7 @@ impl ClusterState {
         addr: &str,
         labels: &BTreeMap<String, String>,
         inventory: &crate::node::Inventory,
+        edge: Option<&EdgeTerms>,
         now: u64,
     ) -> Result<ApplyResult, Rejection> {
         validate::addr(addr).map_err(invalid)?;
@@ -352,6 +354,7 @@ impl ClusterState {
         if !inventory.gpus.iter().all(|g| seen.insert(g.index)) {
             return Err(invalid("duplicate GPU index in inventory".into()));
         }
+        self.check_edge_terms(node, labels, edge).map_err(invalid)?;
         let record = self.nodes.entry(node).or_insert_with(|| NodeRecord {
             id: node,
             addr: String::new(),
@@ -362,15 +365,74 @@ impl ClusterState {
             cordoned: false,
             allocations: BTreeMap::new(),
             quarantined: BTreeMap::new(),
+            edge: None,
             registered_at_ms: now,
             updated_at_ms: now,
         });
         record.addr = addr.to_owned();
+        record.edge = edge.cloned();
         record.agent_labels.clone_from(labels);
         record.inventory.clone_from(inventory);
         record.status = NodeStatus::Ready;
         record.updated_at_ms = now;
         Ok(ApplyResult::Ok)
+    }
+
+    /// Why a registration's edge terms cannot be accepted, if they cannot: they must be valid
+    /// and name the node's own `site` label; every node of a site must be edge with the same
+    /// terms, or none of them edge (so one site has one grace, whoever leads); and a node's
+    /// terms do not change while it holds jobs (their supervisors fence by the old lease).
+    pub fn check_edge_terms(
+        &self,
+        node: NodeId,
+        labels: &BTreeMap<String, String>,
+        edge: Option<&EdgeTerms>,
+    ) -> Result<(), String> {
+        let site = labels.get(SITE_LABEL);
+        if let Some(terms) = edge {
+            terms.validate()?;
+            if site != Some(&terms.site) {
+                return Err(format!(
+                    "edge site {:?} must be the node's `site` label (it is {site:?})",
+                    terms.site
+                ));
+            }
+        }
+        if let Some(site) = site {
+            let peer = self.nodes.values().find(|n| {
+                n.id != node
+                    && (n.edge.as_ref().is_some_and(|e| &e.site == site)
+                        || n.agent_labels.get(SITE_LABEL) == Some(site))
+            });
+            if let Some(peer) = peer {
+                let describe = |t: Option<&EdgeTerms>| match t {
+                    Some(t) => format!(
+                        "an edge site (lease {} ms, down_after {} ms)",
+                        t.lease_ms, t.down_after_ms
+                    ),
+                    None => "not an edge site".to_owned(),
+                };
+                if peer.edge.as_ref() != edge {
+                    return Err(format!(
+                        "site {site:?} is {} for n{}, but n{node} registers it as {}: every \
+                         agent of a site needs the same [edge] settings",
+                        describe(peer.edge.as_ref()),
+                        peer.id,
+                        describe(edge)
+                    ));
+                }
+            }
+        }
+        if let Some(record) = self.nodes.get(&node)
+            && record.edge.as_ref() != edge
+            && !record.allocations.is_empty()
+        {
+            return Err(format!(
+                "n{node} holds jobs started under its earlier edge settings; drain it before \
+                 changing them"
+            ));
+        }
+        Ok(())
     }
 
     fn set_status(

@@ -337,6 +337,7 @@ mod tests {
                     cpu_cores: 1,
                     memory_mib: 1,
                 },
+                edge: None,
             },
         );
         let spec = JobSpec {

@@ -48,6 +48,7 @@ fn cluster() -> ClusterState {
                 cpu_cores: 8,
                 memory_mib: 65_536,
             },
+            edge: None,
         },
     ));
     let spec: JobSpec = serde_json::from_value(serde_json::json!({

@@ -41,6 +41,7 @@ fn register(node: u64, gpus: Vec<GpuRecord>) -> Command {
             cpu_cores: 8,
             memory_mib: 65536,
         },
+        edge: None,
     }
 }
 
@@ -684,4 +685,129 @@ fn every_api_request_leaves_exactly_one_chained_audit_entry() {
         },
     ));
     assert_eq!(s.audit.len(), before + requests.len());
+}
+
+fn edge_terms(site: &str, lease_ms: u64, down_after_ms: u64) -> gpu_raft_store::EdgeTerms {
+    gpu_raft_store::EdgeTerms {
+        site: site.into(),
+        lease_ms,
+        down_after_ms,
+    }
+}
+
+/// `register`, at `site`, with edge terms when given.
+fn register_at(node: u64, site: &str, edge: Option<gpu_raft_store::EdgeTerms>) -> Command {
+    match register(node, vec![gpu(0, "A100", 81920)]) {
+        Command::RegisterNode {
+            node,
+            addr,
+            inventory,
+            ..
+        } => Command::RegisterNode {
+            node,
+            addr,
+            labels: BTreeMap::from([("site".into(), site.into())]),
+            inventory,
+            edge,
+        },
+        _ => unreachable!("register builds RegisterNode"),
+    }
+}
+
+fn refusal(result: ApplyResult) -> String {
+    match result {
+        ApplyResult::Rejected { reason } => reason.to_string(),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+/// A site's edge terms are recorded on its nodes at registration; a second node of the site
+/// must bring the same terms, and a non-edge node cannot join an edge site (or the reverse):
+/// one site, one grace, whichever agent's file the leader would otherwise have trusted.
+#[test]
+fn one_site_has_one_set_of_edge_terms() {
+    let mut s = ClusterState::new();
+    let terms = edge_terms("edge-1", 60_000, 90_000);
+    assert_eq!(
+        s.apply(&at(1, register_at(4, "edge-1", Some(terms.clone())))),
+        ApplyResult::Ok
+    );
+    assert_eq!(s.nodes[&4].edge, Some(terms.clone()));
+    assert_eq!(
+        s.apply(&at(2, register_at(5, "edge-1", Some(terms.clone())))),
+        ApplyResult::Ok
+    );
+    let before = s.clone();
+    let longer = refusal(s.apply(&at(
+        3,
+        register_at(6, "edge-1", Some(edge_terms("edge-1", 60_000, 120_000))),
+    )));
+    assert!(longer.contains("same [edge] settings"), "{longer}");
+    assert!(longer.contains("down_after 90000 ms"), "{longer}");
+    let plain = refusal(s.apply(&at(3, register_at(6, "edge-1", None))));
+    assert!(plain.contains("not an edge site"), "{plain}");
+    assert_eq!(s, before, "refused registrations change nothing");
+    // A plain site stays plain.
+    assert_eq!(
+        s.apply(&at(4, register_at(1, "dc-1", None))),
+        ApplyResult::Ok
+    );
+    let edge_in_dc = refusal(s.apply(&at(
+        5,
+        register_at(2, "dc-1", Some(edge_terms("dc-1", 60_000, 90_000))),
+    )));
+    assert!(
+        edge_in_dc.contains("\"dc-1\" is not an edge site"),
+        "{edge_in_dc}"
+    );
+}
+
+#[test]
+fn edge_terms_must_fence_inside_the_grace_and_name_the_site_label() {
+    let mut s = ClusterState::new();
+    let tight = refusal(s.apply(&at(
+        1,
+        register_at(4, "edge-1", Some(edge_terms("edge-1", 60_000, 89_999))),
+    )));
+    assert!(tight.contains("at least 1.5 x its lease"), "{tight}");
+    let other = refusal(s.apply(&at(
+        1,
+        register_at(4, "edge-1", Some(edge_terms("edge-2", 60_000, 90_000))),
+    )));
+    assert!(other.contains("must be the node's `site` label"), "{other}");
+    let short = refusal(s.apply(&at(
+        1,
+        register_at(4, "edge-1", Some(edge_terms("edge-1", 10, 15))),
+    )));
+    assert!(short.contains("at least 1000 ms"), "{short}");
+    assert!(s.nodes.is_empty());
+}
+
+/// A node's supervisors fence by the lease they were started with, so its terms (and with
+/// them the leader's grace) stay while it holds jobs.
+#[test]
+fn edge_terms_do_not_change_under_running_jobs() {
+    let mut s = ClusterState::new();
+    let terms = edge_terms("edge-1", 60_000, 90_000);
+    s.apply(&at(1, register_at(4, "edge-1", Some(terms.clone()))));
+    submit(&mut s, spec(1), None);
+    let bind = Command::BindJobs {
+        binds: vec![Bind {
+            job: 1,
+            node: 4,
+            gpus: vec![0],
+        }],
+    };
+    assert!(matches!(s.apply(&at(2, bind)), ApplyResult::Bound { .. }));
+    let changed = refusal(s.apply(&at(
+        3,
+        register_at(4, "edge-1", Some(edge_terms("edge-1", 30_000, 45_000))),
+    )));
+    assert!(changed.contains("drain it"), "{changed}");
+    assert_eq!(s.nodes[&4].edge, Some(terms.clone()));
+    // The same terms re-register fine (every agent restart does).
+    assert_eq!(
+        s.apply(&at(4, register_at(4, "edge-1", Some(terms)))),
+        ApplyResult::Ok
+    );
 }

@@ -20,6 +20,7 @@ fn entry(index: u64) -> Entry {
         addr: format!("h{index}:1"),
         labels: BTreeMap::new(),
         inventory: Default::default(),
+        edge: None,
     };
     Entry {
         log_id: LogId::new(CommittedLeaderId::new(1, 1), index),

@@ -19,6 +19,7 @@ fn register(index: u64) -> Entry {
         addr: format!("h{index}:7070"),
         labels: BTreeMap::new(),
         inventory: Default::default(),
+        edge: None,
     };
     Entry {
         log_id: log_id(1, index),

@@ -11,7 +11,7 @@ pub mod records;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -280,7 +280,13 @@ impl Cluster {
                 cluster.mint_join_token().await;
             }
         }
-        let want_voters = (n as usize).min(voter_target);
+        // Edge agents are learners only: they never take a voter seat.
+        let edge = cluster
+            .agents
+            .values()
+            .filter(|a| is_edge_config(&a.config))
+            .count();
+        let want_voters = (n as usize - edge).min(voter_target);
         cluster
             .wait_for(
                 "every agent to join",
@@ -661,6 +667,23 @@ impl Drop for Cluster {
             self.kill(id);
         }
     }
+}
+
+/// Make the agent configured in `config` an edge agent at `site` (its `site` label and an
+/// `[edge]` table with `enabled = true` plus `edge_keys`). For `Cluster::start_prepared`'s
+/// `prepare`, before the agent first starts.
+pub fn make_edge(config: &Path, site: &str, edge_keys: &str) -> std::io::Result<()> {
+    let text = std::fs::read_to_string(config)?;
+    std::fs::write(
+        config,
+        format!("labels = {{ site = {site:?} }}\n{text}\n{EDGE_TABLE}{edge_keys}\n"),
+    )
+}
+
+const EDGE_TABLE: &str = "[edge]\nenabled = true\n";
+
+fn is_edge_config(config: &Path) -> bool {
+    std::fs::read_to_string(config).is_ok_and(|t| t.contains(EDGE_TABLE))
 }
 
 /// A job spec running `sh -c script` on `gpus` GPUs.

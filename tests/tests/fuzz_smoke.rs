@@ -101,6 +101,7 @@ fn log_entry() {
             addr: "10.0.0.3:7070".into(),
             labels: BTreeMap::from([("rack".into(), "r1".into())]),
             inventory: Inventory::default(),
+            edge: None,
         }),
         entry(Command::RevokeCertificate {
             serial: "0a".into(),

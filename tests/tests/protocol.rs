@@ -53,6 +53,7 @@ async fn incompatible_peers_are_refused_and_the_mesh_keeps_working() {
             JoinRequest {
                 node_id: 4,
                 addr: "127.0.0.1:9".into(),
+                edge: false,
             },
             Some("99"),
         ))

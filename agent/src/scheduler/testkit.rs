@@ -46,6 +46,7 @@ pub fn node(s: &mut ClusterState, id: NodeId, gpus: Vec<GpuRecord>) {
             addr: format!("h:{id}"),
             labels: BTreeMap::new(),
             inventory,
+            edge: None,
         },
     );
 }

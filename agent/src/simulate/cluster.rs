@@ -61,6 +61,7 @@ pub fn build(spec: &str) -> Result<(ClusterState, u64), BadCluster> {
                         cpu_cores: 64,
                         memory_mib: 512 * 1024,
                     },
+                    edge: None,
                 },
                 meta: None,
             });

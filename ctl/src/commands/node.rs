@@ -2,7 +2,8 @@
 //!
 //! JSON (stable): a node is `{"id", "addr", "status" ("ready"|"down"|"unknown"), "cordoned",
 //! "labels": {k: v}, "cpu_cores", "memory_mib", "gpus": [GPU], "registered_at_ms",
-//! "updated_at_ms"}` with each GPU `{"index", "uuid", "model", "gpu_type", "memory_mib",
+//! "updated_at_ms", "edge"}` (`edge`: null, or `{"site", "lease_ms", "down_after_ms"}` for a node
+//! at an edge site: a learner only, fenced and judged down by its site's terms) with each GPU `{"index", "uuid", "model", "gpu_type", "memory_mib",
 //! "numa_node" (null when unknown), "nvlink_peers": [index], "healthy", "job_id" (null when no
 //! job holds it)}`. `list` prints an array of nodes; every other verb prints the node as it is
 //! after the call.
@@ -139,6 +140,11 @@ fn node_json(n: &pb::Node) -> Value {
         "gpus": gpus,
         "registered_at_ms": n.registered_at_ms,
         "updated_at_ms": n.updated_at_ms,
+        "edge": n.edge.as_ref().map(|e| json!({
+            "site": e.site,
+            "lease_ms": e.lease_ms,
+            "down_after_ms": e.down_after_ms,
+        })),
     })
 }
 
@@ -205,6 +211,14 @@ fn nodes_table(nodes: &[pb::Node]) -> String {
 /// One node's row, then its GPUs one per line.
 fn node_detail(n: &pb::Node) -> String {
     let mut out = nodes_table(std::slice::from_ref(n));
+    if let Some(e) = &n.edge {
+        out.push_str(&format!(
+            "edge site {}: learner only, fences its jobs {} after losing contact, down after {}\n",
+            e.site,
+            units::format_duration(std::time::Duration::from_millis(e.lease_ms)),
+            units::format_duration(std::time::Duration::from_millis(e.down_after_ms))
+        ));
+    }
     if n.gpus.is_empty() {
         return out;
     }
@@ -263,6 +277,7 @@ mod tests {
             gpus,
             cpu_cores: 64,
             memory_mib: 512 * 1024,
+            edge: None,
         }
     }
 
@@ -330,6 +345,7 @@ mod tests {
               "addr": "10.0.0.1:7070",
               "cordoned": false,
               "cpu_cores": 64,
+              "edge": null,
               "gpus": [
                 {
                   "gpu_type": "a100",
@@ -402,5 +418,20 @@ mod tests {
         .assert_eq(&output::json(&node_json(&nodes[0])));
         assert_eq!(node_json(&nodes[1])["status"], "down");
         assert_eq!(node_json(&nodes[1])["gpus"], json!([]));
+        let mut edge = nodes[1].clone();
+        edge.edge = Some(pb::EdgeSite {
+            site: "edge-1".into(),
+            lease_ms: 600_000,
+            down_after_ms: 900_000,
+        });
+        assert_eq!(
+            node_json(&edge)["edge"],
+            json!({"site": "edge-1", "lease_ms": 600_000, "down_after_ms": 900_000})
+        );
+        let detail = node_detail(&edge);
+        assert!(
+            detail.contains("edge site edge-1: learner only, fences its jobs 10m after losing contact, down after 15m"),
+            "{detail}"
+        );
     }
 }
