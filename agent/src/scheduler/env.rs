@@ -64,3 +64,79 @@ impl PlanEnv {
         Some(start.saturating_add(estimate).max(self.now_ms))
     }
 }
+
+/// The leader's last `PlanEnv`, reused between ticks with only "now" moved on: usage and
+/// history are rebuilt when asked to (on the tick) or when the settings they depend on
+/// changed.
+#[derive(Default)]
+pub struct EnvCache {
+    cached: Option<(EnvKey, PlanEnv)>,
+}
+
+/// The policy knobs a `PlanEnv` is built with.
+type EnvKey = (u64, bool);
+
+impl EnvCache {
+    pub fn get(
+        &mut self,
+        state: &ClusterState,
+        policy: &Policy,
+        now_ms: u64,
+        rebuild: bool,
+    ) -> &PlanEnv {
+        let key = (policy.usage_half_life_ms, policy.predict);
+        let (_, env) = match self.cached.take() {
+            Some((k, mut env)) if k == key && !rebuild => {
+                env.now_ms = now_ms;
+                self.cached.insert((k, env))
+            }
+            _ => self
+                .cached
+                .insert((key, PlanEnv::from_state(state, policy, now_ms))),
+        };
+        env
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use gpu_raft_store::{ClusterState, JobState};
+
+    use super::*;
+    use crate::scheduler::testkit::{spec, submit};
+
+    /// A state whose one job ran from 0 to 1,000 ms.
+    fn one_finished_run() -> ClusterState {
+        let mut s = ClusterState::default();
+        submit(&mut s, spec(1, 0));
+        let job = s.jobs.values_mut().next().expect("submitted");
+        job.state = JobState::Succeeded;
+        job.started_at_ms = Some(0);
+        job.finished_at_ms = Some(1_000);
+        s
+    }
+
+    #[test]
+    fn usage_is_rebuilt_on_request_or_when_its_knobs_change() {
+        let policy = Policy::default();
+        let mut cache = EnvCache::default();
+        let empty = ClusterState::default();
+        let used = |env: &PlanEnv| env.usage.at(&[], env.now_ms).get("default").copied();
+
+        assert_eq!(used(cache.get(&empty, &policy, 2_000, false)), None);
+        let s = one_finished_run();
+        // Between ticks: the same terms, a later "now".
+        let reused = cache.get(&s, &policy, 3_000, false);
+        assert_eq!((used(reused), reused.now_ms), (None, 3_000));
+        // The tick rebuilds them.
+        assert!(used(cache.get(&s, &policy, 3_000, true)).is_some());
+
+        let mut cache = EnvCache::default();
+        cache.get(&empty, &policy, 2_000, false);
+        let other = Policy {
+            usage_half_life_ms: policy.usage_half_life_ms / 2,
+            ..policy
+        };
+        assert!(used(cache.get(&s, &other, 3_000, false)).is_some());
+    }
+}

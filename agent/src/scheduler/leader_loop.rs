@@ -1,7 +1,13 @@
-//! The leader-only scheduling loop: plan on every applied change (and on a tick) with the
-//! replicated scheduler settings and the leader's clock as "now", propose the
-//! placements as one `BindJobs` entry and the new pending reasons as one `NoteUnschedulable`;
-//! when nothing could be placed and preemption is on, the runs to stop as one `PreemptJobs`.
+//! The leader-only scheduling loop: plan on every applied change and on a tick with the
+//! replicated scheduler settings and the leader's clock as "now", propose the placements as
+//! one `BindJobs` entry; when nothing could be placed and preemption is on, the runs to stop
+//! as one `PreemptJobs`.
+//!
+//! A pass on an applied change places as soon as it can and nothing more. The tick's pass also
+//! explains what stays pending (one `NoteUnschedulable` for the reasons that changed) and
+//! rebuilds the usage and history terms from the finished jobs: both cost time in the number
+//! of jobs, and doing them on every entry made each submission cost a second Raft entry and a
+//! scan of the whole history. Reasons and usage are therefore at most one tick old.
 
 use std::time::Duration;
 
@@ -9,7 +15,7 @@ use gpu_raft_store::{ApplyResult, Command};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use super::env::PlanEnv;
+use super::env::EnvCache;
 use super::plan::plan;
 use super::policy::Policy;
 use super::preempt::preemptions;
@@ -26,25 +32,32 @@ pub struct Scheduler {
 impl Scheduler {
     pub async fn run(self, cancel: CancellationToken) {
         let mut applied = self.cluster.state.subscribe();
+        // An interval, not a sleep raced against changes: under a steady stream of writes a
+        // fresh sleep would never fire.
+        let mut tick = tokio::time::interval(self.tick);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut env = EnvCache::default();
         loop {
-            tokio::select! {
+            let on_tick = tokio::select! {
                 () = cancel.cancelled() => return,
-                _ = applied.changed() => {}
-                () = tokio::time::sleep(self.tick) => {}
-            }
+                _ = applied.changed() => false,
+                _ = tick.tick() => true,
+            };
             if !self.cluster.view().is_leader {
+                env = EnvCache::default();
                 continue;
             }
             let now_ms = crate::cluster::now_ms();
             let (pass, preempt) = self.cluster.state.read(|s| {
                 // The replicated settings decide ordering and backfill; `self.policy` keeps
                 // the agent-local knobs (batch size).
-                let policy = self.policy.with_settings(&s.scheduler);
-                let env = PlanEnv::from_state(s, &policy, now_ms);
-                let pass = plan(s, &policy, &env);
+                let mut policy = self.policy.with_settings(&s.scheduler);
+                policy.explain &= on_tick;
+                let env = env.get(s, &policy, now_ms, on_tick);
+                let pass = plan(s, &policy, env);
                 // Preempt only when nothing can be placed the ordinary way.
                 let preempt = if pass.binds.is_empty() {
-                    preemptions(s, &policy, &env)
+                    preemptions(s, &policy, env)
                 } else {
                     Vec::new()
                 };
