@@ -116,13 +116,8 @@ fn rss_mib(mesh: &Mesh) -> anyhow::Result<Vec<f64>> {
                 .pid(id)
                 .with_context(|| format!("agent n{id} is not running"))?;
             let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-            let kib: f64 = status
-                .lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
-                .and_then(|v| v.split_whitespace().next())
-                .context("no VmRSS line")?
-                .parse()?;
-            Ok(kib / 1024.0)
+            let kib = gpu_agent::footprint::rss_kib(&status).context("no VmRSS line")?;
+            Ok(kib as f64 / 1024.0)
         })
         .collect()
 }
