@@ -8,6 +8,7 @@ pub mod load;
 pub mod mesh;
 pub mod placement;
 pub mod report;
+pub mod state_growth;
 pub mod stats;
 pub mod target;
 

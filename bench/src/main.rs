@@ -1,6 +1,6 @@
 //! `gpu-bench run`: replicated writes, placement latency and failover of a 3-agent gpumesh
 //! mesh, each beside a 3-member etcd on the same machine in the same run, plus the disk's fsync
-//! floor. Build with `--release`; `--quick` is the CI smoke run (figures meaningless).
+//! floor, and the agents' memory, backup size and restart time as finished jobs pile up. Build with `--release`; `--quick` is the CI smoke run (figures meaningless).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -10,7 +10,7 @@ use clap::{Parser, Subcommand};
 use gpu_bench::etcd::Etcd;
 use gpu_bench::mesh::{self, Mesh};
 use gpu_bench::report::{Report, WriteRow};
-use gpu_bench::{failover, fsync, load, placement};
+use gpu_bench::{failover, fsync, load, placement, state_growth};
 
 #[derive(Parser)]
 #[command(name = "gpu-bench", version)]
@@ -42,6 +42,8 @@ struct Plan {
     fsync_rounds: usize,
     placed_jobs: usize,
     failover_trials: usize,
+    /// Finished jobs in the state at each measurement of its growth.
+    state_checkpoints: Vec<usize>,
 }
 
 impl Plan {
@@ -53,6 +55,7 @@ impl Plan {
                 fsync_rounds: 10,
                 placed_jobs: 5,
                 failover_trials: 1,
+                state_checkpoints: vec![20, 50],
             }
         } else {
             Plan {
@@ -61,6 +64,7 @@ impl Plan {
                 fsync_rounds: 200,
                 placed_jobs: 100,
                 failover_trials: 10,
+                state_checkpoints: vec![10_000, 100_000],
             }
         }
     }
@@ -68,6 +72,8 @@ impl Plan {
 
 /// Clients beside the placement measurement "under load".
 const LOAD_CLIENTS: usize = 16;
+/// Clients filling the state with finished jobs.
+const FILL_CLIENTS: usize = 64;
 /// The pace of placeable submissions.
 const PLACE_EVERY: Duration = Duration::from_millis(20);
 
@@ -131,6 +137,12 @@ async fn run(plan: &Plan, quick: bool, skip_etcd: bool) -> anyhow::Result<Report
         Some(e) => Some(failover::trials(e, plan.failover_trials).await?),
         None => None,
     };
+
+    eprintln!(
+        "state growth to {:?} finished jobs…",
+        plan.state_checkpoints
+    );
+    let state = state_growth::measure(&mut mesh, &plan.state_checkpoints, FILL_CLIENTS).await?;
     Ok(Report {
         machine: gpu_bench::report::machine(),
         quick,
@@ -142,5 +154,6 @@ async fn run(plan: &Plan, quick: bool, skip_etcd: bool) -> anyhow::Result<Report
         placement_load: placement_load?,
         failover_gpumesh,
         failover_etcd,
+        state,
     })
 }

@@ -6,6 +6,7 @@ use serde::Serialize;
 
 use crate::load::LoadResult;
 use crate::placement::PlacementLatency;
+use crate::state_growth::StateGrowth;
 use crate::stats::Summary;
 
 #[derive(Debug, Serialize)]
@@ -22,6 +23,7 @@ pub struct Report {
     pub placement_load: LoadResult,
     pub failover_gpumesh: Summary,
     pub failover_etcd: Option<Summary>,
+    pub state: StateGrowth,
 }
 
 #[derive(Debug, Serialize)]
@@ -139,6 +141,23 @@ impl Report {
         if let Some(e) = &self.failover_etcd {
             let _ = writeln!(w, "| etcd | {} | {} |", e.count, lat(e));
         }
+        let state = &self.state;
+        let _ = writeln!(
+            w,
+            "\nFinished jobs in the state (submitted and cancelled, {:.0} pairs/s), resident memory per agent:\n",
+            state.pairs_per_s
+        );
+        let _ = writeln!(w, "| finished jobs | RSS MiB by agent |");
+        let _ = writeln!(w, "|---|---|");
+        for c in &state.checkpoints {
+            let rss: Vec<String> = c.rss_mib.iter().map(|m| format!("{m:.1}")).collect();
+            let _ = writeln!(w, "| {} | {} |", c.jobs, rss.join(" / "));
+        }
+        let _ = writeln!(
+            w,
+            "\nAt the last: backup (snapshot) {} bytes; a follower restarted and caught up in {:.0} ms.",
+            state.snapshot_bytes, state.restart_ms
+        );
         md
     }
 }

@@ -31,6 +31,7 @@ fn the_quick_run_reports_every_benchmark() {
         "Replicated writes",
         "Submit → bound",
         "Failover",
+        "Finished jobs in the state",
     ] {
         assert!(
             stdout.contains(section),
@@ -53,4 +54,13 @@ fn the_quick_run_reports_every_benchmark() {
     }
     assert_eq!(report["failover_gpumesh"]["count"], 1);
     assert_eq!(report["placement_idle"]["to_running"]["count"], 5);
+    let state = &report["state"];
+    let jobs: Vec<_> = state["checkpoints"]
+        .as_array()
+        .expect("checkpoints")
+        .iter()
+        .map(|c| c["jobs"].as_u64())
+        .collect();
+    assert_eq!(jobs, [Some(0), Some(20), Some(50)], "{state}");
+    assert!(state["snapshot_bytes"].as_u64() > Some(0), "{state}");
 }

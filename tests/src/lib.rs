@@ -389,6 +389,11 @@ impl Cluster {
             .collect()
     }
 
+    /// The process id of agent `id`, if it is running.
+    pub fn pid(&self, id: u64) -> Option<u32> {
+        self.agents[&id].child.as_ref().map(Child::id)
+    }
+
     pub fn addr(&self, id: u64) -> &str {
         &self.agents[&id].addr
     }
