@@ -760,6 +760,15 @@ mod tests {
                     preemption: crate::scheduler::Preemption::Priority,
                 },
             },
+            Command::Batch {
+                entries: vec![
+                    entry(Command::CancelJob { job: 7 }),
+                    entry(Command::SetNodeStatus {
+                        node: 1,
+                        status: NodeStatus::Down,
+                    }),
+                ],
+            },
         ]
     }
 

@@ -359,6 +359,7 @@ impl ClusterState {
         self.jobs.get_mut(&job).ok_or(Rejection::UnknownJob { job })
     }
 
+    #[allow(clippy::too_many_arguments)] // The fields of `Command::RegisterNode`, one to one.
     fn register(
         &mut self,
         node: NodeId,
