@@ -9,15 +9,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use gpu_proto::internal::v1::{JoinRequest, RaftMessage, ReadIndexRequest};
-use gpu_raft_store::{
-    ApplyResult, Command, LogEntry, NodeId, Raft, Rejection, RequestMeta, StateReader,
-};
+use gpu_raft_store::{ApplyResult, Command, NodeId, Raft, Rejection, RequestMeta, StateReader};
 use openraft::error::{ChangeMembershipError, ClientWriteError, RaftError};
 use openraft::{BasicNode, ChangeMembers, RaftMetrics, ServerState};
 
 use crate::config::Config;
 use crate::contact::ContactBook;
 use crate::peer_client::{PeerClients, with_deadline};
+use crate::proposer::Proposer;
 use crate::raft_network::NetworkFactory;
 
 /// Why a cluster operation failed. Mapped to a gRPC status in exactly one place (`status.rs`).
@@ -75,6 +74,10 @@ pub struct RaftView {
     /// Per member: matched log index (leader only).
     pub matched: BTreeMap<NodeId, u64>,
     pub is_leader: bool,
+    /// Writes proposed on this agent (as leader) since it started, and the log entries they
+    /// became: more writes than entries is the group commit at work.
+    pub writes_proposed: u64,
+    pub entries_proposed: u64,
 }
 
 #[derive(Clone)]
@@ -85,6 +88,8 @@ pub struct Cluster {
     pub peers: PeerClients,
     pub contacts: ContactBook,
     committed: Arc<AtomicU64>,
+    /// The group commit every write proposed on this node goes through.
+    proposer: Proposer,
     /// How long a client-facing operation may keep retrying.
     op_timeout: Duration,
     voter_target: usize,
@@ -105,6 +110,7 @@ impl Cluster {
     ) -> Self {
         Self {
             id: config.node_id,
+            proposer: Proposer::spawn(raft.clone(), state.clone()),
             raft,
             state,
             peers: network.peers.clone(),
@@ -155,6 +161,7 @@ impl Cluster {
     pub fn view(&self) -> RaftView {
         let m = self.metrics();
         let membership = m.membership_config.membership();
+        let (writes_proposed, entries_proposed) = self.proposer.counts();
         RaftView {
             node_id: self.id,
             leader: m.current_leader,
@@ -177,6 +184,8 @@ impl Cluster {
                 })
                 .unwrap_or_default(),
             is_leader: m.state == ServerState::Leader,
+            writes_proposed,
+            entries_proposed,
         }
     }
 
@@ -233,23 +242,10 @@ impl Cluster {
         }
     }
 
-    /// Propose on this node, which must be the leader. The proposer stamps the entry's time.
+    /// Propose on this node, which must be the leader (through its group commit, which stamps
+    /// the entry's time).
     pub async fn write_as_leader(&self, proposal: Proposal) -> Result<Written, Attempt> {
-        let entry = LogEntry {
-            proposed_at_ms: now_ms(),
-            cmd: proposal.cmd,
-            meta: proposal.meta,
-        };
-        match self.raft.client_write(entry).await {
-            Ok(reply) => Ok(Written {
-                index: reply.log_id.index,
-                result: reply.data,
-            }),
-            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => {
-                Err(Attempt::Retry(ClusterError::NoLeader))
-            }
-            Err(e) => Err(Attempt::Fail(ClusterError::Raft(e.to_string()))),
-        }
+        self.proposer.propose(proposal).await
     }
 
     async fn forward_write(&self, addr: &str, proposal: &Proposal) -> Result<Written, Attempt> {

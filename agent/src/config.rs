@@ -402,6 +402,11 @@ pub struct Overrides {
 /// Most samples kept per GPU (a day at 1 Hz; about 10 MB per GPU).
 pub const MAX_HISTORY_LEN: usize = 86_400;
 
+/// Log entries per AppendEntries message (openraft's default is 300). A group-commit batch is up
+/// to `proposer::MAX_BATCH_BYTES`, so this many of them stay well inside
+/// `gpu_proto::MAX_MESSAGE_BYTES`.
+pub const MAX_PAYLOAD_ENTRIES: u64 = 32;
+
 impl Config {
     pub fn parse_and_validate(file: FileConfig, flags: Overrides) -> anyhow::Result<Self> {
         let node_id = flags
@@ -647,6 +652,7 @@ impl Config {
             snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(self.raft.snapshot_every),
             max_in_snapshot_log_to_keep: self.raft.keep_logs,
             snapshot_max_chunk_size: 4 * 1024 * 1024,
+            max_payload_entries: MAX_PAYLOAD_ENTRIES,
             ..Default::default()
         };
         config.validate().context("invalid raft settings")

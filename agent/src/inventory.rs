@@ -39,6 +39,7 @@ impl InventoryReporter {
                     labels: self.labels.clone(),
                     inventory: inventory.clone(),
                     edge: self.edge.clone(),
+                    protocol: crate::protocol::PROTOCOL_VERSION,
                 };
                 match self.cluster.write(cmd).await {
                     Ok(_) => {

@@ -27,6 +27,7 @@ pub mod node_service;
 pub mod peer_client;
 pub mod peer_service;
 pub mod proc_stat;
+pub mod proposer;
 pub mod protocol;
 pub mod raft_network;
 pub mod restore;

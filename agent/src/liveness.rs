@@ -102,6 +102,7 @@ mod tests {
             allocations: Default::default(),
             quarantined: Default::default(),
             edge: None,
+            protocol: 1,
             registered_at_ms: 0,
             updated_at_ms: 0,
         };

@@ -1,69 +1,87 @@
-//! The internal (agent-to-agent) protocol version, for rolling upgrades: every `RaftPeer`
-//! request carries `x-gpumesh-protocol: <version>` (set in `peer_client::with_deadline`), and
-//! the peer service refuses a caller whose version it cannot speak with `FAILED_PRECONDITION`
-//! naming both versions. A request without the header comes from a build older than the header,
-//! which spoke version 1.
+//! The internal (agent-to-agent) protocol version, for rolling upgrades. Every `RaftPeer`
+//! request carries the range of versions its caller speaks: `x-gpumesh-protocol: <oldest>` and
+//! `x-gpumesh-protocol-max: <newest>` (set in `peer_client::with_deadline`). The peer service
+//! serves a caller whose range overlaps its own and refuses any other with `FAILED_PRECONDITION`
+//! naming both ranges. A request without the headers comes from a build older than them, which
+//! spoke version 1 only; a request without the second header speaks just the first (the version
+//! 1 build sent one header and served exactly 1, so version 2 agents still reach it).
 //!
 //! Bump `PROTOCOL_VERSION` when the peer messages (the JSON inside `RaftMessage`, the Raft
-//! payloads, the `Command` encoding) change incompatibly; raise `MIN_COMPATIBLE` only when this
-//! build can no longer talk to the older one. A mesh is upgraded one agent at a time between
-//! versions whose ranges overlap.
+//! payloads, the `Command` encoding) gain something an older build cannot read, and write it
+//! only once every member announces the new version (`NodeRecord.protocol`, see
+//! `proposer::BATCH_PROTOCOL`). Raise `MIN_COMPATIBLE` only when this build can no longer talk
+//! to the older one. A mesh is upgraded one agent at a time between overlapping ranges.
+
+use std::ops::RangeInclusive;
 
 use tonic::metadata::MetadataValue;
 use tonic::{Request, Status};
 
-/// The metadata key (gRPC metadata keys are lower case).
+/// The metadata key of the oldest version the caller speaks (gRPC keys are lower case).
 pub const HEADER: &str = "x-gpumesh-protocol";
-/// The version this build speaks.
-pub const PROTOCOL_VERSION: u32 = 1;
-/// The oldest version this build still accepts from a peer.
+/// The metadata key of the newest version the caller speaks.
+pub const HEADER_MAX: &str = "x-gpumesh-protocol-max";
+/// The version this build speaks. 1: the first; 2: `Command::Batch` (the leader's group
+/// commit), which a leader writes only once every member has registered with 2 or more.
+pub const PROTOCOL_VERSION: u32 = 2;
+const _: () = assert!(PROTOCOL_VERSION >= crate::proposer::BATCH_PROTOCOL);
+/// The oldest version this build still speaks with a peer.
 pub const MIN_COMPATIBLE: u32 = 1;
-/// What a request without the header speaks.
+/// What a request without the headers speaks.
 const BEFORE_THE_HEADER: u32 = 1;
 
 /// Why a peer was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Incompatible {
     #[error(
-        "incompatible gpumesh peer protocol: the caller speaks version {theirs}, this agent \
-         speaks {PROTOCOL_VERSION} and accepts {MIN_COMPATIBLE}..={PROTOCOL_VERSION}; upgrade \
-         agents one at a time between compatible versions (docs/operations.md)"
+        "incompatible gpumesh peer protocol: the caller speaks versions {}, this agent \
+         speaks {MIN_COMPATIBLE}..={PROTOCOL_VERSION}; upgrade agents one at a time between \
+         compatible versions (docs/operations.md)",
+        show(.theirs)
     )]
-    Version { theirs: u32 },
+    Version { theirs: RangeInclusive<u32> },
     #[error("unreadable {HEADER} header {0:?}; this agent speaks protocol {PROTOCOL_VERSION}")]
     Unreadable(String),
 }
 
-/// The pure decision on a caller's header value (`None`: absent).
-pub fn negotiate(header: Option<&str>) -> Result<u32, Incompatible> {
-    let theirs = match header {
-        None => BEFORE_THE_HEADER,
-        Some(text) => text
-            .trim()
-            .parse::<u32>()
-            .map_err(|_| Incompatible::Unreadable(text.chars().take(32).collect()))?,
-    };
-    if (MIN_COMPATIBLE..=PROTOCOL_VERSION).contains(&theirs) {
-        Ok(theirs)
+fn show(r: &RangeInclusive<u32>) -> String {
+    if r.start() == r.end() {
+        r.start().to_string()
     } else {
-        Err(Incompatible::Version { theirs })
+        format!("{}..={}", r.start(), r.end())
     }
 }
 
-/// Mark an outgoing peer request with our version.
+/// The pure decision on a caller's header values (`None`: absent): the version both speak,
+/// the newest in common.
+pub fn negotiate(oldest: Option<&str>, newest: Option<&str>) -> Result<u32, Incompatible> {
+    let parse = |text: &str| {
+        text.trim()
+            .parse::<u32>()
+            .map_err(|_| Incompatible::Unreadable(text.chars().take(32).collect()))
+    };
+    let low = oldest.map_or(Ok(BEFORE_THE_HEADER), parse)?;
+    let high = newest.map_or(Ok(low), parse)?.max(low);
+    let common = low.max(MIN_COMPATIBLE)..=high.min(PROTOCOL_VERSION);
+    if common.is_empty() {
+        Err(Incompatible::Version { theirs: low..=high })
+    } else {
+        Ok(*common.end())
+    }
+}
+
+/// Mark an outgoing peer request with the versions we speak.
 pub fn stamp<T>(req: &mut Request<T>) {
-    req.metadata_mut()
-        .insert(HEADER, MetadataValue::from(PROTOCOL_VERSION));
+    let metadata = req.metadata_mut();
+    metadata.insert(HEADER, MetadataValue::from(MIN_COMPATIBLE));
+    metadata.insert(HEADER_MAX, MetadataValue::from(PROTOCOL_VERSION));
 }
 
 /// The peer service's interceptor: refuse (and log once per request) an incompatible caller.
 #[allow(clippy::result_large_err)] // tonic's interceptor signature.
 pub fn check(req: Request<()>) -> Result<Request<()>, Status> {
-    let header = req
-        .metadata()
-        .get(HEADER)
-        .map(|v| v.to_str().unwrap_or("?"));
-    match negotiate(header) {
+    let header = |key| req.metadata().get(key).map(|v| v.to_str().unwrap_or("?"));
+    match negotiate(header(HEADER), header(HEADER_MAX)) {
         Ok(_) => Ok(req),
         Err(e) => {
             tracing::warn!(remote = ?req.remote_addr(), error = %e, "refused a peer");
@@ -78,24 +96,58 @@ mod tests {
 
     #[test]
     fn versions_are_negotiated() {
-        assert_eq!(negotiate(None), Ok(1), "a build from before the header");
-        assert_eq!(negotiate(Some("1")), Ok(1));
-        let err = negotiate(Some("2")).expect_err("newer refused").to_string();
-        assert!(err.contains("caller speaks version 2"), "{err}");
+        assert_eq!(
+            negotiate(None, None),
+            Ok(1),
+            "a build from before the header"
+        );
+        assert_eq!(negotiate(Some("1"), None), Ok(1), "the version 1 build");
+        assert_eq!(negotiate(Some("1"), Some("2")), Ok(2), "this build");
+        assert_eq!(
+            negotiate(Some("2"), Some("9")),
+            Ok(PROTOCOL_VERSION),
+            "a newer build that still speaks ours"
+        );
+        let err = negotiate(Some("7"), Some("9"))
+            .expect_err("newer only: refused")
+            .to_string();
+        assert!(err.contains("caller speaks versions 7..=9"), "{err}");
         assert!(
-            err.contains(&format!("this agent speaks {PROTOCOL_VERSION}")),
+            err.contains(&format!("this agent speaks 1..={PROTOCOL_VERSION}")),
             "{err}"
         );
         assert_eq!(
-            negotiate(Some("0")),
-            Err(Incompatible::Version { theirs: 0 })
+            negotiate(Some("0"), None),
+            Err(Incompatible::Version { theirs: 0..=0 })
         );
         for junk in ["", "one", "-1", "99999999999"] {
             assert!(
-                matches!(negotiate(Some(junk)), Err(Incompatible::Unreadable(_))),
+                matches!(
+                    negotiate(Some(junk), None),
+                    Err(Incompatible::Unreadable(_))
+                ),
+                "{junk}"
+            );
+            assert!(
+                matches!(
+                    negotiate(Some("1"), Some(junk)),
+                    Err(Incompatible::Unreadable(_))
+                ),
                 "{junk}"
             );
         }
+    }
+
+    /// What the version 1 build checks: the first header alone, which had to be exactly 1.
+    #[test]
+    fn a_stamped_request_still_reaches_a_version_1_agent() {
+        let mut req = Request::new(());
+        stamp(&mut req);
+        let first = req
+            .metadata()
+            .get(HEADER)
+            .map(|v| v.to_str().unwrap_or("?"));
+        assert_eq!(first, Some("1"));
     }
 
     #[test]
@@ -108,7 +160,7 @@ mod tests {
         let status = check(req).expect_err("refused");
         assert_eq!(status.code(), tonic::Code::FailedPrecondition);
         assert!(
-            status.message().contains("version 7"),
+            status.message().contains("versions 7"),
             "{}",
             status.message()
         );

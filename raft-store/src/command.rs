@@ -45,6 +45,14 @@ pub enum Command {
         /// Present when the agent is at an edge site (its `[edge]` configuration).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         edge: Option<EdgeTerms>,
+        /// The internal protocol version the agent speaks (absent: 1, the version before it
+        /// was announced). The leader uses encodings newer than 1 only once every member has
+        /// announced them.
+        #[serde(
+            default = "crate::node::first_protocol",
+            skip_serializing_if = "crate::node::is_first_protocol"
+        )]
+        protocol: u32,
     },
     /// Set and remove user labels on a registered node.
     SetNodeLabels {
@@ -178,6 +186,12 @@ pub enum Command {
     RecordEnergy {
         report: EnergyReport,
     },
+    /// Entries proposed at about the same time, applied in order exactly as if each were an
+    /// entry of its own (each with its own time, caller and result): the leader's group commit
+    /// (one append and fsync for all of them). Never nested.
+    Batch {
+        entries: Vec<LogEntry>,
+    },
 }
 
 /// One placement decision: `job` onto these GPU indexes of `node`.
@@ -229,6 +243,10 @@ pub enum ApplyResult {
         preempted: Vec<JobId>,
         rejected: Vec<(JobId, String)>,
     },
+    /// A `Batch`'s results, one per entry, in order.
+    Batch {
+        results: Vec<ApplyResult>,
+    },
 }
 
 /// Why `apply` refused a command.
@@ -274,12 +292,14 @@ impl fmt::Display for LogEntry {
 impl fmt::Display for Command {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Command::Batch { entries } => write!(f, "batch of {}", entries.len()),
             Command::RegisterNode {
                 node,
                 addr,
                 labels,
                 inventory,
                 edge,
+                ..
             } => {
                 write!(
                     f,
@@ -418,6 +438,7 @@ mod tests {
             labels: BTreeMap::from([("rack".into(), "r1".into())]),
             inventory: Inventory::default(),
             edge: None,
+            protocol: 1,
         });
         expect![[r#"{"proposed_at_ms":1700000000000,"cmd":{"type":"register_node","node":3,"addr":"10.0.0.3:7070","labels":{"rack":"r1"},"inventory":{"gpus":[],"cpu_cores":0,"memory_mib":0}}}"#]]
             .assert_eq(&serde_json::to_string(&register).unwrap_or_default());
@@ -562,6 +583,7 @@ mod tests {
                 labels: BTreeMap::new(),
                 inventory: Inventory::default(),
                 edge: None,
+                protocol: 1,
             }
         );
     }
@@ -613,6 +635,7 @@ mod tests {
                     lease_ms: 60_000,
                     down_after_ms: 90_000,
                 }),
+                protocol: 2,
             },
             Command::SetNodeLabels {
                 node: 1,
@@ -736,6 +759,15 @@ mod tests {
                     usage_half_life_s: 3600,
                     preemption: crate::scheduler::Preemption::Priority,
                 },
+            },
+            Command::Batch {
+                entries: vec![
+                    entry(Command::CancelJob { job: 7 }),
+                    entry(Command::SetNodeStatus {
+                        node: 1,
+                        status: NodeStatus::Down,
+                    }),
+                ],
             },
         ]
     }

@@ -64,6 +64,7 @@ mod tests {
                     labels: Default::default(),
                     inventory: Inventory::default(),
                     edge: None,
+                    protocol: 1,
                 },
             ),
             entry(

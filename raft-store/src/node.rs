@@ -124,8 +124,21 @@ pub struct NodeRecord {
     /// grace rather than `jobs.down_after`. Maintained only by registration.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub edge: Option<EdgeTerms>,
+    /// The internal protocol version its agent announced at its last registration.
+    #[serde(default = "first_protocol", skip_serializing_if = "is_first_protocol")]
+    pub protocol: u32,
     pub registered_at_ms: u64,
     pub updated_at_ms: u64,
+}
+
+/// The internal protocol version of agents that announce none.
+pub fn first_protocol() -> u32 {
+    1
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's `skip_serializing_if` signature.
+pub fn is_first_protocol(v: &u32) -> bool {
+    *v == first_protocol()
 }
 
 impl NodeRecord {

@@ -76,13 +76,33 @@ impl ClusterState {
     pub fn apply(&mut self, entry: &LogEntry) -> ApplyResult {
         let now = entry.proposed_at_ms;
         let result = match &entry.cmd {
+            Command::Batch { entries } => Ok(ApplyResult::Batch {
+                results: entries
+                    .iter()
+                    .map(|e| match e.cmd {
+                        Command::Batch { .. } => ApplyResult::Rejected {
+                            reason: invalid("a batch cannot hold a batch".into()),
+                        },
+                        _ => self.apply(e),
+                    })
+                    .collect(),
+            }),
             Command::RegisterNode {
                 node,
                 addr,
                 labels,
                 inventory,
                 edge,
-            } => self.register(*node, addr, labels, inventory, edge.as_ref(), now),
+                protocol,
+            } => self.register(
+                *node,
+                addr,
+                labels,
+                inventory,
+                edge.as_ref(),
+                *protocol,
+                now,
+            ),
             Command::SetNodeLabels { node, set, remove } => self.node_mut(*node).and_then(|n| {
                 let mut labels = n.labels.clone();
                 for key in remove {
@@ -339,6 +359,7 @@ impl ClusterState {
         self.jobs.get_mut(&job).ok_or(Rejection::UnknownJob { job })
     }
 
+    #[allow(clippy::too_many_arguments)] // The fields of `Command::RegisterNode`, one to one.
     fn register(
         &mut self,
         node: NodeId,
@@ -346,6 +367,7 @@ impl ClusterState {
         labels: &BTreeMap<String, String>,
         inventory: &crate::node::Inventory,
         edge: Option<&EdgeTerms>,
+        protocol: u32,
         now: u64,
     ) -> Result<ApplyResult, Rejection> {
         validate::addr(addr).map_err(invalid)?;
@@ -366,11 +388,13 @@ impl ClusterState {
             allocations: BTreeMap::new(),
             quarantined: BTreeMap::new(),
             edge: None,
+            protocol,
             registered_at_ms: now,
             updated_at_ms: now,
         });
         record.addr = addr.to_owned();
         record.edge = edge.cloned();
+        record.protocol = protocol;
         record.agent_labels.clone_from(labels);
         record.inventory.clone_from(inventory);
         record.status = NodeStatus::Ready;

@@ -338,6 +338,7 @@ mod tests {
                     memory_mib: 1,
                 },
                 edge: None,
+                protocol: 1,
             },
         );
         let spec = JobSpec {

@@ -49,6 +49,7 @@ fn cluster() -> ClusterState {
                 memory_mib: 65_536,
             },
             edge: None,
+            protocol: 1,
         },
     ));
     let spec: JobSpec = serde_json::from_value(serde_json::json!({

@@ -42,6 +42,7 @@ fn register(node: u64, gpus: Vec<GpuRecord>) -> Command {
             memory_mib: 65536,
         },
         edge: None,
+        protocol: 1,
     }
 }
 
@@ -512,6 +513,76 @@ proptest! {
         }
         prop_assert_eq!(a, b);
     }
+
+    /// The leader's group commit: entries applied as batches (cut anywhere, each entry with its
+    /// own time and caller) leave the same state and give the same results as one by one.
+    #[test]
+    fn a_batch_applies_as_its_entries_would(
+        cmds in proptest::collection::vec(arb_command(), 1..40),
+        cuts in proptest::collection::vec(1usize..6, 1..40),
+    ) {
+        let entries: Vec<LogEntry> = cmds
+            .into_iter()
+            .enumerate()
+            .map(|(i, cmd)| {
+                let mut e = by("admin", cmd);
+                e.proposed_at_ms = i as u64;
+                e
+            })
+            .collect();
+        let (mut one_by_one, mut batched) = (cluster(), cluster());
+        one_by_one.apply(&at(0, Command::CreateToken { token: token("admin", Role::Admin, None) }));
+        batched.apply(&at(0, Command::CreateToken { token: token("admin", Role::Admin, None) }));
+        let expected: Vec<ApplyResult> = entries.iter().map(|e| one_by_one.apply(e)).collect();
+        let mut got = Vec::new();
+        let mut rest = entries.as_slice();
+        for n in cuts.iter().cycle() {
+            if rest.is_empty() {
+                break;
+            }
+            let (batch, tail) = rest.split_at((*n).min(rest.len()));
+            rest = tail;
+            let last = batch.last().map_or(0, |e| e.proposed_at_ms);
+            match batched.apply(&at(last, Command::Batch { entries: batch.to_vec() })) {
+                ApplyResult::Batch { results } => got.extend(results),
+                other => prop_assert!(false, "a batch gave {:?}", other),
+            }
+        }
+        prop_assert_eq!(got, expected);
+        prop_assert_eq!(batched, one_by_one);
+    }
+}
+
+#[test]
+fn a_batch_inside_a_batch_is_refused_and_changes_nothing() {
+    let mut s = cluster();
+    let before = s.clone();
+    let inner = at(
+        1,
+        Command::Batch {
+            entries: vec![at(
+                1,
+                Command::SubmitJob {
+                    spec: spec(1),
+                    idempotency_key: None,
+                },
+            )],
+        },
+    );
+    let result = s.apply(&at(
+        1,
+        Command::Batch {
+            entries: vec![inner],
+        },
+    ));
+    let ApplyResult::Batch { results } = result else {
+        panic!("a batch gave {result:?}")
+    };
+    assert!(
+        matches!(&results[..], [ApplyResult::Rejected { reason }] if reason.to_string().contains("a batch cannot hold a batch")),
+        "{results:?}"
+    );
+    assert_eq!(s, before);
 }
 
 fn token(id: &str, role: Role, tenant: Option<&str>) -> TokenRecord {
@@ -709,6 +780,7 @@ fn register_at(node: u64, site: &str, edge: Option<gpu_raft_store::EdgeTerms>) -
             labels: BTreeMap::from([("site".into(), site.into())]),
             inventory,
             edge,
+            protocol: 1,
         },
         _ => unreachable!("register builds RegisterNode"),
     }

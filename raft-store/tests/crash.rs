@@ -21,6 +21,7 @@ fn entry(index: u64) -> Entry {
         labels: BTreeMap::new(),
         inventory: Default::default(),
         edge: None,
+        protocol: 1,
     };
     Entry {
         log_id: LogId::new(CommittedLeaderId::new(1, 1), index),

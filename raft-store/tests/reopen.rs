@@ -20,6 +20,7 @@ fn register(index: u64) -> Entry {
         labels: BTreeMap::new(),
         inventory: Default::default(),
         edge: None,
+        protocol: 1,
     };
     Entry {
         log_id: log_id(1, index),

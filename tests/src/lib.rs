@@ -691,6 +691,26 @@ fn is_edge_config(config: &Path) -> bool {
     std::fs::read_to_string(config).is_ok_and(|t| t.contains(EDGE_TABLE))
 }
 
+/// The body of `GET /metrics` at `addr`, an agent's `monitor.metrics_listen` (plain HTTP/1.1).
+pub fn scrape(addr: &str) -> std::io::Result<String> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr)?;
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    write!(
+        stream,
+        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    let (head, body) = response
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| std::io::Error::other("no header end"))?;
+    if !head.starts_with("HTTP/1.1 200") {
+        return Err(std::io::Error::other(head.to_owned()));
+    }
+    Ok(body.to_owned())
+}
+
 /// A job spec running `sh -c script` on `gpus` GPUs.
 pub fn shell_job(name: &str, gpus: u32, script: &str) -> pb::JobSpec {
     pb::JobSpec {

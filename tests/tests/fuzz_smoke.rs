@@ -102,6 +102,7 @@ fn log_entry() {
             labels: BTreeMap::from([("rack".into(), "r1".into())]),
             inventory: Inventory::default(),
             edge: None,
+            protocol: 1,
         }),
         entry(Command::RevokeCertificate {
             serial: "0a".into(),

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use gpu_proto::v1 as pb;
 use gpu_proto::v1::gpu_service_client::GpuServiceClient;
-use gpu_tests::{Cluster, free_addr, shell_job};
+use gpu_tests::{Cluster, free_addr, scrape, shell_job};
 
 /// Polls `check` until it yields a value, for at most `timeout`.
 async fn eventually<T, F, Fut>(c: &Cluster, what: &str, timeout: Duration, mut check: F) -> T
@@ -27,25 +27,6 @@ where
         "timed out after {timeout:?} waiting for {what}\n{}",
         c.logs()
     );
-}
-
-/// The body of `GET /metrics` at `addr` (plain HTTP/1.1).
-fn scrape(addr: &str) -> std::io::Result<String> {
-    let mut stream = std::net::TcpStream::connect(addr)?;
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    write!(
-        stream,
-        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response)?;
-    let (head, body) = response
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| std::io::Error::other("no header end"))?;
-    if !head.starts_with("HTTP/1.1 200") {
-        return Err(std::io::Error::other(head.to_owned()));
-    }
-    Ok(body.to_owned())
 }
 
 /// `promtool check metrics` on `text`: `None` when promtool is not installed (and

@@ -42,8 +42,8 @@ async fn incompatible_peers_are_refused_and_the_mesh_keeps_working() {
     );
     let msg = refused.message();
     assert!(
-        msg.contains(&format!("caller speaks version {newer}"))
-            && msg.contains(&format!("this agent speaks {ours}")),
+        msg.contains(&format!("caller speaks versions {newer}"))
+            && msg.contains(&format!("this agent speaks 1..={ours}")),
         "the refusal must name both versions: {msg}"
     );
 
@@ -60,7 +60,7 @@ async fn incompatible_peers_are_refused_and_the_mesh_keeps_working() {
         .await
         .expect_err("join refused");
     assert_eq!(join.code(), tonic::Code::FailedPrecondition, "{join:?}");
-    assert!(join.message().contains("version 99"), "{}", join.message());
+    assert!(join.message().contains("versions 99"), "{}", join.message());
     let status = c.status(1, false).await.expect("status");
     assert_eq!(
         status.members.len(),

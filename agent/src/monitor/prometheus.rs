@@ -267,7 +267,7 @@ fn gpu_labels(s: &Scrape, d: &GpuDevice) -> String {
 fn raft(out: &mut String, s: &Scrape) {
     let r = s.raft;
     let node = format!("node_id=\"{}\"", s.node_id);
-    let figures: [(&str, &str, &str, f64); 7] = [
+    let figures: [(&str, &str, &str, f64); 9] = [
         (
             "gpumesh_raft_term",
             "gauge",
@@ -309,6 +309,18 @@ fn raft(out: &mut String, s: &Scrape) {
             "gauge",
             "Voting members of the Raft group.",
             r.voters.len() as f64,
+        ),
+        (
+            "gpumesh_raft_writes_proposed_total",
+            "counter",
+            "Writes this agent proposed as leader since it started.",
+            r.writes_proposed as f64,
+        ),
+        (
+            "gpumesh_raft_entries_proposed_total",
+            "counter",
+            "Log entries those writes became (the leader's group commit batches them).",
+            r.entries_proposed as f64,
         ),
     ];
     for (name, kind, help, value) in figures {
@@ -400,6 +412,8 @@ mod tests {
             members: BTreeMap::new(),
             matched: BTreeMap::new(),
             is_leader: false,
+            writes_proposed: 12,
+            entries_proposed: 5,
         }
     }
 

@@ -47,6 +47,7 @@ pub fn node(s: &mut ClusterState, id: NodeId, gpus: Vec<GpuRecord>) {
             labels: BTreeMap::new(),
             inventory,
             edge: None,
+            protocol: 1,
         },
     );
 }

@@ -62,6 +62,7 @@ pub fn build(spec: &str) -> Result<(ClusterState, u64), BadCluster> {
                         memory_mib: 512 * 1024,
                     },
                     edge: None,
+                    protocol: 1,
                 },
                 meta: None,
             });
