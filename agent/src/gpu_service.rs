@@ -9,7 +9,8 @@ use gpu_proto::internal::v1::LocalGpuTelemetryRequest;
 use gpu_proto::internal::v1::raft_peer_client::RaftPeerClient;
 use gpu_proto::v1 as pb;
 use gpu_proto::v1::gpu_service_server::GpuService;
-use gpu_raft_store::{Command, NodeId};
+use gpu_raft_store::mig;
+use gpu_raft_store::{Command, GpuMode, NodeId, PartitionSpec};
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
@@ -215,6 +216,62 @@ impl GpuService for GpuApi {
             .write_as(Command::RecordAction { outcome }, Some(caller.meta))
             .await?;
         result.map(|()| Response::new(pb::InjectFaultResponse {}))
+    }
+
+    async fn set_gpu_partition(
+        &self,
+        req: Request<pb::SetGpuPartitionRequest>,
+    ) -> Result<Response<pb::Gpu>, Status> {
+        let r = req.get_ref();
+        let (node, gpu) = (r.node_id, r.gpu_index);
+        let caller = self
+            .auth
+            .check(
+                &req,
+                "gpu.partition",
+                &format!("gpu/n{node}/{gpu}"),
+                Action::ManageNodes,
+            )
+            .await?;
+        let r = req.into_inner();
+        let mode = GpuMode::parse(r.mode.trim()).map_err(invalid)?;
+        let model = self.cluster.state.read(|s| {
+            s.nodes
+                .get(&node)
+                .and_then(|n| n.gpu(gpu))
+                .map(|g| g.model.clone())
+        });
+        let Some(model) = model else {
+            return Err(Status::not_found(format!(
+                "GPU n{node}/{gpu} does not exist"
+            )));
+        };
+        let layout = match (mode, mig::model(&model)) {
+            (GpuMode::Mig, Some(m)) => m.parse_layout(&r.mig).map_err(invalid)?,
+            (GpuMode::Mig, None) => return Err(invalid(format!("{model} is not MIG-capable"))),
+            _ if !r.mig.is_empty() => {
+                return Err(invalid(format!(
+                    "a MIG layout needs mode mig, not {}",
+                    mode.name()
+                )));
+            }
+            _ => Vec::new(),
+        };
+        let cmd = Command::SetGpuPartition {
+            node,
+            gpu,
+            partition: PartitionSpec { mode, mig: layout },
+            if_idle: false,
+        };
+        self.cluster.write_as(cmd, Some(caller.meta)).await?;
+        let gpu = self.cluster.state.read(|s| {
+            s.nodes
+                .get(&node)
+                .map(to_proto::node)
+                .and_then(|n| n.gpus.into_iter().find(|g| g.index == gpu))
+        });
+        gpu.map(Response::new)
+            .ok_or_else(|| Status::not_found(format!("GPU n{node}/{} is gone", r.gpu_index)))
     }
 }
 

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use gpu_proto::v1 as pb;
 use gpu_proto::v1::job_service_server::JobService;
-use gpu_raft_store::{ApplyResult, ClusterState, Command, Job, JobId, validate};
+use gpu_raft_store::{ApplyResult, ClusterState, Command, Job, JobId, slice_fit, validate};
 use tonic::{Request, Response, Status};
 
 use crate::auth::Auth;
@@ -83,7 +83,7 @@ impl JobService for JobApi {
         let r = req.into_inner();
         let wire = r.spec.ok_or_else(|| invalid("spec is required"))?;
         let priority_unset = wire.priority.is_none();
-        let mut spec = to_proto::spec_from(wire);
+        let mut spec = to_proto::spec_from(wire).map_err(invalid)?;
         if priority_unset {
             // A job without a priority of its own gets its tenant's default (0 without a
             // record), decided here so the log carries the value the job runs with.
@@ -94,6 +94,16 @@ impl JobService for JobApi {
             });
         }
         validate::job_spec(&spec).map_err(invalid)?;
+        // A slice no GPU of the cluster (of the requested type) can hold would wait forever.
+        self.cluster
+            .state
+            .read(|s| {
+                slice_fit::check_inventory(
+                    &spec,
+                    s.nodes.values().flat_map(|n| n.inventory.gpus.iter()),
+                )
+            })
+            .map_err(invalid)?;
         let key = (!r.idempotency_key.is_empty()).then_some(r.idempotency_key);
         if let Some(k) = &key {
             validate::idempotency_key(k).map_err(invalid)?;

@@ -101,6 +101,8 @@ mod tests {
             cordoned: false,
             allocations: Default::default(),
             quarantined: Default::default(),
+            partitions: Default::default(),
+            slices: Default::default(),
             edge: None,
             protocol: 1,
             registered_at_ms: 0,

@@ -54,6 +54,9 @@ enum Cmd {
     /// Replay a workload trace on a simulated cluster under scheduling policies (offline;
     /// drives the same planner the leader uses, in virtual time).
     Simulate(SimulateArgs),
+    /// MIG fragmentation: replay a seeded mixed-size stream of MIG requests on A100-80GB GPUs
+    /// with first-fit and with fragmentation-aware packing, side by side (offline).
+    SimulateMig(SimulateMigArgs),
     /// Time one scheduler pass over many pending jobs on a large simulated cluster.
     BenchPlan(BenchPlanArgs),
     /// Measure the agent's CPU and memory while it monitors simulated GPUs, beside a baseline
@@ -216,6 +219,35 @@ struct SimulateArgs {
     output: OutputArg,
 }
 
+#[derive(clap::Args)]
+struct SimulateMigArgs {
+    /// A100-80GB GPUs in the pool.
+    #[arg(long, default_value_t = 16)]
+    gpus: usize,
+    /// MIG requests in the workload.
+    #[arg(long, default_value_t = 5_000)]
+    jobs: usize,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Output on stdout.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputArg::Table)]
+    output: OutputArg,
+}
+
+fn simulate_mig(args: SimulateMigArgs) -> anyhow::Result<()> {
+    use gpu_agent::simulate::fragmentation;
+    anyhow::ensure!(
+        args.gpus > 0 && args.jobs > 0,
+        "--gpus and --jobs must be at least 1"
+    );
+    let reports = fragmentation::compare(args.jobs, args.gpus, args.seed);
+    match args.output {
+        OutputArg::Table => print!("{}", fragmentation::table(&reports)),
+        OutputArg::Json => println!("{}", serde_json::to_string_pretty(&reports)?),
+    }
+    Ok(())
+}
+
 #[derive(Clone, Copy, ValueEnum)]
 enum EstimateArg {
     Exact,
@@ -307,6 +339,7 @@ fn main() -> ExitCode {
     let command = match cli.command {
         Cmd::Shim(args) => return gpu_agent::executor::shim::run(args),
         Cmd::Simulate(args) => return offline(simulate(args)),
+        Cmd::SimulateMig(args) => return offline(simulate_mig(args)),
         Cmd::BenchPlan(args) => return offline(bench_plan(args)),
         Cmd::Generate(what) => return offline(generate(what)),
         other => other,
@@ -425,7 +458,11 @@ async fn run(command: Cmd) -> anyhow::Result<()> {
             );
             Ok(())
         }
-        Cmd::Shim(_) | Cmd::Simulate(_) | Cmd::BenchPlan(_) | Cmd::Generate(_) => {
+        Cmd::Shim(_)
+        | Cmd::Simulate(_)
+        | Cmd::SimulateMig(_)
+        | Cmd::BenchPlan(_)
+        | Cmd::Generate(_) => {
             anyhow::bail!("this command runs without the agent runtime")
         }
     }

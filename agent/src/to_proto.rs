@@ -7,8 +7,8 @@ use std::time::Instant;
 use gpu_proto::v1 as pb;
 use gpu_raft_store::tenant::{Quota, TenantRecord};
 use gpu_raft_store::{
-    ClusterState, DEFAULT_TENANT, Job, JobSpec, JobState, NodeRecord, NodeStatus, Outcome, Role,
-    SchedulerSettings, TokenRecord,
+    ClusterState, DEFAULT_TENANT, Job, JobKind, JobSpec, JobState, NodeRecord, NodeStatus, Outcome,
+    Role, SchedulerSettings, SliceRequest, TokenRecord, job_name,
 };
 
 use crate::cluster::RaftView;
@@ -46,10 +46,41 @@ pub fn node(n: &NodeRecord) -> pb::Node {
                 healthy: g.healthy,
                 job_id: n.allocations.get(&g.index).copied(),
                 quarantined_by: n.quarantined.get(&g.index).cloned().unwrap_or_default(),
+                ..gpu_partition(n, g)
             })
             .collect(),
         cpu_cores: n.inventory.cpu_cores,
         memory_mib: n.inventory.memory_mib,
+    }
+}
+
+/// A GPU's partitioning fields (mode, layout, pending change, slices held).
+fn gpu_partition(n: &NodeRecord, g: &gpu_raft_store::GpuRecord) -> pb::Gpu {
+    let entry = n.partitions.get(&g.index);
+    let current = n.partition(g.index);
+    let (used_mem, used_share) = n.shared_used(g.index);
+    pb::Gpu {
+        mode: current.mode.name().to_owned(),
+        mig_layout: current.mig.iter().map(ToString::to_string).collect(),
+        pending_partition: entry
+            .and_then(|p| p.pending.as_ref())
+            .map(ToString::to_string)
+            .unwrap_or_default(),
+        slices: n
+            .slices
+            .get(&g.index)
+            .map(|h| {
+                h.iter()
+                    .map(|(job, slice)| format!("{} {slice}", job_name(*job)))
+                    .collect()
+            })
+            .unwrap_or_default(),
+        shared_memory_used_mib: used_mem,
+        shared_share_used: used_share,
+        mig_profiles: gpu_raft_store::mig::model(&g.model)
+            .map(|m| m.names().into_iter().map(str::to_owned).collect())
+            .unwrap_or_default(),
+        ..Default::default()
     }
 }
 
@@ -129,12 +160,48 @@ fn spec(s: &JobSpec) -> pb::JobSpec {
         cpu_millis: s.cpu_millis,
         memory_mib: s.memory_mib,
         nodes: s.nodes,
+        mig_profile: match &s.slice {
+            Some(SliceRequest::Mig { profile }) => profile.clone(),
+            _ => String::new(),
+        },
+        shared_memory_mib: match s.slice {
+            Some(SliceRequest::Shared { memory_mib, .. }) => memory_mib,
+            _ => 0,
+        },
+        gpu_share: match s.slice {
+            Some(SliceRequest::Shared { share, .. }) => share,
+            _ => 0,
+        },
+        kind: match s.kind {
+            JobKind::Process => String::new(),
+            JobKind::Vm => "vm".to_owned(),
+        },
     }
 }
 
-/// A submitted spec in domain form. Syntax only: `apply` validates the content.
-pub fn spec_from(p: pb::JobSpec) -> JobSpec {
-    JobSpec {
+/// A submitted spec in domain form. Syntax only (a kind gpumesh does not know, a MIG profile
+/// together with a shared slice): `apply` validates the content.
+pub fn spec_from(p: pb::JobSpec) -> Result<JobSpec, String> {
+    let kind = match p.kind.as_str() {
+        "" | "process" => JobKind::Process,
+        "vm" => JobKind::Vm,
+        other => return Err(format!("unknown job kind {other:?} (process, vm)")),
+    };
+    let shared = p.shared_memory_mib > 0 || p.gpu_share > 0;
+    let slice = match (p.mig_profile.is_empty(), shared) {
+        (false, true) => {
+            return Err("a job asks for a MIG profile or a shared slice, not both".into());
+        }
+        (false, false) => Some(SliceRequest::Mig {
+            profile: p.mig_profile,
+        }),
+        (true, true) => Some(SliceRequest::Shared {
+            memory_mib: p.shared_memory_mib,
+            share: p.gpu_share,
+        }),
+        (true, false) => None,
+    };
+    Ok(JobSpec {
         name: p.name,
         tenant: if p.tenant.is_empty() {
             DEFAULT_TENANT.to_owned()
@@ -155,7 +222,9 @@ pub fn spec_from(p: pb::JobSpec) -> JobSpec {
         cpu_millis: p.cpu_millis,
         memory_mib: p.memory_mib,
         nodes: p.nodes,
-    }
+        slice,
+        kind,
+    })
 }
 
 /// `uuids` maps (node, GPU index) to the GPU's UUID, for the bound GPUs.
@@ -184,6 +253,10 @@ pub fn job(j: &Job, uuids: &BTreeMap<u32, String>) -> pb::Job {
                     .filter_map(|g| uuids.get(g).cloned())
                     .collect()
             })
+            .unwrap_or_default(),
+        slice: binding
+            .and_then(|b| b.slice.as_ref())
+            .map(ToString::to_string)
             .unwrap_or_default(),
         reason: j.reason.clone().unwrap_or_default(),
         outcome: j

@@ -285,6 +285,36 @@ pub enum TokenVerb {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum KindArg {
+    Process,
+    Vm,
+}
+
+/// A GPU's partitioning mode, as `SetGpuPartition` takes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum GpuModeArg {
+    /// One job holds the whole GPU (the default).
+    Whole,
+    /// MIG instances per `--layout`, one job each.
+    Mig,
+    /// Jobs share the GPU by memory and compute share (MPS limits per job).
+    Shared,
+    /// Whole GPUs for `--kind vm` jobs, handed over by PCI address.
+    Passthrough,
+}
+
+impl GpuModeArg {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Whole => "whole",
+            Self::Mig => "mig",
+            Self::Shared => "shared",
+            Self::Passthrough => "passthrough",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum RoleArg {
     Admin,
     Operator,
@@ -408,6 +438,19 @@ pub enum GpuVerb {
         #[arg(long, default_value = "10m", value_parser = units::positive_duration)]
         since: std::time::Duration,
     },
+    /// Set a GPU's mode and MIG layout: at once on an idle GPU; a busy one drains first (no new
+    /// work, no job stopped) and changes when its jobs end.
+    Partition {
+        /// NODE/GPU, e.g. 2/0 or n2/0.
+        #[arg(value_parser = ids::gpu_ref)]
+        gpu: (u64, u32),
+        #[arg(long, value_enum)]
+        mode: GpuModeArg,
+        /// MIG instances, comma-separated: PROFILE (at the lowest free start, in order) or
+        /// PROFILE@START, e.g. 3g.40gb,2g.20gb,1g.10gb@6. Only with --mode mig.
+        #[arg(long, value_delimiter = ',', value_parser = args::non_empty)]
+        layout: Vec<String>,
+    },
     /// GPU energy used per node and per tenant, and idle GPU time under a green-mode cap.
     Energy {
         /// Answer from the contacted agent's replica without asking the leader.
@@ -530,6 +573,22 @@ pub struct SubmitArgs {
     /// Memory limit: 4GiB, 512M, 8192MiB; a plain number is MiB [default: no limit].
     #[arg(long, value_name = "SIZE", value_parser = units::size_mib)]
     pub memory: Option<u64>,
+    /// One MIG instance of this profile (e.g. 1g.10gb) on a GPU in MIG mode, instead of whole
+    /// GPUs; the profile must be one the GPU type's model supports.
+    #[arg(long, value_name = "PROFILE", value_parser = args::non_empty, conflicts_with_all = ["gpu_mem", "gpus_per_node"])]
+    pub mig: Option<String>,
+    /// A shared slice of a GPU in shared mode: this much GPU memory (10GiB, 10240MiB; a plain
+    /// number is MiB), set as the job's MPS memory limit. Needs --gpu-share.
+    #[arg(long, value_name = "SIZE", value_parser = units::size_mib, requires = "gpu_share", conflicts_with = "gpus_per_node")]
+    pub gpu_mem: Option<u64>,
+    /// A shared slice's compute share in percent (1-100), set as the job's MPS active-thread
+    /// percentage. Needs --gpu-mem.
+    #[arg(long, value_name = "PCT", value_parser = clap::value_parser!(u32).range(1..=100), requires = "gpu_mem")]
+    pub gpu_share: Option<u32>,
+    /// What the job is: a process (default), or a virtual machine given whole pass-through
+    /// GPUs by PCI address and not run as a process.
+    #[arg(long, value_enum, default_value_t = KindArg::Process, conflicts_with_all = ["mig", "gpu_mem"])]
+    pub kind: KindArg,
     /// Environment variable for the job (KEY=VALUE); repeatable.
     #[arg(long = "env", value_name = "KEY=VALUE", value_parser = args::key_value)]
     pub env: Vec<(String, String)>,

@@ -257,6 +257,13 @@ impl GpuService for Fake {
         Err(Status::unimplemented("not faked"))
     }
 
+    async fn set_gpu_partition(
+        &self,
+        _: Request<pb::SetGpuPartitionRequest>,
+    ) -> Result<Response<pb::Gpu>, Status> {
+        Err(Status::unimplemented("not faked"))
+    }
+
     async fn get_gpu_stats(
         &self,
         _: Request<pb::GetGpuStatsRequest>,

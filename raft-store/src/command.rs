@@ -15,6 +15,7 @@ use crate::auth::TokenRecord;
 use crate::energy::EnergyReport;
 use crate::job::{JobId, JobSpec, Outcome};
 use crate::node::{EdgeTerms, Inventory, NodeStatus};
+use crate::partition::{PartitionSpec, SliceBind};
 use crate::scheduler::SchedulerSettings;
 use crate::tenant::TenantRecord;
 
@@ -191,6 +192,21 @@ pub enum Command {
     /// (one append and fsync for all of them). Never nested.
     Batch {
         entries: Vec<LogEntry>,
+    },
+    /// Set a GPU's mode and MIG layout (validated against the model's rules on apply). It
+    /// takes effect at once on an idle GPU; on a busy one it waits, and the GPU drains (no new
+    /// work) until its jobs have ended: no job is stopped for it. With `if_idle` (the leader's
+    /// demand-driven re-slicing) a busy GPU refuses the change instead.
+    SetGpuPartition {
+        node: NodeId,
+        gpu: u32,
+        partition: PartitionSpec,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        if_idle: bool,
+    },
+    /// The scheduler's slice placements (MIG instances, shares), each re-validated on apply.
+    BindSlices {
+        binds: Vec<SliceBind>,
     },
 }
 
@@ -411,6 +427,23 @@ impl fmt::Display for Command {
             Command::RecordEnergy { report } => {
                 write!(f, "energy n{} {} mJ", report.node, report.gpu_mj)
             }
+            Command::SetGpuPartition {
+                node,
+                gpu,
+                partition,
+                if_idle,
+            } => write!(
+                f,
+                "partition n{node}/{gpu} {partition}{}",
+                if *if_idle { " if idle" } else { "" }
+            ),
+            Command::BindSlices { binds } => {
+                f.write_str("bind slices")?;
+                for b in binds {
+                    write!(f, " j-{}->n{}/{} {}", b.job, b.node, b.gpu, b.slice)?;
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -572,6 +605,62 @@ mod tests {
     }
 
     #[test]
+    fn partition_encodings_are_frozen() {
+        let bytes: Vec<String> = every_command()
+            .into_iter()
+            .filter(|c| {
+                matches!(
+                    c,
+                    Command::SetGpuPartition { .. } | Command::BindSlices { .. }
+                )
+            })
+            .map(|c| serde_json::to_string(&entry(c)).unwrap_or_default())
+            .collect();
+        expect![[r#"
+            {"proposed_at_ms":1700000000000,"cmd":{"type":"set_gpu_partition","node":1,"gpu":0,"partition":{"mode":"mig","mig":[{"profile":"3g.40gb","start":4}]},"if_idle":true}}
+            {"proposed_at_ms":1700000000000,"cmd":{"type":"bind_slices","binds":[{"job":7,"node":1,"gpu":0,"slice":{"kind":"mig","profile":"3g.40gb","start":4}},{"job":8,"node":1,"gpu":1,"slice":{"kind":"shared","memory_mib":10240,"share":25}}]}}"#]].assert_eq(&bytes.join("\n"));
+        let Some(Command::SubmitJob { spec, .. }) = every_command()
+            .into_iter()
+            .find(|c| matches!(c, Command::SubmitJob { .. }))
+        else {
+            panic!("a submit");
+        };
+        let sliced = |slice, kind| {
+            entry(Command::SubmitJob {
+                spec: JobSpec {
+                    name: "s".into(),
+                    gpus: 1,
+                    slice: Some(slice),
+                    kind,
+                    ..spec.clone()
+                },
+                idempotency_key: None,
+            })
+        };
+        let mig = sliced(
+            crate::partition::SliceRequest::Mig {
+                profile: "1g.10gb".into(),
+            },
+            crate::job::JobKind::Process,
+        );
+        let vm = sliced(
+            crate::partition::SliceRequest::Shared {
+                memory_mib: 1024,
+                share: 25,
+            },
+            crate::job::JobKind::Vm,
+        );
+        let submit = [mig, vm]
+            .iter()
+            .map(|e| serde_json::to_string(e).unwrap_or_default())
+            .collect::<Vec<_>>()
+            .join("\n");
+        expect![[r#"
+            {"proposed_at_ms":1700000000000,"cmd":{"type":"submit_job","spec":{"name":"s","tenant":"t","command":["python"],"env":{"A":"1"},"workdir":"/srv","gpus":1,"gpu_types":["A100"],"min_gpu_memory_mib":1,"node_selector":{"site":"x"},"priority":-3,"runtime_estimate_s":5,"wall_time_limit_s":6,"max_attempts":2,"cpu_millis":null,"memory_mib":null,"slice":{"kind":"mig","profile":"1g.10gb"}},"idempotency_key":null}}
+            {"proposed_at_ms":1700000000000,"cmd":{"type":"submit_job","spec":{"name":"s","tenant":"t","command":["python"],"env":{"A":"1"},"workdir":"/srv","gpus":1,"gpu_types":["A100"],"min_gpu_memory_mib":1,"node_selector":{"site":"x"},"priority":-3,"runtime_estimate_s":5,"wall_time_limit_s":6,"max_attempts":2,"cpu_millis":null,"memory_mib":null,"slice":{"kind":"shared","memory_mib":1024,"share":25},"kind":"vm"},"idempotency_key":null}}"#]].assert_eq(&submit);
+    }
+
+    #[test]
     fn old_entries_without_optional_fields_decode() {
         let old = r#"{"proposed_at_ms":5,"cmd":{"type":"register_node","node":1,"addr":"a:1"}}"#;
         let decoded: LogEntry = serde_json::from_str(old).expect("old entry decodes");
@@ -609,6 +698,8 @@ mod tests {
             cpu_millis: None,
             memory_mib: None,
             nodes: 0,
+            slice: None,
+            kind: Default::default(),
         };
         let gpu = GpuRecord {
             index: 1,
@@ -722,6 +813,40 @@ mod tests {
                 job: 7,
                 generation: 1,
                 node: 2,
+            },
+            Command::SetGpuPartition {
+                node: 1,
+                gpu: 0,
+                partition: PartitionSpec {
+                    mode: crate::partition::GpuMode::Mig,
+                    mig: vec![crate::mig::Instance {
+                        profile: "3g.40gb".into(),
+                        start: 4,
+                    }],
+                },
+                if_idle: true,
+            },
+            Command::BindSlices {
+                binds: vec![
+                    SliceBind {
+                        job: 7,
+                        node: 1,
+                        gpu: 0,
+                        slice: crate::partition::Slice::Mig {
+                            profile: "3g.40gb".into(),
+                            start: 4,
+                        },
+                    },
+                    SliceBind {
+                        job: 8,
+                        node: 1,
+                        gpu: 1,
+                        slice: crate::partition::Slice::Shared {
+                            memory_mib: 10_240,
+                            share: 25,
+                        },
+                    },
+                ],
             },
             Command::PreemptJobs {
                 preemptions: vec![Preempt {

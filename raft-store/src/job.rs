@@ -57,6 +57,30 @@ pub struct JobSpec {
     /// unit with the distributed-training environment; 0 or 1 is a single-node job.
     #[serde(default, skip_serializing_if = "is_single_node")]
     pub nodes: u32,
+    /// One slice of one GPU (a MIG instance or a shared slice) instead of whole GPUs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slice: Option<crate::partition::SliceRequest>,
+    /// `process` (run by the executor) or `vm` (whole pass-through GPUs for a virtual machine).
+    #[serde(default, skip_serializing_if = "JobKind::is_process")]
+    pub kind: JobKind,
+}
+
+/// What a job is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobKind {
+    /// A command the executor runs as a process (the default).
+    #[default]
+    Process,
+    /// A virtual machine given whole GPUs in pass-through mode by PCI address; not run as a
+    /// process by gpumesh (a hypervisor integration starts it).
+    Vm,
+}
+
+impl JobKind {
+    pub fn is_process(&self) -> bool {
+        *self == JobKind::Process
+    }
 }
 
 fn is_single_node(n: &u32) -> bool {
@@ -129,6 +153,9 @@ pub struct Binding {
     pub node: NodeId,
     pub gpus: Vec<u32>,
     pub generation: u64,
+    /// The slice of `gpus[0]` a sliced job holds (MIG instance or share); none for whole GPUs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slice: Option<crate::partition::Slice>,
 }
 
 /// How one run of a job ended, as the executor saw it.

@@ -120,6 +120,14 @@ pub struct NodeRecord {
     /// Maintained only by `apply`.
     #[serde(default)]
     pub quarantined: BTreeMap<u32, String>,
+    /// GPU index → its partitioning (absent: a whole GPU). Kept across registrations; set
+    /// by `SetGpuPartition`. Maintained only by `apply`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub partitions: BTreeMap<u32, crate::partition::GpuPartition>,
+    /// GPU index → the slices (MIG instances, shares) live jobs hold on it. Maintained only
+    /// by `apply`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub slices: BTreeMap<u32, crate::partition::Holds>,
     /// Set when the node is at an edge site: a learner only, judged down after its site's
     /// grace rather than `jobs.down_after`. Maintained only by registration.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -154,12 +162,19 @@ impl NodeRecord {
         self.inventory.gpus.iter().find(|g| g.index == index)
     }
 
-    /// Healthy GPUs that are not quarantined and that no live job holds.
+    /// Whole GPUs (not partitioned, not draining for a change) that are healthy, not
+    /// quarantined and that no live job holds: what whole-GPU jobs may take.
     pub fn free_gpus(&self) -> impl Iterator<Item = &GpuRecord> {
-        self.inventory.gpus.iter().filter(|g| {
-            g.healthy
-                && !self.quarantined.contains_key(&g.index)
-                && !self.allocations.contains_key(&g.index)
+        self.free_in_mode(crate::partition::GpuMode::Whole)
+    }
+
+    /// Usable GPUs in `mode` that no live job holds (or a slice of).
+    pub fn free_in_mode(
+        &self,
+        mode: crate::partition::GpuMode,
+    ) -> impl Iterator<Item = &GpuRecord> {
+        self.inventory.gpus.iter().filter(move |g| {
+            self.gpu_usable(g) && self.mode(g.index) == mode && !self.gpu_busy(g.index)
         })
     }
 

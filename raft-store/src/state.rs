@@ -177,6 +177,13 @@ impl ClusterState {
                 message,
             } => self.raise_alert(*node, *gpu, rule, *severity, *remediation, message, now),
             Command::ResolveAlert { node, gpu, rule } => self.resolve_alert(*node, *gpu, rule, now),
+            Command::SetGpuPartition {
+                node,
+                gpu,
+                partition,
+                if_idle,
+            } => self.set_partition(*node, *gpu, partition, *if_idle),
+            Command::BindSlices { binds } => Ok(self.bind_slices(binds, now)),
             Command::RecordEnergy { report } => {
                 if self.nodes.contains_key(&report.node) {
                     self.energy.record(report);
@@ -387,6 +394,8 @@ impl ClusterState {
             cordoned: false,
             allocations: BTreeMap::new(),
             quarantined: BTreeMap::new(),
+            partitions: BTreeMap::new(),
+            slices: BTreeMap::new(),
             edge: None,
             protocol,
             registered_at_ms: now,
@@ -657,6 +666,7 @@ impl ClusterState {
                     node: m.node,
                     gpus: m.gpus.clone(),
                     generation,
+                    slice: None,
                 })
                 .collect();
         }
@@ -718,6 +728,16 @@ impl ClusterState {
         {
             return Err(format!("node n{} does not have label {k}={v}", b.node));
         }
+        if job.spec.slice.is_some() {
+            return Err(format!(
+                "job j-{} asks for a GPU slice: it is bound with BindSlices",
+                b.job
+            ));
+        }
+        let wanted_mode = match job.spec.kind {
+            crate::job::JobKind::Process => crate::partition::GpuMode::Whole,
+            crate::job::JobKind::Vm => crate::partition::GpuMode::Passthrough,
+        };
         let per_node = job.spec.gpus_per_node() as usize;
         if b.gpus.len() != per_node {
             return Err(format!(
@@ -742,6 +762,25 @@ impl ClusterState {
             }
             if let Some(holder) = node.allocations.get(&index) {
                 return Err(format!("GPU n{}/{index} is held by j-{holder}", b.node));
+            }
+            if node.gpu_busy(index) {
+                return Err(format!("GPU n{}/{index} has slices in use", b.node));
+            }
+            if node.draining(index) {
+                return Err(format!(
+                    "GPU n{}/{index} is draining for a partition change",
+                    b.node
+                ));
+            }
+            let mode = node.mode(index);
+            if mode != wanted_mode {
+                return Err(format!(
+                    "GPU n{}/{index} is in {} mode; j-{} needs a {} GPU",
+                    b.node,
+                    mode.name(),
+                    b.job,
+                    wanted_mode.name()
+                ));
             }
             if !gpu_fits(gpu, &job.spec) {
                 return Err(format!(
@@ -865,14 +904,27 @@ impl ClusterState {
                 node.allocations.insert(index, b.job);
             }
         }
-        if let Some(job) = self.jobs.get_mut(&b.job) {
+        self.mark_bound(b.job, b.node, b.gpus.clone(), None, now);
+    }
+
+    /// The job side of a bind: a new generation, Bound, its binding.
+    pub(crate) fn mark_bound(
+        &mut self,
+        job: JobId,
+        node: NodeId,
+        gpus: Vec<u32>,
+        slice: Option<crate::partition::Slice>,
+        now: u64,
+    ) {
+        if let Some(job) = self.jobs.get_mut(&job) {
             job.generation += 1;
             job.attempts += 1;
             job.state = JobState::Bound;
             job.binding = Some(Binding {
-                node: b.node,
-                gpus: b.gpus.clone(),
+                node,
+                gpus,
                 generation: job.generation,
+                slice,
             });
             job.bound_at_ms = Some(now);
             job.reason = None;
@@ -916,21 +968,36 @@ impl ClusterState {
                 state: j.state,
             });
         }
-        // GPU time of this run, bind to end, by GPU type.
+        // GPU time of this run, bind to end, by GPU type, in whole-GPU units (a slice counts
+        // its fraction: MIG compute slices / 7, a share / 100).
         let held_ms = now.saturating_sub(j.bound_at_ms.unwrap_or(now));
-        let types: Vec<String> = tenant::bound_types(j, &self.nodes)
-            .map(str::to_owned)
+        let slice = j.binding.as_ref().and_then(|b| b.slice.as_ref());
+        let types: Vec<(String, (u64, u64))> = j
+            .members()
+            .flat_map(|b| {
+                let node = self.nodes.get(&b.node);
+                b.gpus.iter().map(move |&i| {
+                    node.and_then(|n| n.gpu(i)).map_or_else(
+                        || ("unknown".to_owned(), (1, 1)),
+                        |g| {
+                            let fraction = crate::partition::normalized(slice, &g.model);
+                            (g.gpu_type.clone(), fraction)
+                        },
+                    )
+                })
+            })
             .collect();
         let nodes: Vec<NodeId> = j.members().map(|b| b.node).collect();
         for n in nodes {
             if let Some(node) = self.nodes.get_mut(&n) {
                 node.allocations.retain(|_, holder| *holder != job);
             }
+            self.release_slices(n, job);
         }
         // The binding stays as the record of where the job last ran (for logs and history).
         let j = self.job_mut(job)?;
-        for t in types {
-            *j.gpu_ms.entry(t).or_insert(0) += held_ms;
+        for (t, (num, den)) in types {
+            *j.gpu_ms.entry(t).or_insert(0) += held_ms.saturating_mul(num) / den.max(1);
         }
         j.outcome = Some(outcome.clone());
         j.cancel_requested = false;

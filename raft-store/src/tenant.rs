@@ -358,6 +358,8 @@ mod tests {
             cpu_millis: None,
             memory_mib: None,
             nodes: 0,
+            slice: None,
+            kind: Default::default(),
         };
         apply(
             &mut s,

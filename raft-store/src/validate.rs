@@ -141,7 +141,12 @@ pub mod limits {
 }
 
 /// Environment variables the executor sets itself; a job may not override them.
-pub const RESERVED_ENV: &[&str] = &["CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"];
+pub const RESERVED_ENV: &[&str] = &[
+    "CUDA_VISIBLE_DEVICES",
+    "NVIDIA_VISIBLE_DEVICES",
+    "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
+    "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT",
+];
 const RESERVED_ENV_PREFIX: &str = "GPUMESH_";
 
 /// A name (job, tenant): 1–128 characters of `[A-Za-z0-9._-]`, starting with an alphanumeric.
@@ -284,6 +289,10 @@ pub fn job_spec(spec: &crate::job::JobSpec) -> Result<(), String> {
         }
     }
     labels(&spec.node_selector).map_err(|e| format!("node selector: {e}"))?;
+    crate::partition::validate_request(spec)?;
+    if spec.kind == crate::job::JobKind::Vm && (spec.gpus == 0 || spec.nodes > 1) {
+        return Err("a vm job needs at least one pass-through GPU on one node".into());
+    }
     if spec.max_attempts == 0 || spec.max_attempts > limits::MAX_ATTEMPTS {
         return Err(format!("max attempts must be 1..={}", limits::MAX_ATTEMPTS));
     }
@@ -306,7 +315,7 @@ pub fn job_spec(spec: &crate::job::JobSpec) -> Result<(), String> {
 }
 
 #[cfg(test)]
-mod job_tests {
+pub(crate) mod job_tests {
     use super::*;
     use crate::job::JobSpec;
 
@@ -328,7 +337,70 @@ mod job_tests {
             cpu_millis: None,
             memory_mib: None,
             nodes: 0,
+            slice: None,
+            kind: Default::default(),
         }
+    }
+
+    #[test]
+    fn slice_requests_are_checked_with_reasons() {
+        use crate::partition::SliceRequest::{Mig, Shared};
+        let with = |slice, gpus: u32, types: &[&str]| JobSpec {
+            gpus,
+            slice: Some(slice),
+            gpu_types: types.iter().map(|t| (*t).to_owned()).collect(),
+            ..spec()
+        };
+        let mig = |p: &str| Mig { profile: p.into() };
+        let shared = |memory_mib, share| Shared { memory_mib, share };
+        assert_eq!(job_spec(&with(mig("1g.10gb"), 1, &[])), Ok(()));
+        assert_eq!(job_spec(&with(mig("1g.5gb"), 1, &["A100"])), Ok(()));
+        assert_eq!(job_spec(&with(shared(10_240, 25), 1, &["T4"])), Ok(()));
+        // An unknown GPU type is not limited by the catalog (newer hardware).
+        assert_eq!(job_spec(&with(shared(200_000, 25), 1, &["B300"])), Ok(()));
+        let cases = [
+            (with(mig("1g.10gb"), 2, &[]), "gpus must be 1"),
+            (
+                with(mig("9g.80gb"), 1, &[]),
+                "unknown MIG profile \"9g.80gb\"",
+            ),
+            (
+                with(mig("1g.10gb"), 1, &["H200"]),
+                "MIG profile 1g.10gb is not supported by GPU type H200 (only by A100-40GB|A100-80GB|H100-80GB)",
+            ),
+            (
+                with(shared(1024, 101), 1, &[]),
+                "GPU share must be 1..=100 percent, got 101",
+            ),
+            (
+                with(shared(1024, 0), 1, &[]),
+                "GPU share must be 1..=100 percent, got 0",
+            ),
+            (with(shared(0, 10), 1, &[]), "needs its GPU memory"),
+            (
+                with(shared(20_000, 10), 1, &["T4"]),
+                "GPU memory 20000 MiB is more than any T4 GPU has (15360 MiB)",
+            ),
+            (
+                with(shared(u64::MAX, 10), 1, &[]),
+                "is more than any GPU has (144384 MiB)",
+            ),
+        ];
+        for (s, why) in cases {
+            let err = job_spec(&s).expect_err(why);
+            assert!(err.contains(why), "{err} should say {why}");
+        }
+        let vm = JobSpec {
+            kind: crate::job::JobKind::Vm,
+            ..with(mig("1g.10gb"), 1, &[])
+        };
+        assert!(job_spec(&vm).expect_err("vm slice").contains("vm job"));
+        let vm0 = JobSpec {
+            kind: crate::job::JobKind::Vm,
+            gpus: 0,
+            ..spec()
+        };
+        assert!(job_spec(&vm0).expect_err("vm 0").contains("at least one"));
     }
 
     #[test]

@@ -64,6 +64,8 @@ fn spec(gpus: u32) -> JobSpec {
         cpu_millis: None,
         memory_mib: None,
         nodes: 0,
+        slice: None,
+        kind: Default::default(),
     }
 }
 

@@ -54,7 +54,9 @@ pub fn submit_request(data: &[u8]) {
         return;
     };
     let Some(spec) = req.spec else { return };
-    let spec = gpu_agent::to_proto::spec_from(spec);
+    let Ok(spec) = gpu_agent::to_proto::spec_from(spec) else {
+        return;
+    };
     if validate::job_spec(&spec).is_err() {
         return;
     }

@@ -89,7 +89,8 @@ fn token_header() {
 
 #[test]
 fn log_entry() {
-    let spec = gpu_agent::to_proto::spec_from(shell_job("train", 2, "sleep 1"));
+    let spec =
+        gpu_agent::to_proto::spec_from(shell_job("train", 2, "sleep 1")).expect("a plain spec");
     let samples = vec![
         entry(Command::SubmitJob {
             spec,

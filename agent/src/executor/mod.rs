@@ -8,6 +8,7 @@ pub mod lease;
 pub mod logs;
 mod reconcile;
 pub mod shim;
+mod vm;
 
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsString;
@@ -16,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use gpu_raft_store::{ClusterState, Command, Job, JobId, JobSpec, NodeId, Rejection};
+use gpu_raft_store::{ClusterState, Command, Job, JobId, JobKind, JobSpec, NodeId, Rejection};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tokio::process::Child;
@@ -73,13 +74,14 @@ impl Executor {
         let host = self.prepare_host();
         let mut applied = self.cluster.state.subscribe();
         let mut children = Children::new();
+        let mut mig_errors = HashMap::new();
         loop {
             tokio::select! {
                 () = cancel.cancelled() => return,
                 _ = applied.changed() => {}
                 () = tokio::time::sleep(self.settings.tick) => {}
             }
-            self.pass(&mut children, &host).await;
+            self.pass(&mut children, &host, &mut mig_errors).await;
         }
     }
 
@@ -138,7 +140,63 @@ impl Executor {
         }
     }
 
-    async fn pass(&self, children: &mut Children, host: &Host) {
+    /// Make every local GPU's MIG state match the replicated layout (level-triggered: after
+    /// an agent restart, or a reboot that cleared MIG, the layout is re-applied). Only
+    /// instances no job holds ever differ (`apply` changes a layout only then), so nothing in
+    /// use is destroyed. Each failure is logged once until it changes.
+    fn reconcile_mig(&self, errors: &mut HashMap<u32, String>) {
+        let me = self.cluster.id;
+        let wanted: Vec<(u32, gpu_raft_store::PartitionSpec)> = self.cluster.state.read(|s| {
+            s.nodes.get(&me).map_or_else(Vec::new, |n| {
+                n.inventory
+                    .gpus
+                    .iter()
+                    .map(|g| (g.index, n.partition(g.index)))
+                    .collect()
+            })
+        });
+        for (index, p) in wanted {
+            let want = (p.mode == gpu_raft_store::GpuMode::Mig).then_some(p.mig);
+            let have = match self.gpus.mig_devices(index) {
+                Ok(h) => h,
+                Err(e) => {
+                    let e = e.to_string();
+                    if errors.insert(index, e.clone()).as_ref() != Some(&e) {
+                        warn!(gpu = index, error = %e, "cannot read the GPU's MIG state");
+                    }
+                    continue;
+                }
+            };
+            let same = match (&want, &have) {
+                (None, None) => true,
+                (Some(w), Some(h)) => crate::gpu::mig_matches(h, w),
+                _ => false,
+            };
+            if same {
+                errors.remove(&index);
+                continue;
+            }
+            match self.gpus.apply_mig(index, want.as_deref()) {
+                Ok(devices) => {
+                    errors.remove(&index);
+                    info!(gpu = index, instances = devices.len(), "MIG layout applied");
+                }
+                Err(e) => {
+                    let e = e.to_string();
+                    if errors.insert(index, e.clone()).as_ref() != Some(&e) {
+                        warn!(gpu = index, error = %e, "cannot apply the MIG layout");
+                    }
+                }
+            }
+        }
+    }
+
+    async fn pass(
+        &self,
+        children: &mut Children,
+        host: &Host,
+        mig_errors: &mut HashMap<u32, String>,
+    ) {
         children.retain(|_, child| matches!(child.try_wait(), Ok(None)));
         let me = self.cluster.id;
         let observed = match self.observe() {
@@ -150,6 +208,8 @@ impl Executor {
         };
         let (desired, jobs) = self.cluster.state.read(|s| desired_runs(s, me, &observed));
         self.mark_busy_gpus(&jobs, &observed);
+        self.end_expired_vms(&jobs, &observed);
+        self.reconcile_mig(mig_errors);
         // Start nothing while out of contact: the supervisor would fence it at once.
         let lease_fresh = lease::lease_age(&self.settings.lease_path)
             .is_some_and(|a| a < self.settings.lease / 2);
@@ -161,17 +221,69 @@ impl Executor {
         }
     }
 
+    /// A vm run has no process to enforce its wall limit: the executor ends it.
+    fn end_expired_vms(&self, jobs: &HashMap<JobId, Job>, observed: &[Observed]) {
+        let now = vm::now_ms();
+        for o in observed.iter().filter(|o| o.alive) {
+            let dir = JobDir::new(&self.settings.jobs_dir, o.job, o.generation);
+            let expired = jobs
+                .get(&o.job)
+                .is_some_and(|j| j.generation == o.generation && vm::past_wall_limit(j, now));
+            if expired && vm::is_vm(&dir) {
+                info!(
+                    job_id = o.job,
+                    generation = o.generation,
+                    "vm run reached its wall limit"
+                );
+                if let Err(e) = vm::detach(&dir, &gpu_raft_store::Outcome::WallTimeExceeded) {
+                    warn!(job_id = o.job, error = %e, "cannot end the vm run");
+                }
+            }
+        }
+    }
+
+    /// Start a vm job: its pass-through GPUs' PCI addresses go to the VM (see `vm.rs`).
+    fn start_vm(&self, job: &Job, dir: &JobDir) -> Result<(), String> {
+        let Some((_, binding)) = job.member_on(self.cluster.id) else {
+            return Err("the job has no placement on this node".into());
+        };
+        let uuids: Vec<String> = self.cluster.state.read(|s| {
+            let node = s.nodes.get(&binding.node);
+            binding
+                .gpus
+                .iter()
+                .filter_map(|g| node.and_then(|n| n.gpu(*g)).map(|g| g.uuid.clone()))
+                .collect()
+        });
+        let devices = self.gpus.devices();
+        let mut pci = Vec::new();
+        for uuid in &uuids {
+            let d = devices
+                .iter()
+                .find(|d| &d.uuid == uuid)
+                .ok_or_else(|| format!("GPU {uuid} is not on this host"))?;
+            pci.push(d.pci_bus_id.clone());
+        }
+        vm::attach(dir, &pci).map_err(|e| format!("recording the vm attachment: {e}"))
+    }
+
     fn observe(&self) -> std::io::Result<Vec<Observed>> {
         Ok(JobDir::scan(&self.settings.jobs_dir)?
             .into_iter()
             .map(|d| {
                 let supervisor = d.supervisor();
-                let alive = supervisor.as_ref().is_some_and(Supervisor::is_running);
+                // A vm run has no process: it is live until its exit is recorded.
+                let vm = vm::is_vm(&d);
+                let alive = if vm {
+                    d.exit().is_none()
+                } else {
+                    supervisor.as_ref().is_some_and(Supervisor::is_running)
+                };
                 Observed {
                     job: d.job,
                     generation: d.generation,
                     alive,
-                    starting: supervisor.is_none() && d.age() < START_GRACE,
+                    starting: !vm && supervisor.is_none() && d.age() < START_GRACE,
                     exit: d.exit(),
                     stop_requested: d.stop_reason().is_some(),
                     reported: d.is_reported(),
@@ -205,10 +317,17 @@ impl Executor {
             Action::Start { job, generation } => {
                 let Some(j) = jobs.get(&job) else { return };
                 let dir = JobDir::new(&self.settings.jobs_dir, job, generation);
-                match self.start(j, &dir, host) {
+                let started = if j.spec.kind == JobKind::Vm {
+                    self.start_vm(j, &dir).map(|()| None)
+                } else {
+                    self.start(j, &dir, host).map(Some)
+                };
+                match started {
                     Ok(child) => {
                         info!(job_id = job, generation, "started");
-                        children.insert((job, generation), child);
+                        if let Some(child) = child {
+                            children.insert((job, generation), child);
+                        }
                     }
                     Err(message) => {
                         warn!(job_id = job, generation, %message, "could not start the supervisor");
@@ -240,6 +359,12 @@ impl Executor {
                 info!(job_id = job, generation, ?reason, "stopping");
                 if let Err(e) = dir.request_stop(reason) {
                     warn!(job_id = job, error = %e, "cannot record the stop request");
+                }
+                if vm::is_vm(&dir) {
+                    if let Err(e) = vm::detach(&dir, &reason.outcome()) {
+                        warn!(job_id = job, error = %e, "cannot end the vm run");
+                    }
+                    return;
                 }
                 // Checked again here: the supervisor may have ended since it was observed.
                 if let Some(s) = dir.supervisor().filter(Supervisor::is_running)
@@ -321,7 +446,10 @@ impl Executor {
                 .filter_map(|g| node.and_then(|n| n.gpu(*g)).map(|g| g.uuid.clone()))
                 .collect()
         });
-        let visible = uuids.join(",");
+        let (visible, slice_env) = match &binding.slice {
+            None => (uuids.join(","), Vec::new()),
+            Some(slice) => slice_env(self.gpus.as_ref(), binding, slice, &uuids)?,
+        };
         let mut cmd = tokio::process::Command::new(&self.settings.agent_exe);
         cmd.args(shim_args(
             &self.settings,
@@ -361,12 +489,50 @@ impl Executor {
                     .join(","),
             )
             .envs(gang_env)
+            .envs(slice_env)
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .process_group(0);
         cmd.spawn()
             .map_err(|e| format!("spawning the supervisor: {e}"))
+    }
+}
+
+/// Extra environment variables of a sliced run.
+type SliceVars = Vec<(&'static str, String)>;
+
+/// `CUDA_VISIBLE_DEVICES` and the extra variables of a sliced run: the MIG device's UUID
+/// (from the backend, which created it), or the GPU's UUID with MPS limits for a share.
+fn slice_env(
+    gpus: &dyn GpuBackend,
+    binding: &gpu_raft_store::Binding,
+    slice: &gpu_raft_store::Slice,
+    uuids: &[String],
+) -> Result<(String, SliceVars), String> {
+    let gpu = binding.gpus.first().copied().unwrap_or_default();
+    let mut env = vec![("GPUMESH_GPU_SLICE", slice.to_string())];
+    match slice {
+        gpu_raft_store::Slice::Mig { profile, start } => {
+            let devices = gpus
+                .mig_devices(gpu)
+                .map_err(|e| format!("reading GPU {gpu}'s MIG devices: {e}"))?
+                .unwrap_or_default();
+            let device = devices
+                .iter()
+                .find(|d| d.start == *start && &d.profile == profile)
+                .ok_or_else(|| format!("GPU {gpu} has no MIG instance {profile}@{start} yet"))?;
+            Ok((device.uuid.clone(), env))
+        }
+        gpu_raft_store::Slice::Shared { memory_mib, share } => {
+            env.push(("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", share.to_string()));
+            // Per device of CUDA_VISIBLE_DEVICES (the job sees one: device 0).
+            env.push((
+                "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT",
+                format!("0={memory_mib}M"),
+            ));
+            Ok((uuids.join(","), env))
+        }
     }
 }
 

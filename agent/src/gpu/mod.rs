@@ -6,8 +6,10 @@
 
 pub mod models;
 pub mod nvml;
+mod nvml_mig;
 pub mod sim;
 
+use gpu_raft_store::mig::Instance;
 use std::fmt;
 use std::str::FromStr;
 
@@ -169,6 +171,46 @@ pub trait GpuBackend: Send + Sync {
     /// Set the board power limit (remediation and green mode); the simulator obeys it.
     fn set_power_limit(&self, index: u32, watts: u32) -> Result<(), GpuError>;
     fn inject(&self, index: u32, fault: Fault) -> Result<(), GpuError>;
+    /// GPU `index`'s MIG devices as they are now; `None` while MIG mode is off (or the GPU
+    /// cannot do MIG).
+    fn mig_devices(&self, index: u32) -> Result<Option<Vec<MigDevice>>, GpuError> {
+        let _ = index;
+        Ok(None)
+    }
+    /// Make GPU `index` hold exactly `layout` (MIG mode on, one GPU instance per entry with
+    /// one compute instance of its full size), or turn MIG mode off for `None`. Instances
+    /// already in place are kept (their UUIDs too); only the others are destroyed or created.
+    /// The caller changes only what no job uses (the replicated layout guarantees it).
+    fn apply_mig(
+        &self,
+        index: u32,
+        layout: Option<&[Instance]>,
+    ) -> Result<Vec<MigDevice>, GpuError> {
+        let _ = (index, layout);
+        Err(GpuError::Unsupported {
+            backend: self.name(),
+            what: "configure MIG",
+        })
+    }
+}
+
+/// One MIG device: a GPU instance (profile, start slice) and the UUID CUDA knows it by.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MigDevice {
+    pub profile: String,
+    pub start: u8,
+    /// `MIG-…`, what goes in `CUDA_VISIBLE_DEVICES`.
+    pub uuid: String,
+}
+
+/// Whether `devices` are exactly the instances of `layout`.
+pub fn mig_matches(devices: &[MigDevice], layout: &[Instance]) -> bool {
+    devices.len() == layout.len()
+        && layout.iter().all(|i| {
+            devices
+                .iter()
+                .any(|d| d.start == i.start && d.profile == i.profile)
+        })
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -191,6 +233,8 @@ pub enum GpuError {
         min: u32,
         max: u32,
     },
+    #[error("invalid MIG layout for GPU {index}: {reason}")]
+    BadMigLayout { index: u32, reason: String },
     #[error("the {backend} GPU backend cannot {what}")]
     Unsupported {
         backend: &'static str,

@@ -260,6 +260,33 @@ impl GpuBackend for NvmlBackend {
             what: "inject faults",
         })
     }
+
+    fn mig_devices(&self, index: u32) -> Result<Option<Vec<super::MigDevice>>, GpuError> {
+        let model = self.model_of(index)?;
+        super::nvml_mig::devices(&self.nvml, index, &model)
+    }
+
+    fn apply_mig(
+        &self,
+        index: u32,
+        layout: Option<&[gpu_raft_store::mig::Instance]>,
+    ) -> Result<Vec<super::MigDevice>, GpuError> {
+        let model = self.model_of(index)?;
+        super::nvml_mig::apply(&self.nvml, index, &model, layout)
+    }
+}
+
+impl NvmlBackend {
+    fn model_of(&self, index: u32) -> Result<String, GpuError> {
+        self.devices
+            .iter()
+            .find(|d| d.index == index)
+            .map(|d| d.model.clone())
+            .ok_or(GpuError::NoSuchGpu {
+                index,
+                count: self.devices.len(),
+            })
+    }
 }
 
 /// The XID watcher thread: waits on one NVML event set for critical XID errors of every GPU and

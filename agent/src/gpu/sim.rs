@@ -5,8 +5,11 @@
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
+use gpu_raft_store::mig::{self, Instance};
+use sha2::Digest;
+
 use super::models::{self, GpuModel};
-use super::{Fault, GpuBackend, GpuDevice, GpuError, GpuSample, throttle};
+use super::{Fault, GpuBackend, GpuDevice, GpuError, GpuSample, MigDevice, throttle};
 
 /// Most GPUs one simulated node may have (per spec entry and in total).
 pub const MAX_GPUS: u32 = 64;
@@ -108,6 +111,8 @@ struct SimState {
     /// When the model was last advanced.
     last: Instant,
     gpus: Vec<SimGpu>,
+    /// GPU instances created so far (each new one gets a UUID never used before).
+    mig_created: u64,
 }
 
 impl SimState {
@@ -131,6 +136,9 @@ struct SimGpu {
     lost: bool,
     pending_xids: Vec<u32>,
     ecc_double_bit: u64,
+    /// MIG mode and its devices (in memory only: like a real GPU after a reboot, a restarted
+    /// agent's simulated GPUs come back with MIG off, and the agent re-applies the layout).
+    mig: Option<Vec<MigDevice>>,
 }
 
 impl SimBackend {
@@ -155,6 +163,7 @@ impl SimBackend {
                 lost: false,
                 pending_xids: Vec::new(),
                 ecc_double_bit: 0,
+                mig: None,
             })
             .collect();
         Ok(Self {
@@ -163,6 +172,7 @@ impl SimBackend {
             state: Mutex::new(SimState {
                 last: Instant::now(),
                 gpus,
+                mig_created: 0,
             }),
         })
     }
@@ -323,6 +333,80 @@ impl GpuBackend for SimBackend {
         tracing::info!(gpu = index, ?fault, "simulated GPU fault injected");
         Ok(())
     }
+
+    fn mig_devices(&self, index: u32) -> Result<Option<Vec<MigDevice>>, GpuError> {
+        let mut state = self.lock();
+        Ok(state.gpu_mut(index)?.mig.clone())
+    }
+
+    fn apply_mig(
+        &self,
+        index: u32,
+        layout: Option<&[Instance]>,
+    ) -> Result<Vec<MigDevice>, GpuError> {
+        let model = self.models.get(index as usize).copied();
+        let uuid = self
+            .devices
+            .get(index as usize)
+            .map(|d| d.uuid.clone())
+            .unwrap_or_default();
+        let mut state = self.lock();
+        state.gpu_mut(index)?;
+        let Some(layout) = layout else {
+            state.gpus[index as usize].mig = None;
+            return Ok(Vec::new());
+        };
+        let rules =
+            model
+                .and_then(|m| mig::model(m.name))
+                .ok_or_else(|| GpuError::BadMigLayout {
+                    index,
+                    reason: format!("{} is not MIG-capable", model.map_or("?", |m| m.name)),
+                })?;
+        rules
+            .check(layout)
+            .map_err(|reason| GpuError::BadMigLayout { index, reason })?;
+        let old = state.gpus[index as usize].mig.take().unwrap_or_default();
+        let mut devices = Vec::with_capacity(layout.len());
+        for i in layout {
+            match old
+                .iter()
+                .find(|d| d.start == i.start && d.profile == i.profile)
+            {
+                Some(kept) => devices.push(kept.clone()),
+                None => {
+                    state.mig_created += 1;
+                    devices.push(MigDevice {
+                        profile: i.profile.clone(),
+                        start: i.start,
+                        uuid: sim_mig_uuid(&uuid, state.mig_created),
+                    });
+                }
+            }
+        }
+        state.gpus[index as usize].mig = Some(devices.clone());
+        Ok(devices)
+    }
+}
+
+/// A MIG UUID for the simulator, `MIG-` and a UUID derived from the parent GPU's UUID and a
+/// creation counter (a re-created instance gets a new one, as on real GPUs).
+fn sim_mig_uuid(gpu_uuid: &str, n: u64) -> String {
+    let digest = sha2::Sha256::digest(format!("{gpu_uuid}/{n}").as_bytes());
+    let h = |r: std::ops::Range<usize>| {
+        digest[r]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    };
+    format!(
+        "MIG-{}-{}-{}-{}-{}",
+        h(0..4),
+        h(4..6),
+        h(6..8),
+        h(8..10),
+        h(10..16)
+    )
 }
 
 /// Where the temperature settles at a constant power draw: linear in power, scaled per model
@@ -681,5 +765,42 @@ mod tests {
                 .to_string(),
             "no GPU with index 1 (this node has 1)"
         );
+    }
+
+    #[test]
+    fn mig_layouts_follow_the_model_rules_and_keep_instances_in_place() {
+        let sim = SimBackend::from_spec("1xA100-80GB,1xT4-16GB", 1).expect("spec");
+        let l = |items: &[(&str, u8)]| -> Vec<Instance> {
+            items
+                .iter()
+                .map(|(p, s)| Instance {
+                    profile: (*p).into(),
+                    start: *s,
+                })
+                .collect()
+        };
+        assert_eq!(sim.mig_devices(0).expect("read"), None, "MIG starts off");
+        let first = sim
+            .apply_mig(0, Some(&l(&[("3g.40gb", 0), ("3g.40gb", 4)])))
+            .expect("valid layout");
+        assert_eq!(first.len(), 2);
+        assert!(first.iter().all(|d| d.uuid.starts_with("MIG-")));
+        assert_ne!(first[0].uuid, first[1].uuid);
+        // Keeping 3g@0 keeps its UUID; the new instances get new ones.
+        let second = sim
+            .apply_mig(
+                0,
+                Some(&l(&[("3g.40gb", 0), ("2g.20gb", 4), ("1g.10gb", 6)])),
+            )
+            .expect("valid layout");
+        assert_eq!(second[0].uuid, first[0].uuid);
+        assert!(second[1..].iter().all(|d| d.uuid != first[1].uuid));
+        assert_eq!(sim.mig_devices(0).expect("read"), Some(second));
+        let bad = sim.apply_mig(0, Some(&l(&[("4g.40gb", 0), ("2g.20gb", 2)])));
+        assert!(matches!(bad, Err(GpuError::BadMigLayout { .. })), "{bad:?}");
+        let t4 = sim.apply_mig(1, Some(&l(&[("1g.10gb", 0)])));
+        assert!(matches!(t4, Err(GpuError::BadMigLayout { .. })), "{t4:?}");
+        sim.apply_mig(0, None).expect("MIG off");
+        assert_eq!(sim.mig_devices(0).expect("read"), None);
     }
 }

@@ -19,6 +19,7 @@ use super::env::EnvCache;
 use super::plan::plan;
 use super::policy::Policy;
 use super::preempt::preemptions;
+use super::reslice::reslice;
 use crate::cluster::Cluster;
 
 pub struct Scheduler {
@@ -48,7 +49,7 @@ impl Scheduler {
                 continue;
             }
             let now_ms = crate::cluster::now_ms();
-            let (pass, preempt) = self.cluster.state.read(|s| {
+            let (pass, preempt, reslices) = self.cluster.state.read(|s| {
                 // The replicated settings decide ordering and backfill; `self.policy` keeps
                 // the agent-local knobs (batch size).
                 let mut policy = self.policy.with_settings(&s.scheduler);
@@ -56,13 +57,32 @@ impl Scheduler {
                 let env = env.get(s, &policy, now_ms, on_tick);
                 let pass = plan(s, &policy, env);
                 // Preempt only when nothing can be placed the ordinary way.
-                let preempt = if pass.binds.is_empty() {
+                let preempt = if pass.binds.is_empty() && pass.slice_binds.is_empty() {
                     preemptions(s, &policy, env)
                 } else {
                     Vec::new()
                 };
-                (pass, preempt)
+                let reslices = reslice(s, &pass);
+                (pass, preempt, reslices)
             });
+            for r in reslices {
+                let cmd = Command::SetGpuPartition {
+                    node: r.node,
+                    gpu: r.gpu,
+                    partition: r.partition.clone(),
+                    if_idle: true,
+                };
+                match self.cluster.write(cmd).await {
+                    Ok(ApplyResult::Ok) => {
+                        info!(node_id = r.node, gpu = r.gpu, partition = %r.partition, "re-sliced an idle GPU for the queue");
+                    }
+                    Ok(other) => warn!(?other, "unexpected result for a re-slicing"),
+                    Err(crate::cluster::ClusterError::Rejected(why)) => {
+                        debug!(%why, "re-slicing refused by apply (the GPU is busy)");
+                    }
+                    Err(e) => warn!(error = %e, "could not propose a re-slicing"),
+                }
+            }
             if !preempt.is_empty() {
                 match self
                     .cluster
@@ -102,6 +122,28 @@ impl Scheduler {
                     }
                     Ok(other) => warn!(?other, "unexpected result for a bind batch"),
                     Err(e) => warn!(error = %e, "could not propose placements"),
+                }
+            }
+            if !pass.slice_binds.is_empty() {
+                match self
+                    .cluster
+                    .write(Command::BindSlices {
+                        binds: pass.slice_binds,
+                    })
+                    .await
+                {
+                    Ok(ApplyResult::Bound { bound, rejected }) => {
+                        debug!(
+                            bound = bound.len(),
+                            rejected = rejected.len(),
+                            "slice placements"
+                        );
+                        for (job_id, reason) in rejected {
+                            debug!(job_id, %reason, "slice placement refused by apply");
+                        }
+                    }
+                    Ok(other) => warn!(?other, "unexpected result for a slice bind batch"),
+                    Err(e) => warn!(error = %e, "could not propose slice placements"),
                 }
             }
             if !pass.unschedulable.is_empty()

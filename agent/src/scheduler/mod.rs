@@ -24,6 +24,10 @@ mod preempt_tests;
 mod quota;
 #[cfg(test)]
 mod quota_tests;
+mod reslice;
+#[cfg(test)]
+mod slice_tests;
+mod slices;
 #[cfg(test)]
 pub(crate) mod testkit;
 mod usage;
@@ -37,4 +41,5 @@ pub use pending::PendingIndex;
 pub use plan::{Plan, plan, plan_pending};
 pub use policy::{Backfill, BadPolicy, DEFAULT_HALF_LIFE_MS, Ordering, Policy};
 pub use preempt::preemptions;
+pub use reslice::{Reslice, reslice};
 pub use usage::TenantUsage;

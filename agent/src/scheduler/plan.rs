@@ -6,7 +6,7 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
-use gpu_raft_store::{Bind, ClusterState, JobId, JobSpec, gpu_fits};
+use gpu_raft_store::{Bind, ClusterState, JobId, JobSpec, SliceBind, gpu_fits};
 
 use super::backfill::{self, Holding, Reservation};
 use super::env::PlanEnv;
@@ -15,12 +15,15 @@ use super::pending::PendingIndex;
 use super::placement::{Nodes, is_plain, selector_matches};
 use super::policy::{Backfill, Policy};
 use super::quota::{Admission, QuotaBook, restrict};
+use super::slices::{self, SliceBook, SlicePlace};
 
 /// One pass's result: placements to propose, and new reasons for jobs that stay pending.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Plan {
     /// One bind per placed job; a multi-node gang has one bind per node, all in this pass.
     pub binds: Vec<Bind>,
+    /// One slice bind per placed MIG or shared job (proposed as `BindSlices`).
+    pub slice_binds: Vec<SliceBind>,
     /// Only reasons that differ from what the state already says.
     pub unschedulable: Vec<(JobId, String)>,
     /// The EASY reservation of the first job that could not start, if any.
@@ -57,6 +60,7 @@ pub fn plan_pending(
 
 fn plan_queue(state: &ClusterState, policy: &Policy, mut queue: Queue<'_>, env: &PlanEnv) -> Plan {
     let mut nodes = Nodes::new(state);
+    let mut sliced = SliceBook::new(state, policy.slice_best_fit);
     let gangs = policy.multi_node_gangs;
     let unconstrained_capacity = Capacity::of(&nodes);
     let mut started: Vec<Holding> = Vec::new();
@@ -70,7 +74,7 @@ fn plan_queue(state: &ClusterState, policy: &Policy, mut queue: Queue<'_>, env: 
     let mut held_from = usize::MAX;
     let mut out = Plan::default();
     while let Some(job) = queue.next() {
-        if out.binds.len() >= policy.max_binds_per_pass {
+        if out.binds.len() + out.slice_binds.len() >= policy.max_binds_per_pass {
             break;
         }
         let note = |out: &mut Plan, reason: String| {
@@ -108,6 +112,41 @@ fn plan_queue(state: &ClusterState, policy: &Policy, mut queue: Queue<'_>, env: 
             }
         };
         let spec = spec.as_ref();
+        // MIG instances, shared slices and pass-through GPUs: their own book, no reservation
+        // (a slice does not hold the queue behind it).
+        if slices::is_sliced(spec) {
+            let Some(place) = sliced.place(spec) else {
+                note(&mut out, sliced.why(spec));
+                queue.pass_over_class();
+                continue;
+            };
+            let (node, gpus) = match &place {
+                SlicePlace::Slice { node, gpu, .. } => (*node, vec![*gpu]),
+                SlicePlace::Passthrough { node, gpus } => (*node, gpus.clone()),
+            };
+            if let Some(n) = state.nodes.get(&node) {
+                let types = gpus
+                    .iter()
+                    .filter_map(|i| n.gpu(*i))
+                    .map(|g| g.gpu_type.as_str());
+                quotas.take(&job.spec.tenant, types);
+            }
+            match place {
+                SlicePlace::Slice { node, gpu, slice } => out.slice_binds.push(SliceBind {
+                    job: job.id,
+                    node,
+                    gpu,
+                    slice,
+                }),
+                SlicePlace::Passthrough { node, gpus } => out.binds.push(Bind {
+                    job: job.id,
+                    node,
+                    gpus,
+                }),
+            }
+            queue.placed();
+            continue;
+        }
         let want = spec.gpus as usize;
         // Nothing with GPUs can start any more and no CPU-only job waits: the pass is over,
         // once an EASY head has its reservation. (Otherwise the job goes on to find no room,
@@ -116,6 +155,7 @@ fn plan_queue(state: &ClusterState, policy: &Policy, mut queue: Queue<'_>, env: 
             && want > 0
             && nodes.total_free() == 0
             && !queue.has_cpu_only_pending()
+            && !sliced.has_room()
             && (reservation.is_some() || policy.backfill != Backfill::Easy)
         {
             break;

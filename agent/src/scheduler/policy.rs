@@ -30,6 +30,9 @@ pub struct Policy {
     pub explain: bool,
     /// Most placements proposed in one pass (one Raft entry).
     pub max_binds_per_pass: usize,
+    /// Place MIG and shared slices on the most used GPU that fits (fragmentation-aware); off:
+    /// the first GPU that fits, in node and GPU order (the simulator's baseline).
+    pub slice_best_fit: bool,
 }
 
 /// One day: the default half-life of past usage.
@@ -47,6 +50,7 @@ impl Default for Policy {
             multi_node_gangs: false,
             explain: true,
             max_binds_per_pass: 1024,
+            slice_best_fit: true,
         }
     }
 }

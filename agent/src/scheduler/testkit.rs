@@ -70,6 +70,8 @@ pub fn spec(gpus: u32, priority: i32) -> JobSpec {
         cpu_millis: None,
         memory_mib: None,
         nodes: 0,
+        slice: None,
+        kind: Default::default(),
     }
 }
 

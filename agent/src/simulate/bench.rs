@@ -64,6 +64,8 @@ pub fn setup(
             cpu_millis: None,
             memory_mib: None,
             nodes: 0,
+            slice: None,
+            kind: Default::default(),
         };
         state.apply(&LogEntry {
             proposed_at_ms: i as u64,

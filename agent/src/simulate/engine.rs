@@ -200,6 +200,7 @@ pub fn replay(
                     node: b.node,
                     gpus: b.gpus,
                     generation: job.generation,
+                    slice: None,
                 });
                 busy += u64::from(job.spec.gpus);
                 predicted.insert(b.job, env.history.predict_ms(&job.spec));
@@ -321,6 +322,8 @@ fn pending_job(id: JobId, t: &TraceJob, estimates: Estimates) -> Job {
             cpu_millis: None,
             memory_mib: None,
             nodes: 0,
+            slice: None,
+            kind: Default::default(),
         },
         idempotency_key: None,
         state: JobState::Pending,

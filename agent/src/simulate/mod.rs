@@ -7,6 +7,7 @@
 pub mod bench;
 pub mod cluster;
 pub mod engine;
+pub mod fragmentation;
 pub mod metrics;
 pub mod report;
 pub mod svg;

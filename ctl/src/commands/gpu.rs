@@ -1,9 +1,13 @@
-//! `gpuctl gpu list`, `gpuctl gpu stats NODE/GPU --since 10m` and `gpuctl gpu energy`.
+//! `gpuctl gpu list` (with partitions and slices), `gpuctl gpu stats NODE/GPU --since 10m` and
+//! `gpuctl gpu energy`; `gpu partition` is in `gpu_partition.rs`.
 //!
 //! JSON of `list` (stable): an array of GPUs, each `{"node_id", "index", "uuid", "model",
 //! "gpu_type", "memory_mib", "numa_node" (null when unknown), "nvlink_peers": [index],
 //! "healthy", "job_id" (null when no job holds it), "quarantined_by" (the alert rule that took
-//! it out of scheduling, null when in service), "telemetry"}` where `telemetry` is null when
+//! it out of scheduling, null when in service), "mode" (whole, mig, shared, passthrough),
+//! "mig_layout": ["profile@start"], "pending_partition" (the partition waiting for the GPU to
+//! drain, null if none), "slices": ["j-7 mig 1g.10gb@3"], "shared_memory_used_mib",
+//! "shared_share_used", "mig_profiles": [profile the model supports], "telemetry"}` where `telemetry` is null when
 //! the node's agent did not answer in time, else a telemetry object. A node's `gpus` (see
 //! `node`) are these objects without `node_id` and `telemetry`.
 //!
@@ -41,6 +45,9 @@ pub async fn run(ctx: &Ctx, verb: GpuVerb) -> Result<Answer, Failure> {
             since,
         } => stats(ctx, node_id, gpu_index, since).await,
         GpuVerb::Energy { stale } => energy(ctx, stale).await,
+        GpuVerb::Partition { gpu, mode, layout } => {
+            super::gpu_partition::run(ctx, gpu, mode, layout).await
+        }
     }
 }
 
@@ -152,8 +159,9 @@ async fn stats(
     Ok(Answer::ok(text))
 }
 
-/// What the scheduler can do with a GPU: `free`, `busy` (a job holds it), `unhealthy`, or
-/// `quarantined` (an alert took it out of scheduling; a job may still hold it).
+/// What the scheduler can do with a GPU: `free`, `busy` (a job holds it), `sliced` (jobs hold
+/// some of its MIG instances or shares), `draining` (a new partition waits for its jobs to end),
+/// `unhealthy`, or `quarantined` (an alert took it out of scheduling; a job may still hold it).
 pub fn state(g: &pb::Gpu) -> &'static str {
     if !g.healthy {
         "unhealthy"
@@ -161,6 +169,10 @@ pub fn state(g: &pb::Gpu) -> &'static str {
         "quarantined"
     } else if g.job_id.is_some() {
         "busy"
+    } else if !g.pending_partition.is_empty() {
+        "draining"
+    } else if !g.slices.is_empty() {
+        "sliced"
     } else {
         "free"
     }
@@ -169,6 +181,38 @@ pub fn state(g: &pb::Gpu) -> &'static str {
 /// `j-42`, or `-` when no job holds the GPU.
 pub fn job_cell(g: &pb::Gpu) -> String {
     g.job_id.map_or_else(|| "-".into(), |j| format!("j-{j}"))
+}
+
+/// The GPU's partitioning mode; `whole` when the server left it empty.
+pub fn mode(g: &pb::Gpu) -> &str {
+    if g.mode.is_empty() { "whole" } else { &g.mode }
+}
+
+/// Mode and layout in one cell: `whole`, `mig[3g.40gb@0,1g.10gb@6]`, `shared`, with
+/// ` -> PENDING` while a requested partition waits for the GPU to drain.
+pub fn partition_cell(g: &pb::Gpu) -> String {
+    let mut cell = mode(g).to_owned();
+    if !g.mig_layout.is_empty() {
+        cell = format!("{cell}[{}]", g.mig_layout.join(","));
+    }
+    if !g.pending_partition.is_empty() {
+        cell = format!("{cell} -> {}", g.pending_partition);
+    }
+    cell
+}
+
+/// What live jobs hold of a partitioned GPU: `2/7 mig` (instances in use of those in the
+/// layout), `30GiB/50% shared` (memory and compute share held); `-` for a whole GPU.
+pub fn slices_cell(g: &pb::Gpu) -> String {
+    match mode(g) {
+        "mig" => format!("{}/{} mig", g.slices.len(), g.mig_layout.len()),
+        "shared" => format!(
+            "{}/{}% shared",
+            units::gib(g.shared_memory_used_mib),
+            g.shared_share_used
+        ),
+        _ => "-".into(),
+    }
 }
 
 /// A GPU as part of a node.
@@ -184,6 +228,13 @@ pub fn gpu_json(g: &pb::Gpu) -> Map<String, Value> {
         "healthy": g.healthy,
         "job_id": g.job_id,
         "quarantined_by": (!g.quarantined_by.is_empty()).then_some(&g.quarantined_by),
+        "mode": mode(g),
+        "mig_layout": g.mig_layout,
+        "pending_partition": (!g.pending_partition.is_empty()).then_some(&g.pending_partition),
+        "slices": g.slices,
+        "shared_memory_used_mib": g.shared_memory_used_mib,
+        "shared_share_used": g.shared_share_used,
+        "mig_profiles": g.mig_profiles,
     });
     match value {
         Value::Object(map) => map,
@@ -286,6 +337,8 @@ fn gpus_table(gpus: &[pb::GpuStatus]) -> String {
                 g.model.clone(),
                 units::gib(g.memory_mib),
                 state(&g).into(),
+                partition_cell(&g),
+                slices_cell(&g),
                 job_cell(&g),
                 t.map_or_else(|| "-".into(), |t| format!("{:.0}%", t.utilization_pct)),
                 t.map_or_else(|| "-".into(), |t| format!("{:.0}°C", t.temperature_c)),
@@ -295,7 +348,8 @@ fn gpus_table(gpus: &[pb::GpuStatus]) -> String {
         .collect();
     table(
         &[
-            "NODE", "GPU", "MODEL", "MEMORY", "STATE", "JOB", "UTIL", "TEMP", "POWER",
+            "NODE", "GPU", "MODEL", "MEMORY", "STATE", "MODE", "SLICES", "JOB", "UTIL", "TEMP",
+            "POWER",
         ],
         &rows,
     )
@@ -327,6 +381,7 @@ pub mod tests {
             healthy,
             job_id,
             quarantined_by: String::new(),
+            ..Default::default()
         }
     }
 
@@ -368,6 +423,31 @@ pub mod tests {
                 }),
                 telemetry: None,
             },
+            pb::GpuStatus {
+                node_id: 2,
+                gpu: Some(pb::Gpu {
+                    mode: "mig".into(),
+                    mig_layout: vec!["4g.40gb@0".into(), "2g.20gb@4".into(), "1g.10gb@6".into()],
+                    slices: vec!["j-7 mig 1g.10gb@6".into()],
+                    pending_partition: "mig[1g.10gb@0,1g.10gb@1]".into(),
+                    ..gpu(0, None, true)
+                }),
+                telemetry: None,
+            },
+            pb::GpuStatus {
+                node_id: 2,
+                gpu: Some(pb::Gpu {
+                    mode: "shared".into(),
+                    slices: vec![
+                        "j-8 shared 10240MiB/25%".into(),
+                        "j-9 shared 20480MiB/25%".into(),
+                    ],
+                    shared_memory_used_mib: 30_720,
+                    shared_share_used: 50,
+                    ..gpu(1, None, true)
+                }),
+                telemetry: None,
+            },
         ]
     }
 
@@ -381,10 +461,12 @@ pub mod tests {
     #[test]
     fn table_renders() {
         expect![[r#"
-            NODE  GPU  MODEL      MEMORY  STATE      JOB   UTIL  TEMP  POWER
-            n1    0    A100-80GB  80 GiB  busy       j-42  95%   61°C  250/400W
-            n1    1    A100-80GB  80 GiB  free       -     0%    61°C  250W
-            n12   3    H100?[2J   80 GiB  unhealthy  -     -     -     -
+            NODE  GPU  MODEL      MEMORY  STATE      MODE                                                            SLICES             JOB   UTIL  TEMP  POWER
+            n1    0    A100-80GB  80 GiB  busy       whole                                                           -                  j-42  95%   61°C  250/400W
+            n1    1    A100-80GB  80 GiB  free       whole                                                           -                  -     0%    61°C  250W
+            n12   3    H100?[2J   80 GiB  unhealthy  whole                                                           -                  -     -     -     -
+            n2    0    A100-80GB  80 GiB  draining   mig[4g.40gb@0,2g.20gb@4,1g.10gb@6] -> mig[1g.10gb@0,1g.10gb@1]  1/3 mig            -     -     -     -
+            n2    1    A100-80GB  80 GiB  sliced     shared                                                          30 GiB/50% shared  -     -     -     -
         "#]]
         .assert_eq(&gpus_table(&sample()));
     }
@@ -400,13 +482,20 @@ pub mod tests {
                 "index": 0,
                 "job_id": 42,
                 "memory_mib": 81920,
+                "mig_layout": [],
+                "mig_profiles": [],
+                "mode": "whole",
                 "model": "A100-80GB",
                 "node_id": 1,
                 "numa_node": 0,
                 "nvlink_peers": [
                   1
                 ],
+                "pending_partition": null,
                 "quarantined_by": null,
+                "shared_memory_used_mib": 0,
+                "shared_share_used": 0,
+                "slices": [],
                 "telemetry": {
                   "ecc_double_bit": 0,
                   "ecc_single_bit": 0,
@@ -442,13 +531,20 @@ pub mod tests {
                 "index": 1,
                 "job_id": null,
                 "memory_mib": 81920,
+                "mig_layout": [],
+                "mig_profiles": [],
+                "mode": "whole",
                 "model": "A100-80GB",
                 "node_id": 1,
                 "numa_node": 0,
                 "nvlink_peers": [
                   0
                 ],
+                "pending_partition": null,
                 "quarantined_by": null,
+                "shared_memory_used_mib": 0,
+                "shared_share_used": 0,
+                "slices": [],
                 "telemetry": {
                   "ecc_double_bit": 0,
                   "ecc_single_bit": 0,

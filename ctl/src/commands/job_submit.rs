@@ -11,7 +11,7 @@ use gpu_proto::v1::job_service_client::JobServiceClient;
 use serde_json::json;
 
 use super::{Answer, Ctx, Failure};
-use crate::cli::{Output, SubmitArgs};
+use crate::cli::{KindArg, Output, SubmitArgs};
 use crate::output;
 
 /// The server's limit on job names.
@@ -65,6 +65,7 @@ fn request(
         Some(name) => name,
         None => default_name(args.command.first().map_or("", String::as_str)),
     };
+    let slice = args.mig.is_some() || args.gpu_mem.is_some();
     let spec = pb::JobSpec {
         name,
         tenant: args.tenant.unwrap_or_default(),
@@ -73,9 +74,18 @@ fn request(
         workdir: args.workdir.unwrap_or_default(),
         gpus: match args.gpus_per_node {
             Some(per) => per.saturating_mul(args.nodes.max(1)),
+            // A slice is one slice of one GPU: `--mig 1g.10gb` alone means `--gpus 1`.
+            None if slice && args.gpus == 0 => 1,
             None => args.gpus,
         },
         nodes: args.nodes,
+        mig_profile: args.mig.unwrap_or_default(),
+        shared_memory_mib: args.gpu_mem.unwrap_or(0),
+        gpu_share: args.gpu_share.unwrap_or(0),
+        kind: match args.kind {
+            KindArg::Process => String::new(),
+            KindArg::Vm => "vm".into(),
+        },
         gpu_types: args.gpu_types,
         min_gpu_memory_mib: args.min_gpu_memory.unwrap_or(0),
         node_selector: unique_map("--selector", args.selectors)?,
@@ -240,6 +250,62 @@ mod tests {
             )
             .is_err()
         );
+    }
+
+    #[test]
+    fn slices_and_vms_become_the_request() {
+        let spec = |flags: &[&str]| {
+            request(args(flags), random_key)
+                .expect("valid")
+                .spec
+                .expect("spec")
+        };
+        let mig = spec(&["--mig", "1g.10gb", "--", "x"]);
+        assert_eq!((mig.mig_profile.as_str(), mig.gpus), ("1g.10gb", 1));
+        assert_eq!((mig.shared_memory_mib, mig.gpu_share), (0, 0));
+        let shared = spec(&["--gpu-mem", "10GiB", "--gpu-share", "25", "--", "x"]);
+        assert_eq!(
+            (shared.shared_memory_mib, shared.gpu_share, shared.gpus),
+            (10_240, 25, 1)
+        );
+        assert_eq!(shared.mig_profile, "");
+        // An explicit --gpus is passed on for the server to refuse with its reason.
+        assert_eq!(
+            spec(&["--gpus", "2", "--mig", "1g.10gb", "--", "x"]).gpus,
+            2
+        );
+        let vm = spec(&["--kind", "vm", "--gpus", "2", "--", "x"]);
+        assert_eq!((vm.kind.as_str(), vm.gpus), ("vm", 2));
+        assert_eq!(spec(&["--", "x"]).kind, "");
+    }
+
+    #[test]
+    fn bad_slice_flags_are_refused_with_the_reason() {
+        use crate::cli::Cli;
+        for (flags, reason) in [
+            (&["--gpu-share", "101", "--gpu-mem", "1G"][..], "101"),
+            (
+                &["--gpu-share", "0", "--gpu-mem", "1G"][..],
+                "0 is not in 1..=100",
+            ),
+            (&["--gpu-share", "25"][..], "--gpu-mem"),
+            (&["--gpu-mem", "1G"][..], "--gpu-share"),
+            (&["--gpu-mem", "lots", "--gpu-share", "5"][..], "lots"),
+            (
+                &["--mig", "1g.10gb", "--gpu-mem", "1G", "--gpu-share", "5"][..],
+                "cannot be used",
+            ),
+            (&["--mig", ""][..], "--mig"),
+            (&["--kind", "vm", "--mig", "1g.10gb"][..], "cannot be used"),
+            (&["--kind", "container"][..], "container"),
+        ] {
+            let argv = ["gpuctl", "job", "submit"]
+                .iter()
+                .chain(flags)
+                .chain(&["--", "x"]);
+            let err = Cli::try_parse_from(argv).expect_err("refused").to_string();
+            assert!(err.contains(reason), "{flags:?}: {err}");
+        }
     }
 
     #[test]

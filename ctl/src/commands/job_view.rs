@@ -307,6 +307,7 @@ pub mod tests {
                 max_attempts: 3,
                 cpu_millis: Some(1500),
                 memory_mib: Some(4096),
+                ..Default::default()
             }),
             state: pb::JobState::Running as i32,
             idempotency_key: "0123abcd".into(),
@@ -326,6 +327,7 @@ pub mod tests {
             cancel_requested: true,
             energy_mj: 5_400_000,
             gang_nodes: vec![],
+            slice: String::new(),
         }
     }
 

@@ -6,6 +6,7 @@ pub mod cert;
 pub mod cluster;
 pub mod debug;
 pub mod gpu;
+mod gpu_partition;
 pub mod job;
 mod job_logs;
 mod job_submit;

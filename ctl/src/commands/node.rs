@@ -353,12 +353,19 @@ mod tests {
                   "index": 0,
                   "job_id": 42,
                   "memory_mib": 81920,
+                  "mig_layout": [],
+                  "mig_profiles": [],
+                  "mode": "whole",
                   "model": "A100-80GB",
                   "numa_node": 0,
                   "nvlink_peers": [
                     1
                   ],
+                  "pending_partition": null,
                   "quarantined_by": null,
+                  "shared_memory_used_mib": 0,
+                  "shared_share_used": 0,
+                  "slices": [],
                   "uuid": "GPU-0000"
                 },
                 {
@@ -367,12 +374,19 @@ mod tests {
                   "index": 1,
                   "job_id": null,
                   "memory_mib": 81920,
+                  "mig_layout": [],
+                  "mig_profiles": [],
+                  "mode": "whole",
                   "model": "A100-80GB",
                   "numa_node": 0,
                   "nvlink_peers": [
                     0
                   ],
+                  "pending_partition": null,
                   "quarantined_by": null,
+                  "shared_memory_used_mib": 0,
+                  "shared_share_used": 0,
+                  "slices": [],
                   "uuid": "GPU-0001"
                 },
                 {
@@ -381,12 +395,19 @@ mod tests {
                   "index": 2,
                   "job_id": null,
                   "memory_mib": 81920,
+                  "mig_layout": [],
+                  "mig_profiles": [],
+                  "mode": "whole",
                   "model": "H100",
                   "numa_node": 1,
                   "nvlink_peers": [
                     3
                   ],
+                  "pending_partition": null,
                   "quarantined_by": null,
+                  "shared_memory_used_mib": 0,
+                  "shared_share_used": 0,
+                  "slices": [],
                   "uuid": "GPU-0002"
                 },
                 {
@@ -395,12 +416,19 @@ mod tests {
                   "index": 3,
                   "job_id": null,
                   "memory_mib": 81920,
+                  "mig_layout": [],
+                  "mig_profiles": [],
+                  "mode": "whole",
                   "model": "A100-80GB",
                   "numa_node": 1,
                   "nvlink_peers": [
                     2
                   ],
+                  "pending_partition": null,
                   "quarantined_by": null,
+                  "shared_memory_used_mib": 0,
+                  "shared_share_used": 0,
+                  "slices": [],
                   "uuid": "GPU-0003"
                 }
               ],
