@@ -36,6 +36,10 @@ pub enum ClusterError {
         "n{node} is at edge site {site:?}: edge agents are learners only and never become voters"
     )]
     EdgeLearnerOnly { node: NodeId, site: String },
+    #[error(
+        "this change needs every member at internal protocol {needed} or newer, and one speaks {lowest}: finish the rolling upgrade first"
+    )]
+    NeedsUpgrade { needed: u32, lowest: u32 },
 }
 
 /// One attempt's outcome inside a retry loop.
@@ -465,26 +469,62 @@ impl Cluster {
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, Attempt>>,
     {
-        retry_until(self.op_timeout, attempt).await
+        // A backoff ends early once a new leader is known: after a failover the next try goes
+        // out as soon as the election is over, not when a doubled backoff happens to end.
+        let metrics = self.raft.metrics();
+        retry_until_woken(self.op_timeout, attempt, || new_leader(metrics.clone())).await
+    }
+}
+
+/// Completes once a leader other than the one known at the call is known.
+fn new_leader(
+    mut metrics: tokio::sync::watch::Receiver<RaftMetrics<NodeId, BasicNode>>,
+) -> impl Future<Output = ()> {
+    let before = metrics.borrow().current_leader;
+    async move {
+        let moved = metrics.wait_for(|m| m.current_leader.is_some() && m.current_leader != before);
+        if moved.await.is_err() {
+            // Raft is shutting down: the backoff decides.
+            std::future::pending::<()>().await;
+        }
     }
 }
 
 /// Run `attempt` until it succeeds, fails for good, or `timeout` passes; back off exponentially
 /// (20 ms doubling to 1 s) between tries. On timeout the last retryable error is returned.
-pub async fn retry_until<T, F, Fut>(timeout: Duration, mut attempt: F) -> Result<T, ClusterError>
+pub async fn retry_until<T, F, Fut>(timeout: Duration, attempt: F) -> Result<T, ClusterError>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, Attempt>>,
 {
+    retry_until_woken(timeout, attempt, std::future::pending::<()>).await
+}
+
+/// `retry_until`, where a backoff also ends when `wake()` completes.
+async fn retry_until_woken<T, F, Fut, W, WFut>(
+    timeout: Duration,
+    mut attempt: F,
+    mut wake: W,
+) -> Result<T, ClusterError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, Attempt>>,
+    W: FnMut() -> WFut,
+    WFut: Future<Output = ()>,
+{
     let deadline = Instant::now() + timeout;
     let mut backoff = Duration::from_millis(20);
     loop {
+        let woken = wake();
         match attempt().await {
             Ok(v) => return Ok(v),
             Err(Attempt::Fail(e)) => return Err(e),
             Err(Attempt::Retry(e)) if Instant::now() + backoff >= deadline => return Err(e),
             Err(Attempt::Retry(_)) => {
-                tokio::time::sleep(backoff).await;
+                tokio::select! {
+                    () = tokio::time::sleep(backoff) => {}
+                    () = woken => {}
+                }
                 backoff = (backoff * 2).min(Duration::from_secs(1));
             }
         }

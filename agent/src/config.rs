@@ -351,12 +351,14 @@ fn choose_run_as(
     })
 }
 
-/// Raft timing. Defaults suit a LAN: heartbeat 100 ms; election timeout 300–600 ms. In openraft
+/// Raft timing. Defaults suit a LAN: heartbeat 100 ms; election timeout 200–400 ms. In openraft
 /// 0.9 a follower waits out the leader lease (= `election_timeout_max`) plus one election timeout
-/// before campaigning, so a killed leader is replaced after ≈ 0.9–1.2 s. openraft 0.9 also uses
-/// the heartbeat interval as the deadline of every AppendEntries RPC: at 50 ms a loaded 2-core
-/// host missed heartbeats and elected spuriously, which is why the default is 100 ms. WAN and
-/// edge deployments should use several times these values.
+/// before campaigning, so a leader that goes silent is replaced after ≈ 0.6–0.9 s; a killed one
+/// (its port refuses connections) after about the lease, 0.4 s (`failover.rs`). openraft 0.9
+/// also uses the heartbeat interval as the deadline of every AppendEntries RPC: at 50 ms a loaded
+/// 2-core host missed heartbeats and elected spuriously, which is why the heartbeat is 100 ms,
+/// and the election timeout keeps it below half its minimum. WAN and edge deployments should use
+/// several times these values.
 #[derive(Clone, Debug)]
 pub struct RaftSettings {
     pub heartbeat_interval: Duration,
@@ -451,8 +453,8 @@ impl Config {
         let r = file.raft;
         let raft = RaftSettings {
             heartbeat_interval: r.heartbeat_interval.unwrap_or(Duration::from_millis(100)),
-            election_timeout_min: r.election_timeout_min.unwrap_or(Duration::from_millis(300)),
-            election_timeout_max: r.election_timeout_max.unwrap_or(Duration::from_millis(600)),
+            election_timeout_min: r.election_timeout_min.unwrap_or(Duration::from_millis(200)),
+            election_timeout_max: r.election_timeout_max.unwrap_or(Duration::from_millis(400)),
             snapshot_every: r.snapshot_every.unwrap_or(10_000),
             keep_logs: r.keep_logs.unwrap_or(1_000),
             voter_target: r.voter_target.unwrap_or(3),

@@ -15,6 +15,7 @@ pub mod config;
 pub mod contact;
 pub mod dev;
 pub mod executor;
+pub mod failover;
 pub mod footprint;
 pub mod gpu;
 pub mod gpu_service;

@@ -40,6 +40,7 @@ use crate::config::Config;
 use crate::contact::ContactBook;
 use crate::executor::lease::LeaseKeeper;
 use crate::executor::{Executor, ExecutorSettings};
+use crate::failover::FastFailover;
 use crate::gpu::{self, GpuBackend};
 use crate::gpu_service::GpuApi;
 use crate::inventory::InventoryReporter;
@@ -266,6 +267,12 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
         interval: Duration::from_millis(500),
     };
     tasks.spawn(autopilot.run(cancel.clone()));
+    let failover = FastFailover {
+        cluster: cluster.clone(),
+        heartbeat: config.raft.heartbeat_interval,
+        lease: config.raft.election_timeout_max,
+    };
+    tasks.spawn(failover.run(cancel.clone()));
     info!(node_id, "starting the scheduler (active while leader)");
     let scheduler = Scheduler {
         cluster: cluster.clone(),

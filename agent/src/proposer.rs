@@ -7,13 +7,14 @@
 //! At most `MAX_IN_FLIGHT` batches are in openraft's hands at once; what arrives meanwhile waits
 //! and forms the next batch, so batches grow with the load and a lone write goes alone, encoded
 //! exactly as before batching existed. Batches are written only once every member has announced
-//! `BATCH_PROTOCOL` (during a rolling upgrade from older agents, every write is its own entry).
+//! `PROTOCOL_2` (during a rolling upgrade from older agents, every write is its own entry), and
+//! a command that only version 2 reads (`Command::protocol`) is refused until then.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use gpu_raft_store::{
-    ApplyResult, ClusterState, Command, LogEntry, NodeId, Raft, StateReader, TypeConfig,
+    ApplyResult, ClusterState, Command, LogEntry, NodeId, PROTOCOL_2, Raft, StateReader, TypeConfig,
 };
 use openraft::error::ClientWriteError;
 use openraft::raft::ClientWriteResult;
@@ -28,8 +29,6 @@ const MAX_BATCH_ENTRIES: usize = 256;
 /// Encoded bytes in one batch (a lone entry may be larger). With `config::MAX_PAYLOAD_ENTRIES`
 /// entries per AppendEntries this keeps a replication message well inside the gRPC limit.
 pub const MAX_BATCH_BYTES: usize = 256 * 1024;
-/// The internal protocol version that introduced `Command::Batch`.
-pub const BATCH_PROTOCOL: u32 = 2;
 
 type Reply = oneshot::Sender<Result<Written, Attempt>>;
 
@@ -111,7 +110,12 @@ async fn run(
                 None => return,
             },
         };
-        if !every_member_speaks(&raft, &state, BATCH_PROTOCOL) {
+        let lowest = lowest_member_protocol(&raft, &state);
+        if let Err(refusal) = admit(&first.proposal.cmd, lowest) {
+            let _ = first.reply.send(Err(Attempt::Fail(refusal)));
+            continue;
+        }
+        if lowest < PROTOCOL_2 {
             // As before batching: each write its own entry, all of them handed over at once.
             counts.add(1);
             propose_plain(&raft, first, None).await;
@@ -124,6 +128,10 @@ async fn run(
         let mut bytes = group[0].bytes;
         while group.len() < MAX_BATCH_ENTRIES {
             match rx.try_recv() {
+                Ok(w) if admit(&w.proposal.cmd, lowest).is_err() => {
+                    next = Some(w);
+                    break;
+                }
                 Ok(w) if bytes.saturating_add(w.bytes) <= MAX_BATCH_BYTES => {
                     bytes += w.bytes;
                     group.push(w);
@@ -199,8 +207,19 @@ fn stamp(proposal: Proposal, now: u64) -> LogEntry {
     }
 }
 
-/// Whether every member of the current configuration registered with at least `version`.
-fn every_member_speaks(raft: &Raft, state: &StateReader, version: u32) -> bool {
+/// Whether a command may be proposed while the oldest member speaks protocol `lowest`: what
+/// version 1 reads always may (a cluster being formed has no registered member yet).
+fn admit(cmd: &Command, lowest: u32) -> Result<(), ClusterError> {
+    let needed = cmd.protocol();
+    if needed <= 1 || needed <= lowest {
+        Ok(())
+    } else {
+        Err(ClusterError::NeedsUpgrade { needed, lowest })
+    }
+}
+
+/// The oldest protocol any member of the current configuration registered with.
+fn lowest_member_protocol(raft: &Raft, state: &StateReader) -> u32 {
     let members: Vec<NodeId> = raft
         .metrics()
         .borrow()
@@ -209,14 +228,16 @@ fn every_member_speaks(raft: &Raft, state: &StateReader, version: u32) -> bool {
         .nodes()
         .map(|(id, _)| *id)
         .collect();
-    state.read(|s| all_speak(&members, s, version))
+    state.read(|s| lowest_protocol(&members, s))
 }
 
-/// A member that has not registered yet counts as the oldest.
-fn all_speak(members: &[NodeId], state: &ClusterState, version: u32) -> bool {
+/// A member that has not registered yet counts as speaking none (0).
+fn lowest_protocol(members: &[NodeId], state: &ClusterState) -> u32 {
     members
         .iter()
-        .all(|id| state.nodes.get(id).is_some_and(|n| n.protocol >= version))
+        .map(|id| state.nodes.get(id).map_or(0, |n| n.protocol))
+        .min()
+        .unwrap_or(0)
 }
 
 type Landed = Result<ClientWriteResult<TypeConfig>, String>;
@@ -342,13 +363,37 @@ mod tests {
         };
         state.apply(&register(1, 2));
         state.apply(&register(2, 1));
-        assert!(all_speak(&[1], &state, BATCH_PROTOCOL));
-        assert!(!all_speak(&[1, 2], &state, BATCH_PROTOCOL), "n2 speaks 1");
-        assert!(
-            !all_speak(&[1, 3], &state, BATCH_PROTOCOL),
-            "n3 not registered"
-        );
+        assert_eq!(lowest_protocol(&[1], &state), PROTOCOL_2);
+        assert_eq!(lowest_protocol(&[1, 2], &state), 1, "n2 speaks 1");
+        assert_eq!(lowest_protocol(&[1, 3], &state), 0, "n3 not registered");
         state.apply(&register(2, 2));
-        assert!(all_speak(&[1, 2], &state, BATCH_PROTOCOL), "n2 upgraded");
+        assert_eq!(lowest_protocol(&[1, 2], &state), PROTOCOL_2, "n2 upgraded");
+    }
+
+    #[test]
+    fn what_only_version_2_reads_is_refused_until_every_member_speaks_it() {
+        let partition = Command::SetGpuPartition {
+            node: 1,
+            gpu: 0,
+            partition: gpu_raft_store::PartitionSpec::default(),
+            if_idle: false,
+        };
+        let cordon = Command::SetNodeStatus {
+            node: 1,
+            status: gpu_raft_store::NodeStatus::Down,
+        };
+        assert!(
+            admit(&cordon, 0).is_ok(),
+            "a forming cluster writes version 1"
+        );
+        assert!(admit(&partition, PROTOCOL_2).is_ok());
+        let refused = admit(&partition, 1).map_err(|e| e.to_string());
+        let Err(why) = refused else {
+            panic!("a version 1 member must not be handed a partition change");
+        };
+        assert!(
+            why.contains("protocol 2") && why.contains("upgrade"),
+            "{why}"
+        );
     }
 }

@@ -9,7 +9,7 @@
 //! Bump `PROTOCOL_VERSION` when the peer messages (the JSON inside `RaftMessage`, the Raft
 //! payloads, the `Command` encoding) gain something an older build cannot read, and write it
 //! only once every member announces the new version (`NodeRecord.protocol`, see
-//! `proposer::BATCH_PROTOCOL`). Raise `MIN_COMPATIBLE` only when this build can no longer talk
+//! `gpu_raft_store::PROTOCOL_2`). Raise `MIN_COMPATIBLE` only when this build can no longer talk
 //! to the older one. A mesh is upgraded one agent at a time between overlapping ranges.
 
 use std::ops::RangeInclusive;
@@ -22,9 +22,10 @@ pub const HEADER: &str = "x-gpumesh-protocol";
 /// The metadata key of the newest version the caller speaks.
 pub const HEADER_MAX: &str = "x-gpumesh-protocol-max";
 /// The version this build speaks. 1: the first; 2: `Command::Batch` (the leader's group
-/// commit), which a leader writes only once every member has registered with 2 or more.
+/// commit) and GPU partitioning (MIG layouts, slice placements, sliced and vm jobs), which a
+/// leader writes only once every member has registered with 2 or more.
 pub const PROTOCOL_VERSION: u32 = 2;
-const _: () = assert!(PROTOCOL_VERSION >= crate::proposer::BATCH_PROTOCOL);
+const _: () = assert!(PROTOCOL_VERSION >= gpu_raft_store::PROTOCOL_2);
 /// The oldest version this build still speaks with a peer.
 pub const MIN_COMPATIBLE: u32 = 1;
 /// What a request without the headers speaks.

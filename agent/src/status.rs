@@ -28,7 +28,9 @@ impl From<ClusterError> for Status {
                 Status::internal(e.to_string())
             }
             ClusterError::Remote(status) => status,
-            ClusterError::EdgeLearnerOnly { .. } => Status::failed_precondition(e.to_string()),
+            ClusterError::EdgeLearnerOnly { .. } | ClusterError::NeedsUpgrade { .. } => {
+                Status::failed_precondition(e.to_string())
+            }
         }
     }
 }

@@ -210,6 +210,27 @@ pub enum Command {
     },
 }
 
+/// The internal protocol version that added `Batch`, `SetGpuPartition`, `BindSlices` and sliced
+/// and vm job specs to the log. An agent of version 1 cannot read them: it would fail on the
+/// new variants and silently drop the new fields.
+pub const PROTOCOL_2: u32 = 2;
+
+impl Command {
+    /// The oldest internal protocol whose agents apply this command correctly. A leader proposes
+    /// it only once every member has registered with at least this version.
+    pub fn protocol(&self) -> u32 {
+        match self {
+            Command::Batch { .. }
+            | Command::SetGpuPartition { .. }
+            | Command::BindSlices { .. } => PROTOCOL_2,
+            Command::SubmitJob { spec, .. } if spec.slice.is_some() || !spec.kind.is_process() => {
+                PROTOCOL_2
+            }
+            _ => 1,
+        }
+    }
+}
+
 /// One placement decision: `job` onto these GPU indexes of `node`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Bind {
@@ -929,6 +950,36 @@ mod tests {
                 .unwrap_or_else(|e| panic!("{cmd} does not decode: {e}"));
             assert_eq!(back, entry);
         }
+    }
+
+    /// A version 1 agent reads every command of version 1 and nothing else: the commands and
+    /// fields that came with protocol 2 must say so, or a leader would hand them to it.
+    #[test]
+    fn only_what_protocol_2_added_waits_for_protocol_2() {
+        let added = ["batch", "set_gpu_partition", "bind_slices"];
+        for cmd in every_command() {
+            let tag = serde_json::to_value(&cmd).expect("encode")["type"].clone();
+            let is_new = added.iter().any(|t| tag == *t);
+            assert_eq!(cmd.protocol(), if is_new { PROTOCOL_2 } else { 1 }, "{cmd}");
+        }
+        let Some(Command::SubmitJob { spec, .. }) = every_command()
+            .into_iter()
+            .find(|c| matches!(c, Command::SubmitJob { .. }))
+        else {
+            panic!("every_command has a submission");
+        };
+        let submit = |spec| Command::SubmitJob {
+            spec,
+            idempotency_key: None,
+        };
+        let mut sliced = spec.clone();
+        sliced.slice = Some(crate::partition::SliceRequest::Mig {
+            profile: "1g.10gb".into(),
+        });
+        let mut vm = spec;
+        vm.kind = crate::job::JobKind::Vm;
+        assert_eq!(submit(sliced).protocol(), PROTOCOL_2);
+        assert_eq!(submit(vm).protocol(), PROTOCOL_2);
     }
 
     #[test]

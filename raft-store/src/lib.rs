@@ -36,7 +36,7 @@ pub use alert::{Alert, AlertRule};
 pub use audit::{AuditEntry, RequestMeta};
 pub use auth::{Grant, Role, TokenRecord};
 pub use cert::CertRecord;
-pub use command::{ApplyResult, Bind, Command, LogEntry, Preempt, Rejection};
+pub use command::{ApplyResult, Bind, Command, LogEntry, PROTOCOL_2, Preempt, Rejection};
 pub use engine::{KvEngine, SledEngine, Space};
 pub use error::OpenError;
 pub use job::{Binding, DEFAULT_TENANT, Job, JobId, JobKind, JobSpec, JobState, Outcome, job_name};

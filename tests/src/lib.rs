@@ -644,6 +644,14 @@ impl Cluster {
         );
     }
 
+    /// Everything agent `id` has logged so far (all its runs).
+    pub fn log_of(&self, id: u64) -> String {
+        self.agents
+            .get(&id)
+            .and_then(|a| std::fs::read_to_string(&a.log).ok())
+            .unwrap_or_default()
+    }
+
     /// The last lines of every agent's log, for failure messages.
     pub fn logs(&self) -> String {
         let mut out = String::new();

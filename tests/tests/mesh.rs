@@ -56,6 +56,15 @@ async fn leader_kill_and_full_restart_lose_no_acknowledged_write() {
     c.kill(leader);
     let new_leader = c.leader().await;
     assert_ne!(new_leader, leader, "a killed agent cannot still lead");
+    // Its port refused connections: a follower campaigned as the leader's lease ran out instead
+    // of waiting for openraft's election timer (agent/src/failover.rs).
+    assert!(
+        followers
+            .iter()
+            .any(|f| c.log_of(*f).contains("fast failover")),
+        "no follower took the fast path\n{}",
+        c.logs()
+    );
     written.extend(write_labels(&c, &followers, 1, 30..45).await);
     for &f in &followers {
         assert_all_present(&c, f, 1, &written).await;
