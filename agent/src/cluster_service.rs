@@ -1,7 +1,10 @@
 //! Public `ClusterService`: the Raft group's state as the leader (or, with `stale`, this agent)
 //! sees it, this agent's replica digest, and backups of the replicated state.
 
+use std::pin::Pin;
 use std::time::Duration;
+
+use futures::Stream;
 
 use gpu_proto::internal::v1::LeaderStatusRequest;
 use gpu_proto::v1 as pb;
@@ -95,20 +98,47 @@ impl ClusterService for ClusterApi {
         &self,
         req: Request<pb::SaveSnapshotRequest>,
     ) -> Result<Response<pb::ClusterBackup>, Status> {
-        self.auth
-            .check(&req, "cluster.snapshot", "cluster", Action::Backup)
-            .await?;
-        // Everything committed before the call is in the backup.
-        self.cluster.linearizable_read().await?;
-        let (index, data) = self
-            .cluster
-            .state
-            .backup(&self.cluster_id, crate::cluster::now_ms());
-        crate::status::fits_in_a_message("the backup", data.len())?;
+        let (index, data) = self.backup(&req).await?;
+        crate::status::fits_in_a_message("the backup (use StreamSnapshot)", data.len())?;
         Ok(Response::new(to_proto::cluster_backup(
             index,
             data,
             self.cluster_id.clone(),
         )))
+    }
+
+    type StreamSnapshotStream = BackupStream;
+
+    async fn stream_snapshot(
+        &self,
+        req: Request<pb::SaveSnapshotRequest>,
+    ) -> Result<Response<BackupStream>, Status> {
+        let (index, data) = self.backup(&req).await?;
+        let pieces = to_proto::backup_pieces(index, &data, &self.cluster_id, BACKUP_PIECE_BYTES);
+        Ok(Response::new(Box::pin(futures::stream::iter(
+            pieces.into_iter().map(Ok),
+        ))))
+    }
+}
+
+/// The pieces of a streamed backup.
+pub type BackupStream = Pin<Box<dyn Stream<Item = Result<pb::ClusterBackup, Status>> + Send>>;
+
+/// The largest piece of a streamed backup, well inside the message limit.
+const BACKUP_PIECE_BYTES: usize = 4 * 1024 * 1024;
+
+impl ClusterApi {
+    /// The backup file of the replicated state, at a read index taken after `req` arrived
+    /// (admins only).
+    async fn backup<T>(&self, req: &Request<T>) -> Result<(u64, Vec<u8>), Status> {
+        self.auth
+            .check(req, "cluster.snapshot", "cluster", Action::Backup)
+            .await?;
+        // Everything committed before the call is in the backup.
+        self.cluster.linearizable_read().await?;
+        Ok(self
+            .cluster
+            .state
+            .backup(&self.cluster_id, crate::cluster::now_ms()))
     }
 }

@@ -363,6 +363,19 @@ pub fn cluster_backup(index: u64, data: Vec<u8>, cluster_id: String) -> pb::Clus
     }
 }
 
+/// A backup file cut into pieces of at most `max` bytes, in order, each naming the index and
+/// the cluster.
+pub fn backup_pieces(
+    index: u64,
+    data: &[u8],
+    cluster_id: &str,
+    max: usize,
+) -> Vec<pb::ClusterBackup> {
+    data.chunks(max.max(1))
+        .map(|piece| cluster_backup(index, piece.to_vec(), cluster_id.to_owned()))
+        .collect()
+}
+
 fn millis(d: std::time::Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
@@ -712,5 +725,21 @@ pub fn job_explanation(
         estimated_start_ms: e.start_ms,
         estimate_note: e.note.clone(),
         policy,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backup_pieces_concatenate_to_the_file_and_each_names_the_index() {
+        let data: Vec<u8> = (0..10u8).collect();
+        let pieces = backup_pieces(7, &data, "ca", 4);
+        let sizes: Vec<usize> = pieces.iter().map(|p| p.data.len()).collect();
+        assert_eq!(sizes, [4, 4, 2]);
+        assert!(pieces.iter().all(|p| p.index == 7 && p.cluster_id == "ca"));
+        let joined: Vec<u8> = pieces.iter().flat_map(|p| p.data.clone()).collect();
+        assert_eq!(joined, data);
     }
 }

@@ -32,6 +32,10 @@ enum Cmd {
         /// Also write the report as JSON here.
         #[arg(long)]
         json: Option<PathBuf>,
+        /// Finished jobs in the state at the last measurement of its growth (the first is a
+        /// tenth of it).
+        #[arg(long, default_value_t = 100_000)]
+        state_jobs: usize,
     },
 }
 
@@ -47,7 +51,7 @@ struct Plan {
 }
 
 impl Plan {
-    fn new(quick: bool) -> Plan {
+    fn new(quick: bool, state_jobs: usize) -> Plan {
         if quick {
             Plan {
                 write_run: Duration::from_millis(500),
@@ -64,7 +68,7 @@ impl Plan {
                 fsync_rounds: 200,
                 placed_jobs: 100,
                 failover_trials: 10,
-                state_checkpoints: vec![10_000, 100_000],
+                state_checkpoints: vec![state_jobs / 10, state_jobs],
             }
         }
     }
@@ -83,8 +87,9 @@ async fn main() -> anyhow::Result<()> {
         quick,
         skip_etcd,
         json,
+        state_jobs,
     } = Cli::parse().command;
-    let plan = Plan::new(quick);
+    let plan = Plan::new(quick, state_jobs);
     let report = run(&plan, quick, skip_etcd).await?;
     if let Some(path) = json {
         std::fs::write(&path, serde_json::to_vec_pretty(&report)?)

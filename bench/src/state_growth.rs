@@ -123,11 +123,15 @@ fn rss_mib(mesh: &Mesh) -> anyhow::Result<Vec<f64>> {
 }
 
 async fn backup_bytes(mesh: &Mesh) -> anyhow::Result<usize> {
-    let backup = ClusterServiceClient::new(mesh.cluster.channel(1).await?)
+    let mut pieces = ClusterServiceClient::new(mesh.cluster.channel(1).await?)
         .max_decoding_message_size(gpu_proto::MAX_MESSAGE_BYTES)
-        .save_snapshot(pb::SaveSnapshotRequest {})
+        .stream_snapshot(pb::SaveSnapshotRequest {})
         .await
         .context("saving a backup")?
         .into_inner();
-    Ok(backup.data.len())
+    let mut bytes = 0;
+    while let Some(piece) = pieces.message().await.context("receiving the backup")? {
+        bytes += piece.data.len();
+    }
+    Ok(bytes)
 }

@@ -135,11 +135,18 @@ async fn save(ctx: &Ctx, file: &std::path::Path) -> Result<Answer, Failure> {
     let backup = ctx
         .endpoints
         .call(|ch| async move {
-            let reply = ClusterServiceClient::new(ch)
+            let mut pieces = ClusterServiceClient::new(ch)
                 .max_decoding_message_size(gpu_proto::MAX_MESSAGE_BYTES)
-                .save_snapshot(pb::SaveSnapshotRequest {})
-                .await?;
-            Ok(reply.into_inner())
+                .stream_snapshot(pb::SaveSnapshotRequest {})
+                .await?
+                .into_inner();
+            let mut whole = pb::ClusterBackup::default();
+            while let Some(piece) = pieces.message().await? {
+                whole.index = piece.index;
+                whole.cluster_id = piece.cluster_id;
+                whole.data.extend_from_slice(&piece.data);
+            }
+            Ok(whole)
         })
         .await?;
     write_private(file, &backup.data)
