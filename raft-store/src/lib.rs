@@ -22,6 +22,7 @@ mod log_store;
 pub mod mig;
 pub mod node;
 pub mod partition;
+pub mod pending_log;
 pub mod scheduler;
 pub mod slice_fit;
 mod snapshot_file;

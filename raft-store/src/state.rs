@@ -12,6 +12,7 @@ use crate::command::{ApplyResult, Bind, Command, LogEntry, Preempt, Rejection};
 use crate::energy::EnergyBook;
 use crate::job::{Binding, Job, JobId, JobState, Outcome};
 use crate::node::{EdgeTerms, NodeRecord, NodeStatus, SITE_LABEL};
+use crate::pending_log::PendingLog;
 use crate::scheduler::SchedulerSettings;
 use crate::tenant::{self, TenantRecord};
 use crate::{NodeId, validate};
@@ -56,6 +57,9 @@ pub struct ClusterState {
     /// unlimited.
     #[serde(default)]
     pub tenants: BTreeMap<String, TenantRecord>,
+    /// Which jobs entered or left `Pending` lately (local, never serialized).
+    #[serde(skip)]
+    pub pending_log: PendingLog,
 }
 
 fn first_job_id() -> JobId {
@@ -542,6 +546,7 @@ impl ClusterState {
         if let Some(scoped) = scoped {
             self.idempotency.insert(scoped, id);
         }
+        self.pending_log.record(id);
         self.jobs.insert(
             id,
             Job {
@@ -580,6 +585,7 @@ impl ClusterState {
                 j.outcome = Some(Outcome::Cancelled);
                 j.finished_at_ms = Some(now);
                 j.reason = None;
+                self.pending_log.record(job);
             }
             JobState::Bound | JobState::Running => j.cancel_requested = true,
             state => return Err(Rejection::JobFinished { job, state }),
@@ -917,6 +923,7 @@ impl ClusterState {
         now: u64,
     ) {
         if let Some(job) = self.jobs.get_mut(&job) {
+            self.pending_log.record(job.id);
             job.generation += 1;
             job.attempts += 1;
             job.state = JobState::Bound;
@@ -1024,6 +1031,7 @@ impl ClusterState {
                     (Outcome::Evicted, Some(by)) => format!("requeued: preempted for j-{by}"),
                     _ => format!("requeued: {outcome}"),
                 });
+                self.pending_log.record(job);
             }
         }
         Ok(ApplyResult::Ok)

@@ -11,6 +11,7 @@ use gpu_raft_store::{ClusterState, Command, JobId, JobState, LogEntry, Outcome};
 
 use super::env::PlanEnv;
 use super::order;
+use super::pending::PendingIndex;
 use super::plan::plan;
 use super::policy::Policy;
 
@@ -60,7 +61,8 @@ pub fn explain(
         out.note = format!("the job is {}", j.state);
         return Some(out);
     }
-    out.position = order::queue(state, policy, env)
+    let pending = PendingIndex::of(state, policy.ordering);
+    out.position = order::queue(state, policy, env, &pending)
         .position(|q| q.id == job)
         .map_or(0, |p| p + 1);
     (out.start_ms, out.note) = match timeline(state, policy, env, job) {

@@ -16,7 +16,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::env::EnvCache;
-use super::plan::plan;
+use super::pending::PendingCache;
+use super::plan::plan_pending;
 use super::policy::Policy;
 use super::preempt::preemptions;
 use super::reslice::reslice;
@@ -38,6 +39,7 @@ impl Scheduler {
         let mut tick = tokio::time::interval(self.tick);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut env = EnvCache::default();
+        let mut pending = PendingCache::default();
         loop {
             let on_tick = tokio::select! {
                 () = cancel.cancelled() => return,
@@ -46,6 +48,7 @@ impl Scheduler {
             };
             if !self.cluster.view().is_leader {
                 env = EnvCache::default();
+                pending = PendingCache::default();
                 continue;
             }
             let now_ms = crate::cluster::now_ms();
@@ -55,10 +58,11 @@ impl Scheduler {
                 let mut policy = self.policy.with_settings(&s.scheduler);
                 policy.explain &= on_tick;
                 let env = env.get(s, &policy, now_ms, on_tick);
-                let pass = plan(s, &policy, env);
+                let pending = pending.get(s, policy.ordering);
+                let pass = plan_pending(s, &policy, env, pending);
                 // Preempt only when nothing can be placed the ordinary way.
                 let preempt = if pass.binds.is_empty() && pass.slice_binds.is_empty() {
-                    preemptions(s, &policy, env)
+                    preemptions(s, &policy, env, pending)
                 } else {
                     Vec::new()
                 };

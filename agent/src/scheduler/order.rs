@@ -27,9 +27,9 @@ pub(crate) fn queue<'a>(
     state: &'a ClusterState,
     policy: &Policy,
     env: &PlanEnv,
+    pending: &'a PendingIndex,
 ) -> impl Iterator<Item = &'a Job> + 'a {
-    let index = Cow::Owned(PendingIndex::of(state, policy.ordering));
-    let mut q = Queue::new(state, policy, env, index);
+    let mut q = Queue::new(state, policy, env, Cow::Borrowed(pending));
     std::iter::from_fn(move || {
         let job = q.next()?;
         q.placed();

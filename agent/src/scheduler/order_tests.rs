@@ -9,7 +9,7 @@ use proptest::prelude::*;
 
 use super::order::queue;
 use super::testkit::{POLICIES, apply_at, gpu, node, spec, submit_at};
-use super::{Ordering, PlanEnv, Policy, plan};
+use super::{Ordering, PendingIndex, PlanEnv, Policy, plan};
 
 const HOUR_MS: f64 = 3_600_000.0;
 const TENANTS: [&str; 3] = ["a", "b", "c"];
@@ -145,7 +145,8 @@ proptest! {
         }
         // Ties in the score are ties in the reference too, so compare ids.
         let ids = |q: Vec<&Job>| q.into_iter().map(|j| j.id).collect::<Vec<_>>();
-        prop_assert_eq!(ids(queue(&s, &p, &env).collect()), ids(sorted(&s, &p, &env)));
+        let pending = PendingIndex::of(&s, p.ordering);
+        prop_assert_eq!(ids(queue(&s, &p, &env, &pending).collect()), ids(sorted(&s, &p, &env)));
     }
 
     #[test]

@@ -5,13 +5,16 @@
 //! heads instead of a sort of every pending job, and a class whose job found no room can be
 //! passed over whole.
 //!
-//! The leader builds one from the state on every pass; the simulator keeps one up to date as
-//! jobs arrive and start, so a pass costs O(classes) rather than O(pending jobs).
+//! The leader keeps one up to date from the state's `PendingLog` (`PendingCache`), the
+//! simulator as jobs arrive and start, so a pass costs O(classes) rather than O(pending jobs).
 
 use std::collections::{BTreeSet, HashMap};
+use std::hash::BuildHasherDefault;
 
+use gpu_raft_store::pending_log::Cursor;
 use gpu_raft_store::{ClusterState, Job, JobId, JobSpec, JobState};
 
+use super::history::Fnv;
 use super::policy::Ordering;
 
 /// Where a member sits in its class: its submission time (0 under FCFS), then its id.
@@ -21,6 +24,8 @@ pub(crate) type Rank = (u64, JobId);
 pub struct PendingIndex {
     ordering: Ordering,
     class_of: HashMap<JobSpec, usize>,
+    /// Each member's class slot and rank.
+    member_of: HashMap<JobId, (usize, Rank), BuildHasherDefault<Fnv>>,
     /// Classes by slot; a slot stays put while its class has members, then is reused.
     slots: Vec<Option<Class>>,
     free: Vec<usize>,
@@ -43,6 +48,7 @@ impl PendingIndex {
         Self {
             ordering,
             class_of: HashMap::new(),
+            member_of: HashMap::default(),
             slots: Vec::new(),
             free: Vec::new(),
             arrivals: BTreeSet::new(),
@@ -63,9 +69,11 @@ impl PendingIndex {
         self.ordering
     }
 
-    /// A job became pending.
+    /// A job became pending (again, if it is already indexed: then nothing changes).
     pub fn insert(&mut self, job: &Job) {
-        let rank = self.rank(job);
+        if self.member_of.contains_key(&job.id) {
+            return;
+        }
         let slot = match self.class_of.get(&job.spec) {
             Some(&slot) => slot,
             None => {
@@ -87,9 +95,9 @@ impl PendingIndex {
                 slot
             }
         };
-        if !self.class_mut(slot).members.insert(rank) {
-            return;
-        }
+        let rank = self.rank(job);
+        self.member_of.insert(job.id, (slot, rank));
+        self.class_mut(slot).members.insert(rank);
         if self.ordering == Ordering::Fcfs {
             self.arrivals.insert((job.id, slot));
         }
@@ -98,28 +106,38 @@ impl PendingIndex {
         }
     }
 
-    /// A job is no longer pending (it was bound, cancelled, …). `job` as it was inserted.
-    pub fn remove(&mut self, job: &Job) {
-        let rank = self.rank(job);
-        let Some(&slot) = self.class_of.get(&job.spec) else {
+    /// A job is no longer pending (it was bound, cancelled, …); nothing if it was not indexed.
+    pub fn remove(&mut self, job: JobId) {
+        let Some((slot, rank)) = self.member_of.remove(&job) else {
             return;
         };
-        if !self.class_mut(slot).members.remove(&rank) {
-            return;
-        }
-        self.arrivals.remove(&(job.id, slot));
-        if job.spec.gpus == 0 {
+        self.arrivals.remove(&(job, slot));
+        let class = self.class_mut(slot);
+        class.members.remove(&rank);
+        let (cpu_only, emptied) = (class.spec.gpus == 0, class.members.is_empty());
+        if cpu_only {
             self.cpu_only -= 1;
         }
-        if self.class(slot).members.is_empty() {
-            self.slots[slot] = None;
+        if emptied {
+            let spec = self.slots[slot].take().expect("a class in use").spec;
             self.free.push(slot);
-            self.class_of.remove(&job.spec);
+            self.class_of.remove(&spec);
+        }
+    }
+
+    /// Bring the index up to date with `state` for the jobs in `changed`: each is indexed if
+    /// and only if it is pending now.
+    pub fn update(&mut self, state: &ClusterState, changed: impl IntoIterator<Item = JobId>) {
+        for id in changed {
+            match state.jobs.get(&id) {
+                Some(job) if job.state == JobState::Pending => self.insert(job),
+                _ => self.remove(id),
+            }
         }
     }
 
     pub fn len(&self) -> usize {
-        self.classes().map(|(_, c)| c.members.len()).sum()
+        self.member_of.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -192,10 +210,34 @@ impl Class {
     }
 }
 
+/// The leader's index of the pending jobs, brought up to date before each pass from the
+/// state's `PendingLog`, and rebuilt only when the log cannot say what changed (the state was
+/// replaced by a snapshot, the log moved on too far) or the ordering changed.
+#[derive(Default)]
+pub struct PendingCache {
+    kept: Option<(Cursor, PendingIndex)>,
+}
+
+impl PendingCache {
+    pub fn get(&mut self, state: &ClusterState, ordering: Ordering) -> &PendingIndex {
+        let log = &state.pending_log;
+        let kept = self.kept.take().and_then(|(cursor, mut index)| {
+            let changed = log.since(cursor).filter(|_| index.ordering() == ordering)?;
+            index.update(state, changed);
+            Some(index)
+        });
+        let index = kept.unwrap_or_else(|| PendingIndex::of(state, ordering));
+        &self.kept.insert((log.cursor(), index)).1
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scheduler::testkit::{gpu, node, spec, submit};
+    use gpu_raft_store::{Command, Outcome};
+    use proptest::prelude::*;
+
+    use crate::scheduler::testkit::{apply, gpu, node, plan_default, spec, submit};
 
     #[test]
     fn kept_up_to_date_it_equals_one_built_from_the_state() {
@@ -212,7 +254,7 @@ mod tests {
         assert!(kept.has_cpu_only());
         for id in [2, 4] {
             let j = state.jobs.get_mut(&id).expect("job");
-            kept.remove(j);
+            kept.remove(id);
             j.state = JobState::Running;
         }
         let built = PendingIndex::of(&state, Ordering::Fcfs);
@@ -225,6 +267,109 @@ mod tests {
         .map(|(id, _)| id)
         .collect();
         assert_eq!(arrivals, [1, 3, 5]);
+    }
+
+    /// One step of the property below: a command on the job `pick` selects.
+    #[derive(Clone, Debug)]
+    enum Step {
+        Submit(u32),
+        Place,
+        Cancel(usize),
+        Start(usize),
+        Lose(usize),
+        Succeed(usize),
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            (0u32..3).prop_map(Step::Submit),
+            Just(Step::Place),
+            any::<usize>().prop_map(Step::Cancel),
+            any::<usize>().prop_map(Step::Start),
+            any::<usize>().prop_map(Step::Lose),
+            any::<usize>().prop_map(Step::Succeed),
+        ]
+    }
+
+    fn command(state: &ClusterState, step: &Step) -> Option<Command> {
+        let pick = |k: usize| {
+            let ids: Vec<&Job> = state.jobs.values().collect();
+            (!ids.is_empty()).then(|| ids[k % ids.len()])
+        };
+        let finish = |k: usize, outcome: Outcome| {
+            pick(k).map(|j| Command::JobFinished {
+                job: j.id,
+                generation: j.generation,
+                outcome,
+            })
+        };
+        match *step {
+            Step::Submit(gpus) => {
+                let mut spec = spec(gpus, 0);
+                spec.max_attempts = 3;
+                Some(Command::SubmitJob {
+                    spec,
+                    idempotency_key: None,
+                })
+            }
+            Step::Place => {
+                let binds = plan_default(state).binds;
+                (!binds.is_empty()).then_some(Command::BindJobs { binds })
+            }
+            Step::Cancel(k) => pick(k).map(|j| Command::CancelJob { job: j.id }),
+            Step::Start(k) => pick(k).map(|j| Command::JobStarted {
+                job: j.id,
+                generation: j.generation,
+            }),
+            Step::Lose(k) => finish(
+                k,
+                Outcome::Lost {
+                    message: "node down".into(),
+                },
+            ),
+            Step::Succeed(k) => finish(k, Outcome::Exited { code: 0 }),
+        }
+    }
+
+    proptest! {
+        /// Whatever entries are applied, the leader's kept index holds exactly the pending
+        /// jobs: those submitted, requeued after a lost run, and not bound or cancelled.
+        #[test]
+        fn a_cache_kept_between_passes_equals_an_index_built_from_the_state(
+            steps in proptest::collection::vec(step(), 1..60),
+            every in 1usize..5,
+        ) {
+            let mut state = ClusterState::new();
+            node(&mut state, 1, (0..4).map(|i| gpu(i, "A100", 0)).collect());
+            let mut cache = PendingCache::default();
+            for (n, step) in steps.iter().enumerate() {
+                if let Some(cmd) = command(&state, step) {
+                    apply(&mut state, cmd);
+                }
+                if n % every == 0 {
+                    let kept = members(cache.get(&state, Ordering::Fcfs));
+                    prop_assert_eq!(kept, members(&PendingIndex::of(&state, Ordering::Fcfs)));
+                }
+            }
+            let kept = members(cache.get(&state, Ordering::Fcfs));
+            prop_assert_eq!(kept, members(&PendingIndex::of(&state, Ordering::Fcfs)));
+        }
+    }
+
+    #[test]
+    fn a_cache_rebuilds_for_another_copy_of_the_state_or_another_ordering() {
+        let mut state = ClusterState::new();
+        submit(&mut state, spec(1, 0));
+        let mut cache = PendingCache::default();
+        assert_eq!(cache.get(&state, Ordering::Fcfs).len(), 1);
+        let mut copy = state.clone();
+        submit(&mut copy, spec(1, 0));
+        assert_eq!(cache.get(&copy, Ordering::Fcfs).len(), 2);
+        let restored: ClusterState =
+            serde_json::from_slice(&serde_json::to_vec(&state).expect("encode")).expect("decode");
+        assert_eq!(cache.get(&restored, Ordering::Fcfs).len(), 1);
+        let index = cache.get(&restored, Ordering::Sjf);
+        assert_eq!((index.ordering(), index.len()), (Ordering::Sjf, 1));
     }
 
     fn members(index: &PendingIndex) -> BTreeSet<(u32, Rank)> {

@@ -10,6 +10,7 @@ use gpu_raft_store::{ClusterState, Job, JobState, NodeId, Preempt, gpu_fits, ten
 
 use super::env::PlanEnv;
 use super::order;
+use super::pending::PendingIndex;
 use super::placement::selector_matches;
 use super::policy::Policy;
 use super::quota::{Admission, QuotaBook, restrict};
@@ -18,7 +19,12 @@ use super::quota::{Admission, QuotaBook, restrict};
 const CANDIDATES: usize = 64;
 
 /// The preemptions to propose now (for one beneficiary), or none.
-pub fn preemptions(state: &ClusterState, policy: &Policy, env: &PlanEnv) -> Vec<Preempt> {
+pub fn preemptions(
+    state: &ClusterState,
+    policy: &Policy,
+    env: &PlanEnv,
+    pending: &PendingIndex,
+) -> Vec<Preempt> {
     if state.scheduler.preemption.is_off() {
         return Vec::new();
     }
@@ -39,7 +45,7 @@ pub fn preemptions(state: &ClusterState, policy: &Policy, env: &PlanEnv) -> Vec<
             by_node.entry(b.node).or_default().push(j);
         }
     }
-    for job in order::queue(state, policy, env).take(CANDIDATES) {
+    for job in order::queue(state, policy, env, pending).take(CANDIDATES) {
         if job.spec.gpus == 0 || job.spec.nodes > 1 || waits_for_beneficiary(state, job) {
             continue;
         }

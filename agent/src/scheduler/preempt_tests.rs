@@ -10,7 +10,7 @@ use gpu_raft_store::{
 };
 
 use super::testkit::{apply, gpu, node, spec, submit};
-use super::{PlanEnv, Policy, plan, preemptions};
+use super::{PendingIndex, PlanEnv, Policy, plan, preemptions};
 
 fn cluster(mode: Preemption, gpus: u32) -> ClusterState {
     let mut s = ClusterState::new();
@@ -60,7 +60,8 @@ fn pass(s: &mut ClusterState) {
 
 fn victims(s: &ClusterState) -> Vec<Preempt> {
     let policy = Policy::default().with_settings(&s.scheduler);
-    preemptions(s, &policy, &PlanEnv::new(1, &policy))
+    let pending = PendingIndex::of(s, policy.ordering);
+    preemptions(s, &policy, &PlanEnv::new(1, &policy), &pending)
 }
 
 fn preempt(job: JobId, generation: u64, for_job: JobId) -> Preempt {

@@ -190,7 +190,7 @@ pub fn replay(
                     continue;
                 }
                 let job = state.jobs.get_mut(&b.job).expect("plan binds known jobs");
-                pending.remove(job);
+                pending.remove(job.id);
                 job.state = JobState::Running;
                 job.generation += 1;
                 job.attempts += 1;
