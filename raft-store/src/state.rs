@@ -11,8 +11,8 @@ use crate::cert::{self, CertRecord};
 use crate::command::{ApplyResult, Bind, Command, LogEntry, Preempt, Rejection};
 use crate::energy::EnergyBook;
 use crate::job::{Binding, Job, JobId, JobState, Outcome};
+use crate::job_log::JobLog;
 use crate::node::{EdgeTerms, NodeRecord, NodeStatus, SITE_LABEL};
-use crate::pending_log::PendingLog;
 use crate::scheduler::SchedulerSettings;
 use crate::tenant::{self, TenantRecord};
 use crate::{NodeId, validate};
@@ -57,9 +57,9 @@ pub struct ClusterState {
     /// unlimited.
     #[serde(default)]
     pub tenants: BTreeMap<String, TenantRecord>,
-    /// Which jobs entered or left `Pending` lately (local, never serialized).
+    /// Which jobs changed state lately (local, never serialized).
     #[serde(skip)]
-    pub pending_log: PendingLog,
+    pub job_log: JobLog,
 }
 
 fn first_job_id() -> JobId {
@@ -546,7 +546,7 @@ impl ClusterState {
         if let Some(scoped) = scoped {
             self.idempotency.insert(scoped, id);
         }
-        self.pending_log.record(id);
+        self.job_log.record(id);
         self.jobs.insert(
             id,
             Job {
@@ -585,7 +585,7 @@ impl ClusterState {
                 j.outcome = Some(Outcome::Cancelled);
                 j.finished_at_ms = Some(now);
                 j.reason = None;
-                self.pending_log.record(job);
+                self.job_log.record(job);
             }
             JobState::Bound | JobState::Running => j.cancel_requested = true,
             state => return Err(Rejection::JobFinished { job, state }),
@@ -923,7 +923,7 @@ impl ClusterState {
         now: u64,
     ) {
         if let Some(job) = self.jobs.get_mut(&job) {
-            self.pending_log.record(job.id);
+            self.job_log.record(job.id);
             job.generation += 1;
             job.attempts += 1;
             job.state = JobState::Bound;
@@ -947,6 +947,7 @@ impl ClusterState {
             JobState::Bound if j.generation == generation => {
                 j.state = JobState::Running;
                 j.started_at_ms = Some(now);
+                self.job_log.record(job);
                 Ok(ApplyResult::Ok)
             }
             JobState::Running if j.generation == generation => Ok(ApplyResult::Ok),
@@ -1031,9 +1032,9 @@ impl ClusterState {
                     (Outcome::Evicted, Some(by)) => format!("requeued: preempted for j-{by}"),
                     _ => format!("requeued: {outcome}"),
                 });
-                self.pending_log.record(job);
             }
         }
+        self.job_log.record(job);
         Ok(ApplyResult::Ok)
     }
 }

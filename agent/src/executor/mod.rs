@@ -10,13 +10,14 @@ mod reconcile;
 pub mod shim;
 mod vm;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ffi::OsString;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use gpu_raft_store::job_log::KeptIndex;
 use gpu_raft_store::{ClusterState, Command, Job, JobId, JobKind, JobSpec, NodeId, Rejection};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -75,13 +76,15 @@ impl Executor {
         let mut applied = self.cluster.state.subscribe();
         let mut children = Children::new();
         let mut mig_errors = HashMap::new();
+        let mut mine = Mine::default();
         loop {
             tokio::select! {
                 () = cancel.cancelled() => return,
                 _ = applied.changed() => {}
                 () = tokio::time::sleep(self.settings.tick) => {}
             }
-            self.pass(&mut children, &host, &mut mig_errors).await;
+            self.pass(&mut children, &host, &mut mig_errors, &mut mine)
+                .await;
         }
     }
 
@@ -196,6 +199,7 @@ impl Executor {
         children: &mut Children,
         host: &Host,
         mig_errors: &mut HashMap<u32, String>,
+        mine: &mut Mine,
     ) {
         children.retain(|_, child| matches!(child.try_wait(), Ok(None)));
         let me = self.cluster.id;
@@ -206,7 +210,10 @@ impl Executor {
                 return;
             }
         };
-        let (desired, jobs) = self.cluster.state.read(|s| desired_runs(s, me, &observed));
+        let (desired, jobs) = self
+            .cluster
+            .state
+            .read(|s| desired_runs(s, me, &observed, mine));
         self.mark_busy_gpus(&jobs, &observed);
         self.end_expired_vms(&jobs, &observed);
         self.reconcile_mig(mig_errors);
@@ -635,21 +642,44 @@ pub(crate) fn gang_env(
     ]
 }
 
+/// The ids of the live jobs placed (in whole or in part) on this node, kept between passes:
+/// a pass runs on every applied entry, and scanning every job each time (tens of thousands in a
+/// long-lived state, on every agent) was most of a loaded mesh's CPU.
+type Mine = KeptIndex<BTreeSet<JobId>>;
+
+fn placed_here(job: &Job, me: NodeId) -> bool {
+    job.state.is_live() && job.on_node(me)
+}
+
 /// This node's live placements, plus the jobs they and the runs `observed` here belong to.
-/// Only those jobs are copied: this runs on every applied entry, and copying every pending
-/// job as well (10,000 in a backed-up queue, on every agent) was most of a loaded mesh's CPU.
+/// Only those jobs are copied.
 fn desired_runs(
     state: &ClusterState,
     me: NodeId,
     observed: &[Observed],
+    mine: &mut Mine,
 ) -> (Vec<Desired>, HashMap<JobId, Job>) {
-    let mine: Vec<&Job> = state
-        .jobs
-        .values()
-        .filter(|j| j.state.is_live() && j.on_node(me))
-        .collect();
+    let mine = mine.get(
+        state,
+        |_| true,
+        |s| {
+            s.jobs
+                .values()
+                .filter(|j| placed_here(j, me))
+                .map(|j| j.id)
+                .collect()
+        },
+        |ids, s, job| {
+            if s.jobs.get(&job).is_some_and(|j| placed_here(j, me)) {
+                ids.insert(job);
+            } else {
+                ids.remove(&job);
+            }
+        },
+    );
     let desired = mine
         .iter()
+        .filter_map(|id| state.jobs.get(id))
         .map(|j| Desired {
             job: j.id,
             generation: j.generation,
@@ -661,7 +691,7 @@ fn desired_runs(
     // The jobs of stale runs too (a requeued job's old run here), so they can be named.
     let jobs = mine
         .iter()
-        .map(|j| j.id)
+        .copied()
         .chain(observed.iter().map(|o| o.job))
         .filter_map(|id| state.jobs.get(&id).map(|j| (id, j.clone())))
         .collect();
@@ -671,8 +701,35 @@ fn desired_runs(
 #[cfg(test)]
 mod tests {
     use expect_test::expect;
+    use proptest::prelude::*;
 
     use super::*;
+    use crate::scheduler::testkit::{apply, gpu, job_step, node, step_command};
+
+    proptest! {
+        /// Whatever entries are applied, the runs a pass wants from the kept set of this
+        /// node's jobs are those a scan of every job finds.
+        #[test]
+        fn kept_placements_equal_a_scan_of_every_job(
+            steps in proptest::collection::vec(job_step(), 1..60),
+        ) {
+            let mut state = ClusterState::new();
+            for id in [1, 2] {
+                node(&mut state, id, (0..2).map(|i| gpu(i, "A100", 0)).collect());
+            }
+            let mut kept = [Mine::default(), Mine::default()];
+            for step in &steps {
+                if let Some(cmd) = step_command(&state, step) {
+                    apply(&mut state, cmd);
+                }
+                for (me, mine) in [1, 2].into_iter().zip(&mut kept) {
+                    let (want, _) = desired_runs(&state, me, &[], mine);
+                    let (scanned, _) = desired_runs(&state, me, &[], &mut Mine::default());
+                    prop_assert_eq!(want, scanned);
+                }
+            }
+        }
+    }
 
     fn settings(run_as: RunAs) -> ExecutorSettings {
         ExecutorSettings {

@@ -66,7 +66,7 @@ impl Scheduler {
                 } else {
                     Vec::new()
                 };
-                let reslices = reslice(s, &pass);
+                let reslices = reslice(s, &pass, pending);
                 (pass, preempt, reslices)
             });
             for r in reslices {

@@ -5,13 +5,13 @@
 //! heads instead of a sort of every pending job, and a class whose job found no room can be
 //! passed over whole.
 //!
-//! The leader keeps one up to date from the state's `PendingLog` (`PendingCache`), the
+//! The leader keeps one up to date from the state's `JobLog` (`PendingCache`), the
 //! simulator as jobs arrive and start, so a pass costs O(classes) rather than O(pending jobs).
 
 use std::collections::{BTreeSet, HashMap};
 use std::hash::BuildHasherDefault;
 
-use gpu_raft_store::pending_log::Cursor;
+use gpu_raft_store::job_log::KeptIndex;
 use gpu_raft_store::{ClusterState, Job, JobId, JobSpec, JobState};
 
 use super::history::Fnv;
@@ -125,14 +125,12 @@ impl PendingIndex {
         }
     }
 
-    /// Bring the index up to date with `state` for the jobs in `changed`: each is indexed if
-    /// and only if it is pending now.
-    pub fn update(&mut self, state: &ClusterState, changed: impl IntoIterator<Item = JobId>) {
-        for id in changed {
-            match state.jobs.get(&id) {
-                Some(job) if job.state == JobState::Pending => self.insert(job),
-                _ => self.remove(id),
-            }
+    /// Bring the index up to date with `state` for `job`: indexed if and only if it is
+    /// pending now.
+    pub fn update(&mut self, state: &ClusterState, job: JobId) {
+        match state.jobs.get(&job) {
+            Some(j) if j.state == JobState::Pending => self.insert(j),
+            _ => self.remove(job),
         }
     }
 
@@ -211,33 +209,28 @@ impl Class {
 }
 
 /// The leader's index of the pending jobs, brought up to date before each pass from the
-/// state's `PendingLog`, and rebuilt only when the log cannot say what changed (the state was
+/// state's `JobLog`, and rebuilt only when the log cannot say what changed (the state was
 /// replaced by a snapshot, the log moved on too far) or the ordering changed.
 #[derive(Default)]
-pub struct PendingCache {
-    kept: Option<(Cursor, PendingIndex)>,
-}
+pub struct PendingCache(KeptIndex<PendingIndex>);
 
 impl PendingCache {
     pub fn get(&mut self, state: &ClusterState, ordering: Ordering) -> &PendingIndex {
-        let log = &state.pending_log;
-        let kept = self.kept.take().and_then(|(cursor, mut index)| {
-            let changed = log.since(cursor).filter(|_| index.ordering() == ordering)?;
-            index.update(state, changed);
-            Some(index)
-        });
-        let index = kept.unwrap_or_else(|| PendingIndex::of(state, ordering));
-        &self.kept.insert((log.cursor(), index)).1
+        self.0.get(
+            state,
+            |index| index.ordering() == ordering,
+            |state| PendingIndex::of(state, ordering),
+            |index, state, job| index.update(state, job),
+        )
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gpu_raft_store::{Command, Outcome};
     use proptest::prelude::*;
 
-    use crate::scheduler::testkit::{apply, gpu, node, plan_default, spec, submit};
+    use crate::scheduler::testkit::{apply, gpu, job_step, node, spec, step_command, submit};
 
     #[test]
     fn kept_up_to_date_it_equals_one_built_from_the_state() {
@@ -269,81 +262,19 @@ mod tests {
         assert_eq!(arrivals, [1, 3, 5]);
     }
 
-    /// One step of the property below: a command on the job `pick` selects.
-    #[derive(Clone, Debug)]
-    enum Step {
-        Submit(u32),
-        Place,
-        Cancel(usize),
-        Start(usize),
-        Lose(usize),
-        Succeed(usize),
-    }
-
-    fn step() -> impl Strategy<Value = Step> {
-        prop_oneof![
-            (0u32..3).prop_map(Step::Submit),
-            Just(Step::Place),
-            any::<usize>().prop_map(Step::Cancel),
-            any::<usize>().prop_map(Step::Start),
-            any::<usize>().prop_map(Step::Lose),
-            any::<usize>().prop_map(Step::Succeed),
-        ]
-    }
-
-    fn command(state: &ClusterState, step: &Step) -> Option<Command> {
-        let pick = |k: usize| {
-            let ids: Vec<&Job> = state.jobs.values().collect();
-            (!ids.is_empty()).then(|| ids[k % ids.len()])
-        };
-        let finish = |k: usize, outcome: Outcome| {
-            pick(k).map(|j| Command::JobFinished {
-                job: j.id,
-                generation: j.generation,
-                outcome,
-            })
-        };
-        match *step {
-            Step::Submit(gpus) => {
-                let mut spec = spec(gpus, 0);
-                spec.max_attempts = 3;
-                Some(Command::SubmitJob {
-                    spec,
-                    idempotency_key: None,
-                })
-            }
-            Step::Place => {
-                let binds = plan_default(state).binds;
-                (!binds.is_empty()).then_some(Command::BindJobs { binds })
-            }
-            Step::Cancel(k) => pick(k).map(|j| Command::CancelJob { job: j.id }),
-            Step::Start(k) => pick(k).map(|j| Command::JobStarted {
-                job: j.id,
-                generation: j.generation,
-            }),
-            Step::Lose(k) => finish(
-                k,
-                Outcome::Lost {
-                    message: "node down".into(),
-                },
-            ),
-            Step::Succeed(k) => finish(k, Outcome::Exited { code: 0 }),
-        }
-    }
-
     proptest! {
         /// Whatever entries are applied, the leader's kept index holds exactly the pending
         /// jobs: those submitted, requeued after a lost run, and not bound or cancelled.
         #[test]
         fn a_cache_kept_between_passes_equals_an_index_built_from_the_state(
-            steps in proptest::collection::vec(step(), 1..60),
+            steps in proptest::collection::vec(job_step(), 1..60),
             every in 1usize..5,
         ) {
             let mut state = ClusterState::new();
             node(&mut state, 1, (0..4).map(|i| gpu(i, "A100", 0)).collect());
             let mut cache = PendingCache::default();
             for (n, step) in steps.iter().enumerate() {
-                if let Some(cmd) = command(&state, step) {
+                if let Some(cmd) = step_command(&state, step) {
                     apply(&mut state, cmd);
                 }
                 if n % every == 0 {

@@ -9,11 +9,10 @@
 use std::collections::BTreeSet;
 
 use gpu_raft_store::mig::{self, Instance};
-use gpu_raft_store::{
-    ClusterState, GpuMode, JobSpec, JobState, NodeId, PartitionSpec, SliceRequest,
-};
+use gpu_raft_store::{ClusterState, GpuMode, JobId, JobSpec, NodeId, PartitionSpec, SliceRequest};
 
 use super::Plan;
+use super::pending::{Class, PendingIndex};
 use super::placement::selector_matches;
 use super::slices::is_sliced;
 
@@ -25,34 +24,14 @@ pub struct Reslice {
     pub partition: PartitionSpec,
 }
 
-/// The re-slicing the queue asks for after `pass` (planned on `state`).
-pub fn reslice(state: &ClusterState, pass: &Plan) -> Vec<Reslice> {
-    let placed: BTreeSet<u64> = pass
-        .binds
-        .iter()
-        .map(|b| b.job)
-        .chain(pass.slice_binds.iter().map(|b| b.job))
-        .collect();
+/// The re-slicing the queue (`pending`, indexed from `state`) asks for after `pass`.
+pub fn reslice(state: &ClusterState, pass: &Plan, pending: &PendingIndex) -> Vec<Reslice> {
     let used: BTreeSet<(NodeId, u32)> = pass
         .binds
         .iter()
         .flat_map(|b| b.gpus.iter().map(move |g| (b.node, *g)))
         .chain(pass.slice_binds.iter().map(|b| (b.node, b.gpu)))
         .collect();
-    let waiting: Vec<&JobSpec> = state
-        .jobs
-        .values()
-        .filter(|j| j.state == JobState::Pending && !placed.contains(&j.id))
-        .map(|j| &j.spec)
-        .collect();
-    let mut mig_wait: Vec<(&JobSpec, &str)> = waiting
-        .iter()
-        .filter_map(|s| match &s.slice {
-            Some(SliceRequest::Mig { profile }) => Some((*s, profile.as_str())),
-            _ => None,
-        })
-        .collect();
-    let whole_waits = waiting.iter().any(|s| !is_sliced(s) && s.gpus > 0);
     // Idle GPUs that may be re-sliced: MIG mode first, then whole ones.
     let mut idle: Vec<(NodeId, u32, GpuMode)> = Vec::new();
     for n in state.nodes.values().filter(|n| n.accepts_work()) {
@@ -68,6 +47,34 @@ pub fn reslice(state: &ClusterState, pass: &Plan) -> Vec<Reslice> {
             }
         }
     }
+    if idle.is_empty() {
+        return Vec::new();
+    }
+    let placed: BTreeSet<u64> = pass
+        .binds
+        .iter()
+        .map(|b| b.job)
+        .chain(pass.slice_binds.iter().map(|b| b.job))
+        .collect();
+    let waits = |c: &Class| c.members.iter().any(|(_, id)| !placed.contains(id));
+    let whole_waits = pending
+        .classes()
+        .any(|(_, c)| !is_sliced(&c.spec) && c.spec.gpus > 0 && waits(c));
+    // Every waiting MIG job, in arrival order.
+    let mut mig_wait: Vec<(JobId, &JobSpec, &str)> = pending
+        .classes()
+        .filter_map(|(_, c)| match &c.spec.slice {
+            Some(SliceRequest::Mig { profile }) => Some((c, profile.as_str())),
+            _ => None,
+        })
+        .flat_map(|(c, profile)| {
+            c.members
+                .iter()
+                .filter(|(_, id)| !placed.contains(id))
+                .map(move |&(_, id)| (id, &c.spec, profile))
+        })
+        .collect();
+    mig_wait.sort_unstable_by_key(|(id, _, _)| *id);
     idle.sort_by_key(|(n, g, mode)| (*mode != GpuMode::Mig, *n, *g));
     let mut out = Vec::new();
     for (node_id, index, mode) in idle {
@@ -82,7 +89,7 @@ pub fn reslice(state: &ClusterState, pass: &Plan) -> Vec<Reslice> {
         }
         // Carve the waiting profiles this GPU can serve, in queue order, while they fit.
         let mut layout: Vec<Instance> = Vec::new();
-        mig_wait.retain(|(spec, profile)| {
+        mig_wait.retain(|(_, spec, profile)| {
             let serves = (spec.gpu_types.is_empty() || spec.gpu_types.contains(&g.gpu_type))
                 && selector_matches(spec, &labels);
             match model.fit(&layout, profile).filter(|_| serves) {

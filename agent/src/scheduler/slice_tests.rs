@@ -11,7 +11,7 @@ use gpu_raft_store::{
 use proptest::prelude::*;
 
 use super::testkit::{apply, node, plan_default, spec, submit};
-use super::{Plan, Policy, plan, reslice};
+use super::{Ordering, PendingIndex, Plan, Policy, plan, reslice};
 use crate::scheduler::PlanEnv;
 
 fn a100(index: u32) -> GpuRecord {
@@ -201,7 +201,7 @@ fn reslicing_carves_idle_gpus_only_and_returns_them_whole() {
     }
     let p = plan_default(&s);
     assert!(p.slice_binds.is_empty());
-    let r = reslice(&s, &p);
+    let r = reslice(&s, &p, &PendingIndex::of(&s, Ordering::Fcfs));
     assert_eq!(r.len(), 1, "{r:?}");
     assert_eq!((r[0].node, r[0].gpu), (1, 1));
     let seven: Vec<Instance> = (0..7)
@@ -224,7 +224,7 @@ fn reslicing_carves_idle_gpus_only_and_returns_them_whole() {
     let p = plan_default(&s);
     assert_eq!(p.slice_binds.len(), 7);
     apply_plan(&mut s, &p);
-    assert!(reslice(&s, &plan_default(&s)).is_empty());
+    assert!(reslice(&s, &plan_default(&s), &PendingIndex::of(&s, Ordering::Fcfs)).is_empty());
     // A whole-GPU job waits; the 7g job ends: its now idle MIG GPU goes back to whole, and
     // the busy one (GPU 1) is left alone.
     submit(&mut s, spec(1, 0));
@@ -237,7 +237,7 @@ fn reslicing_carves_idle_gpus_only_and_returns_them_whole() {
             outcome: Outcome::Exited { code: 0 },
         },
     );
-    let r = reslice(&s, &plan_default(&s));
+    let r = reslice(&s, &plan_default(&s), &PendingIndex::of(&s, Ordering::Fcfs));
     assert_eq!(r.len(), 1, "{r:?}");
     assert_eq!((r[0].gpu, r[0].partition.mode), (0, GpuMode::Whole));
     assert!(
@@ -297,7 +297,7 @@ proptest! {
             let p = plan_default(&s);
             apply_plan(&mut s, &p);
             prop_assert_eq!(check(&s), Ok(()));
-            for r in reslice(&s, &p) {
+            for r in reslice(&s, &p, &PendingIndex::of(&s, Ordering::Fcfs)) {
                 apply(&mut s, Command::SetGpuPartition { node: r.node, gpu: r.gpu, partition: r.partition, if_idle: true });
             }
             // Every other round, every live job ends.

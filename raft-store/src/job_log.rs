@@ -1,6 +1,7 @@
-//! `PendingLog`: which jobs lately entered or left `Pending`, for a reader that keeps its own
-//! index of the pending jobs up to date (the leader's scheduler) instead of scanning every job
-//! on every pass.
+//! `JobLog`: which jobs lately changed `state`, for readers that keep their own index of some
+//! jobs (`KeptIndex`: the leader's pending queue, each executor's live runs) instead of scanning
+//! every job on every applied entry. Such an index may depend on a job's state and on what is
+//! fixed while it keeps that state (its spec, submission time, placement), nothing else.
 //!
 //! It is an observation of the local copy, not replicated state: it is never serialized, two
 //! logs always compare equal, and a state that is deserialized, cloned or created starts a log
@@ -11,6 +12,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::job::JobId;
+use crate::state::ClusterState;
 
 /// Changes kept: a reader more than this many behind rebuilds from the state.
 const CAPACITY: usize = 1 << 16;
@@ -18,15 +20,15 @@ const CAPACITY: usize = 1 << 16;
 /// Where a reader is in a log: the log's epoch and the number of changes it has seen.
 pub type Cursor = (u64, u64);
 
-pub struct PendingLog {
+pub struct JobLog {
     epoch: u64,
     /// Changes recorded before `recent`'s first.
     dropped: u64,
     recent: VecDeque<JobId>,
 }
 
-impl PendingLog {
-    /// `job` entered or left `Pending`.
+impl JobLog {
+    /// `job`'s state changed (or it was created).
     pub(crate) fn record(&mut self, job: JobId) {
         if self.recent.len() == CAPACITY {
             self.recent.pop_front();
@@ -50,7 +52,7 @@ impl PendingLog {
     }
 }
 
-impl Default for PendingLog {
+impl Default for JobLog {
     fn default() -> Self {
         static EPOCHS: AtomicU64 = AtomicU64::new(1);
         Self {
@@ -62,25 +64,60 @@ impl Default for PendingLog {
 }
 
 /// A clone is another copy, whose changes this log will not see.
-impl Clone for PendingLog {
+impl Clone for JobLog {
     fn clone(&self) -> Self {
         Self::default()
     }
 }
 
-impl PartialEq for PendingLog {
+impl PartialEq for JobLog {
     fn eq(&self, _: &Self) -> bool {
         true
     }
 }
 
-impl Eq for PendingLog {}
+impl Eq for JobLog {}
 
-impl std::fmt::Debug for PendingLog {
+impl std::fmt::Debug for JobLog {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PendingLog")
+        f.debug_struct("JobLog")
             .field("cursor", &self.cursor())
             .finish_non_exhaustive()
+    }
+}
+
+/// A reader's index `T` of some jobs, kept up to date from the state's `JobLog`.
+pub struct KeptIndex<T> {
+    kept: Option<(Cursor, T)>,
+}
+
+impl<T> Default for KeptIndex<T> {
+    fn default() -> Self {
+        Self { kept: None }
+    }
+}
+
+impl<T> KeptIndex<T> {
+    /// The index for `state`: the kept one, if `keep` accepts it, with `update` called for each
+    /// job that changed state since; else (a new copy of the state, a log that moved on too
+    /// far, nothing kept yet) a new one from `build`.
+    pub fn get(
+        &mut self,
+        state: &ClusterState,
+        keep: impl FnOnce(&T) -> bool,
+        build: impl FnOnce(&ClusterState) -> T,
+        mut update: impl FnMut(&mut T, &ClusterState, JobId),
+    ) -> &mut T {
+        let log = &state.job_log;
+        let kept = self.kept.take().and_then(|(cursor, mut index)| {
+            let changed = log.since(cursor).filter(|_| keep(&index))?;
+            for job in changed {
+                update(&mut index, state, job);
+            }
+            Some(index)
+        });
+        let index = kept.unwrap_or_else(|| build(state));
+        &mut self.kept.insert((log.cursor(), index)).1
     }
 }
 
@@ -90,7 +127,7 @@ mod tests {
 
     #[test]
     fn a_reader_gets_what_changed_since_its_cursor_or_is_told_to_rebuild() {
-        let mut log = PendingLog::default();
+        let mut log = JobLog::default();
         log.record(7);
         let cursor = log.cursor();
         log.record(8);
@@ -98,8 +135,11 @@ mod tests {
         let seen: Vec<JobId> = log.since(cursor).expect("same log").collect();
         assert_eq!(seen, [8, 7]);
         assert_eq!(log.since(log.cursor()).expect("same log").count(), 0);
-        assert!(log.clone().since(cursor).is_none(), "a clone is another copy");
-        assert!(PendingLog::default().since(cursor).is_none());
+        assert!(
+            log.clone().since(cursor).is_none(),
+            "a clone is another copy"
+        );
+        assert!(JobLog::default().since(cursor).is_none());
         for id in 0..CAPACITY as u64 {
             log.record(id);
         }
