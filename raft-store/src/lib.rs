@@ -19,6 +19,7 @@ mod error;
 pub mod failpoint;
 pub mod job;
 pub mod job_log;
+mod log_flush;
 mod log_store;
 pub mod mig;
 pub mod node;

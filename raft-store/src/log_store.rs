@@ -1,6 +1,9 @@
 //! openraft `RaftLogStorage` on a `KvEngine`: the Raft log, the vote, and the committed index.
 //!
-//! Durability rule: `save_vote` returns, and `append` calls back, only after an fsync.
+//! Durability rule: `save_vote` returns, and `append` calls back, only after an fsync. `append`
+//! itself returns once its entries are readable; the flusher (`log_flush.rs`) reports them.
+//! Whatever else changes the log or the vote first waits for every earlier append to be
+//! reported, so no report is ever late for entries a truncation removed or a vote overtook.
 
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
@@ -14,6 +17,7 @@ use serde::de::DeserializeOwned;
 
 use crate::engine::{KvEngine, Space};
 use crate::failpoint;
+use crate::log_flush::Flusher;
 use crate::snapshot_gate::SnapshotGate;
 use crate::{Entry, LogId, NodeId, StorageError, TypeConfig};
 
@@ -29,6 +33,7 @@ pub struct LogStore {
     committed_index: Arc<AtomicU64>,
     /// The state machine's snapshot state: a purge never outruns the snapshot on disk.
     gate: SnapshotGate,
+    flusher: Flusher,
 }
 
 impl std::fmt::Debug for LogStore {
@@ -41,9 +46,12 @@ impl std::fmt::Debug for LogStore {
 
 impl LogStore {
     pub(crate) fn new(engine: Arc<dyn KvEngine>, gate: SnapshotGate) -> Result<Self, StorageError> {
+        let flusher =
+            Flusher::start(engine.clone()).map_err(|e| write_err(ErrorSubject::Store, &e))?;
         let store = Self {
             engine,
             gate,
+            flusher,
             committed_index: Arc::new(AtomicU64::new(0)),
         };
         let committed: Option<LogId> = store.read_meta(COMMITTED)?;
@@ -77,12 +85,12 @@ impl LogStore {
             .map_err(|e| write_err(subject, &e))
     }
 
+    /// Wait until everything written is durable and every earlier append reported.
     async fn flush(&self, subject: ErrorSubject<NodeId>) -> Result<(), StorageError> {
-        let engine = self.engine.clone();
-        let flushed = tokio::task::spawn_blocking(move || engine.flush())
+        self.flusher
+            .barrier()
             .await
-            .unwrap_or_else(|join| Err(std::io::Error::other(join.to_string())));
-        flushed.map_err(|e| write_err(subject, &e))
+            .map_err(|e| write_err(subject, &e))
     }
 
     /// Remove log keys in `[from, to)` and flush.
@@ -155,6 +163,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), StorageError> {
+        self.flush(ErrorSubject::Vote).await?;
         self.write_meta(VOTE, vote)?;
         failpoint::crash("vote-save-before-fsync");
         self.flush(ErrorSubject::Vote).await?;
@@ -198,20 +207,14 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         self.engine
             .write(Space::Log, batch)
             .map_err(|e| write_err(ErrorSubject::Logs, &e))?;
-        // Entries are readable now; tell openraft they are durable only once fsynced.
-        failpoint::crash("log-append-before-fsync");
-        let engine = self.engine.clone();
-        let flushed = tokio::task::spawn_blocking(move || engine.flush())
-            .await
-            .unwrap_or_else(|join| Err(std::io::Error::other(join.to_string())));
-        if flushed.is_ok() {
-            failpoint::crash("log-append-after-fsync");
-        }
-        callback.log_io_completed(flushed);
+        // Entries are readable now; openraft hears they are durable once the flusher's fsync
+        // that began after this write has ended.
+        self.flusher.append(callback);
         Ok(())
     }
 
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
+        self.flush(ErrorSubject::Logs).await?;
         self.remove_range(log_id.index, u64::MAX).await
     }
 
@@ -224,6 +227,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             .await
             .map_err(|e| write_err(ErrorSubject::Logs, &std::io::Error::other(e)))?;
         // Record the purge point first: a crash in between leaves extra entries, never a hole.
+        self.flush(ErrorSubject::Logs).await?;
         self.write_meta(LAST_PURGED, &log_id)?;
         self.flush(ErrorSubject::Logs).await?;
         self.remove_range(0, log_id.index.saturating_add(1)).await
