@@ -8,7 +8,8 @@
 //!
 //! - `crash`: the process exits right there with `CRASH_EXIT` (no destructor, no flush: as
 //!   `kill -9` at that line). Points: `vote-save-before-fsync`, `vote-save-after-fsync`,
-//!   `log-append-before-fsync`, `log-append-after-fsync` (durable, not yet reported),
+//!   `log-append-before-fsync`, `log-append-after-fsync` (durable, not yet reported; both
+//!   count the flusher's flushes of appended entries, one or more appends each),
 //!   `apply-before`, `apply-after` (applied in memory, not yet returned),
 //!   `snapshot-build-before-write`, `snapshot-build-after-write`,
 //!   `snapshot-install-before-write`, `snapshot-install-after-write`,
