@@ -5,12 +5,14 @@ use std::collections::BTreeMap;
 
 use gpu_proto::v1 as pb;
 use gpu_proto::v1::job_service_server::JobService;
-use gpu_raft_store::{ApplyResult, ClusterState, Command, Job, JobId, slice_fit, validate};
+use gpu_raft_store::{
+    ApplyResult, ClusterState, Command, Job, JobId, JobState, Rejection, slice_fit, validate,
+};
 use tonic::{Request, Response, Status};
 
 use crate::auth::Auth;
 use crate::auth::rbac::Action;
-use crate::cluster::{Cluster, now_ms};
+use crate::cluster::{Cluster, ClusterError, now_ms};
 use crate::executor::logs::{self, LogStream};
 use crate::peer_client::with_deadline;
 use crate::scheduler::{self, PlanEnv, Policy};
@@ -198,10 +200,21 @@ impl JobService for JobApi {
         self.auth
             .require(&caller, Action::WriteJob(&self.tenant_of(id).await?))
             .await?;
-        self.cluster
+        match self
+            .cluster
             .write_as(Command::CancelJob { job: id }, Some(caller.meta))
-            .await?;
-        Ok(Response::new(self.get(id)?))
+            .await
+        {
+            // Cancelling is idempotent: a job already cancelled is what was asked for, whether
+            // an earlier request did it or this one, retried at a new leader after its first
+            // try had committed.
+            Ok(_)
+            | Err(ClusterError::Rejected(Rejection::JobFinished {
+                state: JobState::Cancelled,
+                ..
+            })) => Ok(Response::new(self.get(id)?)),
+            Err(e) => Err(e.into()),
+        }
     }
 
     type JobLogsStream = LogStream;

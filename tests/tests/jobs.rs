@@ -385,6 +385,9 @@ async fn bad_jobs_get_clear_answers() {
         .wait_job(sleeper, Duration::from_secs(30), is_terminal)
         .await;
     assert_eq!(j.state, pb::JobState::Cancelled as i32, "{}", j.outcome);
+    // Cancelling is idempotent (a retry whose first try committed must not fail).
+    let again = c.cancel(1, sleeper).await.expect("cancel a cancelled job");
+    assert_eq!(again.state, pb::JobState::Cancelled as i32);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
