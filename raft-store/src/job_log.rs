@@ -48,7 +48,7 @@ impl JobLog {
         let (epoch, seen) = cursor;
         let skip = seen.checked_sub(self.dropped)?;
         (epoch == self.epoch && skip <= self.recent.len() as u64)
-            .then(|| self.recent.iter().skip(skip as usize).copied())
+            .then(|| self.recent.range(skip as usize..).copied())
     }
 }
 
