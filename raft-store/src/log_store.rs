@@ -226,8 +226,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             .purge_allowed(log_id.index)
             .await
             .map_err(|e| write_err(ErrorSubject::Logs, &std::io::Error::other(e)))?;
-        // Record the purge point first: a crash in between leaves extra entries, never a hole.
+        // Every earlier append reported first, as before any change to the log.
         self.flush(ErrorSubject::Logs).await?;
+        // Record the purge point first: a crash in between leaves extra entries, never a hole.
         self.write_meta(LAST_PURGED, &log_id)?;
         self.flush(ErrorSubject::Logs).await?;
         self.remove_range(0, log_id.index.saturating_add(1)).await
