@@ -644,7 +644,7 @@ pub(crate) fn gang_env(
 
 /// The ids of the live jobs placed (in whole or in part) on this node, kept between passes:
 /// a pass runs on every applied entry, and scanning every job each time (tens of thousands in a
-/// long-lived state, on every agent) was most of a loaded mesh's CPU.
+/// long-lived state, on every agent) made each entry cost O(all jobs) on every agent.
 type Mine = KeptIndex<BTreeSet<JobId>>;
 
 fn placed_here(job: &Job, me: NodeId) -> bool {
