@@ -3,7 +3,7 @@
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use gpu_agent::scheduler::{Policy, plan};
-use gpu_agent::simulate::bench;
+use gpu_agent::tools::simulate::bench;
 
 fn one_pass(c: &mut Criterion) {
     let mut group = c.benchmark_group("plan_10k_jobs_5k_nodes");

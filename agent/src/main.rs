@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use gpu_agent::config::{Config, FileConfig, Overrides};
-use gpu_agent::dev::DevOptions;
+use gpu_agent::tools::dev::DevOptions;
 use gpu_agent::gpu::BackendKind;
 use tokio_util::sync::CancellationToken;
 
@@ -235,7 +235,7 @@ struct SimulateMigArgs {
 }
 
 fn simulate_mig(args: SimulateMigArgs) -> anyhow::Result<()> {
-    use gpu_agent::simulate::fragmentation;
+    use gpu_agent::tools::simulate::fragmentation;
     anyhow::ensure!(
         args.gpus > 0 && args.jobs > 0,
         "--gpus and --jobs must be at least 1"
@@ -280,7 +280,7 @@ struct BenchPlanArgs {
 }
 
 fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
-    use gpu_agent::simulate::{self, Estimates, Options};
+    use gpu_agent::tools::simulate::{self, Estimates, Options};
     let opts = Options {
         trace: args.trace,
         cluster: args.cluster,
@@ -306,7 +306,7 @@ fn bench_plan(args: BenchPlanArgs) -> anyhow::Result<()> {
         Some(p) => p.parse()?,
         None => gpu_agent::scheduler::Policy::default(),
     };
-    let result = gpu_agent::simulate::bench::run(
+    let result = gpu_agent::tools::simulate::bench::run(
         args.nodes,
         args.gpus_per_node,
         args.jobs,
@@ -401,7 +401,7 @@ async fn run(command: Cmd) -> anyhow::Result<()> {
             };
             let config =
                 Config::parse_and_validate(file, overrides).context("invalid configuration")?;
-            gpu_agent::node::run(config, cancel).await
+            gpu_agent::daemon::run(config, cancel).await
         }
         Cmd::Dev {
             nodes,
@@ -409,7 +409,7 @@ async fn run(command: Cmd) -> anyhow::Result<()> {
             base_port,
             sim_gpus,
         } => {
-            gpu_agent::dev::run(
+            gpu_agent::tools::dev::run(
                 DevOptions {
                     nodes,
                     dir,
@@ -426,7 +426,7 @@ async fn run(command: Cmd) -> anyhow::Result<()> {
             interval,
             retention,
         } => {
-            gpu_agent::footprint::run(gpu_agent::footprint::Options {
+            gpu_agent::tools::footprint::run(gpu_agent::tools::footprint::Options {
                 seconds,
                 sim_gpus,
                 interval,
@@ -435,7 +435,7 @@ async fn run(command: Cmd) -> anyhow::Result<()> {
             .await
         }
         Cmd::Restore(args) => {
-            let o = gpu_agent::restore::RestoreOptions {
+            let o = gpu_agent::tools::restore::RestoreOptions {
                 from: args.from,
                 data_dir: args.data_dir,
                 node_id: args.node_id,
@@ -443,7 +443,7 @@ async fn run(command: Cmd) -> anyhow::Result<()> {
                 credentials_dir: args.credentials_dir,
                 cert_validity: args.cert_validity,
             };
-            let r = gpu_agent::restore::run(&o).await?;
+            let r = gpu_agent::tools::restore::run(&o).await?;
             println!(
                 "restored index {} of cluster {} ({} jobs, {} nodes) into {}; new CA and admin \
                  certificate in {}. Start it: gpu-agent run --node-id {} --data-dir {} ...",

@@ -116,7 +116,7 @@ fn rss_mib(mesh: &Mesh) -> anyhow::Result<Vec<f64>> {
                 .pid(id)
                 .with_context(|| format!("agent n{id} is not running"))?;
             let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-            let kib = gpu_agent::footprint::rss_kib(&status).context("no VmRSS line")?;
+            let kib = gpu_agent::tools::footprint::rss_kib(&status).context("no VmRSS line")?;
             Ok(kib as f64 / 1024.0)
         })
         .collect()

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use gpu_agent::auth::token;
+use gpu_agent::api::auth::token;
 use gpu_agent::tls::pki;
 use gpu_proto::v1 as pb;
 use gpu_raft_store::{ApplyResult, ClusterState, Command, LogEntry, NodeId, TypeConfig, validate};
@@ -54,7 +54,7 @@ pub fn submit_request(data: &[u8]) {
         return;
     };
     let Some(spec) = req.spec else { return };
-    let Ok(spec) = gpu_agent::to_proto::spec_from(spec) else {
+    let Ok(spec) = gpu_agent::api::to_proto::spec_from(spec) else {
         return;
     };
     if validate::job_spec(&spec).is_err() {

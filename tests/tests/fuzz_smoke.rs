@@ -90,7 +90,7 @@ fn token_header() {
 #[test]
 fn log_entry() {
     let spec =
-        gpu_agent::to_proto::spec_from(shell_job("train", 2, "sleep 1")).expect("a plain spec");
+        gpu_agent::api::to_proto::spec_from(shell_job("train", 2, "sleep 1")).expect("a plain spec");
     let samples = vec![
         entry(Command::SubmitJob {
             spec,

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use gpu_agent::proc_stat::ProcStat;
+use gpu_agent::host::proc_stat::ProcStat;
 use gpu_proto::v1 as pb;
 use gpu_tests::records::{self, RunRecord};
 use gpu_tests::{Cluster, is_terminal, shell_job};

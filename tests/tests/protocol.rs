@@ -11,7 +11,7 @@ fn with_version<T>(msg: T, version: Option<&str>) -> tonic::Request<T> {
     let mut req = tonic::Request::new(msg);
     if let Some(v) = version {
         req.metadata_mut().insert(
-            gpu_agent::protocol::HEADER,
+            gpu_agent::raft::protocol::HEADER,
             MetadataValue::try_from(v).expect("ascii"),
         );
     }
@@ -29,7 +29,7 @@ async fn incompatible_peers_are_refused_and_the_mesh_keeps_working() {
         .expect("endpoint");
     let mut peer = RaftPeerClient::new(endpoint.connect().await.expect("connect to n1"));
 
-    let ours = gpu_agent::protocol::PROTOCOL_VERSION;
+    let ours = gpu_agent::raft::protocol::PROTOCOL_VERSION;
     let newer = (ours + 1).to_string();
     let refused = peer
         .leader_status(with_version(LeaderStatusRequest {}, Some(&newer)))

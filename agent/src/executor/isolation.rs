@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use crate::proc_stat::ProcStat;
+use crate::host::proc_stat::ProcStat;
 
 /// The controllers a job cgroup needs.
 pub const CONTROLLERS: [&str; 2] = ["cpu", "memory"];

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use gpu_raft_store::{JobId, Outcome};
 
-use crate::proc_stat::ProcStat;
+use crate::host::proc_stat::ProcStat;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StopReason {

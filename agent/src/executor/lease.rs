@@ -12,8 +12,8 @@ use std::time::{Duration, Instant, SystemTime};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::cluster::Cluster;
-use crate::contact::ContactBook;
+use crate::raft::cluster::Cluster;
+use crate::raft::contact::ContactBook;
 
 /// How long ago the lease file was last renewed; `None` when it is missing or unreadable.
 pub fn lease_age(path: &std::path::Path) -> Option<Duration> {
@@ -99,7 +99,7 @@ pub fn last_contact(
 /// Write the lease file and date it at the contact `at`.
 fn renew(path: &std::path::Path, at: Instant) -> std::io::Result<()> {
     let mut file = std::fs::File::create(path)?;
-    file.write_all(crate::cluster::now_ms().to_string().as_bytes())?;
+    file.write_all(crate::raft::cluster::now_ms().to_string().as_bytes())?;
     let dated = SystemTime::now()
         .checked_sub(at.elapsed())
         .unwrap_or(SystemTime::UNIX_EPOCH);

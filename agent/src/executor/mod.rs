@@ -27,7 +27,7 @@ use tracing::{info, warn};
 
 use self::job_dir::{JobDir, Supervisor};
 use self::reconcile::{Action, Desired, Observed, reconcile};
-use crate::cluster::{Cluster, ClusterError};
+use crate::raft::cluster::{Cluster, ClusterError};
 use crate::config::RunAs;
 use crate::gpu::GpuBackend;
 

@@ -14,7 +14,7 @@ use tracing::{info, warn};
 use super::Telemetry;
 use super::rules::{Verdict, evaluate, lookback_ms};
 use super::webhook::{Event, Notice, Notifier};
-use crate::cluster::{Cluster, now_ms};
+use crate::raft::cluster::{Cluster, now_ms};
 use crate::gpu::GpuBackend;
 
 pub struct Alerting {

@@ -22,7 +22,7 @@ use tracing::{debug, warn};
 use super::Telemetry;
 use super::attribution::job_of_pid;
 use super::prometheus::{self, BoundJob, Scrape};
-use crate::cluster::Cluster;
+use crate::raft::cluster::Cluster;
 use crate::gpu::GpuDevice;
 
 /// Concurrent scrapes served; more wait in the kernel's accept queue.

@@ -15,7 +15,7 @@ use tracing::{info, warn};
 
 use super::Telemetry;
 use super::power::{EnergyMeter, Green, IdleClock, wanted_limit};
-use crate::cluster::{Cluster, now_ms};
+use crate::raft::cluster::{Cluster, now_ms};
 use crate::gpu::GpuBackend;
 
 pub struct PowerTask {

@@ -8,7 +8,7 @@ use std::fmt::Write;
 use gpu_raft_store::{JobId, NodeId};
 
 use super::Reading;
-use crate::cluster::RaftView;
+use crate::raft::cluster::RaftView;
 use crate::gpu::{GpuDevice, GpuSample};
 
 /// The job a GPU is bound to.

@@ -1,5 +1,5 @@
 //! The scheduler: a pure planner (`plan`, driven by a `Policy` and a `PlanEnv` carrying "now")
-//! shared by the leader loop and the offline simulator. Apply re-validates every placement, so
+//! shared by the leader's loop (`leader/scheduler_loop.rs`) and the offline simulator. Apply re-validates every placement, so
 //! a stale plan can only lose, never double-book.
 
 mod backfill;
@@ -8,7 +8,6 @@ mod explain;
 #[cfg(test)]
 mod gang_tests;
 mod history;
-mod leader_loop;
 mod order;
 #[cfg(test)]
 mod order_tests;
@@ -34,9 +33,10 @@ mod usage;
 
 pub use backfill::Reservation;
 pub use env::PlanEnv;
+pub(crate) use env::EnvCache;
 pub use explain::{Explanation, explain, planning_copy};
 pub use history::RuntimeHistory;
-pub use leader_loop::Scheduler;
+pub(crate) use pending::PendingCache;
 pub use pending::PendingIndex;
 pub use plan::{Plan, plan, plan_pending};
 pub use policy::{Backfill, BadPolicy, DEFAULT_HALF_LIFE_MS, Ordering, Policy};

@@ -21,7 +21,7 @@ use tracing::{info, warn};
 use super::files::{NodeTls, TlsDir};
 use super::pki::{self, KeyedCert, Subject};
 use super::server::CertSlot;
-use crate::peer_client::{PeerClients, with_deadline};
+use crate::raft::peer_client::{PeerClients, with_deadline};
 
 /// The cluster CA lives this long.
 const CA_VALIDITY: Duration = Duration::from_secs(10 * 365 * 86_400);

@@ -1,0 +1,211 @@
+//! Authentication and authorization at the API edge. Every public RPC starts with
+//! `Auth::check`: the caller's TLS certificate must be one of the cluster's (not revoked), the
+//! bearer token is looked up in the local replica (so a revocation takes effect on an agent as
+//! soon as it applies it), the role is checked against the action, and a refusal is written to
+//! the audit log before the caller is told.
+
+pub mod limit;
+pub mod rbac;
+pub mod token;
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use gpu_raft_store::{Command, RequestMeta};
+use tonic::{Request, Status};
+use tracing::warn;
+
+use self::limit::{RateLimiter, Verdict};
+use self::rbac::{Action, Identity};
+use crate::raft::cluster::Cluster;
+use crate::tls::PeerCheck;
+
+#[derive(Clone)]
+pub struct Auth {
+    pub cluster: Cluster,
+    pub peers: PeerCheck,
+    /// Requests per token, and audited refusals per source address.
+    pub limiter: Arc<Mutex<RateLimiter>>,
+}
+
+/// An authenticated, authorized request: who, and the audit metadata for what it writes.
+pub struct Caller {
+    pub identity: Identity,
+    pub meta: RequestMeta,
+}
+
+impl Auth {
+    /// Authenticate `req` and check it may perform `action`. `verb` and `object` name the
+    /// request in the audit log (`job.submit`, `job/j-4`).
+    pub async fn check<T>(
+        &self,
+        req: &Request<T>,
+        verb: &str,
+        object: &str,
+        action: Action<'_>,
+    ) -> Result<Caller, Status> {
+        let caller = self.authenticate(req, verb, object).await?;
+        if let Err(reason) = caller.identity.may(action) {
+            self.record_denial(caller.meta.clone(), &reason).await;
+            return Err(Status::permission_denied(reason));
+        }
+        Ok(caller)
+    }
+
+    /// A further check for an authenticated caller (e.g. once the job's tenant is known).
+    pub async fn require(&self, caller: &Caller, action: Action<'_>) -> Result<(), Status> {
+        if let Err(reason) = caller.identity.may(action) {
+            self.record_denial(caller.meta.clone(), &reason).await;
+            return Err(Status::permission_denied(reason));
+        }
+        Ok(())
+    }
+
+    /// `check` for the one call made without a client certificate: a new agent enrolling
+    /// with a join token.
+    pub async fn check_enrolment<T>(
+        &self,
+        req: &Request<T>,
+        verb: &str,
+        object: &str,
+        action: Action<'_>,
+    ) -> Result<Caller, Status> {
+        let caller = self.token(req, verb, object, false).await?;
+        self.require(&caller, action).await?;
+        Ok(caller)
+    }
+
+    /// Authenticate only (the handler checks finer rules itself, e.g. per job).
+    pub async fn authenticate<T>(
+        &self,
+        req: &Request<T>,
+        verb: &str,
+        object: &str,
+    ) -> Result<Caller, Status> {
+        self.token(req, verb, object, true).await
+    }
+
+    async fn token<T>(
+        &self,
+        req: &Request<T>,
+        verb: &str,
+        object: &str,
+        need_certificate: bool,
+    ) -> Result<Caller, Status> {
+        let request_id = req
+            .metadata()
+            .get("x-request-id")
+            .and_then(|v| v.to_str().ok())
+            .filter(|v| !v.is_empty() && v.len() <= 64 && v.chars().all(|c| c.is_ascii_graphic()))
+            .map_or_else(|| hex::encode(rand::random::<[u8; 8]>()), str::to_owned);
+        let source = req
+            .remote_addr()
+            .map_or_else(|| "unknown".to_owned(), |a| a.to_string());
+        let mut meta = RequestMeta {
+            actor: "anonymous".into(),
+            verb: verb.to_owned(),
+            object: object.to_owned(),
+            request_id,
+            source,
+        };
+        if need_certificate && let Err(refusal) = self.peers.any(req) {
+            return Err(self.refuse(meta, refusal).await);
+        }
+        let header = req
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok());
+        let Some((id, secret)) = header.and_then(token::parse_header) else {
+            let reason = if header.is_some() {
+                "malformed bearer token"
+            } else {
+                "no bearer token"
+            };
+            let refusal = Status::unauthenticated(format!(
+                "{reason}: send `authorization: Bearer <id>.<secret>`"
+            ));
+            return Err(self.refuse(meta, refusal).await);
+        };
+        let lookup = || self.cluster.state.read(|s| s.tokens.get(id).cloned());
+        let mut record = lookup();
+        if record
+            .as_ref()
+            .is_none_or(|t| !token::matches(secret, &t.secret_sha256))
+        {
+            // This replica may simply be behind (a token minted through another agent a moment
+            // ago, or a restart still replaying): catch up once before refusing.
+            if self.cluster.linearizable_read().await.is_ok() {
+                record = lookup();
+            }
+        }
+        let identity = match record {
+            Some(t) if !t.revoked && token::matches(secret, &t.secret_sha256) => Identity {
+                token_id: t.id,
+                role: t.role,
+                tenant: t.tenant,
+            },
+            Some(t) if t.revoked => {
+                meta.actor = id.to_owned();
+                let refusal = Status::unauthenticated("token revoked");
+                return Err(self.refuse(meta, refusal).await);
+            }
+            _ => {
+                let refusal =
+                    Status::unauthenticated("invalid token (unknown token or wrong secret)");
+                return Err(self.refuse(meta, refusal).await);
+            }
+        };
+        meta.actor.clone_from(&identity.token_id);
+        if let Verdict::Limited { first } = self.limit(&format!("token:{}", identity.token_id)) {
+            let refusal = Status::resource_exhausted(format!(
+                "rate limit: token {} is sending too many requests; slow down",
+                identity.token_id
+            ));
+            if first {
+                self.record_denial(meta, refusal.message()).await;
+            }
+            return Err(refusal);
+        }
+        Ok(Caller { identity, meta })
+    }
+
+    fn limit(&self, key: &str) -> Verdict {
+        self.limiter
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .check(key, Instant::now())
+    }
+
+    /// Refuse an unauthenticated request. Each refusal is audited, except in a flood from one
+    /// source address: then only the first beyond the rate limit is (else refusals would be a
+    /// way to fill the replicated log).
+    async fn refuse(&self, meta: RequestMeta, refusal: Status) -> Status {
+        let host = meta
+            .source
+            .rsplit_once(':')
+            .map_or(meta.source.as_str(), |(h, _)| h);
+        match self.limit(&format!("source:{host}")) {
+            Verdict::Allowed => self.record_denial(meta, refusal.message()).await,
+            Verdict::Limited { first: true } => {
+                let reason = format!(
+                    "{} (further refusals from {host} are not audited until its rate drops)",
+                    refusal.message()
+                );
+                self.record_denial(meta, &reason).await;
+            }
+            Verdict::Limited { first: false } => {}
+        }
+        refusal
+    }
+
+    /// Write `reason` for a refused request to the audit log; a failure to do so is logged, the
+    /// request is refused either way.
+    pub async fn record_denial(&self, meta: RequestMeta, reason: &str) {
+        let cmd = Command::AuditDenied {
+            reason: reason.to_owned(),
+        };
+        if let Err(e) = self.cluster.write_as(cmd, Some(meta)).await {
+            warn!(error = %e, "could not audit a refused request");
+        }
+    }
+}

@@ -1,0 +1,302 @@
+//! Public `JobService`: submit, inspect, cancel jobs, and read their output from the node that
+//! ran them.
+
+use std::collections::BTreeMap;
+
+use gpu_proto::v1 as pb;
+use gpu_proto::v1::job_service_server::JobService;
+use gpu_raft_store::{
+    ApplyResult, ClusterState, Command, Job, JobId, JobState, Rejection, slice_fit, validate,
+};
+use tonic::{Request, Response, Status};
+
+use crate::api::auth::Auth;
+use crate::api::auth::rbac::Action;
+use crate::raft::cluster::{Cluster, ClusterError, now_ms};
+use crate::executor::logs::{self, LogStream};
+use crate::raft::peer_client::with_deadline;
+use crate::scheduler::{self, PlanEnv, Policy};
+use crate::api::status::invalid;
+use crate::api::to_proto;
+
+pub struct JobApi {
+    pub cluster: Cluster,
+    pub auth: Auth,
+    /// Where this agent keeps its jobs' directories (for local log reads).
+    pub jobs_dir: std::path::PathBuf,
+}
+
+/// A job as the API shows it, with the UUIDs of its GPUs.
+pub fn job_view(state: &ClusterState, job: &Job) -> pb::Job {
+    let uuids: BTreeMap<u32, String> = job
+        .binding
+        .as_ref()
+        .and_then(|b| state.nodes.get(&b.node))
+        .map(|n| {
+            n.inventory
+                .gpus
+                .iter()
+                .map(|g| (g.index, g.uuid.clone()))
+                .collect()
+        })
+        .unwrap_or_default();
+    pb::Job {
+        energy_mj: state.energy.by_job.get(&job.id).copied().unwrap_or(0),
+        ..to_proto::job(job, &uuids)
+    }
+}
+
+impl JobApi {
+    fn get(&self, id: JobId) -> Result<pb::Job, Status> {
+        self.cluster
+            .state
+            .read(|s| s.jobs.get(&id).map(|j| job_view(s, j)))
+            .ok_or_else(|| Status::not_found(format!("job j-{id} does not exist")))
+    }
+
+    /// The tenant a job belongs to, for authorization. A job's tenant never changes, so a local
+    /// hit is final; a miss may only mean this replica lags (the job was just submitted through
+    /// another agent), so it is confirmed with a linearizable read before saying "not found".
+    async fn tenant_of(&self, id: JobId) -> Result<String, Status> {
+        let local = || {
+            self.cluster
+                .state
+                .read(|s| s.jobs.get(&id).map(|j| j.spec.tenant.clone()))
+        };
+        if let Some(tenant) = local() {
+            return Ok(tenant);
+        }
+        self.cluster.linearizable_read().await?;
+        local().ok_or_else(|| Status::not_found(format!("job j-{id} does not exist")))
+    }
+}
+
+#[tonic::async_trait]
+impl JobService for JobApi {
+    async fn submit_job(
+        &self,
+        req: Request<pb::SubmitJobRequest>,
+    ) -> Result<Response<pb::SubmitJobResponse>, Status> {
+        // Who first (default deny), then what: the spec is only looked at for a known caller.
+        let mut caller = self
+            .auth
+            .authenticate(&req, "job.submit", "job/new")
+            .await?;
+        let r = req.into_inner();
+        let wire = r.spec.ok_or_else(|| invalid("spec is required"))?;
+        let priority_unset = wire.priority.is_none();
+        let mut spec = to_proto::spec_from(wire).map_err(invalid)?;
+        if priority_unset {
+            // A job without a priority of its own gets its tenant's default (0 without a
+            // record), decided here so the log carries the value the job runs with.
+            spec.priority = self.cluster.state.read(|s| {
+                s.tenants
+                    .get(&spec.tenant)
+                    .map_or(0, |t| t.default_priority)
+            });
+        }
+        validate::job_spec(&spec).map_err(invalid)?;
+        // A slice no GPU of the cluster (of the requested type) can hold would wait forever.
+        self.cluster
+            .state
+            .read(|s| {
+                slice_fit::check_inventory(
+                    &spec,
+                    s.nodes.values().flat_map(|n| n.inventory.gpus.iter()),
+                )
+            })
+            .map_err(invalid)?;
+        let key = (!r.idempotency_key.is_empty()).then_some(r.idempotency_key);
+        if let Some(k) = &key {
+            validate::idempotency_key(k).map_err(invalid)?;
+        }
+        caller.meta.object = format!("job/{}", spec.name);
+        self.auth
+            .require(&caller, Action::WriteJob(&spec.tenant))
+            .await?;
+        match self
+            .cluster
+            .write_as(
+                Command::SubmitJob {
+                    spec,
+                    idempotency_key: key,
+                },
+                Some(caller.meta),
+            )
+            .await?
+        {
+            ApplyResult::JobSubmitted { job, existing } => {
+                Ok(Response::new(pb::SubmitJobResponse {
+                    job_id: job,
+                    existing,
+                }))
+            }
+            other => Err(Status::internal(format!(
+                "unexpected submit result {other:?}"
+            ))),
+        }
+    }
+
+    async fn get_job(&self, req: Request<pb::GetJobRequest>) -> Result<Response<pb::Job>, Status> {
+        let pb::GetJobRequest { id, stale } = *req.get_ref();
+        let caller = self
+            .auth
+            .authenticate(&req, "job.get", &format!("job/j-{id}"))
+            .await?;
+        if !stale {
+            self.cluster.linearizable_read().await?;
+        }
+        self.auth
+            .require(&caller, Action::ReadJob(&self.tenant_of(id).await?))
+            .await?;
+        Ok(Response::new(self.get(id)?))
+    }
+
+    async fn list_jobs(
+        &self,
+        req: Request<pb::ListJobsRequest>,
+    ) -> Result<Response<pb::ListJobsResponse>, Status> {
+        let caller = self.auth.authenticate(&req, "job.list", "job/*").await?;
+        let req = req.into_inner();
+        let mut states = Vec::new();
+        for s in &req.states {
+            states.push(
+                to_proto::job_state_from(*s)
+                    .ok_or_else(|| invalid(format!("unknown job state {s}")))?,
+            );
+        }
+        if !req.stale {
+            self.cluster.linearizable_read().await?;
+        }
+        let limit = if req.limit == 0 {
+            usize::MAX
+        } else {
+            req.limit as usize
+        };
+        let visible = |tenant: &str| caller.identity.may(Action::ReadJob(tenant)).is_ok();
+        let jobs = self.cluster.state.read(|s| {
+            s.jobs
+                .values()
+                .filter(|j| visible(&j.spec.tenant))
+                .filter(|j| states.is_empty() || states.contains(&j.state))
+                .filter(|j| req.node_id.is_none_or(|n| j.on_node(n)))
+                .filter(|j| req.tenant.is_empty() || j.spec.tenant == req.tenant)
+                .take(limit)
+                .map(|j| job_view(s, j))
+                .collect()
+        });
+        Ok(Response::new(pb::ListJobsResponse { jobs }))
+    }
+
+    async fn cancel_job(
+        &self,
+        req: Request<pb::CancelJobRequest>,
+    ) -> Result<Response<pb::Job>, Status> {
+        let id = req.get_ref().id;
+        let caller = self
+            .auth
+            .authenticate(&req, "job.cancel", &format!("job/j-{id}"))
+            .await?;
+        self.auth
+            .require(&caller, Action::WriteJob(&self.tenant_of(id).await?))
+            .await?;
+        match self
+            .cluster
+            .write_as(Command::CancelJob { job: id }, Some(caller.meta))
+            .await
+        {
+            // Cancelling is idempotent: a job already cancelled is what was asked for, whether
+            // an earlier request did it or this one, retried at a new leader after its first
+            // try had committed.
+            Ok(_)
+            | Err(ClusterError::Rejected(Rejection::JobFinished {
+                state: JobState::Cancelled,
+                ..
+            })) => Ok(Response::new(self.get(id)?)),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    type JobLogsStream = LogStream;
+
+    async fn job_logs(
+        &self,
+        req: Request<pb::JobLogsRequest>,
+    ) -> Result<Response<LogStream>, Status> {
+        let id = req.get_ref().job_id;
+        let caller = self
+            .auth
+            .authenticate(&req, "job.logs", &format!("job/j-{id}"))
+            .await?;
+        self.auth
+            .require(&caller, Action::ReadJob(&self.tenant_of(id).await?))
+            .await?;
+        let req = req.into_inner();
+        let (node, generation) = self
+            .cluster
+            .state
+            .read(|s| {
+                s.jobs
+                    .get(&req.job_id)
+                    .map(|j| j.binding.as_ref().map(|b| (b.node, b.generation)))
+            })
+            .ok_or_else(|| Status::not_found(format!("job j-{} does not exist", req.job_id)))?
+            .ok_or_else(|| {
+                Status::failed_precondition(format!("job j-{} has not run yet", req.job_id))
+            })?;
+        if node == self.cluster.id {
+            return Ok(Response::new(logs::stream(
+                &self.jobs_dir,
+                self.cluster.clone(),
+                req,
+                generation,
+            )));
+        }
+        let addr = self
+            .cluster
+            .state
+            .read(|s| s.nodes.get(&node).map(|n| n.addr.clone()))
+            .ok_or_else(|| Status::unavailable(format!("node n{node} is not registered")))?;
+        let mut client = self.cluster.peers.get(&addr)?;
+        let deadline = if req.follow {
+            std::time::Duration::from_secs(24 * 3600)
+        } else {
+            std::time::Duration::from_secs(30)
+        };
+        let upstream = client
+            .read_job_log(with_deadline(req, deadline))
+            .await?
+            .into_inner();
+        Ok(Response::new(Box::pin(upstream)))
+    }
+
+    async fn explain_job(
+        &self,
+        req: Request<pb::ExplainJobRequest>,
+    ) -> Result<Response<pb::JobExplanation>, Status> {
+        let pb::ExplainJobRequest { id, stale } = *req.get_ref();
+        let caller = self
+            .auth
+            .authenticate(&req, "job.why", &format!("job/j-{id}"))
+            .await?;
+        if !stale {
+            self.cluster.linearizable_read().await?;
+        }
+        self.auth
+            .require(&caller, Action::ReadJob(&self.tenant_of(id).await?))
+            .await?;
+        // Copy under the lock, run the planner forward outside it (and off the async workers).
+        let copy = self.cluster.state.read(scheduler::planning_copy);
+        let now = now_ms();
+        let explained = tokio::task::spawn_blocking(move || {
+            let policy = Policy::default().with_settings(&copy.scheduler);
+            let env = PlanEnv::from_state(&copy, &policy, now);
+            scheduler::explain(&copy, &policy, &env, id).map(|e| (e, policy.spec()))
+        })
+        .await
+        .map_err(|e| Status::internal(format!("explaining job j-{id}: {e}")))?;
+        let (e, policy) =
+            explained.ok_or_else(|| Status::not_found(format!("job j-{id} does not exist")))?;
+        Ok(Response::new(to_proto::job_explanation(id, &e, policy)))
+    }
+}

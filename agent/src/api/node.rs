@@ -1,0 +1,216 @@
+//! Public `NodeService`: registered agents, their labels and schedulability, and (chaos testing,
+//! when the config allows it) faults injected into this agent's Raft transport.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use gpu_proto::v1 as pb;
+use gpu_proto::v1::node_service_server::NodeService;
+use gpu_raft_store::{Command, NodeId, validate};
+use tonic::{Request, Response, Status};
+
+use crate::api::auth::Auth;
+use crate::api::auth::rbac::Action;
+use crate::raft::cluster::Cluster;
+use crate::api::status::invalid;
+use crate::api::to_proto;
+use crate::raft::transport_faults::{FaultRule, TransportFaults};
+
+pub struct NodeApi {
+    pub cluster: Cluster,
+    pub auth: Auth,
+    /// This agent's Raft transport faults; `None` unless `raft.fault_injection` is set.
+    pub transport_faults: Option<TransportFaults>,
+}
+
+impl NodeApi {
+    async fn consistent(&self, stale: bool) -> Result<(), Status> {
+        if !stale {
+            self.cluster.linearizable_read().await?;
+        }
+        Ok(())
+    }
+
+    fn node(&self, id: NodeId) -> Result<pb::Node, Status> {
+        self.cluster
+            .state
+            .read(|s| s.nodes.get(&id).map(to_proto::node))
+            .ok_or_else(|| Status::not_found(format!("node {id} is not registered")))
+    }
+
+    /// Authorize a node mutation, replicate it with its audit metadata, return the node.
+    async fn change<T>(
+        &self,
+        req: &Request<T>,
+        verb: &str,
+        id: NodeId,
+        cmd: Command,
+    ) -> Result<Response<pb::Node>, Status> {
+        let caller = self
+            .auth
+            .check(req, verb, &format!("node/n{id}"), Action::ManageNodes)
+            .await?;
+        self.cluster.write_as(cmd, Some(caller.meta)).await?;
+        Ok(Response::new(self.node(id)?))
+    }
+}
+
+#[tonic::async_trait]
+impl NodeService for NodeApi {
+    async fn list_nodes(
+        &self,
+        req: Request<pb::ListNodesRequest>,
+    ) -> Result<Response<pb::ListNodesResponse>, Status> {
+        self.auth
+            .check(&req, "node.list", "node/*", Action::ReadCluster)
+            .await?;
+        self.consistent(req.into_inner().stale).await?;
+        let nodes = self
+            .cluster
+            .state
+            .read(|s| s.nodes.values().map(to_proto::node).collect());
+        Ok(Response::new(pb::ListNodesResponse { nodes }))
+    }
+
+    async fn get_node(
+        &self,
+        req: Request<pb::GetNodeRequest>,
+    ) -> Result<Response<pb::Node>, Status> {
+        let id = req.get_ref().id;
+        self.auth
+            .check(
+                &req,
+                "node.get",
+                &format!("node/n{id}"),
+                Action::ReadCluster,
+            )
+            .await?;
+        self.consistent(req.into_inner().stale).await?;
+        Ok(Response::new(self.node(id)?))
+    }
+
+    async fn label_node(
+        &self,
+        req: Request<pb::LabelNodeRequest>,
+    ) -> Result<Response<pb::Node>, Status> {
+        let id = req.get_ref().id;
+        let object = format!("node/n{id}");
+        let caller = self
+            .auth
+            .check(&req, "node.label", &object, Action::ManageNodes)
+            .await?;
+        let r = req.get_ref();
+        let set: BTreeMap<String, String> = r.set.clone().into_iter().collect();
+        let remove: BTreeSet<String> = r.remove.iter().cloned().collect();
+        if set.is_empty() && remove.is_empty() {
+            return Err(invalid(
+                "nothing to change: give labels to set or keys to remove",
+            ));
+        }
+        if set.len() > validate::MAX_LABELS || remove.len() > validate::MAX_LABELS {
+            return Err(invalid(format!(
+                "at most {} labels per request",
+                validate::MAX_LABELS
+            )));
+        }
+        for (k, v) in &set {
+            validate::label_key(k).map_err(invalid)?;
+            validate::label_value(v).map_err(invalid)?;
+        }
+        for k in &remove {
+            validate::label_key(k).map_err(invalid)?;
+        }
+        let cmd = Command::SetNodeLabels {
+            node: id,
+            set,
+            remove,
+        };
+        self.cluster.write_as(cmd, Some(caller.meta)).await?;
+        Ok(Response::new(self.node(id)?))
+    }
+
+    async fn cordon_node(
+        &self,
+        req: Request<pb::CordonNodeRequest>,
+    ) -> Result<Response<pb::Node>, Status> {
+        let pb::CordonNodeRequest { id, cordoned } = *req.get_ref();
+        let verb = if cordoned {
+            "node.cordon"
+        } else {
+            "node.uncordon"
+        };
+        self.change(&req, verb, id, Command::CordonNode { node: id, cordoned })
+            .await
+    }
+
+    async fn drain_node(
+        &self,
+        req: Request<pb::DrainNodeRequest>,
+    ) -> Result<Response<pb::Node>, Status> {
+        let pb::DrainNodeRequest { id, evict } = *req.get_ref();
+        self.change(
+            &req,
+            "node.drain",
+            id,
+            Command::DrainNode { node: id, evict },
+        )
+        .await
+    }
+
+    async fn inject_network_fault(
+        &self,
+        req: Request<pb::InjectNetworkFaultRequest>,
+    ) -> Result<Response<pb::InjectNetworkFaultResponse>, Status> {
+        let object = format!("node/n{}/raft-transport", req.get_ref().node_id);
+        let caller = self
+            .auth
+            .check(
+                &req,
+                "node.inject-network-fault",
+                &object,
+                Action::InjectNetworkFaults,
+            )
+            .await?;
+        let checked = self.transport_rule(req.get_ref());
+        // Not a replicated change, but a mutation all the same: it goes in the audit log, and
+        // before the rule takes effect (a rule that cuts this agent off could stop the write).
+        let outcome = match &checked {
+            Ok((_, what)) => what.clone(),
+            Err(s) => format!("failed: {}", s.message()),
+        };
+        self.cluster
+            .write_as(Command::RecordAction { outcome }, Some(caller.meta))
+            .await?;
+        let ((faults, rule), _) = checked?;
+        faults.set(rule, req.get_ref().seed);
+        Ok(Response::new(pb::InjectNetworkFaultResponse {}))
+    }
+}
+
+impl NodeApi {
+    /// The faults handle and the validated rule the request asks for, with what it does (for the
+    /// audit log).
+    fn transport_rule(
+        &self,
+        req: &pb::InjectNetworkFaultRequest,
+    ) -> Result<((TransportFaults, FaultRule), String), Status> {
+        let faults = self.transport_faults.as_ref().ok_or_else(|| {
+            Status::failed_precondition(
+                "fault injection is disabled on this agent (raft.fault_injection = false)",
+            )
+        })?;
+        if req.node_id != self.cluster.id {
+            return Err(invalid(format!(
+                "this is node {}, not node {}: send the request to the agent to fault",
+                self.cluster.id, req.node_id
+            )));
+        }
+        let rule = to_proto::fault_rule(req);
+        rule.validate().map_err(invalid)?;
+        let what = if rule.is_none() {
+            "raft transport healed".to_owned()
+        } else {
+            format!("raft transport faults {rule:?} seed {}", req.seed)
+        };
+        Ok(((faults.clone(), rule), what))
+    }
+}

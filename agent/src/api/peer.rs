@@ -1,0 +1,282 @@
+//! The internal `RaftPeer` gRPC service: Raft RPCs from other agents, plus joins, forwarded
+//! writes, read-index, the leader's status view and certificates. Every call but enrolment
+//! needs an agent's certificate, and a Raft message must come from the node it names.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use gpu_proto::internal::v1::raft_peer_server::RaftPeer;
+use gpu_proto::internal::v1::{
+    IssueCertificateRequest, IssueCertificateResponse, JoinRequest, JoinResponse,
+    LeaderStatusRequest, LocalGpuTelemetryRequest, LocalGpuTelemetryResponse, RaftMessage,
+    ReadIndexRequest, ReadIndexResponse, RenewCertificateRequest,
+};
+use gpu_proto::v1 as pb;
+use gpu_raft_store::{Command, NodeId, TypeConfig, validate};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, VoteRequest,
+};
+use serde::Serialize;
+use tonic::{Request, Response, Status};
+
+use crate::api::auth::Auth;
+use crate::api::auth::rbac::Action;
+use crate::raft::cluster::{Attempt, Cluster, ClusterError, Proposal};
+use crate::api::cluster::status_view;
+use crate::executor::logs::{self, LogStream};
+use crate::gpu::GpuBackend;
+use crate::api::gpu::{local_inject, local_stats, local_telemetry};
+use crate::monitor::Telemetry;
+use crate::api::status::{bad_payload, invalid};
+use crate::tls::{PeerCheck, Subject, TlsIdentity};
+
+pub struct PeerService {
+    pub cluster: Cluster,
+    pub reachable_within: std::time::Duration,
+    pub gpus: Arc<dyn GpuBackend>,
+    pub telemetry: Telemetry,
+    pub jobs_dir: PathBuf,
+    pub peers: PeerCheck,
+    pub auth: Auth,
+    /// `None` without TLS.
+    pub tls: Option<TlsIdentity>,
+}
+
+impl PeerService {
+    fn tls(&self) -> Result<&TlsIdentity, Status> {
+        self.tls
+            .as_ref()
+            .ok_or_else(|| Status::failed_precondition("this agent runs without TLS"))
+    }
+
+    /// Sign `csr_pem` for node `node`, record the certificate through Raft, and answer.
+    async fn certify(
+        &self,
+        csr_pem: &str,
+        node: NodeId,
+        meta: Option<gpu_raft_store::RequestMeta>,
+    ) -> Result<Response<IssueCertificateResponse>, Status> {
+        let tls = self.tls()?;
+        let (cert, record) = tls.sign(csr_pem, &Subject::Node(node)).map_err(invalid)?;
+        self.cluster
+            .write_as(Command::RecordCertificate { cert: record }, meta)
+            .await?;
+        Ok(Response::new(
+            tls.answer(cert).map_err(Status::unavailable)?,
+        ))
+    }
+}
+
+/// The node a Raft message speaks for (the candidate or the leader in its vote).
+fn sender(vote: &openraft::Vote<NodeId>) -> NodeId {
+    vote.leader_id().node_id
+}
+
+fn reply<T: Serialize>(value: &T) -> Result<Response<RaftMessage>, Status> {
+    let json = serde_json::to_vec(value).map_err(|e| Status::internal(e.to_string()))?;
+    Ok(Response::new(RaftMessage { json }))
+}
+
+fn not_leader(attempt: Attempt) -> Status {
+    match attempt {
+        Attempt::Retry(ClusterError::NoLeader) => {
+            Status::unavailable("this agent is not the leader")
+        }
+        Attempt::Retry(e) | Attempt::Fail(e) => e.into(),
+    }
+}
+
+#[tonic::async_trait]
+impl RaftPeer for PeerService {
+    async fn append_entries(
+        &self,
+        req: Request<RaftMessage>,
+    ) -> Result<Response<RaftMessage>, Status> {
+        let rpc: AppendEntriesRequest<TypeConfig> =
+            serde_json::from_slice(&req.get_ref().json).map_err(bad_payload)?;
+        self.peers.node_is(&req, sender(&rpc.vote))?;
+        let result = self.cluster.raft.append_entries(rpc).await;
+        // Anything but "your vote is stale" comes from the current leader: we are in contact.
+        if result
+            .as_ref()
+            .is_ok_and(|r| !matches!(r, AppendEntriesResponse::HigherVote(_)))
+        {
+            self.cluster.contacts.heard_from_leader();
+        }
+        reply(&result)
+    }
+
+    async fn vote(&self, req: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
+        let rpc: VoteRequest<NodeId> =
+            serde_json::from_slice(&req.get_ref().json).map_err(bad_payload)?;
+        self.peers.node_is(&req, sender(&rpc.vote))?;
+        reply(&self.cluster.raft.vote(rpc).await)
+    }
+
+    async fn install_snapshot(
+        &self,
+        req: Request<RaftMessage>,
+    ) -> Result<Response<RaftMessage>, Status> {
+        let rpc: InstallSnapshotRequest<TypeConfig> =
+            serde_json::from_slice(&req.get_ref().json).map_err(bad_payload)?;
+        self.peers.node_is(&req, sender(&rpc.vote))?;
+        reply(&self.cluster.raft.install_snapshot(rpc).await)
+    }
+
+    async fn join(&self, req: Request<JoinRequest>) -> Result<Response<JoinResponse>, Status> {
+        // An agent joins as itself; a member may pass on another agent's join to the leader.
+        let caller = self.peers.node(&req)?;
+        let JoinRequest {
+            node_id,
+            addr,
+            edge,
+        } = req.into_inner();
+        if node_id == 0 {
+            return Err(invalid("node_id must be at least 1"));
+        }
+        if let Some(caller) = caller.filter(|c| *c != node_id)
+            && !self.cluster.view().members.contains_key(&caller)
+        {
+            return Err(Status::permission_denied(format!(
+                "node {caller} may not join the cluster as node {node_id}"
+            )));
+        }
+        validate::addr(&addr).map_err(invalid)?;
+        let voter = self.cluster.join(node_id, addr, edge).await?;
+        let leader_id = self.cluster.leader().map_or(0, |(id, _)| id);
+        Ok(Response::new(JoinResponse { leader_id, voter }))
+    }
+
+    async fn propose(&self, req: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
+        self.peers.node(&req)?;
+        let proposal: Proposal =
+            serde_json::from_slice(&req.into_inner().json).map_err(bad_payload)?;
+        let result = self
+            .cluster
+            .write_as_leader(proposal)
+            .await
+            .map_err(not_leader)?;
+        reply(&result)
+    }
+
+    async fn read_index(
+        &self,
+        req: Request<ReadIndexRequest>,
+    ) -> Result<Response<ReadIndexResponse>, Status> {
+        self.peers.node(&req)?;
+        let read_index = self
+            .cluster
+            .read_index_as_leader()
+            .await
+            .map_err(not_leader)?;
+        Ok(Response::new(ReadIndexResponse { read_index }))
+    }
+
+    async fn leader_status(
+        &self,
+        req: Request<LeaderStatusRequest>,
+    ) -> Result<Response<pb::ClusterStatus>, Status> {
+        self.peers.node(&req)?;
+        if !self.cluster.view().is_leader {
+            return Err(Status::unavailable("this agent is not the leader"));
+        }
+        Ok(Response::new(status_view(
+            &self.cluster,
+            Some(self.reachable_within),
+        )))
+    }
+
+    type ReadJobLogStream = LogStream;
+
+    async fn read_job_log(
+        &self,
+        req: Request<pb::JobLogsRequest>,
+    ) -> Result<Response<LogStream>, Status> {
+        self.peers.node(&req)?;
+        let req = req.into_inner();
+        let generation = self
+            .cluster
+            .state
+            .read(|s| {
+                s.jobs
+                    .get(&req.job_id)
+                    .and_then(|j| j.binding.as_ref())
+                    .filter(|b| b.node == self.cluster.id)
+                    .map(|b| b.generation)
+            })
+            .ok_or_else(|| {
+                Status::not_found(format!("job j-{} did not run on this node", req.job_id))
+            })?;
+        Ok(Response::new(logs::stream(
+            &self.jobs_dir,
+            self.cluster.clone(),
+            req,
+            generation,
+        )))
+    }
+
+    async fn local_gpu_telemetry(
+        &self,
+        req: Request<LocalGpuTelemetryRequest>,
+    ) -> Result<Response<LocalGpuTelemetryResponse>, Status> {
+        self.peers.node(&req)?;
+        Ok(Response::new(LocalGpuTelemetryResponse {
+            gpus: local_telemetry(&self.telemetry).into_iter().collect(),
+        }))
+    }
+
+    async fn local_gpu_stats(
+        &self,
+        req: Request<pb::GetGpuStatsRequest>,
+    ) -> Result<Response<pb::GetGpuStatsResponse>, Status> {
+        self.peers.node(&req)?;
+        local_stats(
+            &self.telemetry,
+            self.gpus.as_ref(),
+            self.cluster.id,
+            req.get_ref(),
+        )
+        .map(Response::new)
+    }
+
+    async fn local_inject_fault(
+        &self,
+        req: Request<pb::InjectFaultRequest>,
+    ) -> Result<Response<pb::InjectFaultResponse>, Status> {
+        self.peers.node(&req)?;
+        local_inject(self.gpus.as_ref(), &req.into_inner())?;
+        Ok(Response::new(pb::InjectFaultResponse {}))
+    }
+
+    async fn issue_certificate(
+        &self,
+        req: Request<IssueCertificateRequest>,
+    ) -> Result<Response<IssueCertificateResponse>, Status> {
+        let node = req.get_ref().node_id;
+        let caller = self
+            .auth
+            .check_enrolment(
+                &req,
+                "node.enrol",
+                &format!("node/{node}"),
+                Action::JoinNode,
+            )
+            .await?;
+        if node == 0 {
+            return Err(invalid("node_id must be at least 1"));
+        }
+        self.certify(&req.get_ref().csr_pem, node, Some(caller.meta))
+            .await
+    }
+
+    async fn renew_certificate(
+        &self,
+        req: Request<RenewCertificateRequest>,
+    ) -> Result<Response<IssueCertificateResponse>, Status> {
+        let node = self
+            .peers
+            .node(&req)?
+            .ok_or_else(|| Status::failed_precondition("this agent runs without TLS"))?;
+        self.certify(&req.get_ref().csr_pem, node, None).await
+    }
+}

@@ -1,0 +1,62 @@
+//! The one place where agent errors become gRPC statuses.
+
+use gpu_raft_store::Rejection;
+use tonic::Status;
+
+use crate::raft::cluster::ClusterError;
+
+impl From<ClusterError> for Status {
+    fn from(e: ClusterError) -> Self {
+        match e {
+            ClusterError::NoLeader | ClusterError::Timeout(_) => Status::unavailable(e.to_string()),
+            ClusterError::Rejected(r) => match r {
+                Rejection::UnknownNode { .. } | Rejection::UnknownJob { .. } => {
+                    Status::not_found(r.to_string())
+                }
+                Rejection::Invalid { .. } => Status::invalid_argument(r.to_string()),
+                Rejection::PermissionDenied { .. } => Status::permission_denied(r.to_string()),
+                Rejection::UnknownToken { .. } | Rejection::UnknownTenant { .. } => {
+                    Status::not_found(r.to_string())
+                }
+                Rejection::IdempotencyConflict { .. } => Status::already_exists(r.to_string()),
+                Rejection::JobFinished { .. } | Rejection::Stale { .. } => {
+                    Status::failed_precondition(r.to_string())
+                }
+            },
+            ClusterError::Raft(_) => {
+                tracing::error!(error = %e, "raft failure while serving a request");
+                Status::internal(e.to_string())
+            }
+            ClusterError::Remote(status) => status,
+            ClusterError::EdgeLearnerOnly { .. } | ClusterError::NeedsUpgrade { .. } => {
+                Status::failed_precondition(e.to_string())
+            }
+        }
+    }
+}
+
+/// A request that failed validation at the edge.
+pub fn invalid(message: impl Into<String>) -> Status {
+    Status::invalid_argument(message)
+}
+
+/// A peer payload that does not decode.
+pub fn bad_payload(e: serde_json::Error) -> Status {
+    Status::invalid_argument(format!("undecodable payload: {e}"))
+}
+
+/// `RESOURCE_EXHAUSTED` when an answer of `len` bytes would exceed the message size limit.
+pub fn fits_in_a_message(what: &str, len: usize) -> Result<(), Status> {
+    let max = gpu_proto::MAX_MESSAGE_BYTES;
+    if len > max {
+        return Err(Status::resource_exhausted(format!(
+            "{what} is {len} bytes, over the {max}-byte message limit"
+        )));
+    }
+    Ok(())
+}
+
+/// A peer speaking an internal protocol version this agent cannot (`protocol::negotiate`).
+pub fn incompatible_peer(e: &crate::raft::protocol::Incompatible) -> Status {
+    Status::failed_precondition(e.to_string())
+}

@@ -1,0 +1,112 @@
+//! Public `TenantService`: create and update tenant records (admins), read them with their GPU
+//! use and GPU time (each token the tenants it may see).
+
+use gpu_proto::v1 as pb;
+use gpu_proto::v1::tenant_service_server::TenantService;
+use gpu_raft_store::{Command, tenant};
+use tonic::{Request, Response, Status};
+
+use crate::api::auth::Auth;
+use crate::api::auth::rbac::Action;
+use crate::raft::cluster::{Cluster, now_ms};
+use crate::api::status::invalid;
+use crate::api::to_proto;
+
+pub struct TenantApi {
+    pub cluster: Cluster,
+    pub auth: Auth,
+}
+
+impl TenantApi {
+    fn view(&self, name: &str) -> Result<pb::Tenant, Status> {
+        self.cluster
+            .state
+            .read(|s| to_proto::tenant(s, name, now_ms(), true))
+            .ok_or_else(|| Status::not_found(format!("tenant {name} does not exist")))
+    }
+}
+
+#[tonic::async_trait]
+impl TenantService for TenantApi {
+    async fn create_tenant(
+        &self,
+        req: Request<pb::CreateTenantRequest>,
+    ) -> Result<Response<pb::Tenant>, Status> {
+        let object = format!("tenant/{}", req.get_ref().name);
+        let caller = self
+            .auth
+            .check(&req, "tenant.create", &object, Action::ManageTenants)
+            .await?;
+        let record = to_proto::tenant_from_create(req.get_ref()).map_err(invalid)?;
+        // Early, friendly errors; apply re-checks.
+        tenant::validate(&record).map_err(invalid)?;
+        let name = record.name.clone();
+        self.cluster
+            .write_as(Command::CreateTenant { tenant: record }, Some(caller.meta))
+            .await?;
+        Ok(Response::new(self.view(&name)?))
+    }
+
+    async fn update_tenant(
+        &self,
+        req: Request<pb::UpdateTenantRequest>,
+    ) -> Result<Response<pb::Tenant>, Status> {
+        let object = format!("tenant/{}", req.get_ref().name);
+        let caller = self
+            .auth
+            .check(&req, "tenant.update", &object, Action::ManageTenants)
+            .await?;
+        // Start from the leader's latest record, so an update is not built on a stale one.
+        self.cluster.linearizable_read().await?;
+        let name = req.get_ref().name.trim().to_owned();
+        let current = self
+            .cluster
+            .state
+            .read(|s| s.tenants.get(&name).cloned())
+            .ok_or_else(|| Status::not_found(format!("tenant {name} does not exist")))?;
+        let record = to_proto::tenant_from_update(req.get_ref(), &current).map_err(invalid)?;
+        tenant::validate(&record).map_err(invalid)?;
+        self.cluster
+            .write_as(Command::UpdateTenant { tenant: record }, Some(caller.meta))
+            .await?;
+        Ok(Response::new(self.view(&name)?))
+    }
+
+    async fn get_tenant(
+        &self,
+        req: Request<pb::GetTenantRequest>,
+    ) -> Result<Response<pb::Tenant>, Status> {
+        let name = req.get_ref().name.trim().to_owned();
+        let object = format!("tenant/{name}");
+        self.auth
+            .check(&req, "tenant.get", &object, Action::ReadTenant(&name))
+            .await?;
+        if !req.get_ref().stale {
+            self.cluster.linearizable_read().await?;
+        }
+        Ok(Response::new(self.view(&name)?))
+    }
+
+    async fn list_tenants(
+        &self,
+        req: Request<pb::ListTenantsRequest>,
+    ) -> Result<Response<pb::ListTenantsResponse>, Status> {
+        let caller = self
+            .auth
+            .authenticate(&req, "tenant.list", "tenant/*")
+            .await?;
+        if !req.get_ref().stale {
+            self.cluster.linearizable_read().await?;
+        }
+        let visible = |t: &str| caller.identity.may(Action::ReadTenant(t)).is_ok();
+        let now = now_ms();
+        let tenants = self.cluster.state.read(|s| {
+            to_proto::tenant_names(s)
+                .iter()
+                .filter(|t| visible(t))
+                .filter_map(|t| to_proto::tenant(s, t, now, false))
+                .collect()
+        });
+        Ok(Response::new(pb::ListTenantsResponse { tenants }))
+    }
+}

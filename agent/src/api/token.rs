@@ -1,0 +1,143 @@
+//! Public `TokenService`: mint, list and revoke bearer tokens. The secret exists only in the
+//! reply to `CreateToken`; the cluster stores its SHA-256.
+
+use gpu_proto::v1 as pb;
+use gpu_proto::v1::token_service_server::TokenService;
+use gpu_raft_store::{Command, Grant, TokenRecord, auth::can_grant};
+use tonic::{Request, Response, Status};
+
+use crate::api::auth::rbac::Action;
+use crate::api::auth::{Auth, token};
+use crate::raft::cluster::{Cluster, now_ms};
+use crate::api::status::invalid;
+use crate::api::to_proto;
+
+pub struct TokenApi {
+    pub cluster: Cluster,
+    pub auth: Auth,
+}
+
+#[tonic::async_trait]
+impl TokenService for TokenApi {
+    async fn create_token(
+        &self,
+        req: Request<pb::CreateTokenRequest>,
+    ) -> Result<Response<pb::CreateTokenResponse>, Status> {
+        let caller = self
+            .auth
+            .check(&req, "token.create", "token/new", Action::ManageTokens)
+            .await?;
+        let r = req.into_inner();
+        let role = to_proto::role_from(r.role).ok_or_else(|| invalid("role is required"))?;
+        let tenant = (!r.tenant.is_empty()).then_some(r.tenant);
+        gpu_raft_store::validate::free_text("description", &r.description).map_err(invalid)?;
+        let wanted = Grant {
+            role,
+            tenant: tenant.clone(),
+        };
+        let holder = Grant {
+            role: caller.identity.role,
+            tenant: caller.identity.tenant.clone(),
+        };
+        if !can_grant(&holder, &wanted) {
+            let reason = format!("a {} token cannot grant {role}", holder.role);
+            self.auth.record_denial(caller.meta, &reason).await;
+            return Err(Status::permission_denied(reason));
+        }
+        let minted = token::mint();
+        let record = TokenRecord {
+            id: minted.id.clone(),
+            secret_sha256: minted.secret_sha256,
+            role,
+            tenant,
+            description: r.description,
+            created_at_ms: now_ms(),
+            created_by: caller.identity.token_id.clone(),
+            revoked: false,
+        };
+        let mut meta = caller.meta;
+        meta.object = format!("token/{}", minted.id);
+        self.cluster
+            .write_as(
+                Command::CreateToken {
+                    token: record.clone(),
+                },
+                Some(meta),
+            )
+            .await?;
+        Ok(Response::new(pb::CreateTokenResponse {
+            token: Some(to_proto::token(&record)),
+            bearer: minted.bearer,
+        }))
+    }
+
+    async fn list_tokens(
+        &self,
+        req: Request<pb::ListTokensRequest>,
+    ) -> Result<Response<pb::ListTokensResponse>, Status> {
+        let caller = self
+            .auth
+            .check(&req, "token.list", "token/*", Action::ManageTokens)
+            .await?;
+        let holder = Grant {
+            role: caller.identity.role,
+            tenant: caller.identity.tenant,
+        };
+        let tokens = self.cluster.state.read(|s| {
+            s.tokens
+                .values()
+                .filter(|t| {
+                    can_grant(
+                        &holder,
+                        &Grant {
+                            role: t.role,
+                            tenant: t.tenant.clone(),
+                        },
+                    )
+                })
+                .map(to_proto::token)
+                .collect()
+        });
+        Ok(Response::new(pb::ListTokensResponse { tokens }))
+    }
+
+    async fn revoke_token(
+        &self,
+        req: Request<pb::RevokeTokenRequest>,
+    ) -> Result<Response<pb::Token>, Status> {
+        let id = req.get_ref().id.clone();
+        let caller = self
+            .auth
+            .check(
+                &req,
+                "token.revoke",
+                &format!("token/{id}"),
+                Action::ManageTokens,
+            )
+            .await?;
+        self.cluster
+            .write_as(Command::RevokeToken { id: id.clone() }, Some(caller.meta))
+            .await?;
+        self.cluster
+            .state
+            .read(|s| s.tokens.get(&id).map(to_proto::token))
+            .map(Response::new)
+            .ok_or_else(|| Status::not_found(format!("token {id} does not exist")))
+    }
+
+    async fn who_am_i(
+        &self,
+        req: Request<pb::WhoAmIRequest>,
+    ) -> Result<Response<pb::Token>, Status> {
+        let caller = self
+            .auth
+            .authenticate(&req, "token.whoami", "token/self")
+            .await?;
+        let id = caller.identity.token_id;
+        self.cluster
+            .state
+            .read(|s| s.tokens.get(&id).map(to_proto::token))
+            .map(Response::new)
+            .ok_or_else(|| Status::unauthenticated("invalid token"))
+    }
+}

@@ -1,0 +1,783 @@
+//! `run`: the agent's whole life, as one linear script. Every background task is started here,
+//! takes the shared cancellation token, and is joined (with a deadline) on shutdown.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use gpu_proto::internal::v1::raft_peer_server::RaftPeerServer;
+use gpu_proto::v1::alert_service_server::AlertServiceServer;
+use gpu_proto::v1::cluster_service_server::ClusterServiceServer;
+use gpu_proto::v1::node_service_server::NodeServiceServer;
+use gpu_proto::v1::scheduler_service_server::SchedulerServiceServer;
+use gpu_proto::v1::tenant_service_server::TenantServiceServer;
+use gpu_raft_store::{Command, Raft};
+use openraft::BasicNode;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tonic::transport::server::TcpIncoming;
+use tracing::{info, warn};
+
+use gpu_proto::v1::gpu_service_server::GpuServiceServer;
+use gpu_proto::v1::job_service_server::JobServiceServer;
+
+use gpu_proto::v1::audit_service_server::AuditServiceServer;
+use gpu_proto::v1::cert_service_server::CertServiceServer;
+use gpu_proto::v1::token_service_server::TokenServiceServer;
+
+use crate::api::alert::AlertApi;
+use crate::api::audit::AuditApi;
+use crate::api::auth::Auth;
+use crate::api::auth::limit::RateLimiter;
+use crate::leader::autopilot::Autopilot;
+use crate::api::cert::CertApi;
+use crate::raft::cluster::Cluster;
+use crate::api::cluster::ClusterApi;
+use crate::config::Config;
+use crate::raft::contact::ContactBook;
+use crate::executor::lease::LeaseKeeper;
+use crate::executor::{Executor, ExecutorSettings};
+use crate::raft::failover::FastFailover;
+use crate::gpu::{self, GpuBackend};
+use crate::api::gpu::GpuApi;
+use crate::host::inventory::InventoryReporter;
+use crate::api::job::JobApi;
+use crate::leader::liveness::Liveness;
+use crate::monitor::Telemetry;
+use crate::monitor::alerting::Alerting;
+use crate::monitor::metrics_http::{self, MetricsServer, MetricsSource};
+use crate::monitor::power_task::PowerTask;
+use crate::monitor::sampler::Sampler;
+use crate::monitor::webhook::Notifier;
+use crate::api::node::NodeApi;
+use crate::raft::peer_client::PeerClients;
+use crate::api::peer::PeerService;
+use crate::raft::network::NetworkFactory;
+use crate::leader::scheduler_loop::Scheduler;
+use crate::scheduler::Policy;
+use crate::api::scheduler::SchedulerApi;
+use crate::host::sd_notify::SdNotify;
+use crate::api::tenant::TenantApi;
+use crate::tls::enroll::{self, Renewer, TlsIdentity};
+use crate::tls::files::{read_public, read_secret, write_file};
+use crate::tls::{NodeTls, PeerCheck, Subject, TlsDir};
+use crate::api::token::TokenApi;
+use crate::raft::transport_faults::TransportFaults;
+use crate::host::watchdog::Watchdog;
+
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()> {
+    let node_id = config.node_id;
+    let systemd = SdNotify::from_env();
+    info!(node_id, data_dir = %config.data_dir.display(), "opening data directory");
+    let (data_dir, log, sm) = gpu_raft_store::open(&config.data_dir)?;
+    let state = sm.reader();
+    let committed = log.committed_index();
+
+    info!(node_id, backend = %config.gpu_backend, "opening the GPU backend");
+    let gpus: Arc<dyn GpuBackend> =
+        Arc::from(gpu::open(config.gpu_backend, &config.sim_gpus, node_id)?);
+    let telemetry = Telemetry::new(config.monitor.history_len());
+    let metrics_listener = match config.monitor.metrics_listen {
+        Some(addr) => Some(
+            TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("listening for metrics on {addr}"))?,
+        ),
+        None => None,
+    };
+
+    info!(node_id, "starting raft");
+    let contacts = ContactBook::default();
+    let peers = PeerClients::default();
+    let faults = TransportFaults::default();
+    let network = NetworkFactory {
+        peers: peers.clone(),
+        contacts: contacts.clone(),
+        faults: faults.clone(),
+    };
+    let raft = Raft::new(
+        node_id,
+        Arc::new(config.openraft()?),
+        network.clone(),
+        log,
+        sm,
+    )
+    .await
+    .context("starting raft")?;
+    let cluster = Cluster::new(raft.clone(), state, committed, &network, &config);
+
+    let tls = if config.tls.insecure {
+        warn!(
+            node_id,
+            "running WITHOUT TLS (--insecure): loopback only, nobody is authenticated by certificate"
+        );
+        None
+    } else {
+        let material = tls_material(&config, &cluster).await?;
+        let identity = TlsIdentity::new(
+            TlsDir::in_data_dir(&config.data_dir),
+            peers.clone(),
+            config.tls.cert_validity,
+        );
+        identity.install(material)?;
+        Some(identity)
+    };
+
+    info!(node_id, listen = %config.listen, advertise = %config.advertise, tls = tls.is_some(), "serving gRPC");
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("listening on {}", config.listen))?;
+    let tasks = TaskTracker::new();
+    info!(node_id, interval = ?config.monitor.interval, "starting the GPU sampler");
+    let sampler = Sampler {
+        gpus: gpus.clone(),
+        telemetry: telemetry.clone(),
+        interval: config.monitor.interval,
+        timeout: config.monitor.sample_timeout,
+    };
+    tasks.spawn(sampler.run(cancel.clone()));
+    let (notifier, webhooks) = Notifier::new(config.monitor.webhooks.clone());
+    if let Some(webhooks) = webhooks {
+        info!(
+            node_id,
+            webhooks = config.monitor.webhooks.len(),
+            "starting alert notices"
+        );
+        tasks.spawn(webhooks.run(cancel.clone()));
+    }
+    if let Some(listener) = metrics_listener {
+        info!(node_id, listen = ?listener.local_addr().ok(), "serving Prometheus metrics");
+        let metrics = MetricsServer {
+            listener,
+            source: MetricsSource {
+                cluster: cluster.clone(),
+                telemetry: telemetry.clone(),
+                devices: Arc::new(gpus.devices()),
+                hostname: metrics_http::hostname().into(),
+            },
+        };
+        tasks.spawn(metrics.run(cancel.clone()));
+    }
+    let jobs_dir = config.data_dir.join("jobs");
+    let services = Services {
+        cluster: cluster.clone(),
+        reachable_within: config.reachable_within(),
+        gpus: gpus.clone(),
+        telemetry: telemetry.clone(),
+        alert_rules: config.monitor.rules.clone(),
+        jobs_dir: jobs_dir.clone(),
+        tls: tls.clone(),
+        api: config.api,
+        transport_faults: config.raft.fault_injection.then_some(faults),
+    };
+    tasks.spawn(serve(listener, services, cancel.clone()));
+    info!(node_id, "watching raft for a fatal error");
+    let fatal = Arc::new(std::sync::OnceLock::<String>::new());
+    tasks.spawn(watch_fatal(raft.clone(), fatal.clone(), cancel.clone()));
+    if let Some(interval) = systemd.watchdog_interval() {
+        info!(
+            node_id,
+            ?interval,
+            "pinging the systemd watchdog while alive"
+        );
+        let watchdog = Watchdog {
+            raft: raft.clone(),
+            state: cluster.state.clone(),
+            notify: systemd.clone(),
+            interval,
+        };
+        tasks.spawn(watchdog.run(cancel.clone()));
+    }
+
+    let started = enter_cluster(&config, &cluster, tls.as_ref(), &tasks, &cancel).await;
+    if let Err(e) = started {
+        let _ = systemd.stopping();
+        shutdown(&cancel, &tasks, &raft).await;
+        return match fatal.get() {
+            Some(why) => Err(e.context(format!("raft stopped on a fatal error: {why}"))),
+            None => Err(e),
+        };
+    }
+    if let Some(identity) = &tls {
+        info!(node_id, validity = ?config.tls.cert_validity, "starting certificate renewal");
+        let view = cluster.clone();
+        let renewer = Renewer {
+            identity: identity.clone(),
+            node_id,
+            peers_of: Arc::new(move || {
+                view.view()
+                    .members
+                    .into_iter()
+                    .filter(|(id, _)| *id != node_id)
+                    .map(|(_, addr)| addr)
+                    .collect()
+            }),
+        };
+        tasks.spawn(renewer.run(cancel.clone()));
+    }
+
+    info!(
+        node_id,
+        "registering this node (and again whenever its inventory changes)"
+    );
+    let reporter = InventoryReporter {
+        cluster: cluster.clone(),
+        gpus: gpus.clone(),
+        telemetry: telemetry.clone(),
+        node_id,
+        addr: config.advertise.clone(),
+        labels: config.labels.clone(),
+        edge: config.edge.as_ref().map(crate::config::EdgeSettings::terms),
+        interval: Duration::from_secs(2),
+    };
+    tasks.spawn(reporter.run(cancel.clone()));
+    info!(
+        node_id,
+        rules = config.monitor.rules.len(),
+        "starting alerting"
+    );
+    let alerting = Alerting {
+        cluster: cluster.clone(),
+        telemetry: telemetry.clone(),
+        gpus: gpus.clone(),
+        configured: config.monitor.rules.clone(),
+        interval: config.monitor.interval,
+        notifier,
+    };
+    tasks.spawn(alerting.run(cancel.clone()));
+    info!(node_id, green = ?config.monitor.green, "starting power management");
+    let power = PowerTask {
+        cluster: cluster.clone(),
+        telemetry: telemetry.clone(),
+        gpus: gpus.clone(),
+        green: config.monitor.green,
+        interval: config.monitor.interval,
+        report_every: config.monitor.energy_report_every,
+    };
+    tasks.spawn(power.run(cancel.clone()));
+    info!(node_id, "starting autopilot");
+    let autopilot = Autopilot {
+        cluster: cluster.clone(),
+        dead_voter_after: config.autopilot.dead_voter_after,
+        reachable_within: config.reachable_within(),
+        interval: Duration::from_millis(500),
+    };
+    tasks.spawn(autopilot.run(cancel.clone()));
+    let failover = FastFailover {
+        cluster: cluster.clone(),
+        heartbeat: config.raft.heartbeat_interval,
+        lease: config.raft.election_timeout_max,
+    };
+    tasks.spawn(failover.run(cancel.clone()));
+    info!(node_id, "starting the scheduler (active while leader)");
+    let scheduler = Scheduler {
+        cluster: cluster.clone(),
+        policy: Policy::default(),
+        tick: Duration::from_secs(1),
+    };
+    tasks.spawn(scheduler.run(cancel.clone()));
+    info!(node_id, "starting node liveness (active while leader)");
+    let liveness = Liveness {
+        cluster: cluster.clone(),
+        down_after: config.jobs.down_after,
+        reachable_within: config.reachable_within(),
+        interval: Duration::from_millis(500),
+    };
+    tasks.spawn(liveness.run(cancel.clone()));
+    let lease_path = config.data_dir.join("lease");
+    let node_lease = config.node_lease();
+    info!(node_id, lease = ?node_lease, edge_site = ?config.edge.as_ref().map(|e| &e.site), "starting the node lease");
+    let lease = LeaseKeeper {
+        cluster: cluster.clone(),
+        path: lease_path.clone(),
+        lease: node_lease,
+    };
+    tasks.spawn(lease.run(cancel.clone()));
+    info!(node_id, jobs_dir = %jobs_dir.display(), "starting the executor");
+    let executor = Executor {
+        cluster: cluster.clone(),
+        gpus,
+        settings: ExecutorSettings {
+            jobs_dir,
+            lease_path,
+            lease: node_lease,
+            stop_grace: config.jobs.stop_grace,
+            agent_exe: std::env::current_exe().context("locating the gpu-agent binary")?,
+            tick: Duration::from_secs(1),
+            run_as: config.jobs.run_as.clone(),
+            run_as_by_tenant: config.jobs.run_as_by_tenant.clone(),
+            cgroup_root: config.jobs.cgroup_root.clone(),
+        },
+    };
+    tasks.spawn(executor.run(cancel.clone()));
+    if systemd.enabled() {
+        info!(
+            node_id,
+            "telling systemd we are ready once caught up with the cluster"
+        );
+        tasks.spawn(notify_ready(
+            cluster.clone(),
+            systemd.clone(),
+            cancel.clone(),
+        ));
+    }
+    info!(node_id, "agent ready");
+
+    cancel.cancelled().await;
+    info!(node_id, "shutting down");
+    if let Err(e) = systemd.stopping() {
+        warn!(error = %e, "could not tell systemd we are stopping");
+    }
+    shutdown(&cancel, &tasks, &raft).await;
+    drop(data_dir);
+    match fatal.get() {
+        Some(why) => bail!("raft stopped on a fatal error: {why}"),
+        None => Ok(()),
+    }
+}
+
+/// Stop the agent when Raft stops on a fatal error (a storage write or fsync that failed):
+/// Raft then answers nothing and acknowledges nothing, and an agent lingering without it would
+/// look alive while serving stale reads and never recovering. Exiting with the error lets the
+/// operator (or systemd) see it and restart the agent once the disk is fixed.
+async fn watch_fatal(
+    raft: Raft,
+    fatal: Arc<std::sync::OnceLock<String>>,
+    cancel: CancellationToken,
+) {
+    let mut metrics = raft.metrics();
+    loop {
+        if let Err(e) = &metrics.borrow_and_update().running_state {
+            if !matches!(e, openraft::error::Fatal::Stopped) {
+                tracing::error!(error = %e, "raft stopped on a fatal error; stopping the agent");
+                let _ = fatal.set(e.to_string());
+                cancel.cancel();
+            }
+            return;
+        }
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            changed = metrics.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// `READY=1` once this agent has caught up: a leader confirmed a read index with a quorum
+/// and the local replica has applied it. Until then systemd sees the unit as starting (a
+/// restarted agent without a majority to talk to stays there, with a STATUS saying why).
+async fn notify_ready(cluster: Cluster, systemd: SdNotify, cancel: CancellationToken) {
+    let _ = systemd.status("waiting to catch up with the cluster");
+    loop {
+        let caught_up = tokio::select! {
+            () = cancel.cancelled() => return,
+            r = cluster.linearizable_read() => r,
+        };
+        match caught_up {
+            Ok(()) => break,
+            Err(e) => {
+                let _ = systemd.status(&format!("waiting to catch up with the cluster: {e}"));
+                tokio::select! {
+                    () = cancel.cancelled() => return,
+                    () = tokio::time::sleep(Duration::from_millis(500)) => {}
+                }
+            }
+        }
+    }
+    let applied = cluster.state.applied_index();
+    info!(
+        node_id = cluster.id,
+        log_index = applied,
+        "caught up: notifying systemd READY=1"
+    );
+    if let Err(e) = systemd.ready() {
+        warn!(error = %e, "could not tell systemd we are ready");
+    }
+}
+
+/// Bootstrap a new cluster, join an existing one, or (with state on disk) resume membership.
+async fn enter_cluster(
+    config: &Config,
+    cluster: &Cluster,
+    tls: Option<&TlsIdentity>,
+    tasks: &TaskTracker,
+    cancel: &CancellationToken,
+) -> anyhow::Result<()> {
+    let initialized = cluster
+        .raft
+        .is_initialized()
+        .await
+        .context("reading raft state")?;
+    if initialized {
+        info!(node_id = config.node_id, "resuming from the data directory");
+        // Ask to be (re)admitted in the background: a no-op for a current member, and the way
+        // back in for a member the autopilot removed while it was down.
+        let seeds = rejoin_seeds(config, cluster);
+        if !seeds.is_empty() {
+            let (cluster, config, cancel) = (cluster.clone(), config.clone(), cancel.clone());
+            tasks.spawn(async move {
+                tokio::select! {
+                    () = cancel.cancelled() => {}
+                    r = cluster.join_via(&seeds, config.node_id, &config.advertise, config.join_timeout) => {
+                        if let Err(e) = r { warn!(error = %e, "could not confirm membership with the cluster"); }
+                    }
+                }
+            });
+        }
+        return Ok(());
+    }
+    if config.bootstrap {
+        info!(node_id = config.node_id, "bootstrapping a new cluster");
+        let members = BTreeMap::from([(config.node_id, BasicNode::new(&config.advertise))]);
+        cluster
+            .raft
+            .initialize(members)
+            .await
+            .context("initializing the cluster")?;
+        info!(node_id = config.node_id, path = %config.bootstrap_token_file.display(), "minting the bootstrap admin token");
+        write_bootstrap_token(cluster, &config.bootstrap_token_file).await?;
+        if let Some(tls) = tls {
+            write_bootstrap_client_cert(cluster, tls, &config.bootstrap_token_file).await?;
+        }
+        return Ok(());
+    }
+    if config.join.is_empty() {
+        bail!(
+            "data directory {} holds no cluster state: start with --bootstrap to create a cluster \
+             or --join ADDR to join one",
+            config.data_dir.display()
+        );
+    }
+    info!(node_id = config.node_id, seeds = ?config.join, "joining the cluster");
+    let joined = tokio::select! {
+        () = cancel.cancelled() => bail!("cancelled while joining"),
+        r = cluster.join_via(&config.join, config.node_id, &config.advertise, config.join_timeout) => r,
+    };
+    let voter = joined.with_context(|| {
+        format!(
+            "could not join the cluster through {} within {:?}",
+            config.join.join(","),
+            config.join_timeout
+        )
+    })?;
+    info!(node_id = config.node_id, voter, "joined the cluster");
+    Ok(())
+}
+
+/// Mint the first admin token and hand it to the operator as a 0600 file (the cluster keeps
+/// only its hash). Revoke it once real admin tokens exist.
+async fn write_bootstrap_token(cluster: &Cluster, path: &std::path::Path) -> anyhow::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let minted = crate::api::auth::token::mint();
+    let record = gpu_raft_store::TokenRecord {
+        id: minted.id.clone(),
+        secret_sha256: minted.secret_sha256,
+        role: gpu_raft_store::Role::Admin,
+        tenant: None,
+        description: "bootstrap admin token".into(),
+        created_at_ms: crate::raft::cluster::now_ms(),
+        created_by: "system:bootstrap".into(),
+        revoked: false,
+    };
+    cluster
+        .write(Command::CreateToken { token: record })
+        .await
+        .context("recording the bootstrap token")?;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("creating {}", path.display()))?;
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    writeln!(file, "{}", minted.bearer).with_context(|| format!("writing {}", path.display()))?;
+    file.sync_all()?;
+    Ok(())
+}
+
+/// The first admin's client certificate, beside the bootstrap token: `admin.crt`,
+/// `admin.key` (0600) and the cluster's `ca.crt`: with the token, everything gpuctl needs.
+async fn write_bootstrap_client_cert(
+    cluster: &Cluster,
+    tls: &TlsIdentity,
+    token_file: &std::path::Path,
+) -> anyhow::Result<()> {
+    let dir = token_file
+        .parent()
+        .context("the bootstrap token file has no directory")?;
+    let material = tls.current().context("no TLS material")?;
+    let (key_pem, csr_pem) = crate::tls::pki::new_request()?;
+    let (cert_pem, record) = tls
+        .sign(&csr_pem, &Subject::Client("admin".into()))
+        .map_err(anyhow::Error::msg)?;
+    cluster
+        .write(Command::RecordCertificate { cert: record })
+        .await
+        .context("recording the admin client certificate")?;
+    write_file(&dir.join("ca.crt"), &material.ca.cert_pem, 0o644)?;
+    write_file(&dir.join("admin.key"), &key_pem, 0o600)?;
+    write_file(&dir.join("admin.crt"), &cert_pem, 0o644)?;
+    info!(dir = %dir.display(), "wrote the admin client certificate (admin.crt, admin.key, ca.crt)");
+    Ok(())
+}
+
+/// This agent's TLS material: from its data directory, else made now (bootstrap) or obtained
+/// by enrolling with a join token (join).
+async fn tls_material(config: &Config, cluster: &Cluster) -> anyhow::Result<NodeTls> {
+    let dir = TlsDir::in_data_dir(&config.data_dir);
+    if let Some(material) = dir.load()? {
+        return Ok(material);
+    }
+    let initialized = cluster
+        .raft
+        .is_initialized()
+        .await
+        .context("reading raft state")?;
+    if initialized {
+        bail!(
+            "{} holds cluster state but no TLS material in {}: restore it from a backup, or \
+             wipe the data directory and join again",
+            config.data_dir.display(),
+            dir.dir.display()
+        );
+    }
+    if config.bootstrap {
+        info!(
+            node_id = config.node_id,
+            "creating the cluster certificate authority"
+        );
+        return enroll::bootstrap(config.node_id, config.tls.cert_validity);
+    }
+    if config.join.is_empty() {
+        bail!(
+            "data directory {} holds no cluster state: start with --bootstrap to create a cluster \
+             or --join ADDR to join one",
+            config.data_dir.display()
+        );
+    }
+    let ca_file = config.tls.ca_file.as_ref().context(
+        "joining needs the cluster's CA certificate: --ca-file (a copy of the bootstrap agent's \
+         <data-dir>/tls/ca.crt)",
+    )?;
+    let token_file = config.tls.join_token_file.as_ref().context(
+        "joining needs a join token: --join-token-file (made with `gpuctl token create --role node`)",
+    )?;
+    let ca = read_public(ca_file)?;
+    let token = read_secret(token_file)?;
+    info!(node_id = config.node_id, seeds = ?config.join, "enrolling: asking for our certificate");
+    enroll::join(
+        &config.join,
+        config.node_id,
+        &token,
+        &ca,
+        config.join_timeout,
+    )
+    .await
+}
+
+/// Where to ask for readmission: configured seeds plus every member we last knew of.
+fn rejoin_seeds(config: &Config, cluster: &Cluster) -> Vec<String> {
+    let mut seeds: BTreeSet<String> = config.join.iter().cloned().collect();
+    seeds.extend(
+        cluster
+            .view()
+            .members
+            .into_iter()
+            .filter(|(id, _)| *id != config.node_id)
+            .map(|(_, a)| a),
+    );
+    seeds.into_iter().collect()
+}
+
+/// Everything the gRPC services need.
+struct Services {
+    cluster: Cluster,
+    reachable_within: Duration,
+    gpus: Arc<dyn GpuBackend>,
+    telemetry: Telemetry,
+    /// The config file's alert rules.
+    alert_rules: Vec<gpu_raft_store::AlertRule>,
+    jobs_dir: PathBuf,
+    tls: Option<TlsIdentity>,
+    api: crate::config::ApiSettings,
+    /// The live transport faults, when `raft.fault_injection` lets an admin set them.
+    transport_faults: Option<TransportFaults>,
+}
+
+async fn serve(listener: TcpListener, s: Services, cancel: CancellationToken) {
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health
+        .set_serving::<ClusterServiceServer<ClusterApi>>()
+        .await;
+    health.set_serving::<NodeServiceServer<NodeApi>>().await;
+    health
+        .set_serving::<SchedulerServiceServer<SchedulerApi>>()
+        .await;
+    health.set_serving::<AlertServiceServer<AlertApi>>().await;
+    health.set_serving::<TenantServiceServer<TenantApi>>().await;
+    health.set_serving::<JobServiceServer<JobApi>>().await;
+    health.set_serving::<GpuServiceServer<GpuApi>>().await;
+    let max = gpu_proto::MAX_MESSAGE_BYTES;
+    let cluster = s.cluster;
+    let peers = PeerCheck {
+        tls: s.tls.is_some(),
+        state: cluster.state.clone(),
+    };
+    let auth = Auth {
+        cluster: cluster.clone(),
+        peers: peers.clone(),
+        limiter: Arc::new(std::sync::Mutex::new(RateLimiter::new(
+            s.api.requests_per_second,
+            s.api.burst,
+        ))),
+    };
+    let tls_config = match &s.tls {
+        Some(identity) => {
+            let ca = identity
+                .current()
+                .map(|t| t.ca.cert_pem)
+                .unwrap_or_default();
+            match crate::tls::server::server_config(&ca, identity.slot.clone()) {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot set up TLS; stopping the agent");
+                    cancel.cancel();
+                    return;
+                }
+            }
+        }
+        None => None,
+    };
+    let peer = RaftPeerServer::new(PeerService {
+        cluster: cluster.clone(),
+        reachable_within: s.reachable_within,
+        gpus: s.gpus.clone(),
+        telemetry: s.telemetry.clone(),
+        jobs_dir: s.jobs_dir.clone(),
+        peers,
+        auth: auth.clone(),
+        tls: s.tls.clone(),
+    })
+    .max_decoding_message_size(max)
+    .max_encoding_message_size(max);
+    let cluster_api = ClusterApi {
+        cluster: cluster.clone(),
+        auth: auth.clone(),
+        reachable_within: s.reachable_within,
+        cluster_id: s
+            .tls
+            .as_ref()
+            .and_then(|t| t.current())
+            .and_then(|t| crate::tls::pki::fingerprint(&t.ca.cert_pem).ok())
+            .unwrap_or_else(|| "insecure".into()),
+    };
+    let node_api = NodeApi {
+        cluster: cluster.clone(),
+        auth: auth.clone(),
+        transport_faults: s.transport_faults,
+    };
+    let alert_api = AlertApi {
+        cluster: cluster.clone(),
+        auth: auth.clone(),
+        configured: s.alert_rules,
+    };
+    let scheduler_api = SchedulerApi {
+        cluster: cluster.clone(),
+        auth: auth.clone(),
+    };
+    let tenant_api = TenantApi {
+        cluster: cluster.clone(),
+        auth: auth.clone(),
+    };
+    let job_api = JobApi {
+        cluster: cluster.clone(),
+        auth: auth.clone(),
+        jobs_dir: s.jobs_dir,
+    };
+    let gpu_api = GpuApi {
+        cluster: cluster.clone(),
+        auth: auth.clone(),
+        gpus: s.gpus,
+        telemetry: s.telemetry,
+    };
+    let token_api = TokenApi {
+        cluster: cluster.clone(),
+        auth: auth.clone(),
+    };
+    let cert_api = CertApi {
+        cluster: cluster.clone(),
+        auth: auth.clone(),
+        tls: s.tls.clone(),
+    };
+    let audit_api = AuditApi { cluster, auth };
+    let router = tonic::transport::Server::builder()
+        // Hostile or broken clients: no request runs forever (streams are not cut: the limit
+        // covers producing the response), one connection cannot monopolise the agent, and dead
+        // peers are noticed.
+        .timeout(Duration::from_secs(60))
+        .concurrency_limit_per_connection(256)
+        // Raft calls carry deadlines of one heartbeat (100 ms): under load many are cancelled,
+        // each a stream reset. At h2's default of 20 pending resets the server answers
+        // GOAWAY(ENHANCE_YOUR_CALM) and drops the peer's connection, which turns a slow moment
+        // into missed heartbeats and a TLS reconnect. Peers are authenticated; allow more.
+        .http2_max_pending_accept_reset_streams(Some(1024))
+        .http2_keepalive_interval(Some(Duration::from_secs(20)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+        .tcp_keepalive(Some(Duration::from_secs(60)))
+        .add_service(health_service)
+        .add_service(tonic::service::interceptor::InterceptedService::new(
+            peer,
+            crate::raft::protocol::check,
+        ))
+        .add_service(ClusterServiceServer::new(cluster_api).max_decoding_message_size(max))
+        .add_service(NodeServiceServer::new(node_api).max_decoding_message_size(max))
+        .add_service(SchedulerServiceServer::new(scheduler_api).max_decoding_message_size(max))
+        .add_service(AlertServiceServer::new(alert_api).max_decoding_message_size(max))
+        .add_service(TenantServiceServer::new(tenant_api).max_decoding_message_size(max))
+        .add_service(JobServiceServer::new(job_api).max_decoding_message_size(max))
+        .add_service(GpuServiceServer::new(gpu_api).max_decoding_message_size(max))
+        .add_service(TokenServiceServer::new(token_api).max_decoding_message_size(max))
+        .add_service(AuditServiceServer::new(audit_api).max_decoding_message_size(max))
+        .add_service(CertServiceServer::new(cert_api).max_decoding_message_size(max));
+    let result = match tls_config {
+        Some(config) => {
+            let incoming = crate::tls::server::incoming(listener, config, cancel.clone());
+            router
+                .serve_with_incoming_shutdown(incoming, cancel.cancelled())
+                .await
+        }
+        None => {
+            router
+                .serve_with_incoming_shutdown(TcpIncoming::from(listener), cancel.cancelled())
+                .await
+        }
+    };
+    if let Err(e) = result {
+        tracing::error!(error = %e, "gRPC server failed; stopping the agent");
+        cancel.cancel();
+    }
+}
+
+async fn shutdown(cancel: &CancellationToken, tasks: &TaskTracker, raft: &Raft) {
+    cancel.cancel();
+    tasks.close();
+    if tokio::time::timeout(SHUTDOWN_GRACE, tasks.wait())
+        .await
+        .is_err()
+    {
+        warn!("background tasks did not stop within {SHUTDOWN_GRACE:?}");
+    }
+    if let Err(e) = raft.shutdown().await {
+        warn!(error = %e, "raft did not shut down cleanly");
+    }
+}

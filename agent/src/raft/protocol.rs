@@ -1,0 +1,169 @@
+//! The internal (agent-to-agent) protocol version, for rolling upgrades. Every `RaftPeer`
+//! request carries the range of versions its caller speaks: `x-gpumesh-protocol: <oldest>` and
+//! `x-gpumesh-protocol-max: <newest>` (set in `peer_client::with_deadline`). The peer service
+//! serves a caller whose range overlaps its own and refuses any other with `FAILED_PRECONDITION`
+//! naming both ranges. A request without the headers comes from a build older than them, which
+//! spoke version 1 only; a request without the second header speaks just the first (the version
+//! 1 build sent one header and served exactly 1, so version 2 agents still reach it).
+//!
+//! Bump `PROTOCOL_VERSION` when the peer messages (the JSON inside `RaftMessage`, the Raft
+//! payloads, the `Command` encoding) gain something an older build cannot read, and write it
+//! only once every member announces the new version (`NodeRecord.protocol`, see
+//! `gpu_raft_store::PROTOCOL_2`). Raise `MIN_COMPATIBLE` only when this build can no longer talk
+//! to the older one. A mesh is upgraded one agent at a time between overlapping ranges.
+
+use std::ops::RangeInclusive;
+
+use tonic::metadata::MetadataValue;
+use tonic::{Request, Status};
+
+/// The metadata key of the oldest version the caller speaks (gRPC keys are lower case).
+pub const HEADER: &str = "x-gpumesh-protocol";
+/// The metadata key of the newest version the caller speaks.
+pub const HEADER_MAX: &str = "x-gpumesh-protocol-max";
+/// The version this build speaks. 1: the first; 2: `Command::Batch` (the leader's group
+/// commit) and GPU partitioning (MIG layouts, slice placements, sliced and vm jobs), which a
+/// leader writes only once every member has registered with 2 or more.
+pub const PROTOCOL_VERSION: u32 = 2;
+const _: () = assert!(PROTOCOL_VERSION >= gpu_raft_store::PROTOCOL_2);
+/// The oldest version this build still speaks with a peer.
+pub const MIN_COMPATIBLE: u32 = 1;
+/// What a request without the headers speaks.
+const BEFORE_THE_HEADER: u32 = 1;
+
+/// Why a peer was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Incompatible {
+    #[error(
+        "incompatible gpumesh peer protocol: the caller speaks versions {}, this agent \
+         speaks {MIN_COMPATIBLE}..={PROTOCOL_VERSION}; upgrade agents one at a time between \
+         compatible versions (docs/operations.md)",
+        show(.theirs)
+    )]
+    Version { theirs: RangeInclusive<u32> },
+    #[error("unreadable {HEADER} header {0:?}; this agent speaks protocol {PROTOCOL_VERSION}")]
+    Unreadable(String),
+}
+
+fn show(r: &RangeInclusive<u32>) -> String {
+    if r.start() == r.end() {
+        r.start().to_string()
+    } else {
+        format!("{}..={}", r.start(), r.end())
+    }
+}
+
+/// The pure decision on a caller's header values (`None`: absent): the version both speak,
+/// the newest in common.
+pub fn negotiate(oldest: Option<&str>, newest: Option<&str>) -> Result<u32, Incompatible> {
+    let parse = |text: &str| {
+        text.trim()
+            .parse::<u32>()
+            .map_err(|_| Incompatible::Unreadable(text.chars().take(32).collect()))
+    };
+    let low = oldest.map_or(Ok(BEFORE_THE_HEADER), parse)?;
+    let high = newest.map_or(Ok(low), parse)?.max(low);
+    let common = low.max(MIN_COMPATIBLE)..=high.min(PROTOCOL_VERSION);
+    if common.is_empty() {
+        Err(Incompatible::Version { theirs: low..=high })
+    } else {
+        Ok(*common.end())
+    }
+}
+
+/// Mark an outgoing peer request with the versions we speak.
+pub fn stamp<T>(req: &mut Request<T>) {
+    let metadata = req.metadata_mut();
+    metadata.insert(HEADER, MetadataValue::from(MIN_COMPATIBLE));
+    metadata.insert(HEADER_MAX, MetadataValue::from(PROTOCOL_VERSION));
+}
+
+/// The peer service's interceptor: refuse (and log once per request) an incompatible caller.
+#[allow(clippy::result_large_err)] // tonic's interceptor signature.
+pub fn check(req: Request<()>) -> Result<Request<()>, Status> {
+    let header = |key| req.metadata().get(key).map(|v| v.to_str().unwrap_or("?"));
+    match negotiate(header(HEADER), header(HEADER_MAX)) {
+        Ok(_) => Ok(req),
+        Err(e) => {
+            tracing::warn!(remote = ?req.remote_addr(), error = %e, "refused a peer");
+            Err(crate::api::status::incompatible_peer(&e))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_are_negotiated() {
+        assert_eq!(
+            negotiate(None, None),
+            Ok(1),
+            "a build from before the header"
+        );
+        assert_eq!(negotiate(Some("1"), None), Ok(1), "the version 1 build");
+        assert_eq!(negotiate(Some("1"), Some("2")), Ok(2), "this build");
+        assert_eq!(
+            negotiate(Some("2"), Some("9")),
+            Ok(PROTOCOL_VERSION),
+            "a newer build that still speaks ours"
+        );
+        let err = negotiate(Some("7"), Some("9"))
+            .expect_err("newer only: refused")
+            .to_string();
+        assert!(err.contains("caller speaks versions 7..=9"), "{err}");
+        assert!(
+            err.contains(&format!("this agent speaks 1..={PROTOCOL_VERSION}")),
+            "{err}"
+        );
+        assert_eq!(
+            negotiate(Some("0"), None),
+            Err(Incompatible::Version { theirs: 0..=0 })
+        );
+        for junk in ["", "one", "-1", "99999999999"] {
+            assert!(
+                matches!(
+                    negotiate(Some(junk), None),
+                    Err(Incompatible::Unreadable(_))
+                ),
+                "{junk}"
+            );
+            assert!(
+                matches!(
+                    negotiate(Some("1"), Some(junk)),
+                    Err(Incompatible::Unreadable(_))
+                ),
+                "{junk}"
+            );
+        }
+    }
+
+    /// What the version 1 build checks: the first header alone, which had to be exactly 1.
+    #[test]
+    fn a_stamped_request_still_reaches_a_version_1_agent() {
+        let mut req = Request::new(());
+        stamp(&mut req);
+        let first = req
+            .metadata()
+            .get(HEADER)
+            .map(|v| v.to_str().unwrap_or("?"));
+        assert_eq!(first, Some("1"));
+    }
+
+    #[test]
+    fn a_stamped_request_passes_the_check() {
+        let mut req = Request::new(());
+        stamp(&mut req);
+        assert!(check(req).is_ok());
+        let mut req = Request::new(());
+        req.metadata_mut().insert(HEADER, MetadataValue::from(7u32));
+        let status = check(req).expect_err("refused");
+        assert_eq!(status.code(), tonic::Code::FailedPrecondition);
+        assert!(
+            status.message().contains("versions 7"),
+            "{}",
+            status.message()
+        );
+    }
+}
