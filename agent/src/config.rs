@@ -10,6 +10,7 @@ use anyhow::{Context, bail, ensure};
 use gpu_raft_store::{NodeId, validate};
 
 use crate::gpu::BackendKind;
+use crate::raft::cluster::ClusterSettings;
 use serde::Deserialize;
 
 /// The file as written by the operator. Every key is optional; defaults live in `parse_and_validate`.
@@ -410,6 +411,17 @@ pub const MAX_HISTORY_LEN: usize = 86_400;
 pub const MAX_PAYLOAD_ENTRIES: u64 = 32;
 
 impl Config {
+    /// The Raft handle's settings: a client operation keeps retrying for ten election timeouts
+    /// (at least 5 s).
+    pub fn cluster_settings(&self) -> ClusterSettings {
+        ClusterSettings {
+            node_id: self.node_id,
+            op_timeout: (self.raft.election_timeout_max * 10).max(Duration::from_secs(5)),
+            voter_target: self.raft.voter_target,
+            edge: self.edge.is_some(),
+        }
+    }
+
     pub fn parse_and_validate(file: FileConfig, flags: Overrides) -> anyhow::Result<Self> {
         let node_id = flags
             .node_id

@@ -32,41 +32,41 @@ use crate::api::alert::AlertApi;
 use crate::api::audit::AuditApi;
 use crate::api::auth::Auth;
 use crate::api::auth::limit::RateLimiter;
-use crate::leader::autopilot::Autopilot;
 use crate::api::cert::CertApi;
-use crate::raft::cluster::Cluster;
 use crate::api::cluster::ClusterApi;
+use crate::api::gpu::GpuApi;
+use crate::api::job::JobApi;
+use crate::api::node::NodeApi;
+use crate::api::peer::PeerService;
+use crate::api::scheduler::SchedulerApi;
+use crate::api::tenant::TenantApi;
+use crate::api::token::TokenApi;
 use crate::config::Config;
-use crate::raft::contact::ContactBook;
 use crate::executor::lease::LeaseKeeper;
 use crate::executor::{Executor, ExecutorSettings};
-use crate::raft::failover::FastFailover;
 use crate::gpu::{self, GpuBackend};
-use crate::api::gpu::GpuApi;
 use crate::host::inventory::InventoryReporter;
-use crate::api::job::JobApi;
+use crate::host::sd_notify::SdNotify;
+use crate::host::watchdog::Watchdog;
+use crate::leader::autopilot::Autopilot;
 use crate::leader::liveness::Liveness;
+use crate::leader::scheduler_loop::Scheduler;
 use crate::monitor::Telemetry;
 use crate::monitor::alerting::Alerting;
 use crate::monitor::metrics_http::{self, MetricsServer, MetricsSource};
 use crate::monitor::power_task::PowerTask;
 use crate::monitor::sampler::Sampler;
 use crate::monitor::webhook::Notifier;
-use crate::api::node::NodeApi;
-use crate::raft::peer_client::PeerClients;
-use crate::api::peer::PeerService;
+use crate::raft::Cluster;
+use crate::raft::contact::ContactBook;
+use crate::raft::failover::FastFailover;
 use crate::raft::network::NetworkFactory;
-use crate::leader::scheduler_loop::Scheduler;
+use crate::raft::peer_client::PeerClients;
+use crate::raft::transport_faults::TransportFaults;
 use crate::scheduler::Policy;
-use crate::api::scheduler::SchedulerApi;
-use crate::host::sd_notify::SdNotify;
-use crate::api::tenant::TenantApi;
 use crate::tls::enroll::{self, Renewer, TlsIdentity};
 use crate::tls::files::{read_public, read_secret, write_file};
 use crate::tls::{NodeTls, PeerCheck, Subject, TlsDir};
-use crate::api::token::TokenApi;
-use crate::raft::transport_faults::TransportFaults;
-use crate::host::watchdog::Watchdog;
 
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
@@ -109,7 +109,13 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
     )
     .await
     .context("starting raft")?;
-    let cluster = Cluster::new(raft.clone(), state, committed, &network, &config);
+    let cluster = Cluster::new(
+        raft.clone(),
+        state,
+        committed,
+        &network,
+        config.cluster_settings(),
+    );
 
     let tls = if config.tls.insecure {
         warn!(
@@ -484,7 +490,7 @@ async fn write_bootstrap_token(cluster: &Cluster, path: &std::path::Path) -> any
         role: gpu_raft_store::Role::Admin,
         tenant: None,
         description: "bootstrap admin token".into(),
-        created_at_ms: crate::raft::cluster::now_ms(),
+        created_at_ms: crate::clock::now_ms(),
         created_by: "system:bootstrap".into(),
         revoked: false,
     };
@@ -737,7 +743,7 @@ async fn serve(listener: TcpListener, s: Services, cancel: CancellationToken) {
         .add_service(health_service)
         .add_service(tonic::service::interceptor::InterceptedService::new(
             peer,
-            crate::raft::protocol::check,
+            crate::api::peer::check_protocol,
         ))
         .add_service(ClusterServiceServer::new(cluster_api).max_decoding_message_size(max))
         .add_service(NodeServiceServer::new(node_api).max_decoding_message_size(max))

@@ -8,8 +8,8 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use gpu_agent::config::{Config, FileConfig, Overrides};
-use gpu_agent::tools::dev::DevOptions;
 use gpu_agent::gpu::BackendKind;
+use gpu_agent::tools::dev::DevOptions;
 use tokio_util::sync::CancellationToken;
 
 #[derive(Parser)]

@@ -7,7 +7,7 @@ use tonic::{Request, Response, Status};
 
 use crate::api::auth::Auth;
 use crate::api::auth::rbac::Action;
-use crate::raft::cluster::Cluster;
+use crate::raft::Cluster;
 
 pub struct AuditApi {
     pub cluster: Cluster,

@@ -7,8 +7,8 @@ use tonic::{Request, Response, Status};
 
 use crate::api::auth::Auth;
 use crate::api::auth::rbac::Action;
-use crate::raft::cluster::Cluster;
 use crate::api::status::invalid;
+use crate::raft::Cluster;
 use crate::tls::{Subject, TlsIdentity};
 
 pub struct CertApi {

@@ -13,9 +13,9 @@ use tonic::{Request, Response, Status};
 
 use crate::api::auth::Auth;
 use crate::api::auth::rbac::Action;
-use crate::raft::cluster::{Attempt, Cluster, ClusterError, retry_until};
-use crate::raft::peer_client::with_deadline;
 use crate::api::to_proto::{self, Liveness};
+use crate::raft::peer_client::with_deadline;
+use crate::raft::{Attempt, Cluster, ClusterError, retry_until};
 
 pub struct ClusterApi {
     pub cluster: Cluster,
@@ -139,6 +139,6 @@ impl ClusterApi {
         Ok(self
             .cluster
             .state
-            .backup(&self.cluster_id, crate::raft::cluster::now_ms()))
+            .backup(&self.cluster_id, crate::clock::now_ms()))
     }
 }

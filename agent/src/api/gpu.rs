@@ -16,14 +16,14 @@ use tonic::{Request, Response, Status};
 
 use crate::api::auth::Auth;
 use crate::api::auth::rbac::Action;
-use crate::raft::cluster::Cluster;
-use crate::raft::cluster::now_ms;
+use crate::api::status::invalid;
+use crate::api::to_proto;
+use crate::clock::now_ms;
 use crate::gpu::{Fault, GpuBackend, GpuError};
 use crate::monitor::Telemetry;
 use crate::monitor::attribution::job_of_pid;
+use crate::raft::Cluster;
 use crate::raft::peer_client::with_deadline;
-use crate::api::status::invalid;
-use crate::api::to_proto;
 
 const TELEMETRY_DEADLINE: Duration = Duration::from_secs(1);
 /// A day of 1 Hz history is a few MB: give the owning agent time to send it.

@@ -12,12 +12,13 @@ use tonic::{Request, Response, Status};
 
 use crate::api::auth::Auth;
 use crate::api::auth::rbac::Action;
-use crate::raft::cluster::{Cluster, ClusterError, now_ms};
-use crate::executor::logs::{self, LogStream};
-use crate::raft::peer_client::with_deadline;
-use crate::scheduler::{self, PlanEnv, Policy};
 use crate::api::status::invalid;
 use crate::api::to_proto;
+use crate::clock::now_ms;
+use crate::executor::logs::{self, LogStream};
+use crate::raft::peer_client::with_deadline;
+use crate::raft::{Cluster, ClusterError};
+use crate::scheduler::{self, PlanEnv, Policy};
 
 pub struct JobApi {
     pub cluster: Cluster,

@@ -10,9 +10,9 @@ use tonic::{Request, Response, Status};
 
 use crate::api::auth::Auth;
 use crate::api::auth::rbac::Action;
-use crate::raft::cluster::Cluster;
 use crate::api::status::invalid;
 use crate::api::to_proto;
+use crate::raft::Cluster;
 use crate::raft::transport_faults::{FaultRule, TransportFaults};
 
 pub struct NodeApi {

@@ -21,13 +21,14 @@ use tonic::{Request, Response, Status};
 
 use crate::api::auth::Auth;
 use crate::api::auth::rbac::Action;
-use crate::raft::cluster::{Attempt, Cluster, ClusterError, Proposal};
 use crate::api::cluster::status_view;
+use crate::api::gpu::{local_inject, local_stats, local_telemetry};
+use crate::api::status::{bad_payload, incompatible_peer, invalid};
 use crate::executor::logs::{self, LogStream};
 use crate::gpu::GpuBackend;
-use crate::api::gpu::{local_inject, local_stats, local_telemetry};
 use crate::monitor::Telemetry;
-use crate::api::status::{bad_payload, invalid};
+use crate::raft::protocol;
+use crate::raft::{Attempt, Cluster, ClusterError, Proposal};
 use crate::tls::{PeerCheck, Subject, TlsIdentity};
 
 pub struct PeerService {
@@ -64,6 +65,19 @@ impl PeerService {
         Ok(Response::new(
             tls.answer(cert).map_err(Status::unavailable)?,
         ))
+    }
+}
+
+/// The peer service's interceptor: refuse (and log once per request) an incompatible caller.
+#[allow(clippy::result_large_err)] // tonic's interceptor signature.
+pub fn check_protocol(req: Request<()>) -> Result<Request<()>, Status> {
+    let header = |key| req.metadata().get(key).map(|v| v.to_str().unwrap_or("?"));
+    match protocol::negotiate(header(protocol::HEADER), header(protocol::HEADER_MAX)) {
+        Ok(_) => Ok(req),
+        Err(e) => {
+            tracing::warn!(remote = ?req.remote_addr(), error = %e, "refused a peer");
+            Err(incompatible_peer(&e))
+        }
     }
 }
 
@@ -278,5 +292,29 @@ impl RaftPeer for PeerService {
             .node(&req)?
             .ok_or_else(|| Status::failed_precondition("this agent runs without TLS"))?;
         self.certify(&req.get_ref().csr_pem, node, None).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tonic::metadata::MetadataValue;
+
+    use super::*;
+
+    #[test]
+    fn a_stamped_request_passes_the_check() {
+        let mut req = Request::new(());
+        protocol::stamp(&mut req);
+        assert!(check_protocol(req).is_ok());
+        let mut req = Request::new(());
+        req.metadata_mut()
+            .insert(protocol::HEADER, MetadataValue::from(7u32));
+        let status = check_protocol(req).expect_err("refused");
+        assert_eq!(status.code(), tonic::Code::FailedPrecondition);
+        assert!(
+            status.message().contains("versions 7"),
+            "{}",
+            status.message()
+        );
     }
 }

@@ -8,9 +8,9 @@ use tonic::{Request, Response, Status};
 
 use crate::api::auth::Auth;
 use crate::api::auth::rbac::Action;
-use crate::raft::cluster::Cluster;
 use crate::api::status::invalid;
 use crate::api::to_proto;
+use crate::raft::Cluster;
 
 pub struct SchedulerApi {
     pub cluster: Cluster,

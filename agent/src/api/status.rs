@@ -3,7 +3,7 @@
 use gpu_raft_store::Rejection;
 use tonic::Status;
 
-use crate::raft::cluster::ClusterError;
+use crate::raft::ClusterError;
 
 impl From<ClusterError> for Status {
     fn from(e: ClusterError) -> Self {

@@ -11,7 +11,7 @@ use gpu_raft_store::{
     Role, SchedulerSettings, SliceRequest, TokenRecord, job_name,
 };
 
-use crate::raft::cluster::RaftView;
+use crate::raft::RaftView;
 use crate::raft::contact::ContactBook;
 
 pub fn node(n: &NodeRecord) -> pb::Node {

@@ -8,9 +8,10 @@ use tonic::{Request, Response, Status};
 
 use crate::api::auth::rbac::Action;
 use crate::api::auth::{Auth, token};
-use crate::raft::cluster::{Cluster, now_ms};
 use crate::api::status::invalid;
 use crate::api::to_proto;
+use crate::clock::now_ms;
+use crate::raft::Cluster;
 
 pub struct TokenApi {
     pub cluster: Cluster,

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant, SystemTime};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::raft::cluster::Cluster;
+use crate::raft::Cluster;
 use crate::raft::contact::ContactBook;
 
 /// How long ago the lease file was last renewed; `None` when it is missing or unreadable.
@@ -99,7 +99,7 @@ pub fn last_contact(
 /// Write the lease file and date it at the contact `at`.
 fn renew(path: &std::path::Path, at: Instant) -> std::io::Result<()> {
     let mut file = std::fs::File::create(path)?;
-    file.write_all(crate::raft::cluster::now_ms().to_string().as_bytes())?;
+    file.write_all(crate::clock::now_ms().to_string().as_bytes())?;
     let dated = SystemTime::now()
         .checked_sub(at.elapsed())
         .unwrap_or(SystemTime::UNIX_EPOCH);

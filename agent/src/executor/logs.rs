@@ -11,7 +11,7 @@ use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use tonic::Status;
 
 use super::job_dir::JobDir;
-use crate::raft::cluster::Cluster;
+use crate::raft::Cluster;
 
 const CHUNK: usize = 64 * 1024;
 const POLL: Duration = Duration::from_millis(200);

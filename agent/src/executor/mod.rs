@@ -27,9 +27,9 @@ use tracing::{info, warn};
 
 use self::job_dir::{JobDir, Supervisor};
 use self::reconcile::{Action, Desired, Observed, reconcile};
-use crate::raft::cluster::{Cluster, ClusterError};
 use crate::config::RunAs;
 use crate::gpu::GpuBackend;
+use crate::raft::{Cluster, ClusterError};
 
 #[derive(Clone, Debug)]
 pub struct ExecutorSettings {
@@ -230,7 +230,7 @@ impl Executor {
 
     /// A vm run has no process to enforce its wall limit: the executor ends it.
     fn end_expired_vms(&self, jobs: &HashMap<JobId, Job>, observed: &[Observed]) {
-        let now = vm::now_ms();
+        let now = crate::clock::now_ms();
         for o in observed.iter().filter(|o| o.alive) {
             let dir = JobDir::new(&self.settings.jobs_dir, o.job, o.generation);
             let expired = jobs
@@ -704,7 +704,8 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::scheduler::testkit::{apply, gpu, job_step, node, step_command};
+    use crate::scheduler::random_history::{job_step, step_command};
+    use crate::scheduler::testkit::{apply, gpu, node};
 
     proptest! {
         /// Whatever entries are applied, the runs a pass wants from the kept set of this

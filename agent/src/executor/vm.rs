@@ -11,7 +11,6 @@
 //! treats a vm run like any other: it is level-triggered on the files in its job directory.
 
 use std::io::Write;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use gpu_raft_store::{Job, Outcome};
 
@@ -57,12 +56,6 @@ pub fn past_wall_limit(job: &Job, now_ms: u64) -> bool {
         (Some(start), Some(limit)) => now_ms >= start.saturating_add(limit.saturating_mul(1000)),
         _ => false,
     }
-}
-
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 #[cfg(test)]

@@ -9,9 +9,9 @@ use gpu_raft_store::{Command, GpuRecord, Inventory, NodeId};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::raft::cluster::Cluster;
 use crate::gpu::GpuBackend;
 use crate::monitor::{Reading, Telemetry};
+use crate::raft::Cluster;
 
 /// Registers this node, then re-registers whenever its inventory changes (a GPU lost or back).
 pub struct InventoryReporter {

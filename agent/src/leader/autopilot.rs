@@ -13,7 +13,7 @@ use gpu_raft_store::NodeId;
 use openraft::ChangeMembers;
 use tokio_util::sync::CancellationToken;
 
-use crate::raft::cluster::{Attempt, Cluster};
+use crate::raft::{Attempt, Cluster};
 
 /// How a member looks from the leader.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

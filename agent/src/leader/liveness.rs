@@ -11,7 +11,7 @@ use gpu_raft_store::{Command, NodeRecord, NodeStatus};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::raft::cluster::{Attempt, Cluster, Proposal};
+use crate::raft::{Attempt, Cluster, Proposal};
 
 pub struct Liveness {
     pub cluster: Cluster,

@@ -15,8 +15,8 @@ use gpu_raft_store::{ApplyResult, Command};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use crate::raft::Cluster;
 use crate::scheduler::{EnvCache, PendingCache, Policy, plan_pending, preemptions, reslice};
-use crate::raft::cluster::Cluster;
 
 pub struct Scheduler {
     pub cluster: Cluster,
@@ -46,7 +46,7 @@ impl Scheduler {
                 pending = PendingCache::default();
                 continue;
             }
-            let now_ms = crate::raft::cluster::now_ms();
+            let now_ms = crate::clock::now_ms();
             let (pass, preempt, reslices) = self.cluster.state.read(|s| {
                 // The replicated settings decide ordering and backfill; `self.policy` keeps
                 // the agent-local knobs (batch size).
@@ -76,7 +76,7 @@ impl Scheduler {
                         info!(node_id = r.node, gpu = r.gpu, partition = %r.partition, "re-sliced an idle GPU for the queue");
                     }
                     Ok(other) => warn!(?other, "unexpected result for a re-slicing"),
-                    Err(crate::raft::cluster::ClusterError::Rejected(why)) => {
+                    Err(crate::raft::ClusterError::Rejected(why)) => {
                         debug!(%why, "re-slicing refused by apply (the GPU is busy)");
                     }
                     Err(e) => warn!(error = %e, "could not propose a re-slicing"),

@@ -14,8 +14,9 @@ use tracing::{info, warn};
 use super::Telemetry;
 use super::rules::{Verdict, evaluate, lookback_ms};
 use super::webhook::{Event, Notice, Notifier};
-use crate::raft::cluster::{Cluster, now_ms};
+use crate::clock::now_ms;
 use crate::gpu::GpuBackend;
+use crate::raft::Cluster;
 
 pub struct Alerting {
     pub cluster: Cluster,

@@ -22,8 +22,8 @@ use tracing::{debug, warn};
 use super::Telemetry;
 use super::attribution::job_of_pid;
 use super::prometheus::{self, BoundJob, Scrape};
-use crate::raft::cluster::Cluster;
 use crate::gpu::GpuDevice;
+use crate::raft::Cluster;
 
 /// Concurrent scrapes served; more wait in the kernel's accept queue.
 const MAX_CONNECTIONS: usize = 16;

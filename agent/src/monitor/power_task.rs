@@ -15,8 +15,9 @@ use tracing::{info, warn};
 
 use super::Telemetry;
 use super::power::{EnergyMeter, Green, IdleClock, wanted_limit};
-use crate::raft::cluster::{Cluster, now_ms};
+use crate::clock::now_ms;
 use crate::gpu::GpuBackend;
+use crate::raft::Cluster;
 
 pub struct PowerTask {
     pub cluster: Cluster,

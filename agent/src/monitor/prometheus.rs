@@ -8,8 +8,8 @@ use std::fmt::Write;
 use gpu_raft_store::{JobId, NodeId};
 
 use super::Reading;
-use crate::raft::cluster::RaftView;
 use crate::gpu::{GpuDevice, GpuSample};
+use crate::raft::RaftView;
 
 /// The job a GPU is bound to.
 #[derive(Clone, Debug, PartialEq, Eq)]

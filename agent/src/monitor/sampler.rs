@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::Telemetry;
-use crate::raft::cluster::now_ms;
+use crate::clock::now_ms;
 use crate::gpu::{GpuBackend, GpuSample};
 
 pub struct Sampler {

@@ -6,63 +6,19 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use gpu_proto::internal::v1::{JoinRequest, RaftMessage, ReadIndexRequest};
-use gpu_raft_store::{ApplyResult, Command, NodeId, Raft, Rejection, RequestMeta, StateReader};
+use gpu_raft_store::{ApplyResult, Command, NodeId, Raft, RequestMeta, StateReader};
 use openraft::error::{ChangeMembershipError, ClientWriteError, RaftError};
 use openraft::{BasicNode, ChangeMembers, RaftMetrics, ServerState};
 
-use crate::config::Config;
-use crate::raft::contact::ContactBook;
-use crate::raft::peer_client::{PeerClients, with_deadline};
-use crate::raft::proposer::Proposer;
-use crate::raft::network::NetworkFactory;
-
-/// Why a cluster operation failed. Mapped to a gRPC status in exactly one place (`status.rs`).
-#[derive(Debug, thiserror::Error)]
-pub enum ClusterError {
-    #[error("no leader is known: the cluster is electing one or has lost its quorum")]
-    NoLeader,
-    #[error("the cluster did not answer within {0:?}")]
-    Timeout(Duration),
-    #[error(transparent)]
-    Rejected(#[from] Rejection),
-    #[error("raft: {0}")]
-    Raft(String),
-    #[error("{}", describe(.0))]
-    Remote(tonic::Status),
-    #[error(
-        "n{node} is at edge site {site:?}: edge agents are learners only and never become voters"
-    )]
-    EdgeLearnerOnly { node: NodeId, site: String },
-    #[error(
-        "this change needs every member at internal protocol {needed} or newer, and one speaks {lowest}: finish the rolling upgrade first"
-    )]
-    NeedsUpgrade { needed: u32, lowest: u32 },
-}
-
-/// One attempt's outcome inside a retry loop.
-pub enum Attempt {
-    /// Safe to try again (no leader yet, leadership moved, peer not reachable).
-    Retry(ClusterError),
-    Fail(ClusterError),
-}
-
-/// A write on its way to the leader: the command and, for API requests, who asked.
-#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
-pub struct Proposal {
-    pub cmd: Command,
-    #[serde(default)]
-    pub meta: Option<RequestMeta>,
-}
-
-/// A committed write: its log index and how it applied. The reply of a forwarded write.
-#[derive(Debug, serde::Serialize, serde::Deserialize)]
-pub struct Written {
-    pub index: u64,
-    pub result: ApplyResult,
-}
+use super::contact::ContactBook;
+use super::error::{Attempt, ClusterError, remote};
+use super::network::NetworkFactory;
+use super::peer_client::{PeerClients, with_deadline};
+use super::proposal::{Proposal, Written};
+use super::proposer::Proposer;
 
 /// A point-in-time view of the Raft group from this agent.
 #[derive(Clone, Debug)]
@@ -82,6 +38,18 @@ pub struct RaftView {
     /// became: more writes than entries is the group commit at work.
     pub writes_proposed: u64,
     pub entries_proposed: u64,
+}
+
+/// What `Cluster` needs to know about this agent and its deployment.
+#[derive(Clone, Debug)]
+pub struct ClusterSettings {
+    pub node_id: NodeId,
+    /// How long a client-facing operation may keep retrying.
+    pub op_timeout: Duration,
+    /// How many voters the leader keeps; the rest of the members are learners.
+    pub voter_target: usize,
+    /// Whether this agent is at an edge site (it asks to join as a learner only).
+    pub edge: bool,
 }
 
 #[derive(Clone)]
@@ -110,19 +78,19 @@ impl Cluster {
         state: StateReader,
         committed: Arc<AtomicU64>,
         network: &NetworkFactory,
-        config: &Config,
+        settings: ClusterSettings,
     ) -> Self {
         Self {
-            id: config.node_id,
+            id: settings.node_id,
             proposer: Proposer::spawn(raft.clone(), state.clone()),
             raft,
             state,
             peers: network.peers.clone(),
             contacts: network.contacts.clone(),
             committed,
-            op_timeout: (config.raft.election_timeout_max * 10).max(Duration::from_secs(5)),
-            voter_target: config.raft.voter_target,
-            edge: config.edge.is_some(),
+            op_timeout: settings.op_timeout,
+            voter_target: settings.voter_target,
+            edge: settings.edge,
             edge_joiners: Arc::default(),
         }
     }
@@ -529,43 +497,6 @@ where
             }
         }
     }
-}
-
-/// A failed peer call: unreachable or "not the leader" are worth retrying; anything else is the
-/// remote's answer and goes back to the client as it is.
-fn remote(status: tonic::Status) -> Attempt {
-    match status.code() {
-        // Unreachable, or the connection dropped mid-call (the peer died). A forwarded write
-        // may then have been applied already, so this retry is at-least-once: submissions are
-        // made exactly-once by their idempotency key (gpuctl always sends one), most other
-        // commands are idempotent, and a repeated one is rejected as stale or duplicate.
-        tonic::Code::Unavailable | tonic::Code::Cancelled => {
-            Attempt::Retry(ClusterError::Remote(status))
-        }
-        _ => Attempt::Fail(ClusterError::Remote(status)),
-    }
-}
-
-/// A peer call's status with its transport cause ("tcp connect error: Connection refused").
-fn describe(status: &tonic::Status) -> String {
-    let mut text = status.message().to_owned();
-    let mut source = std::error::Error::source(status);
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
-}
-
-/// Wall-clock milliseconds, used only to stamp proposals (apply never reads a clock).
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// The pure rule of `Cluster::refuse_edge_voters`: no member that `site_of` places at an edge

@@ -17,7 +17,7 @@ use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info};
 
-use crate::raft::cluster::Cluster;
+use super::cluster::Cluster;
 
 /// Past the voters' lease, to absorb the gap between two followers' receipt of one heartbeat.
 const MARGIN: Duration = Duration::from_millis(10);

@@ -20,7 +20,9 @@ use openraft::error::ClientWriteError;
 use openraft::raft::ClientWriteResult;
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
-use crate::raft::cluster::{Attempt, ClusterError, Proposal, Written, now_ms};
+use super::error::{Attempt, ClusterError};
+use super::proposal::{Proposal, Written};
+use crate::clock::now_ms;
 
 /// Batches in openraft's hands at once: two lets one append while the other replicates.
 const MAX_IN_FLIGHT: usize = 2;

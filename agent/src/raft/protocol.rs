@@ -14,8 +14,8 @@
 
 use std::ops::RangeInclusive;
 
+use tonic::Request;
 use tonic::metadata::MetadataValue;
-use tonic::{Request, Status};
 
 /// The metadata key of the oldest version the caller speaks (gRPC keys are lower case).
 pub const HEADER: &str = "x-gpumesh-protocol";
@@ -78,19 +78,6 @@ pub fn stamp<T>(req: &mut Request<T>) {
     metadata.insert(HEADER_MAX, MetadataValue::from(PROTOCOL_VERSION));
 }
 
-/// The peer service's interceptor: refuse (and log once per request) an incompatible caller.
-#[allow(clippy::result_large_err)] // tonic's interceptor signature.
-pub fn check(req: Request<()>) -> Result<Request<()>, Status> {
-    let header = |key| req.metadata().get(key).map(|v| v.to_str().unwrap_or("?"));
-    match negotiate(header(HEADER), header(HEADER_MAX)) {
-        Ok(_) => Ok(req),
-        Err(e) => {
-            tracing::warn!(remote = ?req.remote_addr(), error = %e, "refused a peer");
-            Err(crate::api::status::incompatible_peer(&e))
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -149,21 +136,5 @@ mod tests {
             .get(HEADER)
             .map(|v| v.to_str().unwrap_or("?"));
         assert_eq!(first, Some("1"));
-    }
-
-    #[test]
-    fn a_stamped_request_passes_the_check() {
-        let mut req = Request::new(());
-        stamp(&mut req);
-        assert!(check(req).is_ok());
-        let mut req = Request::new(());
-        req.metadata_mut().insert(HEADER, MetadataValue::from(7u32));
-        let status = check(req).expect_err("refused");
-        assert_eq!(status.code(), tonic::Code::FailedPrecondition);
-        assert!(
-            status.message().contains("versions 7"),
-            "{}",
-            status.message()
-        );
     }
 }

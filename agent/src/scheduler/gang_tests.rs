@@ -8,7 +8,8 @@ use gpu_raft_store::{
     ApplyResult, Bind, ClusterState, Command, JobSpec, JobState, NodeStatus, Outcome,
 };
 
-use super::testkit::{apply, gpu, node, plan_default, spec, submit};
+use super::plan::plan_default;
+use super::testkit::{apply, gpu, node, spec, submit};
 
 fn gang(nodes: u32, gpus: u32) -> JobSpec {
     JobSpec {

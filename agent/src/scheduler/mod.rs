@@ -12,8 +12,12 @@ mod order;
 #[cfg(test)]
 mod order_tests;
 mod pending;
+#[cfg(test)]
+mod pending_tests;
 mod placement;
 mod plan;
+#[cfg(test)]
+mod plan_tests;
 mod policy;
 #[cfg(test)]
 mod policy_tests;
@@ -23,6 +27,8 @@ mod preempt_tests;
 mod quota;
 #[cfg(test)]
 mod quota_tests;
+#[cfg(test)]
+pub(crate) mod random_history;
 mod reslice;
 #[cfg(test)]
 mod slice_tests;
@@ -32,8 +38,8 @@ pub(crate) mod testkit;
 mod usage;
 
 pub use backfill::Reservation;
-pub use env::PlanEnv;
 pub(crate) use env::EnvCache;
+pub use env::PlanEnv;
 pub use explain::{Explanation, explain, planning_copy};
 pub use history::RuntimeHistory;
 pub(crate) use pending::PendingCache;

@@ -8,7 +8,8 @@ use gpu_raft_store::tenant::{Quota, TenantRecord};
 use gpu_raft_store::{ApplyResult, ClusterState, Command, JobId, JobSpec, JobState, Outcome};
 use proptest::prelude::*;
 
-use super::testkit::{apply, gpu, node, plan_default, spec, submit};
+use super::plan::plan_default;
+use super::testkit::{apply, gpu, node, spec, submit};
 use super::{PlanEnv, Policy, plan};
 
 fn tenant(s: &mut ClusterState, name: &str, quotas: &[(&str, u32, u32)], weight: u32) {

@@ -10,7 +10,8 @@ use gpu_raft_store::{
 };
 use proptest::prelude::*;
 
-use super::testkit::{apply, node, plan_default, spec, submit};
+use super::plan::plan_default;
+use super::testkit::{apply, node, spec, submit};
 use super::{Ordering, PendingIndex, Plan, Policy, plan, reslice};
 use crate::scheduler::PlanEnv;
 

@@ -3,13 +3,8 @@
 use std::collections::BTreeMap;
 
 use gpu_raft_store::{
-    ApplyResult, ClusterState, Command, GpuRecord, Inventory, Job, JobSpec, LogEntry, NodeId,
-    Outcome,
+    ApplyResult, ClusterState, Command, GpuRecord, Inventory, JobSpec, LogEntry, NodeId,
 };
-use proptest::prelude::*;
-
-use super::{Plan, PlanEnv, Policy, plan};
-
 pub fn gpu(index: u32, gpu_type: &str, numa: u32) -> GpuRecord {
     GpuRecord {
         index,
@@ -92,12 +87,6 @@ pub fn submit_at(s: &mut ClusterState, now_ms: u64, spec: JobSpec) {
     );
 }
 
-/// A pass at time 1 with no history.
-pub fn plan_default(s: &ClusterState) -> Plan {
-    let policy = Policy::default();
-    plan(s, &policy, &PlanEnv::new(1, &policy))
-}
-
 /// Every ordering with each backfill mode the property tests exercise.
 pub const POLICIES: [&str; 9] = [
     "fcfs",
@@ -110,66 +99,3 @@ pub const POLICIES: [&str; 9] = [
     "fairshare+easy",
     "fairshare+greedy",
 ];
-
-/// One step of a random history of jobs (`step_command` makes it a command).
-#[derive(Clone, Debug)]
-pub enum Step {
-    Submit(u32),
-    Place,
-    Cancel(usize),
-    Start(usize),
-    Lose(usize),
-    Succeed(usize),
-}
-
-pub fn job_step() -> impl Strategy<Value = Step> {
-    prop_oneof![
-        (0u32..3).prop_map(Step::Submit),
-        Just(Step::Place),
-        any::<usize>().prop_map(Step::Cancel),
-        any::<usize>().prop_map(Step::Start),
-        any::<usize>().prop_map(Step::Lose),
-        any::<usize>().prop_map(Step::Succeed),
-    ]
-}
-
-/// The command `step` stands for in `state` (`None` when there is nothing to do it to).
-pub fn step_command(state: &ClusterState, step: &Step) -> Option<Command> {
-    let pick = |k: usize| {
-        let ids: Vec<&Job> = state.jobs.values().collect();
-        (!ids.is_empty()).then(|| ids[k % ids.len()])
-    };
-    let finish = |k: usize, outcome: Outcome| {
-        pick(k).map(|j| Command::JobFinished {
-            job: j.id,
-            generation: j.generation,
-            outcome,
-        })
-    };
-    match *step {
-        Step::Submit(gpus) => {
-            let mut spec = spec(gpus, 0);
-            spec.max_attempts = 3;
-            Some(Command::SubmitJob {
-                spec,
-                idempotency_key: None,
-            })
-        }
-        Step::Place => {
-            let binds = plan_default(state).binds;
-            (!binds.is_empty()).then_some(Command::BindJobs { binds })
-        }
-        Step::Cancel(k) => pick(k).map(|j| Command::CancelJob { job: j.id }),
-        Step::Start(k) => pick(k).map(|j| Command::JobStarted {
-            job: j.id,
-            generation: j.generation,
-        }),
-        Step::Lose(k) => finish(
-            k,
-            Outcome::Lost {
-                message: "node down".into(),
-            },
-        ),
-        Step::Succeed(k) => finish(k, Outcome::Exited { code: 0 }),
-    }
-}

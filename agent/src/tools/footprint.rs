@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use tokio::process::{Child, Command};
 
-use crate::monitor::Reading;
 use crate::host::proc_stat::ProcStat;
+use crate::monitor::Reading;
 
 /// What one agent cost over the measured window.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -17,7 +17,7 @@ use tracing::warn;
 
 use self::limit::{RateLimiter, Verdict};
 use self::rbac::{Action, Identity};
-use crate::raft::cluster::Cluster;
+use crate::raft::Cluster;
 use crate::tls::PeerCheck;
 
 #[derive(Clone)]
