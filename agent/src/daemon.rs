@@ -32,6 +32,7 @@ use crate::api::alert::AlertApi;
 use crate::api::audit::AuditApi;
 use crate::api::auth::Auth;
 use crate::api::auth::limit::RateLimiter;
+use crate::api::auth::peer::PeerCheck;
 use crate::api::cert::CertApi;
 use crate::api::cluster::ClusterApi;
 use crate::api::gpu::GpuApi;
@@ -66,7 +67,7 @@ use crate::raft::transport_faults::TransportFaults;
 use crate::scheduler::Policy;
 use crate::tls::enroll::{self, Renewer, TlsIdentity};
 use crate::tls::files::{read_public, read_secret, write_file};
-use crate::tls::{NodeTls, PeerCheck, Subject, TlsDir};
+use crate::tls::{NodeTls, Subject, TlsDir};
 
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 

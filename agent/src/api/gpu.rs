@@ -10,13 +10,13 @@ use gpu_proto::internal::v1::raft_peer_client::RaftPeerClient;
 use gpu_proto::v1 as pb;
 use gpu_proto::v1::gpu_service_server::GpuService;
 use gpu_raft_store::mig;
-use gpu_raft_store::{Command, GpuMode, NodeId, PartitionSpec};
+use gpu_raft_store::{Command, GpuMode, NodeId, PartitionSpec, Rejection};
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
 use crate::api::auth::Auth;
 use crate::api::auth::rbac::Action;
-use crate::api::status::invalid;
+use crate::api::status::{invalid, rejected};
 use crate::api::to_proto;
 use crate::clock::now_ms;
 use crate::gpu::{Fault, GpuBackend, GpuError};
@@ -142,7 +142,7 @@ impl GpuService for GpuApi {
         if let Some(id) = only
             && nodes.is_empty()
         {
-            return Err(Status::not_found(format!("node {id} is not registered")));
+            return Err(rejected(Rejection::UnknownNode { node: id }));
         }
         let samples = futures::future::join_all(
             nodes
@@ -282,7 +282,7 @@ impl GpuApi {
             .cluster
             .state
             .read(|s| s.nodes.get(&node).map(|n| n.addr.clone()))
-            .ok_or_else(|| Status::not_found(format!("node {node} is not registered")))?;
+            .ok_or_else(|| rejected(Rejection::UnknownNode { node }))?;
         self.cluster.peers.get(&addr)
     }
 

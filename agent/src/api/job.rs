@@ -10,12 +10,12 @@ use gpu_raft_store::{
 };
 use tonic::{Request, Response, Status};
 
-use crate::api::auth::Auth;
 use crate::api::auth::rbac::Action;
-use crate::api::status::invalid;
+use crate::api::auth::{Auth, Caller};
+use crate::api::logs::{self, LogStream};
+use crate::api::status::{invalid, rejected};
 use crate::api::to_proto;
 use crate::clock::now_ms;
-use crate::executor::logs::{self, LogStream};
 use crate::raft::peer_client::with_deadline;
 use crate::raft::{Cluster, ClusterError};
 use crate::scheduler::{self, PlanEnv, Policy};
@@ -52,7 +52,7 @@ impl JobApi {
         self.cluster
             .state
             .read(|s| s.jobs.get(&id).map(|j| job_view(s, j)))
-            .ok_or_else(|| Status::not_found(format!("job j-{id} does not exist")))
+            .ok_or_else(|| rejected(Rejection::UnknownJob { job: id }))
     }
 
     /// The tenant a job belongs to, for authorization. A job's tenant never changes, so a local
@@ -68,8 +68,42 @@ impl JobApi {
             return Ok(tenant);
         }
         self.cluster.linearizable_read().await?;
-        local().ok_or_else(|| Status::not_found(format!("job j-{id} does not exist")))
+        local().ok_or_else(|| rejected(Rejection::UnknownJob { job: id }))
     }
+
+    /// The preamble of every request about one job: authenticate the caller (default deny)
+    /// for `verb`, with `fresh` wait for a linearizable read, then check that the caller may
+    /// `access` the job's tenant.
+    async fn caller_for_job<T>(
+        &self,
+        req: &Request<T>,
+        verb: &str,
+        id: JobId,
+        access: Access,
+        fresh: bool,
+    ) -> Result<Caller, Status> {
+        let caller = self
+            .auth
+            .authenticate(req, verb, &format!("job/j-{id}"))
+            .await?;
+        if fresh {
+            self.cluster.linearizable_read().await?;
+        }
+        let tenant = self.tenant_of(id).await?;
+        let action = match access {
+            Access::Read => Action::ReadJob(&tenant),
+            Access::Write => Action::WriteJob(&tenant),
+        };
+        self.auth.require(&caller, action).await?;
+        Ok(caller)
+    }
+}
+
+/// Whether a request reads a job or changes it.
+#[derive(Clone, Copy)]
+enum Access {
+    Read,
+    Write,
 }
 
 #[tonic::async_trait]
@@ -140,15 +174,7 @@ impl JobService for JobApi {
 
     async fn get_job(&self, req: Request<pb::GetJobRequest>) -> Result<Response<pb::Job>, Status> {
         let pb::GetJobRequest { id, stale } = *req.get_ref();
-        let caller = self
-            .auth
-            .authenticate(&req, "job.get", &format!("job/j-{id}"))
-            .await?;
-        if !stale {
-            self.cluster.linearizable_read().await?;
-        }
-        self.auth
-            .require(&caller, Action::ReadJob(&self.tenant_of(id).await?))
+        self.caller_for_job(&req, "job.get", id, Access::Read, !stale)
             .await?;
         Ok(Response::new(self.get(id)?))
     }
@@ -195,11 +221,7 @@ impl JobService for JobApi {
     ) -> Result<Response<pb::Job>, Status> {
         let id = req.get_ref().id;
         let caller = self
-            .auth
-            .authenticate(&req, "job.cancel", &format!("job/j-{id}"))
-            .await?;
-        self.auth
-            .require(&caller, Action::WriteJob(&self.tenant_of(id).await?))
+            .caller_for_job(&req, "job.cancel", id, Access::Write, false)
             .await?;
         match self
             .cluster
@@ -225,12 +247,7 @@ impl JobService for JobApi {
         req: Request<pb::JobLogsRequest>,
     ) -> Result<Response<LogStream>, Status> {
         let id = req.get_ref().job_id;
-        let caller = self
-            .auth
-            .authenticate(&req, "job.logs", &format!("job/j-{id}"))
-            .await?;
-        self.auth
-            .require(&caller, Action::ReadJob(&self.tenant_of(id).await?))
+        self.caller_for_job(&req, "job.logs", id, Access::Read, false)
             .await?;
         let req = req.into_inner();
         let (node, generation) = self
@@ -241,7 +258,7 @@ impl JobService for JobApi {
                     .get(&req.job_id)
                     .map(|j| j.binding.as_ref().map(|b| (b.node, b.generation)))
             })
-            .ok_or_else(|| Status::not_found(format!("job j-{} does not exist", req.job_id)))?
+            .ok_or_else(|| rejected(Rejection::UnknownJob { job: req.job_id }))?
             .ok_or_else(|| {
                 Status::failed_precondition(format!("job j-{} has not run yet", req.job_id))
             })?;
@@ -276,15 +293,7 @@ impl JobService for JobApi {
         req: Request<pb::ExplainJobRequest>,
     ) -> Result<Response<pb::JobExplanation>, Status> {
         let pb::ExplainJobRequest { id, stale } = *req.get_ref();
-        let caller = self
-            .auth
-            .authenticate(&req, "job.why", &format!("job/j-{id}"))
-            .await?;
-        if !stale {
-            self.cluster.linearizable_read().await?;
-        }
-        self.auth
-            .require(&caller, Action::ReadJob(&self.tenant_of(id).await?))
+        self.caller_for_job(&req, "job.why", id, Access::Read, !stale)
             .await?;
         // Copy under the lock, run the planner forward outside it (and off the async workers).
         let copy = self.cluster.state.read(scheduler::planning_copy);
@@ -296,8 +305,7 @@ impl JobService for JobApi {
         })
         .await
         .map_err(|e| Status::internal(format!("explaining job j-{id}: {e}")))?;
-        let (e, policy) =
-            explained.ok_or_else(|| Status::not_found(format!("job j-{id} does not exist")))?;
+        let (e, policy) = explained.ok_or_else(|| rejected(Rejection::UnknownJob { job: id }))?;
         Ok(Response::new(to_proto::job_explanation(id, &e, policy)))
     }
 }

@@ -9,6 +9,7 @@ pub mod cert;
 pub mod cluster;
 pub mod gpu;
 pub mod job;
+pub mod logs;
 pub mod node;
 pub mod peer;
 pub mod scheduler;

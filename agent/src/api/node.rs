@@ -5,12 +5,12 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use gpu_proto::v1 as pb;
 use gpu_proto::v1::node_service_server::NodeService;
-use gpu_raft_store::{Command, NodeId, validate};
+use gpu_raft_store::{Command, NodeId, Rejection, validate};
 use tonic::{Request, Response, Status};
 
 use crate::api::auth::Auth;
 use crate::api::auth::rbac::Action;
-use crate::api::status::invalid;
+use crate::api::status::{invalid, rejected};
 use crate::api::to_proto;
 use crate::raft::Cluster;
 use crate::raft::transport_faults::{FaultRule, TransportFaults};
@@ -34,7 +34,7 @@ impl NodeApi {
         self.cluster
             .state
             .read(|s| s.nodes.get(&id).map(to_proto::node))
-            .ok_or_else(|| Status::not_found(format!("node {id} is not registered")))
+            .ok_or_else(|| rejected(Rejection::UnknownNode { node: id }))
     }
 
     /// Authorize a node mutation, replicate it with its audit metadata, return the node.

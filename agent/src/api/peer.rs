@@ -20,16 +20,17 @@ use serde::Serialize;
 use tonic::{Request, Response, Status};
 
 use crate::api::auth::Auth;
+use crate::api::auth::peer::PeerCheck;
 use crate::api::auth::rbac::Action;
 use crate::api::cluster::status_view;
 use crate::api::gpu::{local_inject, local_stats, local_telemetry};
+use crate::api::logs::{self, LogStream};
 use crate::api::status::{bad_payload, incompatible_peer, invalid};
-use crate::executor::logs::{self, LogStream};
 use crate::gpu::GpuBackend;
 use crate::monitor::Telemetry;
 use crate::raft::protocol;
 use crate::raft::{Attempt, Cluster, ClusterError, Proposal};
-use crate::tls::{PeerCheck, Subject, TlsIdentity};
+use crate::tls::{Subject, TlsIdentity};
 
 pub struct PeerService {
     pub cluster: Cluster,

@@ -9,20 +9,7 @@ impl From<ClusterError> for Status {
     fn from(e: ClusterError) -> Self {
         match e {
             ClusterError::NoLeader | ClusterError::Timeout(_) => Status::unavailable(e.to_string()),
-            ClusterError::Rejected(r) => match r {
-                Rejection::UnknownNode { .. } | Rejection::UnknownJob { .. } => {
-                    Status::not_found(r.to_string())
-                }
-                Rejection::Invalid { .. } => Status::invalid_argument(r.to_string()),
-                Rejection::PermissionDenied { .. } => Status::permission_denied(r.to_string()),
-                Rejection::UnknownToken { .. } | Rejection::UnknownTenant { .. } => {
-                    Status::not_found(r.to_string())
-                }
-                Rejection::IdempotencyConflict { .. } => Status::already_exists(r.to_string()),
-                Rejection::JobFinished { .. } | Rejection::Stale { .. } => {
-                    Status::failed_precondition(r.to_string())
-                }
-            },
+            ClusterError::Rejected(r) => rejected(r),
             ClusterError::Raft(_) => {
                 tracing::error!(error = %e, "raft failure while serving a request");
                 Status::internal(e.to_string())
@@ -31,6 +18,23 @@ impl From<ClusterError> for Status {
             ClusterError::EdgeLearnerOnly { .. } | ClusterError::NeedsUpgrade { .. } => {
                 Status::failed_precondition(e.to_string())
             }
+        }
+    }
+}
+
+/// A rejection, whether apply answered it or a lookup at the edge found nothing: the API's
+/// "does not exist" answers are these, never hand-written.
+pub fn rejected(r: Rejection) -> Status {
+    match r {
+        Rejection::UnknownNode { .. }
+        | Rejection::UnknownJob { .. }
+        | Rejection::UnknownToken { .. }
+        | Rejection::UnknownTenant { .. } => Status::not_found(r.to_string()),
+        Rejection::Invalid { .. } => Status::invalid_argument(r.to_string()),
+        Rejection::PermissionDenied { .. } => Status::permission_denied(r.to_string()),
+        Rejection::IdempotencyConflict { .. } => Status::already_exists(r.to_string()),
+        Rejection::JobFinished { .. } | Rejection::Stale { .. } => {
+            Status::failed_precondition(r.to_string())
         }
     }
 }

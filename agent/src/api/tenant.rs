@@ -3,12 +3,12 @@
 
 use gpu_proto::v1 as pb;
 use gpu_proto::v1::tenant_service_server::TenantService;
-use gpu_raft_store::{Command, tenant};
+use gpu_raft_store::{Command, Rejection, tenant};
 use tonic::{Request, Response, Status};
 
 use crate::api::auth::Auth;
 use crate::api::auth::rbac::Action;
-use crate::api::status::invalid;
+use crate::api::status::{invalid, rejected};
 use crate::api::to_proto;
 use crate::clock::now_ms;
 use crate::raft::Cluster;
@@ -23,7 +23,11 @@ impl TenantApi {
         self.cluster
             .state
             .read(|s| to_proto::tenant(s, name, now_ms(), true))
-            .ok_or_else(|| Status::not_found(format!("tenant {name} does not exist")))
+            .ok_or_else(|| {
+                rejected(Rejection::UnknownTenant {
+                    name: name.to_owned(),
+                })
+            })
     }
 }
 
@@ -64,7 +68,11 @@ impl TenantService for TenantApi {
             .cluster
             .state
             .read(|s| s.tenants.get(&name).cloned())
-            .ok_or_else(|| Status::not_found(format!("tenant {name} does not exist")))?;
+            .ok_or_else(|| {
+                rejected(Rejection::UnknownTenant {
+                    name: name.to_owned(),
+                })
+            })?;
         let record = to_proto::tenant_from_update(req.get_ref(), &current).map_err(invalid)?;
         tenant::validate(&record).map_err(invalid)?;
         self.cluster

@@ -3,12 +3,12 @@
 
 use gpu_proto::v1 as pb;
 use gpu_proto::v1::token_service_server::TokenService;
-use gpu_raft_store::{Command, Grant, TokenRecord, auth::can_grant};
+use gpu_raft_store::{Command, Grant, Rejection, TokenRecord, auth::can_grant};
 use tonic::{Request, Response, Status};
 
 use crate::api::auth::rbac::Action;
 use crate::api::auth::{Auth, token};
-use crate::api::status::invalid;
+use crate::api::status::{invalid, rejected};
 use crate::api::to_proto;
 use crate::clock::now_ms;
 use crate::raft::Cluster;
@@ -123,7 +123,7 @@ impl TokenService for TokenApi {
             .state
             .read(|s| s.tokens.get(&id).map(to_proto::token))
             .map(Response::new)
-            .ok_or_else(|| Status::not_found(format!("token {id} does not exist")))
+            .ok_or_else(|| rejected(Rejection::UnknownToken { id: id.to_owned() }))
     }
 
     async fn who_am_i(

@@ -5,7 +5,6 @@
 pub mod isolation;
 pub mod job_dir;
 pub mod lease;
-pub mod logs;
 mod reconcile;
 pub mod shim;
 mod vm;

@@ -1,15 +1,13 @@
 //! Mutual TLS between agents and from tools: the cluster CA (`pki`), key material on disk
-//! (`files`), the listener (`server`), outgoing connections (`client`), and the per-request
-//! identity check (`peer`). How an agent gets its certificate is in `enroll`.
+//! (`files`), the listener (`server`), outgoing connections (`client`).
+//! The per-request identity check is the API's (`api/auth/peer.rs`). How an agent gets its certificate is in `enroll`.
 
 pub mod client;
 pub mod enroll;
 pub mod files;
-pub mod peer;
 pub mod pki;
 pub mod server;
 
 pub use enroll::TlsIdentity;
 pub use files::{NodeTls, TlsDir};
-pub use peer::{Peer, PeerCheck};
 pub use pki::{KeyedCert, Subject};

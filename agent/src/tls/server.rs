@@ -1,7 +1,7 @@
 //! The agent's TLS listener. Connections are accepted here (not by tonic) so that the
 //! certificate can be replaced at run time (rotation) and so that a client without a
 //! certificate can still complete a handshake for the one call that gives it one: whether a
-//! request may proceed without a certificate is decided per RPC (`tls::peer`), not here.
+//! request may proceed without a certificate is decided per RPC (`api::auth::peer`), not here.
 //! A handshake that does not finish in time is dropped; plaintext and HTTP/1.1 fail it.
 
 use std::sync::{Arc, RwLock};

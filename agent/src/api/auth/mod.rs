@@ -5,6 +5,7 @@
 //! the audit log before the caller is told.
 
 pub mod limit;
+pub mod peer;
 pub mod rbac;
 pub mod token;
 
@@ -16,9 +17,9 @@ use tonic::{Request, Status};
 use tracing::warn;
 
 use self::limit::{RateLimiter, Verdict};
+use self::peer::PeerCheck;
 use self::rbac::{Action, Identity};
 use crate::raft::Cluster;
-use crate::tls::PeerCheck;
 
 #[derive(Clone)]
 pub struct Auth {

@@ -6,7 +6,7 @@
 use gpu_raft_store::{NodeId, StateReader};
 use tonic::{Request, Status};
 
-use super::pki::{self, Subject};
+use crate::tls::pki::{self, Subject};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Peer {

@@ -10,7 +10,7 @@ use gpu_proto::v1 as pb;
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use tonic::Status;
 
-use super::job_dir::JobDir;
+use crate::executor::job_dir::JobDir;
 use crate::raft::Cluster;
 
 const CHUNK: usize = 64 * 1024;
