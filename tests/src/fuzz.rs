@@ -54,7 +54,7 @@ pub fn submit_request(data: &[u8]) {
         return;
     };
     let Some(spec) = req.spec else { return };
-    let Ok(spec) = gpu_agent::api::to_proto::spec_from(spec) else {
+    let Ok(spec) = gpu_agent::api::from_proto::spec(spec) else {
         return;
     };
     if validate::job_spec(&spec).is_err() {

@@ -89,8 +89,8 @@ fn token_header() {
 
 #[test]
 fn log_entry() {
-    let spec = gpu_agent::api::to_proto::spec_from(shell_job("train", 2, "sleep 1"))
-        .expect("a plain spec");
+    let spec =
+        gpu_agent::api::from_proto::spec(shell_job("train", 2, "sleep 1")).expect("a plain spec");
     let samples = vec![
         entry(Command::SubmitJob {
             spec,

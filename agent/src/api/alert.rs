@@ -9,6 +9,7 @@ use tonic::{Request, Response, Status};
 
 use crate::api::auth::Auth;
 use crate::api::auth::rbac::Action;
+use crate::api::from_proto;
 use crate::api::status::invalid;
 use crate::api::to_proto;
 use crate::raft::Cluster;
@@ -76,7 +77,7 @@ impl AlertService for AlertApi {
             .auth
             .check(&req, "alert.rule.set", &object, Action::ManageAlerts)
             .await?;
-        let rule = to_proto::flat_rule_from(req.into_inner())
+        let rule = from_proto::alert_rule(req.into_inner())
             .to_rule()
             .map_err(invalid)?;
         self.cluster

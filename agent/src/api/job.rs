@@ -12,6 +12,7 @@ use tonic::{Request, Response, Status};
 
 use crate::api::auth::rbac::Action;
 use crate::api::auth::{Auth, Caller};
+use crate::api::from_proto;
 use crate::api::logs::{self, LogStream};
 use crate::api::status::{invalid, rejected};
 use crate::api::to_proto;
@@ -120,7 +121,7 @@ impl JobService for JobApi {
         let r = req.into_inner();
         let wire = r.spec.ok_or_else(|| invalid("spec is required"))?;
         let priority_unset = wire.priority.is_none();
-        let mut spec = to_proto::spec_from(wire).map_err(invalid)?;
+        let mut spec = from_proto::spec(wire).map_err(invalid)?;
         if priority_unset {
             // A job without a priority of its own gets its tenant's default (0 without a
             // record), decided here so the log carries the value the job runs with.
@@ -188,7 +189,7 @@ impl JobService for JobApi {
         let mut states = Vec::new();
         for s in &req.states {
             states.push(
-                to_proto::job_state_from(*s)
+                from_proto::job_state(*s)
                     .ok_or_else(|| invalid(format!("unknown job state {s}")))?,
             );
         }

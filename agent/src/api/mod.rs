@@ -7,6 +7,7 @@ pub mod audit;
 pub mod auth;
 pub mod cert;
 pub mod cluster;
+pub mod from_proto;
 pub mod gpu;
 pub mod job;
 pub mod logs;

@@ -10,6 +10,7 @@ use tonic::{Request, Response, Status};
 
 use crate::api::auth::Auth;
 use crate::api::auth::rbac::Action;
+use crate::api::from_proto;
 use crate::api::status::{invalid, rejected};
 use crate::api::to_proto;
 use crate::raft::Cluster;
@@ -204,7 +205,7 @@ impl NodeApi {
                 self.cluster.id, req.node_id
             )));
         }
-        let rule = to_proto::fault_rule(req);
+        let rule = from_proto::fault_rule(req);
         rule.validate().map_err(invalid)?;
         let what = if rule.is_none() {
             "raft transport healed".to_owned()

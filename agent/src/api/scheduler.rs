@@ -8,6 +8,7 @@ use tonic::{Request, Response, Status};
 
 use crate::api::auth::Auth;
 use crate::api::auth::rbac::Action;
+use crate::api::from_proto;
 use crate::api::status::invalid;
 use crate::api::to_proto;
 use crate::raft::Cluster;
@@ -48,8 +49,7 @@ impl SchedulerService for SchedulerApi {
             )
             .await?;
         let current = self.cluster.state.read(|s| s.scheduler.clone());
-        let settings =
-            to_proto::scheduler_settings_from(req.get_ref(), &current).map_err(invalid)?;
+        let settings = from_proto::scheduler_settings(req.get_ref(), &current).map_err(invalid)?;
         // Early, friendly errors; apply re-checks.
         settings.validate().map_err(invalid)?;
         self.cluster

@@ -8,6 +8,7 @@ use tonic::{Request, Response, Status};
 
 use crate::api::auth::Auth;
 use crate::api::auth::rbac::Action;
+use crate::api::from_proto;
 use crate::api::status::{invalid, rejected};
 use crate::api::to_proto;
 use crate::clock::now_ms;
@@ -42,7 +43,7 @@ impl TenantService for TenantApi {
             .auth
             .check(&req, "tenant.create", &object, Action::ManageTenants)
             .await?;
-        let record = to_proto::tenant_from_create(req.get_ref()).map_err(invalid)?;
+        let record = from_proto::tenant_created(req.get_ref()).map_err(invalid)?;
         // Early, friendly errors; apply re-checks.
         tenant::validate(&record).map_err(invalid)?;
         let name = record.name.clone();
@@ -73,7 +74,7 @@ impl TenantService for TenantApi {
                     name: name.to_owned(),
                 })
             })?;
-        let record = to_proto::tenant_from_update(req.get_ref(), &current).map_err(invalid)?;
+        let record = from_proto::tenant_updated(req.get_ref(), &current).map_err(invalid)?;
         tenant::validate(&record).map_err(invalid)?;
         self.cluster
             .write_as(Command::UpdateTenant { tenant: record }, Some(caller.meta))

@@ -1,14 +1,14 @@
-//! Domain ↔ wire conversions for the public API, the only place they happen. Generated types
+//! Domain → wire conversions for the public API, the only place they happen (the other way is
+//! `from_proto.rs`). Generated types
 //! are always written `pb::…`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
 use gpu_proto::v1 as pb;
-use gpu_raft_store::tenant::{Quota, TenantRecord};
 use gpu_raft_store::{
-    ClusterState, DEFAULT_TENANT, Job, JobKind, JobSpec, JobState, NodeRecord, NodeStatus, Outcome,
-    Role, SchedulerSettings, SliceRequest, TokenRecord, job_name,
+    ClusterState, Job, JobKind, JobSpec, JobState, NodeRecord, NodeStatus, Outcome, Role,
+    SliceRequest, TokenRecord, job_name,
 };
 
 use crate::raft::RaftView;
@@ -95,18 +95,6 @@ pub fn role(r: Role) -> pb::Role {
     }
 }
 
-pub fn role_from(r: i32) -> Option<Role> {
-    match pb::Role::try_from(r).ok()? {
-        pb::Role::Admin => Some(Role::Admin),
-        pb::Role::Operator => Some(Role::Operator),
-        pb::Role::TenantAdmin => Some(Role::TenantAdmin),
-        pb::Role::User => Some(Role::User),
-        pb::Role::Viewer => Some(Role::Viewer),
-        pb::Role::Node => Some(Role::Node),
-        pb::Role::Unspecified => None,
-    }
-}
-
 pub fn token(t: &TokenRecord) -> pb::Token {
     pb::Token {
         id: t.id.clone(),
@@ -127,18 +115,6 @@ pub fn job_state(s: JobState) -> pb::JobState {
         JobState::Succeeded => pb::JobState::Succeeded,
         JobState::Failed => pb::JobState::Failed,
         JobState::Cancelled => pb::JobState::Cancelled,
-    }
-}
-
-pub fn job_state_from(s: i32) -> Option<JobState> {
-    match pb::JobState::try_from(s).ok()? {
-        pb::JobState::Pending => Some(JobState::Pending),
-        pb::JobState::Bound => Some(JobState::Bound),
-        pb::JobState::Running => Some(JobState::Running),
-        pb::JobState::Succeeded => Some(JobState::Succeeded),
-        pb::JobState::Failed => Some(JobState::Failed),
-        pb::JobState::Cancelled => Some(JobState::Cancelled),
-        pb::JobState::Unspecified => None,
     }
 }
 
@@ -177,54 +153,6 @@ fn spec(s: &JobSpec) -> pb::JobSpec {
             JobKind::Vm => "vm".to_owned(),
         },
     }
-}
-
-/// A submitted spec in domain form. Syntax only (a kind gpumesh does not know, a MIG profile
-/// together with a shared slice): `apply` validates the content.
-pub fn spec_from(p: pb::JobSpec) -> Result<JobSpec, String> {
-    let kind = match p.kind.as_str() {
-        "" | "process" => JobKind::Process,
-        "vm" => JobKind::Vm,
-        other => return Err(format!("unknown job kind {other:?} (process, vm)")),
-    };
-    let shared = p.shared_memory_mib > 0 || p.gpu_share > 0;
-    let slice = match (p.mig_profile.is_empty(), shared) {
-        (false, true) => {
-            return Err("a job asks for a MIG profile or a shared slice, not both".into());
-        }
-        (false, false) => Some(SliceRequest::Mig {
-            profile: p.mig_profile,
-        }),
-        (true, true) => Some(SliceRequest::Shared {
-            memory_mib: p.shared_memory_mib,
-            share: p.gpu_share,
-        }),
-        (true, false) => None,
-    };
-    Ok(JobSpec {
-        name: p.name,
-        tenant: if p.tenant.is_empty() {
-            DEFAULT_TENANT.to_owned()
-        } else {
-            p.tenant
-        },
-        command: p.command,
-        env: p.env.into_iter().collect(),
-        workdir: (!p.workdir.is_empty()).then_some(p.workdir),
-        gpus: p.gpus,
-        gpu_types: p.gpu_types,
-        min_gpu_memory_mib: p.min_gpu_memory_mib,
-        node_selector: p.node_selector.into_iter().collect(),
-        priority: p.priority.unwrap_or(0),
-        runtime_estimate_s: p.runtime_estimate_s,
-        wall_time_limit_s: p.wall_time_limit_s,
-        max_attempts: p.max_attempts.max(1),
-        cpu_millis: p.cpu_millis,
-        memory_mib: p.memory_mib,
-        nodes: p.nodes,
-        slice,
-        kind,
-    })
 }
 
 /// `uuids` maps (node, GPU index) to the GPU's UUID, for the bound GPUs.
@@ -333,18 +261,6 @@ pub fn cluster_status(
     }
 }
 
-/// The transport fault rule an `InjectNetworkFault` request asks for (not yet validated).
-pub fn fault_rule(req: &pb::InjectNetworkFaultRequest) -> crate::raft::transport_faults::FaultRule {
-    let ms = |v: u32| std::time::Duration::from_millis(u64::from(v));
-    crate::raft::transport_faults::FaultRule {
-        delay_min: ms(req.delay_min_ms),
-        delay_max: ms(req.delay_max_ms),
-        drop_per_mille: req.drop_per_mille,
-        duplicate_per_mille: req.duplicate_per_mille,
-        peers: req.peers.iter().copied().collect(),
-    }
-}
-
 /// A replica's applied index and state digest (`StateReader::applied_digest`).
 pub fn state_digest(node_id: u64, applied_index: u64, sha256: String) -> pb::StateDigest {
     pb::StateDigest {
@@ -408,26 +324,6 @@ pub fn scheduler_status(s: &ClusterState) -> pb::SchedulerStatus {
         gpus_total: total as u64,
         gpus_free: free as u64,
     }
-}
-
-/// The settings a `SetSchedulerPolicyRequest` asks for, starting from the current ones.
-pub fn scheduler_settings_from(
-    req: &pb::SetSchedulerPolicyRequest,
-    current: &SchedulerSettings,
-) -> Result<SchedulerSettings, String> {
-    let (ordering, backfill) =
-        gpu_raft_store::scheduler::parse_spec(req.policy.trim()).map_err(|e| e.to_string())?;
-    Ok(SchedulerSettings {
-        ordering,
-        backfill,
-        aging_per_hour: req.aging_per_hour.unwrap_or(current.aging_per_hour),
-        fairshare_weight: req.fairshare_weight.unwrap_or(current.fairshare_weight),
-        usage_half_life_s: req.usage_half_life_s.unwrap_or(current.usage_half_life_s),
-        preemption: match &req.preemption {
-            Some(p) => p.trim().parse()?,
-            None => current.preemption,
-        },
-    })
 }
 
 /// One GPU sample; `job_of` names the job a process runs for.
@@ -514,28 +410,6 @@ pub fn alert_rule(r: &gpu_raft_store::AlertRule, source: &str) -> pb::AlertRule 
     }
 }
 
-/// A rule as the API received it, in the flat form the config file uses too. Zero durations
-/// and empty strings mean "the default".
-pub fn flat_rule_from(p: pb::AlertRule) -> crate::monitor::rules::FlatRule {
-    let d = |ms: u64| (ms > 0).then(|| std::time::Duration::from_millis(ms));
-    let text = |s: String| (!s.is_empty()).then_some(s);
-    crate::monitor::rules::FlatRule {
-        name: p.name,
-        metric: text(p.metric),
-        above: p.above,
-        rate_per_minute: p.rate_per_minute,
-        predict_limit: p.predict_limit,
-        fatal_xids: (p.health || !p.fatal_xids.is_empty()).then_some(p.fatal_xids),
-        for_: d(p.for_ms),
-        window: d(p.window_ms),
-        within: d(p.within_ms),
-        clear_after: d(p.clear_after_ms),
-        severity: text(p.severity),
-        action: text(p.action),
-        enabled: Some(p.enabled),
-    }
-}
-
 /// Energy per node and per tenant (tenants summed over their jobs).
 pub fn energy(s: &ClusterState) -> pb::EnergyReport {
     let mut tenants: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
@@ -566,52 +440,6 @@ pub fn energy(s: &ClusterState) -> pb::EnergyReport {
             })
             .collect(),
     }
-}
-
-/// The tenant record a `CreateTenantRequest` asks for. Syntax only: `apply` validates it.
-pub fn tenant_from_create(req: &pb::CreateTenantRequest) -> Result<TenantRecord, String> {
-    Ok(TenantRecord {
-        name: req.name.trim().to_owned(),
-        quotas: quotas_from(&req.quotas)?,
-        weight: req.weight.unwrap_or(1),
-        default_priority: req.default_priority.unwrap_or(0),
-        created_at_ms: 0,
-        updated_at_ms: 0,
-    })
-}
-
-/// `current` with an `UpdateTenantRequest`'s changes.
-pub fn tenant_from_update(
-    req: &pb::UpdateTenantRequest,
-    current: &TenantRecord,
-) -> Result<TenantRecord, String> {
-    let mut quotas = current.quotas.clone();
-    for t in &req.remove_quotas {
-        if quotas.remove(t).is_none() {
-            return Err(format!("tenant {} has no quota for {t}", current.name));
-        }
-    }
-    quotas.extend(quotas_from(&req.quotas)?);
-    Ok(TenantRecord {
-        quotas,
-        weight: req.weight.unwrap_or(current.weight),
-        default_priority: req.default_priority.unwrap_or(current.default_priority),
-        ..current.clone()
-    })
-}
-
-fn quotas_from(quotas: &[pb::GpuQuota]) -> Result<BTreeMap<String, Quota>, String> {
-    let mut out = BTreeMap::new();
-    for q in quotas {
-        let quota = Quota {
-            guaranteed: q.guaranteed,
-            borrow: q.borrow,
-        };
-        if out.insert(q.gpu_type.clone(), quota).is_some() {
-            return Err(format!("GPU type {} appears twice", q.gpu_type));
-        }
-    }
-    Ok(out)
 }
 
 /// Most jobs listed in a `GetTenant` answer.

@@ -8,6 +8,7 @@ use tonic::{Request, Response, Status};
 
 use crate::api::auth::rbac::Action;
 use crate::api::auth::{Auth, token};
+use crate::api::from_proto;
 use crate::api::status::{invalid, rejected};
 use crate::api::to_proto;
 use crate::clock::now_ms;
@@ -29,7 +30,7 @@ impl TokenService for TokenApi {
             .check(&req, "token.create", "token/new", Action::ManageTokens)
             .await?;
         let r = req.into_inner();
-        let role = to_proto::role_from(r.role).ok_or_else(|| invalid("role is required"))?;
+        let role = from_proto::role(r.role).ok_or_else(|| invalid("role is required"))?;
         let tenant = (!r.tenant.is_empty()).then_some(r.tenant);
         gpu_raft_store::validate::free_text("description", &r.description).map_err(invalid)?;
         let wanted = Grant {

@@ -1,0 +1,183 @@
+//! Wire → domain conversions for the public API, the only place they happen: requests become
+//! domain values here (syntax only; `apply` validates the content). Generated types are always
+//! written `pb::…`.
+
+use std::collections::BTreeMap;
+
+use gpu_proto::v1 as pb;
+use gpu_raft_store::tenant::{Quota, TenantRecord};
+use gpu_raft_store::{
+    DEFAULT_TENANT, JobKind, JobSpec, JobState, Role, SchedulerSettings, SliceRequest,
+};
+
+pub fn role(r: i32) -> Option<Role> {
+    match pb::Role::try_from(r).ok()? {
+        pb::Role::Admin => Some(Role::Admin),
+        pb::Role::Operator => Some(Role::Operator),
+        pb::Role::TenantAdmin => Some(Role::TenantAdmin),
+        pb::Role::User => Some(Role::User),
+        pb::Role::Viewer => Some(Role::Viewer),
+        pb::Role::Node => Some(Role::Node),
+        pb::Role::Unspecified => None,
+    }
+}
+
+pub fn job_state(s: i32) -> Option<JobState> {
+    match pb::JobState::try_from(s).ok()? {
+        pb::JobState::Pending => Some(JobState::Pending),
+        pb::JobState::Bound => Some(JobState::Bound),
+        pb::JobState::Running => Some(JobState::Running),
+        pb::JobState::Succeeded => Some(JobState::Succeeded),
+        pb::JobState::Failed => Some(JobState::Failed),
+        pb::JobState::Cancelled => Some(JobState::Cancelled),
+        pb::JobState::Unspecified => None,
+    }
+}
+
+/// A submitted spec in domain form. Syntax only (a kind gpumesh does not know, a MIG profile
+/// together with a shared slice): `apply` validates the content.
+pub fn spec(p: pb::JobSpec) -> Result<JobSpec, String> {
+    let kind = match p.kind.as_str() {
+        "" | "process" => JobKind::Process,
+        "vm" => JobKind::Vm,
+        other => return Err(format!("unknown job kind {other:?} (process, vm)")),
+    };
+    let shared = p.shared_memory_mib > 0 || p.gpu_share > 0;
+    let slice = match (p.mig_profile.is_empty(), shared) {
+        (false, true) => {
+            return Err("a job asks for a MIG profile or a shared slice, not both".into());
+        }
+        (false, false) => Some(SliceRequest::Mig {
+            profile: p.mig_profile,
+        }),
+        (true, true) => Some(SliceRequest::Shared {
+            memory_mib: p.shared_memory_mib,
+            share: p.gpu_share,
+        }),
+        (true, false) => None,
+    };
+    Ok(JobSpec {
+        name: p.name,
+        tenant: if p.tenant.is_empty() {
+            DEFAULT_TENANT.to_owned()
+        } else {
+            p.tenant
+        },
+        command: p.command,
+        env: p.env.into_iter().collect(),
+        workdir: (!p.workdir.is_empty()).then_some(p.workdir),
+        gpus: p.gpus,
+        gpu_types: p.gpu_types,
+        min_gpu_memory_mib: p.min_gpu_memory_mib,
+        node_selector: p.node_selector.into_iter().collect(),
+        priority: p.priority.unwrap_or(0),
+        runtime_estimate_s: p.runtime_estimate_s,
+        wall_time_limit_s: p.wall_time_limit_s,
+        max_attempts: p.max_attempts.max(1),
+        cpu_millis: p.cpu_millis,
+        memory_mib: p.memory_mib,
+        nodes: p.nodes,
+        slice,
+        kind,
+    })
+}
+
+/// The transport fault rule an `InjectNetworkFault` request asks for (not yet validated).
+pub fn fault_rule(req: &pb::InjectNetworkFaultRequest) -> crate::raft::transport_faults::FaultRule {
+    let ms = |v: u32| std::time::Duration::from_millis(u64::from(v));
+    crate::raft::transport_faults::FaultRule {
+        delay_min: ms(req.delay_min_ms),
+        delay_max: ms(req.delay_max_ms),
+        drop_per_mille: req.drop_per_mille,
+        duplicate_per_mille: req.duplicate_per_mille,
+        peers: req.peers.iter().copied().collect(),
+    }
+}
+
+/// The settings a `SetSchedulerPolicyRequest` asks for, starting from the current ones.
+pub fn scheduler_settings(
+    req: &pb::SetSchedulerPolicyRequest,
+    current: &SchedulerSettings,
+) -> Result<SchedulerSettings, String> {
+    let (ordering, backfill) =
+        gpu_raft_store::scheduler::parse_spec(req.policy.trim()).map_err(|e| e.to_string())?;
+    Ok(SchedulerSettings {
+        ordering,
+        backfill,
+        aging_per_hour: req.aging_per_hour.unwrap_or(current.aging_per_hour),
+        fairshare_weight: req.fairshare_weight.unwrap_or(current.fairshare_weight),
+        usage_half_life_s: req.usage_half_life_s.unwrap_or(current.usage_half_life_s),
+        preemption: match &req.preemption {
+            Some(p) => p.trim().parse()?,
+            None => current.preemption,
+        },
+    })
+}
+
+/// A rule as the API received it, in the flat form the config file uses too. Zero durations
+/// and empty strings mean "the default".
+pub fn alert_rule(p: pb::AlertRule) -> crate::monitor::rules::FlatRule {
+    let d = |ms: u64| (ms > 0).then(|| std::time::Duration::from_millis(ms));
+    let text = |s: String| (!s.is_empty()).then_some(s);
+    crate::monitor::rules::FlatRule {
+        name: p.name,
+        metric: text(p.metric),
+        above: p.above,
+        rate_per_minute: p.rate_per_minute,
+        predict_limit: p.predict_limit,
+        fatal_xids: (p.health || !p.fatal_xids.is_empty()).then_some(p.fatal_xids),
+        for_: d(p.for_ms),
+        window: d(p.window_ms),
+        within: d(p.within_ms),
+        clear_after: d(p.clear_after_ms),
+        severity: text(p.severity),
+        action: text(p.action),
+        enabled: Some(p.enabled),
+    }
+}
+
+/// The tenant record a `CreateTenantRequest` asks for. Syntax only: `apply` validates it.
+pub fn tenant_created(req: &pb::CreateTenantRequest) -> Result<TenantRecord, String> {
+    Ok(TenantRecord {
+        name: req.name.trim().to_owned(),
+        quotas: quota_map(&req.quotas)?,
+        weight: req.weight.unwrap_or(1),
+        default_priority: req.default_priority.unwrap_or(0),
+        created_at_ms: 0,
+        updated_at_ms: 0,
+    })
+}
+
+/// `current` with an `UpdateTenantRequest`'s changes.
+pub fn tenant_updated(
+    req: &pb::UpdateTenantRequest,
+    current: &TenantRecord,
+) -> Result<TenantRecord, String> {
+    let mut quotas = current.quotas.clone();
+    for t in &req.remove_quotas {
+        if quotas.remove(t).is_none() {
+            return Err(format!("tenant {} has no quota for {t}", current.name));
+        }
+    }
+    quotas.extend(quota_map(&req.quotas)?);
+    Ok(TenantRecord {
+        quotas,
+        weight: req.weight.unwrap_or(current.weight),
+        default_priority: req.default_priority.unwrap_or(current.default_priority),
+        ..current.clone()
+    })
+}
+
+fn quota_map(quotas: &[pb::GpuQuota]) -> Result<BTreeMap<String, Quota>, String> {
+    let mut out = BTreeMap::new();
+    for q in quotas {
+        let quota = Quota {
+            guaranteed: q.guaranteed,
+            borrow: q.borrow,
+        };
+        if out.insert(q.gpu_type.clone(), quota).is_some() {
+            return Err(format!("GPU type {} appears twice", q.gpu_type));
+        }
+    }
+    Ok(out)
+}
