@@ -2,46 +2,18 @@
 //! takes the shared cancellation token, and is joined (with a deadline) on shutdown.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use gpu_proto::internal::v1::raft_peer_server::RaftPeerServer;
-use gpu_proto::v1::alert_service_server::AlertServiceServer;
-use gpu_proto::v1::cluster_service_server::ClusterServiceServer;
-use gpu_proto::v1::node_service_server::NodeServiceServer;
-use gpu_proto::v1::scheduler_service_server::SchedulerServiceServer;
-use gpu_proto::v1::tenant_service_server::TenantServiceServer;
 use gpu_raft_store::{Command, Raft};
 use openraft::BasicNode;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tonic::transport::server::TcpIncoming;
 use tracing::{info, warn};
 
-use gpu_proto::v1::gpu_service_server::GpuServiceServer;
-use gpu_proto::v1::job_service_server::JobServiceServer;
-
-use gpu_proto::v1::audit_service_server::AuditServiceServer;
-use gpu_proto::v1::cert_service_server::CertServiceServer;
-use gpu_proto::v1::token_service_server::TokenServiceServer;
-
-use crate::api::alert::AlertApi;
-use crate::api::audit::AuditApi;
-use crate::api::auth::Auth;
-use crate::api::auth::limit::RateLimiter;
-use crate::api::auth::peer::PeerCheck;
-use crate::api::cert::CertApi;
-use crate::api::cluster::ClusterApi;
-use crate::api::gpu::GpuApi;
-use crate::api::job::JobApi;
-use crate::api::node::NodeApi;
-use crate::api::peer::PeerService;
-use crate::api::scheduler::SchedulerApi;
-use crate::api::tenant::TenantApi;
-use crate::api::token::TokenApi;
+use crate::api::router::{Services, serve};
 use crate::config::Config;
 use crate::executor::lease::LeaseKeeper;
 use crate::executor::{Executor, ExecutorSettings};
@@ -604,175 +576,6 @@ fn rejoin_seeds(config: &Config, cluster: &Cluster) -> Vec<String> {
             .map(|(_, a)| a),
     );
     seeds.into_iter().collect()
-}
-
-/// Everything the gRPC services need.
-struct Services {
-    cluster: Cluster,
-    reachable_within: Duration,
-    gpus: Arc<dyn GpuBackend>,
-    telemetry: Telemetry,
-    /// The config file's alert rules.
-    alert_rules: Vec<gpu_raft_store::AlertRule>,
-    jobs_dir: PathBuf,
-    tls: Option<TlsIdentity>,
-    api: crate::config::ApiSettings,
-    /// The live transport faults, when `raft.fault_injection` lets an admin set them.
-    transport_faults: Option<TransportFaults>,
-}
-
-async fn serve(listener: TcpListener, s: Services, cancel: CancellationToken) {
-    let (health, health_service) = tonic_health::server::health_reporter();
-    health
-        .set_serving::<ClusterServiceServer<ClusterApi>>()
-        .await;
-    health.set_serving::<NodeServiceServer<NodeApi>>().await;
-    health
-        .set_serving::<SchedulerServiceServer<SchedulerApi>>()
-        .await;
-    health.set_serving::<AlertServiceServer<AlertApi>>().await;
-    health.set_serving::<TenantServiceServer<TenantApi>>().await;
-    health.set_serving::<JobServiceServer<JobApi>>().await;
-    health.set_serving::<GpuServiceServer<GpuApi>>().await;
-    let max = gpu_proto::MAX_MESSAGE_BYTES;
-    let cluster = s.cluster;
-    let peers = PeerCheck {
-        tls: s.tls.is_some(),
-        state: cluster.state.clone(),
-    };
-    let auth = Auth {
-        cluster: cluster.clone(),
-        peers: peers.clone(),
-        limiter: Arc::new(std::sync::Mutex::new(RateLimiter::new(
-            s.api.requests_per_second,
-            s.api.burst,
-        ))),
-    };
-    let tls_config = match &s.tls {
-        Some(identity) => {
-            let ca = identity
-                .current()
-                .map(|t| t.ca.cert_pem)
-                .unwrap_or_default();
-            match crate::tls::server::server_config(&ca, identity.slot.clone()) {
-                Ok(c) => Some(c),
-                Err(e) => {
-                    tracing::error!(error = %e, "cannot set up TLS; stopping the agent");
-                    cancel.cancel();
-                    return;
-                }
-            }
-        }
-        None => None,
-    };
-    let peer = RaftPeerServer::new(PeerService {
-        cluster: cluster.clone(),
-        reachable_within: s.reachable_within,
-        gpus: s.gpus.clone(),
-        telemetry: s.telemetry.clone(),
-        jobs_dir: s.jobs_dir.clone(),
-        peers,
-        auth: auth.clone(),
-        tls: s.tls.clone(),
-    })
-    .max_decoding_message_size(max)
-    .max_encoding_message_size(max);
-    let cluster_api = ClusterApi {
-        cluster: cluster.clone(),
-        auth: auth.clone(),
-        reachable_within: s.reachable_within,
-        cluster_id: s
-            .tls
-            .as_ref()
-            .and_then(|t| t.current())
-            .and_then(|t| crate::tls::pki::fingerprint(&t.ca.cert_pem).ok())
-            .unwrap_or_else(|| "insecure".into()),
-    };
-    let node_api = NodeApi {
-        cluster: cluster.clone(),
-        auth: auth.clone(),
-        transport_faults: s.transport_faults,
-    };
-    let alert_api = AlertApi {
-        cluster: cluster.clone(),
-        auth: auth.clone(),
-        configured: s.alert_rules,
-    };
-    let scheduler_api = SchedulerApi {
-        cluster: cluster.clone(),
-        auth: auth.clone(),
-    };
-    let tenant_api = TenantApi {
-        cluster: cluster.clone(),
-        auth: auth.clone(),
-    };
-    let job_api = JobApi {
-        cluster: cluster.clone(),
-        auth: auth.clone(),
-        jobs_dir: s.jobs_dir,
-    };
-    let gpu_api = GpuApi {
-        cluster: cluster.clone(),
-        auth: auth.clone(),
-        gpus: s.gpus,
-        telemetry: s.telemetry,
-    };
-    let token_api = TokenApi {
-        cluster: cluster.clone(),
-        auth: auth.clone(),
-    };
-    let cert_api = CertApi {
-        cluster: cluster.clone(),
-        auth: auth.clone(),
-        tls: s.tls.clone(),
-    };
-    let audit_api = AuditApi { cluster, auth };
-    let router = tonic::transport::Server::builder()
-        // Hostile or broken clients: no request runs forever (streams are not cut: the limit
-        // covers producing the response), one connection cannot monopolise the agent, and dead
-        // peers are noticed.
-        .timeout(Duration::from_secs(60))
-        .concurrency_limit_per_connection(256)
-        // Raft calls carry deadlines of one heartbeat (100 ms): under load many are cancelled,
-        // each a stream reset. At h2's default of 20 pending resets the server answers
-        // GOAWAY(ENHANCE_YOUR_CALM) and drops the peer's connection, which turns a slow moment
-        // into missed heartbeats and a TLS reconnect. Peers are authenticated; allow more.
-        .http2_max_pending_accept_reset_streams(Some(1024))
-        .http2_keepalive_interval(Some(Duration::from_secs(20)))
-        .http2_keepalive_timeout(Some(Duration::from_secs(10)))
-        .tcp_keepalive(Some(Duration::from_secs(60)))
-        .add_service(health_service)
-        .add_service(tonic::service::interceptor::InterceptedService::new(
-            peer,
-            crate::api::peer::check_protocol,
-        ))
-        .add_service(ClusterServiceServer::new(cluster_api).max_decoding_message_size(max))
-        .add_service(NodeServiceServer::new(node_api).max_decoding_message_size(max))
-        .add_service(SchedulerServiceServer::new(scheduler_api).max_decoding_message_size(max))
-        .add_service(AlertServiceServer::new(alert_api).max_decoding_message_size(max))
-        .add_service(TenantServiceServer::new(tenant_api).max_decoding_message_size(max))
-        .add_service(JobServiceServer::new(job_api).max_decoding_message_size(max))
-        .add_service(GpuServiceServer::new(gpu_api).max_decoding_message_size(max))
-        .add_service(TokenServiceServer::new(token_api).max_decoding_message_size(max))
-        .add_service(AuditServiceServer::new(audit_api).max_decoding_message_size(max))
-        .add_service(CertServiceServer::new(cert_api).max_decoding_message_size(max));
-    let result = match tls_config {
-        Some(config) => {
-            let incoming = crate::tls::server::incoming(listener, config, cancel.clone());
-            router
-                .serve_with_incoming_shutdown(incoming, cancel.cancelled())
-                .await
-        }
-        None => {
-            router
-                .serve_with_incoming_shutdown(TcpIncoming::from(listener), cancel.cancelled())
-                .await
-        }
-    };
-    if let Err(e) = result {
-        tracing::error!(error = %e, "gRPC server failed; stopping the agent");
-        cancel.cancel();
-    }
 }
 
 async fn shutdown(cancel: &CancellationToken, tasks: &TaskTracker, raft: &Raft) {

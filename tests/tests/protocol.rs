@@ -81,3 +81,43 @@ async fn incompatible_peers_are_refused_and_the_mesh_keeps_working() {
             .unwrap_or_else(|e| panic!("write via n{via}: {e}\n{}", c.logs()));
     }
 }
+
+/// Every service the agent serves is registered through one router that also marks it serving
+/// in gRPC health: each of them answers SERVING, Token, Audit and Cert included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_health_lists_every_service() {
+    use gpu_proto::{internal::v1 as internal, v1};
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+
+    let c = Cluster::start(1, 1, "").await;
+    let channel = c
+        .endpoint(1, Some(c.admin_identity()))
+        .expect("endpoint")
+        .connect()
+        .await
+        .expect("connect to n1");
+    let mut health = HealthClient::new(channel);
+    for service in [
+        v1::cluster_service_server::SERVICE_NAME,
+        v1::node_service_server::SERVICE_NAME,
+        v1::gpu_service_server::SERVICE_NAME,
+        v1::job_service_server::SERVICE_NAME,
+        v1::scheduler_service_server::SERVICE_NAME,
+        v1::alert_service_server::SERVICE_NAME,
+        v1::tenant_service_server::SERVICE_NAME,
+        v1::token_service_server::SERVICE_NAME,
+        v1::audit_service_server::SERVICE_NAME,
+        v1::cert_service_server::SERVICE_NAME,
+        internal::raft_peer_server::SERVICE_NAME,
+    ] {
+        let answer = health
+            .check(HealthCheckRequest {
+                service: service.to_owned(),
+            })
+            .await
+            .unwrap_or_else(|e| panic!("health of {service}: {e}"))
+            .into_inner();
+        assert_eq!(answer.status(), ServingStatus::Serving, "{service}");
+    }
+}

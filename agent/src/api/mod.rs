@@ -13,6 +13,7 @@ pub mod job;
 pub mod logs;
 pub mod node;
 pub mod peer;
+pub mod router;
 pub mod scheduler;
 pub mod status;
 pub mod tenant;
