@@ -6,50 +6,34 @@
 
 #![allow(clippy::result_large_err)] // openraft's StorageError is large by design.
 
-pub mod alert;
-pub mod audit;
-pub mod auth;
-pub mod backup;
-pub mod cert;
-mod command;
-pub mod digest;
-pub mod energy;
-mod engine;
-mod error;
 pub mod failpoint;
-pub mod job;
-pub mod job_log;
-mod log_flush;
-mod log_store;
-pub mod mig;
-pub mod node;
-pub mod partition;
-pub mod scheduler;
-pub mod slice_fit;
-mod snapshot_file;
-mod snapshot_gate;
-mod state;
-mod state_machine;
-mod store;
-pub mod tenant;
-pub mod validate;
+mod model;
+mod storage;
 
-pub use alert::{Alert, AlertRule};
-pub use audit::{AuditEntry, RequestMeta};
-pub use auth::{Grant, Role, TokenRecord};
-pub use cert::CertRecord;
-pub use command::{ApplyResult, Bind, Command, LogEntry, PROTOCOL_2, Preempt, Rejection};
-pub use engine::{KvEngine, SledEngine, Space};
-pub use error::OpenError;
-pub use job::{Binding, DEFAULT_TENANT, Job, JobId, JobKind, JobSpec, JobState, Outcome, job_name};
-pub use log_store::LogStore;
-pub use node::{EdgeTerms, GpuRecord, Inventory, NodeRecord, NodeStatus, SITE_LABEL};
-pub use partition::{GpuMode, PartitionSpec, Slice, SliceBind, SliceRequest};
-pub use scheduler::SchedulerSettings;
-pub use state::{ClusterState, gpu_fits};
-pub use state_machine::{StateMachineStore, StateReader};
-pub use store::{DATA_FORMAT_VERSION, DataDir, open};
-pub use tenant::{Quota, TenantRecord};
+pub use model::{
+    alert, audit, auth, cert, digest, energy, job, job_log, mig, node, partition, scheduler,
+    slice_fit, tenant, validate,
+};
+pub use storage::backup;
+
+pub use model::alert::{Alert, AlertRule};
+pub use model::audit::{AuditEntry, RequestMeta};
+pub use model::auth::{Grant, Role, TokenRecord};
+pub use model::cert::CertRecord;
+pub use model::command::{ApplyResult, Bind, Command, LogEntry, PROTOCOL_2, Preempt, Rejection};
+pub use model::job::{
+    Binding, DEFAULT_TENANT, Job, JobId, JobKind, JobSpec, JobState, Outcome, job_name,
+};
+pub use model::node::{EdgeTerms, GpuRecord, Inventory, NodeRecord, NodeStatus, SITE_LABEL};
+pub use model::partition::{GpuMode, PartitionSpec, Slice, SliceBind, SliceRequest};
+pub use model::scheduler::SchedulerSettings;
+pub use model::state::{ClusterState, gpu_fits};
+pub use model::tenant::{Quota, TenantRecord};
+pub use storage::engine::{KvEngine, SledEngine, Space};
+pub use storage::error::OpenError;
+pub use storage::log_store::LogStore;
+pub use storage::state_machine::{StateMachineStore, StateReader};
+pub use storage::store::{DATA_FORMAT_VERSION, DataDir, open};
 
 /// Raft node ids are small integers chosen by the operator (`--node-id`).
 pub type NodeId = u64;

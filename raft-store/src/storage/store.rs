@@ -8,11 +8,11 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::engine::SledEngine;
-use crate::error::OpenError;
-use crate::log_store::LogStore;
-use crate::snapshot_file::{SnapshotFile, SnapshotFileError};
-use crate::state_machine::StateMachineStore;
+use crate::storage::engine::SledEngine;
+use crate::storage::error::OpenError;
+use crate::storage::log_store::LogStore;
+use crate::storage::snapshot_file::{SnapshotFile, SnapshotFileError};
+use crate::storage::state_machine::StateMachineStore;
 
 /// The on-disk format this binary writes and the newest it reads.
 pub const DATA_FORMAT_VERSION: u32 = 1;

@@ -190,7 +190,7 @@ pub fn idempotency_key(key: &str) -> Result<(), String> {
 }
 
 /// Everything a job spec must satisfy before it can be queued.
-pub fn job_spec(spec: &crate::job::JobSpec) -> Result<(), String> {
+pub fn job_spec(spec: &crate::model::job::JobSpec) -> Result<(), String> {
     name("job name", &spec.name)?;
     name("tenant", &spec.tenant)?;
     let Some(program) = spec.command.first() else {
@@ -289,8 +289,8 @@ pub fn job_spec(spec: &crate::job::JobSpec) -> Result<(), String> {
         }
     }
     labels(&spec.node_selector).map_err(|e| format!("node selector: {e}"))?;
-    crate::partition::validate_request(spec)?;
-    if spec.kind == crate::job::JobKind::Vm && (spec.gpus == 0 || spec.nodes > 1) {
+    crate::model::partition::validate_request(spec)?;
+    if spec.kind == crate::model::job::JobKind::Vm && (spec.gpus == 0 || spec.nodes > 1) {
         return Err("a vm job needs at least one pass-through GPU on one node".into());
     }
     if spec.max_attempts == 0 || spec.max_attempts > limits::MAX_ATTEMPTS {
@@ -317,7 +317,7 @@ pub fn job_spec(spec: &crate::job::JobSpec) -> Result<(), String> {
 #[cfg(test)]
 pub(crate) mod job_tests {
     use super::*;
-    use crate::job::JobSpec;
+    use crate::model::job::JobSpec;
 
     pub fn spec() -> JobSpec {
         JobSpec {
@@ -344,7 +344,7 @@ pub(crate) mod job_tests {
 
     #[test]
     fn slice_requests_are_checked_with_reasons() {
-        use crate::partition::SliceRequest::{Mig, Shared};
+        use crate::model::partition::SliceRequest::{Mig, Shared};
         let with = |slice, gpus: u32, types: &[&str]| JobSpec {
             gpus,
             slice: Some(slice),
@@ -391,12 +391,12 @@ pub(crate) mod job_tests {
             assert!(err.contains(why), "{err} should say {why}");
         }
         let vm = JobSpec {
-            kind: crate::job::JobKind::Vm,
+            kind: crate::model::job::JobKind::Vm,
             ..with(mig("1g.10gb"), 1, &[])
         };
         assert!(job_spec(&vm).expect_err("vm slice").contains("vm job"));
         let vm0 = JobSpec {
-            kind: crate::job::JobKind::Vm,
+            kind: crate::model::job::JobKind::Vm,
             gpus: 0,
             ..spec()
         };

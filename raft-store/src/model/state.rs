@@ -4,18 +4,19 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::alert::{Alert, AlertRule};
-use crate::audit::{self, AuditEntry, RequestMeta};
-use crate::auth::{self, Grant, TokenRecord};
-use crate::cert::{self, CertRecord};
-use crate::command::{ApplyResult, Bind, Command, LogEntry, Preempt, Rejection};
-use crate::energy::EnergyBook;
-use crate::job::{Binding, Job, JobId, JobState, Outcome};
-use crate::job_log::JobLog;
-use crate::node::{EdgeTerms, NodeRecord, NodeStatus, SITE_LABEL};
-use crate::scheduler::SchedulerSettings;
-use crate::tenant::{self, TenantRecord};
-use crate::{NodeId, validate};
+use crate::NodeId;
+use crate::model::alert::{Alert, AlertRule};
+use crate::model::audit::{self, AuditEntry, RequestMeta};
+use crate::model::auth::{self, Grant, TokenRecord};
+use crate::model::cert::{self, CertRecord};
+use crate::model::command::{ApplyResult, Bind, Command, LogEntry, Preempt, Rejection};
+use crate::model::energy::EnergyBook;
+use crate::model::job::{Binding, Job, JobId, JobState, Outcome};
+use crate::model::job_log::JobLog;
+use crate::model::node::{EdgeTerms, NodeRecord, NodeStatus, SITE_LABEL};
+use crate::model::scheduler::SchedulerSettings;
+use crate::model::tenant::{self, TenantRecord};
+use crate::model::validate;
 
 /// Everything the cluster agrees on (besides Raft membership, which openraft tracks).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -376,7 +377,7 @@ impl ClusterState {
         node: NodeId,
         addr: &str,
         labels: &BTreeMap<String, String>,
-        inventory: &crate::node::Inventory,
+        inventory: &crate::model::node::Inventory,
         edge: Option<&EdgeTerms>,
         protocol: u32,
         now: u64,
@@ -514,7 +515,7 @@ impl ClusterState {
 
     fn submit(
         &mut self,
-        spec: &crate::job::JobSpec,
+        spec: &crate::model::job::JobSpec,
         key: Option<&str>,
         now: u64,
     ) -> Result<ApplyResult, Rejection> {
@@ -741,8 +742,8 @@ impl ClusterState {
             ));
         }
         let wanted_mode = match job.spec.kind {
-            crate::job::JobKind::Process => crate::partition::GpuMode::Whole,
-            crate::job::JobKind::Vm => crate::partition::GpuMode::Passthrough,
+            crate::model::job::JobKind::Process => crate::model::partition::GpuMode::Whole,
+            crate::model::job::JobKind::Vm => crate::model::partition::GpuMode::Passthrough,
         };
         let per_node = job.spec.gpus_per_node() as usize;
         if b.gpus.len() != per_node {
@@ -832,7 +833,7 @@ impl ClusterState {
         p: &Preempt,
     ) -> Result<&'static str, String> {
         let mode = self.scheduler.preemption;
-        if mode == crate::scheduler::Preemption::Off {
+        if mode == crate::model::scheduler::Preemption::Off {
             return Err("preemption is off".into());
         }
         let victim = self
@@ -889,7 +890,7 @@ impl ClusterState {
         if reclaim {
             return Ok("reclaim");
         }
-        if mode == crate::scheduler::Preemption::Priority
+        if mode == crate::model::scheduler::Preemption::Priority
             && victim.spec.priority < ben.spec.priority
         {
             return Ok("priority");
@@ -919,7 +920,7 @@ impl ClusterState {
         job: JobId,
         node: NodeId,
         gpus: Vec<u32>,
-        slice: Option<crate::partition::Slice>,
+        slice: Option<crate::model::partition::Slice>,
         now: u64,
     ) {
         if let Some(job) = self.jobs.get_mut(&job) {
@@ -988,7 +989,7 @@ impl ClusterState {
                     node.and_then(|n| n.gpu(i)).map_or_else(
                         || ("unknown".to_owned(), (1, 1)),
                         |g| {
-                            let fraction = crate::partition::normalized(slice, &g.model);
+                            let fraction = crate::model::partition::normalized(slice, &g.model);
                             (g.gpu_type.clone(), fraction)
                         },
                     )
@@ -1040,7 +1041,7 @@ impl ClusterState {
 }
 
 /// Whether one GPU satisfies a job's GPU selector (type and memory).
-pub fn gpu_fits(gpu: &crate::node::GpuRecord, spec: &crate::job::JobSpec) -> bool {
+pub fn gpu_fits(gpu: &crate::model::node::GpuRecord, spec: &crate::model::job::JobSpec) -> bool {
     (spec.gpu_types.is_empty() || spec.gpu_types.contains(&gpu.gpu_type))
         && gpu.memory_mib >= spec.min_gpu_memory_mib
 }

@@ -10,9 +10,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::job::Job;
-use crate::node::NodeRecord;
-use crate::validate;
+use crate::model::job::Job;
+use crate::model::node::NodeRecord;
+use crate::model::validate;
 
 /// Most GPUs one quota figure may name (a bound against typos like 10^12, far above any
 /// cluster; a quota above the cluster's size is allowed and reported).
@@ -312,7 +312,7 @@ mod tests {
 
     #[test]
     fn gpu_time_is_accounted_per_run_by_type() {
-        use crate::node::{GpuRecord, Inventory};
+        use crate::model::node::{GpuRecord, Inventory};
         use crate::{Bind, Command, JobSpec, Outcome};
         let gpu = |index: u32, gpu_type: &str| GpuRecord {
             index,

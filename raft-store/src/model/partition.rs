@@ -9,11 +9,12 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::command::{ApplyResult, Rejection};
-use crate::job::{JobId, JobSpec};
-use crate::mig::{self, Instance};
-use crate::node::{GpuRecord, NodeRecord};
-use crate::{ClusterState, NodeId};
+use crate::NodeId;
+use crate::model::command::{ApplyResult, Rejection};
+use crate::model::job::{JobId, JobSpec};
+use crate::model::mig::{self, Instance};
+use crate::model::node::{GpuRecord, NodeRecord};
+use crate::model::state::ClusterState;
 
 /// How a GPU is offered.
 #[derive(
@@ -130,7 +131,7 @@ pub fn validate_request(spec: &JobSpec) -> Result<(), String> {
     if spec.gpus != 1 || spec.nodes > 1 {
         return Err("a MIG or shared slice is one slice of one GPU: gpus must be 1".into());
     }
-    if spec.kind == crate::job::JobKind::Vm {
+    if spec.kind == crate::model::job::JobKind::Vm {
         return Err("a vm job takes whole pass-through GPUs, not slices".into());
     }
     match req {

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::NodeId;
-use crate::job::JobId;
+use crate::model::job::JobId;
 
 /// One physical GPU as the cluster schedules it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -73,7 +73,7 @@ pub const MIN_EDGE_LEASE_MS: u64 = 1_000;
 impl EdgeTerms {
     /// Why the terms are unusable, if they are.
     pub fn validate(&self) -> Result<(), String> {
-        crate::validate::label_value(&self.site)?;
+        crate::model::validate::label_value(&self.site)?;
         if self.site.is_empty() {
             return Err("an edge site needs a name (the node's `site` label)".into());
         }
@@ -123,11 +123,11 @@ pub struct NodeRecord {
     /// GPU index → its partitioning (absent: a whole GPU). Kept across registrations; set
     /// by `SetGpuPartition`. Maintained only by `apply`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub partitions: BTreeMap<u32, crate::partition::GpuPartition>,
+    pub partitions: BTreeMap<u32, crate::model::partition::GpuPartition>,
     /// GPU index → the slices (MIG instances, shares) live jobs hold on it. Maintained only
     /// by `apply`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub slices: BTreeMap<u32, crate::partition::Holds>,
+    pub slices: BTreeMap<u32, crate::model::partition::Holds>,
     /// Set when the node is at an edge site: a learner only, judged down after its site's
     /// grace rather than `jobs.down_after`. Maintained only by registration.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -165,13 +165,13 @@ impl NodeRecord {
     /// Whole GPUs (not partitioned, not draining for a change) that are healthy, not
     /// quarantined and that no live job holds: what whole-GPU jobs may take.
     pub fn free_gpus(&self) -> impl Iterator<Item = &GpuRecord> {
-        self.free_in_mode(crate::partition::GpuMode::Whole)
+        self.free_in_mode(crate::model::partition::GpuMode::Whole)
     }
 
     /// Usable GPUs in `mode` that no live job holds (or a slice of).
     pub fn free_in_mode(
         &self,
-        mode: crate::partition::GpuMode,
+        mode: crate::model::partition::GpuMode,
     ) -> impl Iterator<Item = &GpuRecord> {
         self.inventory.gpus.iter().filter(move |g| {
             self.gpu_usable(g) && self.mode(g.index) == mode && !self.gpu_busy(g.index)

@@ -13,11 +13,11 @@ use openraft::{
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-use crate::command::ApplyResult;
 use crate::failpoint;
-use crate::snapshot_file::{SnapshotFile, SnapshotFileError, SnapshotMeta};
-use crate::snapshot_gate::SnapshotGate;
-use crate::state::ClusterState;
+use crate::model::command::ApplyResult;
+use crate::model::state::ClusterState;
+use crate::storage::snapshot_file::{SnapshotFile, SnapshotFileError, SnapshotMeta};
+use crate::storage::snapshot_gate::SnapshotGate;
 use crate::{Entry, LogId, NodeId, StorageError, TypeConfig};
 
 /// What a snapshot holds: the domain state plus what openraft needs to resume from it.
@@ -65,9 +65,9 @@ impl StateReader {
         let (index, bytes) = {
             let data = read_lock(&self.data);
             let index = data.last_applied.map_or(0, |l| l.index);
-            (index, crate::digest::canonical_bytes(&data.state))
+            (index, crate::model::digest::canonical_bytes(&data.state))
         };
-        (index, crate::digest::digest_bytes(&bytes))
+        (index, crate::model::digest::digest_bytes(&bytes))
     }
 
     /// A backup of the applied state (`backup::encode`), read at one index under the lock.
@@ -76,7 +76,8 @@ impl StateReader {
         let (index, term) = data
             .last_applied
             .map_or((0, 0), |l| (l.index, l.leader_id.term));
-        let bytes = crate::backup::encode(&data.state, cluster_id, index, term, created_at_ms);
+        let bytes =
+            crate::storage::backup::encode(&data.state, cluster_id, index, term, created_at_ms);
         (index, bytes)
     }
 

@@ -189,7 +189,7 @@ pub struct Alert {
     pub resolved_at_ms: Option<u64>,
     /// The job `Migrate` moved off the GPU, if any.
     #[serde(default)]
-    pub migrated_job: Option<crate::job::JobId>,
+    pub migrated_job: Option<crate::model::job::JobId>,
 }
 
 impl Alert {
@@ -298,7 +298,7 @@ pub const KEEP_RESOLVED: usize = 1000;
 /// Limits of a rule, shared by the API edge and `apply`.
 pub fn validate_rule(rule: &AlertRule) -> Result<(), String> {
     const DAY_MS: u64 = 86_400_000;
-    crate::validate::name("alert rule", &rule.name)?;
+    crate::model::validate::name("alert rule", &rule.name)?;
     let finite = |what: &str, n: Number| {
         if n.0.is_finite() {
             Ok(())
@@ -399,7 +399,7 @@ impl crate::ClusterState {
         message: &str,
         now: u64,
     ) -> Result<crate::ApplyResult, crate::Rejection> {
-        crate::validate::name("alert rule", rule)
+        crate::model::validate::name("alert rule", rule)
             .map_err(|message| crate::Rejection::Invalid { message })?;
         let record = self
             .nodes

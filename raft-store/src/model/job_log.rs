@@ -11,8 +11,8 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::job::JobId;
-use crate::state::ClusterState;
+use crate::model::job::JobId;
+use crate::model::state::ClusterState;
 
 /// Changes kept: a reader more than this many behind rebuilds from the state.
 const CAPACITY: usize = 1 << 16;

@@ -1,0 +1,20 @@
+//! The replicated state (`ClusterState`), the log vocabulary it applies (`Command`), and each
+//! domain's records and rules. Pure: no I/O, no clock, nothing of openraft's storage.
+
+pub mod alert;
+pub mod audit;
+pub mod auth;
+pub mod cert;
+pub(crate) mod command;
+pub mod digest;
+pub mod energy;
+pub mod job;
+pub mod job_log;
+pub mod mig;
+pub mod node;
+pub mod partition;
+pub mod scheduler;
+pub mod slice_fit;
+pub(crate) mod state;
+pub mod tenant;
+pub mod validate;
