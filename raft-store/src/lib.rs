@@ -20,14 +20,15 @@ pub use model::alert::{Alert, AlertRule};
 pub use model::audit::{AuditEntry, RequestMeta};
 pub use model::auth::{Grant, Role, TokenRecord};
 pub use model::cert::CertRecord;
-pub use model::command::{ApplyResult, Bind, Command, LogEntry, PROTOCOL_2, Preempt, Rejection};
-pub use model::job::{
-    Binding, DEFAULT_TENANT, Job, JobId, JobKind, JobSpec, JobState, Outcome, job_name,
+pub use model::command::{Bind, Command, LogEntry, PROTOCOL_2, Preempt};
+pub use model::job::{Binding, DEFAULT_TENANT, Job, JobKind, JobSpec, JobState, Outcome, job_name};
+pub use model::node::{
+    EdgeTerms, GpuRecord, Inventory, NodeRecord, NodeStatus, SITE_LABEL, gpu_fits,
 };
-pub use model::node::{EdgeTerms, GpuRecord, Inventory, NodeRecord, NodeStatus, SITE_LABEL};
+pub use model::outcome::{ApplyResult, Rejection};
 pub use model::partition::{GpuMode, PartitionSpec, Slice, SliceBind, SliceRequest};
 pub use model::scheduler::SchedulerSettings;
-pub use model::state::{ClusterState, gpu_fits};
+pub use model::state::ClusterState;
 pub use model::tenant::{Quota, TenantRecord};
 pub use storage::engine::{KvEngine, SledEngine, Space};
 pub use storage::error::OpenError;
@@ -37,6 +38,8 @@ pub use storage::store::{DATA_FORMAT_VERSION, DataDir, open};
 
 /// Raft node ids are small integers chosen by the operator (`--node-id`).
 pub type NodeId = u64;
+/// Job ids, assigned by `apply` in submission order (shown to people as `j-42`).
+pub type JobId = u64;
 
 openraft::declare_raft_types!(
     /// The openraft type configuration of gpumesh.

@@ -8,16 +8,16 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::NodeId;
 use crate::model::alert::{AlertRule, Remediation, Severity};
 use crate::model::audit::RequestMeta;
 use crate::model::auth::TokenRecord;
 use crate::model::energy::EnergyReport;
-use crate::model::job::{JobId, JobSpec, Outcome};
+use crate::model::job::{JobSpec, Outcome};
 use crate::model::node::{EdgeTerms, Inventory, NodeStatus};
 use crate::model::partition::{PartitionSpec, SliceBind};
 use crate::model::scheduler::SchedulerSettings;
 use crate::model::tenant::TenantRecord;
+use crate::{JobId, NodeId};
 
 /// One replicated log record. `proposed_at_ms` is stamped by the proposer (the leader); apply
 /// uses it as "now" and never reads a clock.
@@ -246,78 +246,6 @@ pub struct Preempt {
     pub job: JobId,
     pub generation: u64,
     pub for_job: JobId,
-}
-
-/// What applying one entry produced. A rejection is a normal, replicated outcome: every replica
-/// rejects the same entry the same way.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "result", rename_all = "snake_case")]
-pub enum ApplyResult {
-    Ok,
-    JobSubmitted {
-        job: JobId,
-        existing: bool,
-    },
-    /// Per bind of a batch: the jobs bound, and the ones refused with why.
-    Bound {
-        bound: Vec<JobId>,
-        rejected: Vec<(JobId, String)>,
-    },
-    Rejected {
-        reason: Rejection,
-    },
-    /// The alert a `RaiseAlert` opened, or the open one it matched (`existing`).
-    AlertRaised {
-        alert: u64,
-        existing: bool,
-    },
-    /// The alert a `ResolveAlert` closed (a resolve of no open alert is plain `Ok`).
-    AlertResolved {
-        alert: u64,
-    },
-    /// Per preemption of a batch: the jobs asked to stop, and the ones refused with why.
-    Preempted {
-        preempted: Vec<JobId>,
-        rejected: Vec<(JobId, String)>,
-    },
-    /// A `Batch`'s results, one per entry, in order.
-    Batch {
-        results: Vec<ApplyResult>,
-    },
-}
-
-/// Why `apply` refused a command.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum Rejection {
-    #[error("node {node} is not registered")]
-    UnknownNode { node: NodeId },
-    #[error("invalid argument: {message}")]
-    Invalid { message: String },
-    #[error("job j-{job} does not exist")]
-    UnknownJob { job: JobId },
-    #[error("job j-{job} already finished ({state})")]
-    JobFinished {
-        job: JobId,
-        state: crate::model::job::JobState,
-    },
-    #[error("idempotency key {key:?} already created job j-{job} with a different spec")]
-    IdempotencyConflict { key: String, job: JobId },
-    #[error("permission denied: {message}")]
-    PermissionDenied { message: String },
-    #[error("tenant {name} does not exist")]
-    UnknownTenant { name: String },
-    #[error("token {id} does not exist")]
-    UnknownToken { id: String },
-    #[error(
-        "report for job j-{job} generation {generation} is stale (current generation {current}, {state})"
-    )]
-    Stale {
-        job: JobId,
-        generation: u64,
-        current: u64,
-        state: crate::model::job::JobState,
-    },
 }
 
 impl fmt::Display for LogEntry {

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::NodeId;
 
-pub type JobId = u64;
+pub use crate::JobId;
 
 /// The tenant of every job until tenants exist.
 pub const DEFAULT_TENANT: &str = "default";

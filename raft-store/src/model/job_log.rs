@@ -11,7 +11,7 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::model::job::JobId;
+use crate::JobId;
 use crate::model::state::ClusterState;
 
 /// Changes kept: a reader more than this many behind rebuilds from the state.

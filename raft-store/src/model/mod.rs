@@ -2,6 +2,7 @@
 //! domain's records and rules. Pure: no I/O, no clock, nothing of openraft's storage.
 
 pub mod alert;
+mod apply;
 pub mod audit;
 pub mod auth;
 pub mod cert;
@@ -12,6 +13,7 @@ pub mod job;
 pub mod job_log;
 pub mod mig;
 pub mod node;
+pub(crate) mod outcome;
 pub mod partition;
 pub mod scheduler;
 pub mod slice_fit;

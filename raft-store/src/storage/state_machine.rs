@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use crate::failpoint;
-use crate::model::command::ApplyResult;
+use crate::model::outcome::ApplyResult;
 use crate::model::state::ClusterState;
 use crate::storage::snapshot_file::{SnapshotFile, SnapshotFileError, SnapshotMeta};
 use crate::storage::snapshot_gate::SnapshotGate;
