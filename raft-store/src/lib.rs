@@ -11,10 +11,18 @@ mod model;
 mod storage;
 
 pub use model::{
-    alert, audit, auth, cert, digest, energy, job, job_log, mig, node, partition, scheduler,
-    slice_fit, tenant, validate,
+    alert, audit, auth, cert, digest, energy, job, mig, node, partition, scheduler, slice_fit,
+    tenant, validate,
 };
 pub use storage::backup;
+
+/// Which jobs lately changed state (`JobLog`, part of every copy of the state), and `KeptIndex`,
+/// a reader's index kept up to date from it. Two modules inside (the log sits below
+/// `ClusterState`, the index above it); one path outside.
+pub mod job_log {
+    pub use crate::model::job_log::*;
+    pub use crate::model::kept_index::KeptIndex;
+}
 
 pub use model::alert::{Alert, AlertRule};
 pub use model::audit::{AuditEntry, RequestMeta};
@@ -32,9 +40,10 @@ pub use model::state::ClusterState;
 pub use model::tenant::{Quota, TenantRecord};
 pub use storage::engine::{KvEngine, SledEngine, Space};
 pub use storage::error::OpenError;
+pub use storage::format::DATA_FORMAT_VERSION;
 pub use storage::log_store::LogStore;
 pub use storage::state_machine::{StateMachineStore, StateReader};
-pub use storage::store::{DATA_FORMAT_VERSION, DataDir, open};
+pub use storage::store::{DataDir, open};
 
 /// Raft node ids are small integers chosen by the operator (`--node-id`).
 pub type NodeId = u64;

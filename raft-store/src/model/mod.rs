@@ -11,6 +11,7 @@ pub mod digest;
 pub mod energy;
 pub mod job;
 pub mod job_log;
+pub mod kept_index;
 pub mod mig;
 pub mod node;
 pub(crate) mod outcome;

@@ -13,7 +13,7 @@ use sha2::{Digest, Sha256};
 
 use crate::model::state::ClusterState;
 use crate::storage::error::OpenError;
-use crate::storage::state_machine::MachineData;
+use crate::storage::state_machine::{MachineData, StateReader};
 use crate::{LogId, NodeId};
 
 /// The first field of every backup: what sets a backup apart from any other file.
@@ -92,6 +92,16 @@ pub fn encode(
     out.push(b'\n');
     out.extend_from_slice(&payload);
     out
+}
+
+impl StateReader {
+    /// A backup of the applied state (`encode`), read at one index under the lock.
+    pub fn backup(&self, cluster_id: &str, created_at_ms: u64) -> (u64, Vec<u8>) {
+        self.read_applied(|applied, state| {
+            let (index, term) = applied.map_or((0, 0), |l| (l.index, l.leader_id.term));
+            (index, encode(state, cluster_id, index, term, created_at_ms))
+        })
+    }
 }
 
 /// Read and verify a backup: a foreign, newer, truncated or corrupt file is refused with why.

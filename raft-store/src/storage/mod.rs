@@ -4,6 +4,7 @@
 pub mod backup;
 pub(crate) mod engine;
 pub(crate) mod error;
+pub(crate) mod format;
 mod log_flush;
 pub(crate) mod log_store;
 mod snapshot_file;

@@ -1,22 +1,18 @@
 //! Opening a data directory: lock it, check its format version, open the engine and the stores.
 //!
-//! Layout: `LOCK` (held while the agent runs), `FORMAT` (`gpumesh-data <version>`), `raft/`
-//! (sled: vote, log, committed), `snapshot` (the latest state-machine snapshot).
+//! Layout: `LOCK` (held while the agent runs), `FORMAT` (`gpumesh-data <version>`, `format.rs`),
+//! `raft/` (sled: vote, log, committed), `snapshot` (the latest state-machine snapshot).
 
 use std::fs::{self, File, TryLockError};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::storage::engine::SledEngine;
 use crate::storage::error::OpenError;
+use crate::storage::format::{DATA_FORMAT_VERSION, check_format, corrupt};
 use crate::storage::log_store::LogStore;
 use crate::storage::snapshot_file::{SnapshotFile, SnapshotFileError};
 use crate::storage::state_machine::StateMachineStore;
-
-/// The on-disk format this binary writes and the newest it reads.
-pub const DATA_FORMAT_VERSION: u32 = 1;
-const FORMAT_MAGIC: &str = "gpumesh-data";
 
 /// An open, exclusively locked data directory. Dropping it releases the lock.
 #[derive(Debug)]
@@ -72,55 +68,4 @@ pub fn open(dir: &Path) -> Result<(DataDir, LogStore, StateMachineStore), OpenEr
         log,
         sm,
     ))
-}
-
-/// A new directory gets a FORMAT file; an existing one must carry a version we understand.
-fn check_format(dir: &Path) -> Result<(), OpenError> {
-    let format_path = dir.join("FORMAT");
-    let has_data = dir.join("raft").exists() || dir.join("snapshot").exists();
-    match fs::read_to_string(&format_path) {
-        Ok(text) => {
-            let found = text
-                .trim()
-                .strip_prefix(FORMAT_MAGIC)
-                .and_then(|v| v.trim().parse::<u32>().ok())
-                .ok_or_else(|| corrupt(dir, format!("FORMAT file holds {:?}", text.trim())))?;
-            if found > DATA_FORMAT_VERSION {
-                return Err(OpenError::FutureVersion {
-                    dir: dir.to_owned(),
-                    found,
-                    supported: DATA_FORMAT_VERSION,
-                });
-            }
-            Ok(())
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !has_data => {
-            let write = || -> std::io::Result<()> {
-                let mut f = File::create(&format_path)?;
-                writeln!(f, "{FORMAT_MAGIC} {DATA_FORMAT_VERSION}")?;
-                f.sync_all()?;
-                File::open(dir)?.sync_all()
-            };
-            write().map_err(|source| OpenError::Io {
-                dir: dir.to_owned(),
-                action: "write the FORMAT file",
-                source,
-            })
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            Err(corrupt(dir, "it holds data but no FORMAT file".into()))
-        }
-        Err(source) => Err(OpenError::Io {
-            dir: dir.to_owned(),
-            action: "read the FORMAT file",
-            source,
-        }),
-    }
-}
-
-fn corrupt(dir: &Path, detail: String) -> OpenError {
-    OpenError::Corrupt {
-        dir: dir.to_owned(),
-        detail,
-    }
 }
