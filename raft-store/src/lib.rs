@@ -9,6 +9,8 @@
 pub mod failpoint;
 mod model;
 mod storage;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 
 pub use model::{
     alert, audit, auth, cert, digest, energy, job, mig, node, partition, scheduler, slice_fit,
