@@ -195,6 +195,13 @@ pub fn idempotency_key(key: &str) -> Result<(), String> {
 
 /// Everything a job spec must satisfy before it can be queued.
 pub fn job_spec(spec: &JobSpec) -> Result<(), String> {
+    process(spec)?;
+    placement(spec)?;
+    resource_limits(spec)
+}
+
+/// What the job runs: its name and tenant, command, environment and working directory.
+fn process(spec: &JobSpec) -> Result<(), String> {
     name("job name", &spec.name)?;
     name("tenant", &spec.tenant)?;
     let Some(program) = spec.command.first() else {
@@ -263,6 +270,12 @@ pub fn job_spec(spec: &JobSpec) -> Result<(), String> {
             ));
         }
     }
+    Ok(())
+}
+
+/// Where it may run: GPUs (whole, a gang's share per node, or one slice), their types, the
+/// node selector, and the vm kind's pass-through GPUs.
+fn placement(spec: &JobSpec) -> Result<(), String> {
     if spec.gpus > limits::GPUS {
         return Err(format!(
             "at most {} GPUs per job, asked for {}",
@@ -297,6 +310,11 @@ pub fn job_spec(spec: &JobSpec) -> Result<(), String> {
     if spec.kind == JobKind::Vm && (spec.gpus == 0 || spec.nodes > 1) {
         return Err("a vm job needs at least one pass-through GPU on one node".into());
     }
+    Ok(())
+}
+
+/// Its limits: attempts, wall time, CPU and memory.
+fn resource_limits(spec: &JobSpec) -> Result<(), String> {
     if spec.max_attempts == 0 || spec.max_attempts > limits::MAX_ATTEMPTS {
         return Err(format!("max attempts must be 1..={}", limits::MAX_ATTEMPTS));
     }

@@ -2,8 +2,8 @@
 //! most one live job), then the GPUs marked held and the job Bound with a new generation.
 
 use crate::model::command::Bind;
-use crate::model::job::{Binding, JobKind, JobState};
-use crate::model::node::gpu_fits;
+use crate::model::job::{Binding, Job, JobKind, JobState};
+use crate::model::node::{NodeRecord, gpu_fits};
 use crate::model::outcome::ApplyResult;
 use crate::model::partition::{GpuMode, Slice};
 use crate::model::state::ClusterState;
@@ -45,29 +45,7 @@ impl ClusterState {
     /// Whether `b` may be applied now: the P4 check. Every condition is re-checked here no
     /// matter what the scheduler believed.
     pub fn check_bind(&self, b: &Bind) -> Result<(), String> {
-        let job = self
-            .jobs
-            .get(&b.job)
-            .ok_or_else(|| format!("job j-{} does not exist", b.job))?;
-        if job.state != JobState::Pending {
-            return Err(format!("job j-{} is {}, not Pending", b.job, job.state));
-        }
-        let node = self
-            .nodes
-            .get(&b.node)
-            .ok_or_else(|| format!("node n{} is not registered", b.node))?;
-        if !node.accepts_work() {
-            return Err(format!("node n{} does not accept work", b.node));
-        }
-        let labels = node.effective_labels();
-        if let Some((k, v)) = job
-            .spec
-            .node_selector
-            .iter()
-            .find(|(k, v)| labels.get(*k) != Some(*v))
-        {
-            return Err(format!("node n{} does not have label {k}={v}", b.node));
-        }
+        let (job, node) = self.placement_target(b.job, b.node)?;
         if job.spec.slice.is_some() {
             return Err(format!(
                 "job j-{} asks for a GPU slice: it is bound with BindSlices",
@@ -91,45 +69,42 @@ impl ClusterState {
             if !seen.insert(index) {
                 return Err(format!("GPU {index} appears twice"));
             }
-            let gpu = node
-                .gpu(index)
-                .ok_or_else(|| format!("node n{} has no GPU {index}", b.node))?;
-            if !gpu.healthy {
-                return Err(format!("GPU n{}/{index} is unhealthy", b.node));
-            }
-            if let Some(rule) = node.quarantined.get(&index) {
-                return Err(format!("GPU n{}/{index} is quarantined ({rule})", b.node));
-            }
-            if let Some(holder) = node.allocations.get(&index) {
-                return Err(format!("GPU n{}/{index} is held by j-{holder}", b.node));
-            }
-            if node.gpu_busy(index) {
-                return Err(format!("GPU n{}/{index} has slices in use", b.node));
-            }
-            if node.draining(index) {
-                return Err(format!(
-                    "GPU n{}/{index} is draining for a partition change",
-                    b.node
-                ));
-            }
-            let mode = node.mode(index);
-            if mode != wanted_mode {
-                return Err(format!(
-                    "GPU n{}/{index} is in {} mode; j-{} needs a {} GPU",
-                    b.node,
-                    mode.name(),
-                    b.job,
-                    wanted_mode.name()
-                ));
-            }
-            if !gpu_fits(gpu, &job.spec) {
-                return Err(format!(
-                    "GPU n{}/{index} ({}) does not match the job's selector",
-                    b.node, gpu.model
-                ));
-            }
+            check_gpu_free(b, node, index, wanted_mode, job)?;
         }
         Ok(())
+    }
+
+    /// The common ground of every placement (`check_bind`, `check_slice_bind`): `job` exists
+    /// and is Pending, `node` is registered, accepts work and has every label the job selects.
+    pub(crate) fn placement_target(
+        &self,
+        job: JobId,
+        node: NodeId,
+    ) -> Result<(&Job, &NodeRecord), String> {
+        let j = self
+            .jobs
+            .get(&job)
+            .ok_or_else(|| format!("job j-{job} does not exist"))?;
+        if j.state != JobState::Pending {
+            return Err(format!("job j-{job} is {}, not Pending", j.state));
+        }
+        let n = self
+            .nodes
+            .get(&node)
+            .ok_or_else(|| format!("node n{node} is not registered"))?;
+        if !n.accepts_work() {
+            return Err(format!("node n{node} does not accept work"));
+        }
+        let labels = n.effective_labels();
+        if let Some((k, v)) = j
+            .spec
+            .node_selector
+            .iter()
+            .find(|(k, v)| labels.get(*k) != Some(*v))
+        {
+            return Err(format!("node n{node} does not have label {k}={v}"));
+        }
+        Ok((j, n))
     }
 
     pub(crate) fn bind(&mut self, b: &Bind, now: u64) {
@@ -172,4 +147,54 @@ impl ClusterState {
             job.gang_done.clear();
         }
     }
+}
+
+/// Whether GPU `index` of `node` may go whole to `job` (as bind `b` asks): present, healthy, not quarantined, held
+/// by nobody (whole or sliced), not draining, in the mode the job's kind needs, and matching its
+/// selector.
+fn check_gpu_free(
+    b: &Bind,
+    node: &NodeRecord,
+    index: u32,
+    wanted_mode: GpuMode,
+    job: &Job,
+) -> Result<(), String> {
+    let gpu = node
+        .gpu(index)
+        .ok_or_else(|| format!("node n{} has no GPU {index}", b.node))?;
+    if !gpu.healthy {
+        return Err(format!("GPU n{}/{index} is unhealthy", b.node));
+    }
+    if let Some(rule) = node.quarantined.get(&index) {
+        return Err(format!("GPU n{}/{index} is quarantined ({rule})", b.node));
+    }
+    if let Some(holder) = node.allocations.get(&index) {
+        return Err(format!("GPU n{}/{index} is held by j-{holder}", b.node));
+    }
+    if node.gpu_busy(index) {
+        return Err(format!("GPU n{}/{index} has slices in use", b.node));
+    }
+    if node.draining(index) {
+        return Err(format!(
+            "GPU n{}/{index} is draining for a partition change",
+            b.node
+        ));
+    }
+    let mode = node.mode(index);
+    if mode != wanted_mode {
+        return Err(format!(
+            "GPU n{}/{index} is in {} mode; j-{} needs a {} GPU",
+            b.node,
+            mode.name(),
+            b.job,
+            wanted_mode.name()
+        ));
+    }
+    if !gpu_fits(gpu, &job.spec) {
+        return Err(format!(
+            "GPU n{}/{index} ({}) does not match the job's selector",
+            b.node, gpu.model
+        ));
+    }
+    Ok(())
 }

@@ -2,9 +2,8 @@
 //! its drain; never stopping a job), slice placements re-checked, and slices given back when a
 //! run ends.
 
-use crate::model::job::JobState;
 use crate::model::mig::{self, Instance};
-use crate::model::node::GpuRecord;
+use crate::model::node::{GpuRecord, NodeRecord};
 use crate::model::outcome::{ApplyResult, Rejection, invalid};
 use crate::model::partition::{
     FULL_SHARE, GpuMode, GpuPartition, PartitionSpec, Slice, SliceBind, SliceRequest,
@@ -60,29 +59,7 @@ impl ClusterState {
     /// Whether `b` may be applied now: the slice's GPU is in the right mode, the MIG
     /// instance is in the layout and free, or the share fits what is left.
     pub fn check_slice_bind(&self, b: &SliceBind) -> Result<(), String> {
-        let job = self
-            .jobs
-            .get(&b.job)
-            .ok_or_else(|| format!("job j-{} does not exist", b.job))?;
-        if job.state != JobState::Pending {
-            return Err(format!("job j-{} is {}, not Pending", b.job, job.state));
-        }
-        let node = self
-            .nodes
-            .get(&b.node)
-            .ok_or_else(|| format!("node n{} is not registered", b.node))?;
-        if !node.accepts_work() {
-            return Err(format!("node n{} does not accept work", b.node));
-        }
-        let labels = node.effective_labels();
-        if let Some((k, v)) = job
-            .spec
-            .node_selector
-            .iter()
-            .find(|(k, v)| labels.get(*k) != Some(*v))
-        {
-            return Err(format!("node n{} does not have label {k}={v}", b.node));
-        }
+        let (job, node) = self.placement_target(b.job, b.node)?;
         let g = node
             .gpu(b.gpu)
             .ok_or_else(|| format!("node n{} has no GPU {}", b.node, b.gpu))?;
@@ -144,22 +121,7 @@ impl ClusterState {
                         b.job
                     ));
                 }
-                let (used_mem, used_share) = node.shared_used(b.gpu);
-                if used_mem + m > g.memory_mib {
-                    return Err(format!(
-                        "{at} has {} MiB of {} MiB left, j-{} needs {m} MiB",
-                        g.memory_mib.saturating_sub(used_mem),
-                        g.memory_mib,
-                        b.job
-                    ));
-                }
-                if used_share + s > FULL_SHARE {
-                    return Err(format!(
-                        "{at} has {}% of its compute left, j-{} needs {s}%",
-                        FULL_SHARE - used_share.min(FULL_SHARE),
-                        b.job
-                    ));
-                }
+                check_share_left(b, node, g, &at, *m, *s)?;
             }
             _ => {
                 return Err(format!(
@@ -236,4 +198,32 @@ fn validate_partition(gpu: &GpuRecord, p: &PartitionSpec) -> Result<(), String> 
         )),
         _ => Ok(()),
     }
+}
+
+/// Whether a shared slice of `m` MiB and `s`% fits what the other slices leave of GPU `g`.
+fn check_share_left(
+    b: &SliceBind,
+    node: &NodeRecord,
+    g: &GpuRecord,
+    at: &str,
+    m: u64,
+    s: u32,
+) -> Result<(), String> {
+    let (used_mem, used_share) = node.shared_used(b.gpu);
+    if used_mem + m > g.memory_mib {
+        return Err(format!(
+            "{at} has {} MiB of {} MiB left, j-{} needs {m} MiB",
+            g.memory_mib.saturating_sub(used_mem),
+            g.memory_mib,
+            b.job
+        ));
+    }
+    if used_share + s > FULL_SHARE {
+        return Err(format!(
+            "{at} has {}% of its compute left, j-{} needs {s}%",
+            FULL_SHARE - used_share.min(FULL_SHARE),
+            b.job
+        ));
+    }
+    Ok(())
 }
