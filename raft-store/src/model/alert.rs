@@ -2,9 +2,9 @@
 //! ones, the config file's, and operators' replicated overrides by name), the alerts raised and
 //! resolved through Raft, and the remediation a rule asks for.
 //!
-//! Agents raise and resolve; `apply` deduplicates (one open alert per rule and GPU) and carries
-//! out the replicated part of a remediation (quarantine, migration). Telemetry never enters the
-//! log: only the verdicts do.
+//! Agents raise and resolve; `apply` (`apply/alerts.rs`) deduplicates (one open alert per rule
+//! and GPU) and carries out the replicated part of a remediation (quarantine, migration).
+//! Telemetry never enters the log: only the verdicts do.
 
 use std::fmt;
 

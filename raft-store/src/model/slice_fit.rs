@@ -1,5 +1,5 @@
 //! Whether a slice request could ever be placed on the GPUs the cluster has: the inventory
-//! check at submission (the API edge), beside the context-free `partition::validate_request`.
+//! check at submission (the API edge), beside the context-free `validate::slice_request`.
 //!
 //! A request no GPU of the requested type (any type when none is asked for) can hold would
 //! wait forever, so it is refused with the reason. A cluster with no such GPU at all is not

@@ -68,15 +68,7 @@ impl ClusterState {
         node: NodeId,
         now: u64,
     ) -> Result<ApplyResult, Rejection> {
-        let j = self.jobs.get(&job).ok_or(Rejection::UnknownJob { job })?;
-        if !j.state.is_live() || j.generation != generation {
-            return Err(Rejection::Stale {
-                job,
-                generation,
-                current: j.generation,
-                state: j.state,
-            });
-        }
+        let j = self.live_run(job, generation)?;
         if j.gang.is_empty() || !j.on_node(node) {
             return Err(invalid(format!(
                 "job j-{job} has no gang member on node n{node}"

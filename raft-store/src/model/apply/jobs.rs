@@ -114,13 +114,9 @@ impl ClusterState {
         }
     }
 
-    pub(crate) fn finished(
-        &mut self,
-        job: JobId,
-        generation: u64,
-        outcome: &Outcome,
-        now: u64,
-    ) -> Result<ApplyResult, Rejection> {
+    /// Job `job`, if run `generation` of it is the live one: a report about any other run (an
+    /// earlier placement, or one that already ended) is stale.
+    pub(crate) fn live_run(&self, job: JobId, generation: u64) -> Result<&Job, Rejection> {
         let j = self.jobs.get(&job).ok_or(Rejection::UnknownJob { job })?;
         if !j.state.is_live() || j.generation != generation {
             return Err(Rejection::Stale {
@@ -130,6 +126,17 @@ impl ClusterState {
                 state: j.state,
             });
         }
+        Ok(j)
+    }
+
+    pub(crate) fn finished(
+        &mut self,
+        job: JobId,
+        generation: u64,
+        outcome: &Outcome,
+        now: u64,
+    ) -> Result<ApplyResult, Rejection> {
+        let j = self.live_run(job, generation)?;
         // GPU time of this run, bind to end, by GPU type, in whole-GPU units (a slice counts
         // its fraction: MIG compute slices / 7, a share / 100).
         let held_ms = now.saturating_sub(j.bound_at_ms.unwrap_or(now));
