@@ -6,53 +6,51 @@
 
 #![allow(clippy::result_large_err)] // openraft's StorageError is large by design.
 
-pub mod alert;
-pub mod audit;
-pub mod auth;
-pub mod backup;
-pub mod cert;
-mod command;
-pub mod digest;
-pub mod energy;
-mod engine;
-mod error;
 pub mod failpoint;
-pub mod job;
-pub mod job_log;
-mod log_flush;
-mod log_store;
-pub mod mig;
-pub mod node;
-pub mod partition;
-pub mod scheduler;
-pub mod slice_fit;
-mod snapshot_file;
-mod snapshot_gate;
-mod state;
-mod state_machine;
-mod store;
-pub mod tenant;
-pub mod validate;
+mod model;
+mod storage;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 
-pub use alert::{Alert, AlertRule};
-pub use audit::{AuditEntry, RequestMeta};
-pub use auth::{Grant, Role, TokenRecord};
-pub use cert::CertRecord;
-pub use command::{ApplyResult, Bind, Command, LogEntry, PROTOCOL_2, Preempt, Rejection};
-pub use engine::{KvEngine, SledEngine, Space};
-pub use error::OpenError;
-pub use job::{Binding, DEFAULT_TENANT, Job, JobId, JobKind, JobSpec, JobState, Outcome, job_name};
-pub use log_store::LogStore;
-pub use node::{EdgeTerms, GpuRecord, Inventory, NodeRecord, NodeStatus, SITE_LABEL};
-pub use partition::{GpuMode, PartitionSpec, Slice, SliceBind, SliceRequest};
-pub use scheduler::SchedulerSettings;
-pub use state::{ClusterState, gpu_fits};
-pub use state_machine::{StateMachineStore, StateReader};
-pub use store::{DATA_FORMAT_VERSION, DataDir, open};
-pub use tenant::{Quota, TenantRecord};
+pub use model::{
+    alert, audit, auth, cert, digest, energy, job, mig, node, partition, scheduler, slice_fit,
+    tenant, validate,
+};
+pub use storage::backup;
+
+/// Which jobs lately changed state (`JobLog`, part of every copy of the state), and `KeptIndex`,
+/// a reader's index kept up to date from it. Two modules inside (the log sits below
+/// `ClusterState`, the index above it); one path outside.
+pub mod job_log {
+    pub use crate::model::job_log::*;
+    pub use crate::model::kept_index::KeptIndex;
+}
+
+pub use model::alert::{Alert, AlertRule};
+pub use model::audit::{AuditEntry, RequestMeta};
+pub use model::auth::{Grant, Role, TokenRecord};
+pub use model::cert::CertRecord;
+pub use model::command::{Bind, Command, LogEntry, PROTOCOL_2, Preempt};
+pub use model::job::{Binding, DEFAULT_TENANT, Job, JobKind, JobSpec, JobState, Outcome, job_name};
+pub use model::node::{
+    EdgeTerms, GpuRecord, Inventory, NodeRecord, NodeStatus, SITE_LABEL, gpu_fits,
+};
+pub use model::outcome::{ApplyResult, Rejection};
+pub use model::partition::{GpuMode, PartitionSpec, Slice, SliceBind, SliceRequest};
+pub use model::scheduler::SchedulerSettings;
+pub use model::state::ClusterState;
+pub use model::tenant::{Quota, TenantRecord};
+pub use storage::engine::{KvEngine, SledEngine, Space};
+pub use storage::error::OpenError;
+pub use storage::format::DATA_FORMAT_VERSION;
+pub use storage::log_store::LogStore;
+pub use storage::state_machine::{StateMachineStore, StateReader};
+pub use storage::store::{DataDir, open};
 
 /// Raft node ids are small integers chosen by the operator (`--node-id`).
 pub type NodeId = u64;
+/// Job ids, assigned by `apply` in submission order (shown to people as `j-42`).
+pub type JobId = u64;
 
 openraft::declare_raft_types!(
     /// The openraft type configuration of gpumesh.

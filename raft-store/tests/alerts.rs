@@ -3,55 +3,22 @@
 //! returns the GPU to service only when no other quarantining alert holds it, and bad rules
 //! are refused with nothing changed.
 
-use std::collections::BTreeMap;
-
 use gpu_raft_store::alert::{
     AlertRule, Condition, KEEP_RESOLVED, Metric, Number, Remediation, Severity, effective_rules,
 };
+use gpu_raft_store::testing::{at, register};
 use gpu_raft_store::{
-    ApplyResult, Bind, ClusterState, Command, GpuRecord, Inventory, JobSpec, JobState, LogEntry,
-    Outcome,
+    ApplyResult, Bind, ClusterState, Command, GpuRecord, JobSpec, JobState, Outcome,
 };
 
-fn at(ms: u64, cmd: Command) -> LogEntry {
-    LogEntry {
-        proposed_at_ms: ms,
-        cmd,
-        meta: None,
-    }
-}
-
 fn gpu(index: u32) -> GpuRecord {
-    GpuRecord {
-        index,
-        uuid: format!("GPU-{index}"),
-        model: "A100-80GB".into(),
-        gpu_type: "A100".into(),
-        memory_mib: 81_920,
-        numa_node: None,
-        nvlink_peers: vec![],
-        healthy: true,
-    }
+    gpu_raft_store::testing::gpu(index, "A100-80GB", "A100", 81_920)
 }
 
 /// Node 1 with two GPUs and job 1 running on GPU 0.
 fn cluster() -> ClusterState {
     let mut s = ClusterState::new();
-    s.apply(&at(
-        1,
-        Command::RegisterNode {
-            node: 1,
-            addr: "127.0.0.1:7001".into(),
-            labels: BTreeMap::new(),
-            inventory: Inventory {
-                gpus: vec![gpu(0), gpu(1)],
-                cpu_cores: 8,
-                memory_mib: 65_536,
-            },
-            edge: None,
-            protocol: 1,
-        },
-    ));
+    s.apply(&at(1, register(1, vec![gpu(0), gpu(1)])));
     let spec: JobSpec = serde_json::from_value(serde_json::json!({
         "name": "train", "command": ["true"], "gpus": 1, "max_attempts": 1
     }))

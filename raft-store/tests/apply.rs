@@ -4,79 +4,16 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use gpu_raft_store::testing::{at, register, spec, submit};
 use gpu_raft_store::{
-    ApplyResult, Bind, ClusterState, Command, GpuRecord, Inventory, JobSpec, JobState, LogEntry,
-    NodeStatus, Outcome, Rejection, RequestMeta, Role, TokenRecord, audit,
+    ApplyResult, Bind, ClusterState, Command, GpuRecord, JobSpec, JobState, LogEntry, NodeStatus,
+    Outcome, Rejection, RequestMeta, Role, SchedulerSettings, TokenRecord, audit, scheduler,
 };
 use proptest::prelude::*;
 
-fn at(ms: u64, cmd: Command) -> LogEntry {
-    LogEntry {
-        proposed_at_ms: ms,
-        cmd,
-        meta: None,
-    }
-}
-
+/// A test GPU of `gpu_type` (model `<type>-test`).
 fn gpu(index: u32, gpu_type: &str, memory_mib: u64) -> GpuRecord {
-    GpuRecord {
-        index,
-        uuid: format!("GPU-{index}"),
-        model: format!("{gpu_type}-test"),
-        gpu_type: gpu_type.into(),
-        memory_mib,
-        numa_node: None,
-        nvlink_peers: vec![],
-        healthy: true,
-    }
-}
-
-fn register(node: u64, gpus: Vec<GpuRecord>) -> Command {
-    Command::RegisterNode {
-        node,
-        addr: format!("127.0.0.1:{}", 7000 + node),
-        labels: BTreeMap::new(),
-        inventory: Inventory {
-            gpus,
-            cpu_cores: 8,
-            memory_mib: 65536,
-        },
-        edge: None,
-        protocol: 1,
-    }
-}
-
-fn spec(gpus: u32) -> JobSpec {
-    JobSpec {
-        name: "job".into(),
-        tenant: "default".into(),
-        command: vec!["true".into()],
-        env: BTreeMap::new(),
-        workdir: None,
-        gpus,
-        gpu_types: Vec::new(),
-        min_gpu_memory_mib: 0,
-        node_selector: BTreeMap::new(),
-        priority: 0,
-        runtime_estimate_s: None,
-        wall_time_limit_s: None,
-        max_attempts: 2,
-        cpu_millis: None,
-        memory_mib: None,
-        nodes: 0,
-        slice: None,
-        kind: Default::default(),
-    }
-}
-
-fn submit(s: &mut ClusterState, spec: JobSpec, key: Option<&str>) -> ApplyResult {
-    s.apply(&at(
-        1,
-        Command::SubmitJob {
-            spec,
-            idempotency_key: key.map(Into::into),
-        },
-    ))
+    gpu_raft_store::testing::gpu(index, &format!("{gpu_type}-test"), gpu_type, memory_mib)
 }
 
 fn cluster() -> ClusterState {
@@ -884,4 +821,55 @@ fn edge_terms_do_not_change_under_running_jobs() {
         s.apply(&at(4, register_at(4, "edge-1", Some(terms)))),
         ApplyResult::Ok
     );
+}
+
+fn set_policy(s: &mut ClusterState, settings: SchedulerSettings) -> ApplyResult {
+    s.apply(&at(1, Command::SetSchedulerPolicy { settings }))
+}
+
+#[test]
+fn apply_sets_valid_settings_and_refuses_bad_ones_untouched() {
+    let mut s = ClusterState::new();
+    assert_eq!(s.scheduler, SchedulerSettings::default());
+    let good = SchedulerSettings {
+        ordering: scheduler::Ordering::Sjf,
+        backfill: scheduler::Backfill::Easy,
+        aging_per_hour: 5,
+        fairshare_weight: 0,
+        usage_half_life_s: 3600,
+        preemption: scheduler::Preemption::Reclaim,
+    };
+    assert_eq!(set_policy(&mut s, good.clone()), ApplyResult::Ok);
+    assert_eq!(s.scheduler, good);
+    for bad in [
+        SchedulerSettings {
+            usage_half_life_s: 0,
+            ..good.clone()
+        },
+        SchedulerSettings {
+            usage_half_life_s: 400 * 86_400,
+            ..good.clone()
+        },
+        SchedulerSettings {
+            aging_per_hour: scheduler::MAX_POINTS + 1,
+            ..good.clone()
+        },
+        SchedulerSettings {
+            fairshare_weight: u32::MAX,
+            ..good.clone()
+        },
+    ] {
+        let before = s.clone();
+        let result = set_policy(&mut s, bad.clone());
+        assert!(
+            matches!(
+                result,
+                ApplyResult::Rejected {
+                    reason: Rejection::Invalid { .. }
+                }
+            ),
+            "{bad:?}: {result:?}"
+        );
+        assert_eq!(s, before, "a rejected policy must change nothing");
+    }
 }

@@ -2,36 +2,16 @@
 //! store called durable; the parent `kill -9`s it at random moments, reopens the directory and
 //! checks that every reported append is present, unchanged, with no hole in the log.
 
-use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command as Process, Stdio};
 use std::time::Duration;
 
-use gpu_raft_store::{Command, Entry, LogEntry};
+use gpu_raft_store::testing::register_entry as entry;
 use openraft::storage::{RaftLogStorage, RaftLogStorageExt};
-use openraft::{CommittedLeaderId, EntryPayload, LogId, RaftLogReader, Vote};
+use openraft::{RaftLogReader, Vote};
 use rand::{Rng, SeedableRng};
 
 const CHILD_DIR_ENV: &str = "GPUMESH_CRASH_CHILD_DIR";
-
-fn entry(index: u64) -> Entry {
-    let cmd = Command::RegisterNode {
-        node: index,
-        addr: format!("h{index}:1"),
-        labels: BTreeMap::new(),
-        inventory: Default::default(),
-        edge: None,
-        protocol: 1,
-    };
-    Entry {
-        log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
-        payload: EntryPayload::Normal(LogEntry {
-            proposed_at_ms: index,
-            cmd,
-            meta: None,
-        }),
-    }
-}
 
 /// The writer half. Runs only when the parent test re-executes this binary with the env var set.
 #[tokio::test]

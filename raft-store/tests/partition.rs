@@ -3,35 +3,19 @@
 //! stopping a job), pass-through GPUs only for `vm` jobs, and the over-commit invariants under
 //! random command mixes.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use gpu_raft_store::mig::{self, Instance};
 use gpu_raft_store::partition::FULL_SHARE;
+use gpu_raft_store::testing::{self, gpu};
 use gpu_raft_store::{
-    ApplyResult, Bind, ClusterState, Command, GpuMode, GpuRecord, Inventory, JobKind, JobSpec,
-    JobState, LogEntry, Outcome, PartitionSpec, Rejection, Slice, SliceBind, SliceRequest,
+    ApplyResult, Bind, ClusterState, Command, GpuMode, JobKind, JobSpec, JobState, LogEntry,
+    Outcome, PartitionSpec, Rejection, Slice, SliceBind, SliceRequest,
 };
 use proptest::prelude::*;
 
 fn at(cmd: Command) -> LogEntry {
-    LogEntry {
-        proposed_at_ms: 1_000,
-        cmd,
-        meta: None,
-    }
-}
-
-fn gpu(index: u32, model: &str, gpu_type: &str, memory_mib: u64) -> GpuRecord {
-    GpuRecord {
-        index,
-        uuid: format!("GPU-{index}"),
-        model: model.into(),
-        gpu_type: gpu_type.into(),
-        memory_mib,
-        numa_node: None,
-        nvlink_peers: vec![],
-        healthy: true,
-    }
+    testing::at(1_000, cmd)
 }
 
 /// n1: two A100-80GB and a T4.
@@ -42,42 +26,16 @@ fn cluster() -> ClusterState {
         gpu(1, "A100-80GB", "A100", 81_920),
         gpu(2, "T4-16GB", "T4", 15_360),
     ];
-    let r = s.apply(&at(Command::RegisterNode {
-        node: 1,
-        addr: "127.0.0.1:7001".into(),
-        labels: BTreeMap::new(),
-        inventory: Inventory {
-            gpus,
-            cpu_cores: 8,
-            memory_mib: 65_536,
-        },
-        edge: None,
-        protocol: 1,
-    }));
+    let r = s.apply(&at(testing::register(1, gpus)));
     assert_eq!(r, ApplyResult::Ok);
     s
 }
 
 fn spec(gpus: u32, slice: Option<SliceRequest>) -> JobSpec {
     JobSpec {
-        name: "job".into(),
-        tenant: "default".into(),
-        command: vec!["true".into()],
-        env: BTreeMap::new(),
-        workdir: None,
-        gpus,
-        gpu_types: Vec::new(),
-        min_gpu_memory_mib: 0,
-        node_selector: BTreeMap::new(),
-        priority: 0,
-        runtime_estimate_s: None,
-        wall_time_limit_s: None,
         max_attempts: 1,
-        cpu_millis: None,
-        memory_mib: None,
-        nodes: 0,
         slice,
-        kind: JobKind::Process,
+        ..testing::spec(gpus)
     }
 }
 

@@ -1,9 +1,8 @@
 //! Durability across drop + reopen: vote, log, committed index, state machine and snapshot all
 //! come back exactly; bad directories are refused with a reason.
 
-use std::collections::BTreeMap;
-
-use gpu_raft_store::{ApplyResult, Command, Entry, LogEntry, OpenError};
+use gpu_raft_store::testing::register_entry as register;
+use gpu_raft_store::{ApplyResult, Entry, OpenError};
 use openraft::storage::{RaftLogStorage, RaftLogStorageExt, RaftStateMachine};
 use openraft::{
     CommittedLeaderId, EntryPayload, LogId, Membership, RaftLogReader, RaftSnapshotBuilder, Vote,
@@ -11,25 +10,6 @@ use openraft::{
 
 fn log_id(term: u64, index: u64) -> LogId<u64> {
     LogId::new(CommittedLeaderId::new(term, 1), index)
-}
-
-fn register(index: u64) -> Entry {
-    let cmd = Command::RegisterNode {
-        node: index,
-        addr: format!("h{index}:7070"),
-        labels: BTreeMap::new(),
-        inventory: Default::default(),
-        edge: None,
-        protocol: 1,
-    };
-    Entry {
-        log_id: log_id(1, index),
-        payload: EntryPayload::Normal(LogEntry {
-            proposed_at_ms: index,
-            cmd,
-            meta: None,
-        }),
-    }
 }
 
 fn membership(index: u64) -> Entry {

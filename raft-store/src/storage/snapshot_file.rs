@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::NodeId;
-use crate::store::DATA_FORMAT_VERSION;
+use crate::storage::format::DATA_FORMAT_VERSION;
 
 pub type SnapshotMeta = openraft::SnapshotMeta<NodeId, openraft::BasicNode>;
 

@@ -8,16 +8,16 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::NodeId;
-use crate::alert::{AlertRule, Remediation, Severity};
-use crate::audit::RequestMeta;
-use crate::auth::TokenRecord;
-use crate::energy::EnergyReport;
-use crate::job::{JobId, JobSpec, Outcome};
-use crate::node::{EdgeTerms, Inventory, NodeStatus};
-use crate::partition::{PartitionSpec, SliceBind};
-use crate::scheduler::SchedulerSettings;
-use crate::tenant::TenantRecord;
+use crate::model::alert::{AlertRule, Remediation, Severity};
+use crate::model::audit::RequestMeta;
+use crate::model::auth::TokenRecord;
+use crate::model::energy::EnergyReport;
+use crate::model::job::{JobSpec, Outcome};
+use crate::model::node::{EdgeTerms, Inventory, NodeStatus};
+use crate::model::partition::{PartitionSpec, SliceBind};
+use crate::model::scheduler::SchedulerSettings;
+use crate::model::tenant::TenantRecord;
+use crate::{JobId, NodeId};
 
 /// One replicated log record. `proposed_at_ms` is stamped by the proposer (the leader); apply
 /// uses it as "now" and never reads a clock.
@@ -50,8 +50,8 @@ pub enum Command {
         /// was announced). The leader uses encodings newer than 1 only once every member has
         /// announced them.
         #[serde(
-            default = "crate::node::first_protocol",
-            skip_serializing_if = "crate::node::is_first_protocol"
+            default = "crate::model::node::first_protocol",
+            skip_serializing_if = "crate::model::node::is_first_protocol"
         )]
         protocol: u32,
     },
@@ -119,7 +119,7 @@ pub enum Command {
     },
     /// A certificate the cluster CA just issued (for listing and revocation by serial).
     RecordCertificate {
-        cert: crate::cert::CertRecord,
+        cert: crate::model::cert::CertRecord,
     },
     /// Put a serial on the revocation list; agents refuse it from the next request on.
     RevokeCertificate {
@@ -246,78 +246,6 @@ pub struct Preempt {
     pub job: JobId,
     pub generation: u64,
     pub for_job: JobId,
-}
-
-/// What applying one entry produced. A rejection is a normal, replicated outcome: every replica
-/// rejects the same entry the same way.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "result", rename_all = "snake_case")]
-pub enum ApplyResult {
-    Ok,
-    JobSubmitted {
-        job: JobId,
-        existing: bool,
-    },
-    /// Per bind of a batch: the jobs bound, and the ones refused with why.
-    Bound {
-        bound: Vec<JobId>,
-        rejected: Vec<(JobId, String)>,
-    },
-    Rejected {
-        reason: Rejection,
-    },
-    /// The alert a `RaiseAlert` opened, or the open one it matched (`existing`).
-    AlertRaised {
-        alert: u64,
-        existing: bool,
-    },
-    /// The alert a `ResolveAlert` closed (a resolve of no open alert is plain `Ok`).
-    AlertResolved {
-        alert: u64,
-    },
-    /// Per preemption of a batch: the jobs asked to stop, and the ones refused with why.
-    Preempted {
-        preempted: Vec<JobId>,
-        rejected: Vec<(JobId, String)>,
-    },
-    /// A `Batch`'s results, one per entry, in order.
-    Batch {
-        results: Vec<ApplyResult>,
-    },
-}
-
-/// Why `apply` refused a command.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum Rejection {
-    #[error("node {node} is not registered")]
-    UnknownNode { node: NodeId },
-    #[error("invalid argument: {message}")]
-    Invalid { message: String },
-    #[error("job j-{job} does not exist")]
-    UnknownJob { job: JobId },
-    #[error("job j-{job} already finished ({state})")]
-    JobFinished {
-        job: JobId,
-        state: crate::job::JobState,
-    },
-    #[error("idempotency key {key:?} already created job j-{job} with a different spec")]
-    IdempotencyConflict { key: String, job: JobId },
-    #[error("permission denied: {message}")]
-    PermissionDenied { message: String },
-    #[error("tenant {name} does not exist")]
-    UnknownTenant { name: String },
-    #[error("token {id} does not exist")]
-    UnknownToken { id: String },
-    #[error(
-        "report for job j-{job} generation {generation} is stale (current generation {current}, {state})"
-    )]
-    Stale {
-        job: JobId,
-        generation: u64,
-        current: u64,
-        state: crate::job::JobState,
-    },
 }
 
 impl fmt::Display for LogEntry {
@@ -507,23 +435,23 @@ mod tests {
 
         let policy = entry(Command::SetSchedulerPolicy {
             settings: SchedulerSettings {
-                ordering: crate::scheduler::Ordering::Sjf,
-                backfill: crate::scheduler::Backfill::Easy,
+                ordering: crate::model::scheduler::Ordering::Sjf,
+                backfill: crate::model::scheduler::Backfill::Easy,
                 aging_per_hour: 1,
                 fairshare_weight: 10,
                 usage_half_life_s: 86_400,
-                preemption: crate::scheduler::Preemption::Off,
+                preemption: crate::model::scheduler::Preemption::Off,
             },
         });
         expect![[r#"{"proposed_at_ms":1700000000000,"cmd":{"type":"set_scheduler_policy","settings":{"ordering":"sjf","backfill":"easy","aging_per_hour":1,"fairshare_weight":10,"usage_half_life_s":86400}}}"#]]
             .assert_eq(&serde_json::to_string(&policy).unwrap_or_default());
 
         let tenant = entry(Command::CreateTenant {
-            tenant: crate::tenant::TenantRecord {
+            tenant: crate::model::tenant::TenantRecord {
                 name: "vision".into(),
                 quotas: BTreeMap::from([(
                     "A100".into(),
-                    crate::tenant::Quota {
+                    crate::model::tenant::Quota {
                         guaranteed: 4,
                         borrow: 2,
                     },
@@ -554,7 +482,7 @@ mod tests {
         expect![[r#"{"proposed_at_ms":1700000000000,"cmd":{"type":"gang_member_finished","job":4,"generation":1,"node":2}}"#]]
             .assert_eq(&serde_json::to_string(&member).unwrap_or_default());
         let update = entry(Command::UpdateTenant {
-            tenant: crate::tenant::TenantRecord {
+            tenant: crate::model::tenant::TenantRecord {
                 name: "a".into(),
                 quotas: BTreeMap::new(),
                 weight: 1,
@@ -578,7 +506,7 @@ mod tests {
 
     #[test]
     fn alert_encodings_are_frozen() {
-        use crate::alert::{Condition, Metric, Number};
+        use crate::model::alert::{Condition, Metric, Number};
         let rule = entry(Command::SetAlertRule {
             rule: AlertRule {
                 name: "hot".into(),
@@ -659,17 +587,17 @@ mod tests {
             })
         };
         let mig = sliced(
-            crate::partition::SliceRequest::Mig {
+            crate::model::partition::SliceRequest::Mig {
                 profile: "1g.10gb".into(),
             },
-            crate::job::JobKind::Process,
+            crate::model::job::JobKind::Process,
         );
         let vm = sliced(
-            crate::partition::SliceRequest::Shared {
+            crate::model::partition::SliceRequest::Shared {
                 memory_mib: 1024,
                 share: 25,
             },
-            crate::job::JobKind::Vm,
+            crate::model::job::JobKind::Vm,
         );
         let submit = [mig, vm]
             .iter()
@@ -700,8 +628,8 @@ mod tests {
 
     /// One of every command, with every collection non-empty.
     fn every_command() -> Vec<Command> {
-        use crate::job::{JobSpec, Outcome};
-        use crate::node::{GpuRecord, Inventory, NodeStatus};
+        use crate::model::job::{JobSpec, Outcome};
+        use crate::model::node::{GpuRecord, Inventory, NodeStatus};
         let spec = JobSpec {
             name: "train".into(),
             tenant: "t".into(),
@@ -798,10 +726,10 @@ mod tests {
                 reasons: vec![(7, "why".into())],
             },
             Command::CreateToken {
-                token: crate::auth::TokenRecord {
+                token: crate::model::auth::TokenRecord {
                     id: "t1".into(),
                     secret_sha256: "ab".repeat(32),
-                    role: crate::auth::Role::TenantAdmin,
+                    role: crate::model::auth::Role::TenantAdmin,
                     tenant: Some("a".into()),
                     description: "d".into(),
                     created_at_ms: 1,
@@ -811,7 +739,7 @@ mod tests {
             },
             Command::RevokeToken { id: "t1".into() },
             Command::RecordCertificate {
-                cert: crate::cert::CertRecord {
+                cert: crate::model::cert::CertRecord {
                     serial: "0a".into(),
                     subject: "node 2".into(),
                     not_after_ms: 9,
@@ -839,8 +767,8 @@ mod tests {
                 node: 1,
                 gpu: 0,
                 partition: PartitionSpec {
-                    mode: crate::partition::GpuMode::Mig,
-                    mig: vec![crate::mig::Instance {
+                    mode: crate::model::partition::GpuMode::Mig,
+                    mig: vec![crate::model::mig::Instance {
                         profile: "3g.40gb".into(),
                         start: 4,
                     }],
@@ -853,7 +781,7 @@ mod tests {
                         job: 7,
                         node: 1,
                         gpu: 0,
-                        slice: crate::partition::Slice::Mig {
+                        slice: crate::model::partition::Slice::Mig {
                             profile: "3g.40gb".into(),
                             start: 4,
                         },
@@ -862,7 +790,7 @@ mod tests {
                         job: 8,
                         node: 1,
                         gpu: 1,
-                        slice: crate::partition::Slice::Shared {
+                        slice: crate::model::partition::Slice::Shared {
                             memory_mib: 10_240,
                             share: 25,
                         },
@@ -877,9 +805,9 @@ mod tests {
                 }],
             },
             Command::CreateTenant {
-                tenant: crate::tenant::TenantRecord {
+                tenant: crate::model::tenant::TenantRecord {
                     name: "a".into(),
-                    quotas: BTreeMap::from([("T4".into(), crate::tenant::Quota::default())]),
+                    quotas: BTreeMap::from([("T4".into(), crate::model::tenant::Quota::default())]),
                     weight: 1,
                     default_priority: 0,
                     created_at_ms: 1,
@@ -887,7 +815,7 @@ mod tests {
                 },
             },
             Command::UpdateTenant {
-                tenant: crate::tenant::TenantRecord {
+                tenant: crate::model::tenant::TenantRecord {
                     name: "a".into(),
                     quotas: BTreeMap::new(),
                     weight: 3,
@@ -898,12 +826,12 @@ mod tests {
             },
             Command::SetSchedulerPolicy {
                 settings: SchedulerSettings {
-                    ordering: crate::scheduler::Ordering::FairShare,
-                    backfill: crate::scheduler::Backfill::Easy,
+                    ordering: crate::model::scheduler::Ordering::FairShare,
+                    backfill: crate::model::scheduler::Backfill::Easy,
                     aging_per_hour: 2,
                     fairshare_weight: 3,
                     usage_half_life_s: 3600,
-                    preemption: crate::scheduler::Preemption::Priority,
+                    preemption: crate::model::scheduler::Preemption::Priority,
                 },
             },
             Command::Batch {
@@ -973,11 +901,11 @@ mod tests {
             idempotency_key: None,
         };
         let mut sliced = spec.clone();
-        sliced.slice = Some(crate::partition::SliceRequest::Mig {
+        sliced.slice = Some(crate::model::partition::SliceRequest::Mig {
             profile: "1g.10gb".into(),
         });
         let mut vm = spec;
-        vm.kind = crate::job::JobKind::Vm;
+        vm.kind = crate::model::job::JobKind::Vm;
         assert_eq!(submit(sliced).protocol(), PROTOCOL_2);
         assert_eq!(submit(vm).protocol(), PROTOCOL_2);
     }

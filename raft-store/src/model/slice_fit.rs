@@ -1,5 +1,5 @@
 //! Whether a slice request could ever be placed on the GPUs the cluster has: the inventory
-//! check at submission (the API edge), beside the context-free `partition::validate_request`.
+//! check at submission (the API edge), beside the context-free `validate::slice_request`.
 //!
 //! A request no GPU of the requested type (any type when none is asked for) can hold would
 //! wait forever, so it is refused with the reason. A cluster with no such GPU at all is not
@@ -7,10 +7,10 @@
 
 use std::collections::BTreeMap;
 
-use crate::job::JobSpec;
-use crate::mig;
-use crate::node::GpuRecord;
-use crate::partition::SliceRequest;
+use crate::model::job::JobSpec;
+use crate::model::mig;
+use crate::model::node::GpuRecord;
+use crate::model::partition::SliceRequest;
 
 /// `Err(reason)` when no GPU among `gpus` that matches `spec.gpu_types` can hold its slice.
 pub fn check_inventory<'a>(
@@ -93,7 +93,7 @@ mod tests {
             gpus: 1,
             gpu_types: types.iter().map(|t| (*t).to_owned()).collect(),
             slice: Some(slice),
-            ..crate::validate::job_tests::spec()
+            ..crate::model::validate::job_tests::spec()
         }
     }
 

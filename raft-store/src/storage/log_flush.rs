@@ -13,8 +13,8 @@ use openraft::storage::LogFlushed;
 use tokio::sync::oneshot;
 
 use crate::TypeConfig;
-use crate::engine::KvEngine;
 use crate::failpoint;
+use crate::storage::engine::KvEngine;
 
 enum Request {
     /// Report the entries of one `append` durable.

@@ -96,7 +96,7 @@ pub fn check_grant_shape(g: &Grant) -> Result<(), String> {
         (Role::Admin | Role::Operator | Role::Node, Some(_)) => {
             Err(format!("a {} token cannot be limited to a tenant", g.role))
         }
-        (_, Some(t)) => crate::validate::name("tenant", t),
+        (_, Some(t)) => crate::model::validate::name("tenant", t),
         _ => Ok(()),
     }
 }

@@ -7,8 +7,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::NodeId;
-use crate::job::JobId;
+use crate::{JobId, NodeId};
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EnergyBook {

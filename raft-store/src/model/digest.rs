@@ -9,7 +9,7 @@
 
 use sha2::{Digest, Sha256};
 
-use crate::state::ClusterState;
+use crate::model::state::ClusterState;
 
 /// The canonical bytes of `state` (what `digest` hashes).
 pub fn canonical_bytes(state: &ClusterState) -> Vec<u8> {
@@ -30,9 +30,9 @@ pub fn state_digest(state: &ClusterState) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::command::{Command, LogEntry};
-    use crate::job::JobSpec;
-    use crate::node::Inventory;
+    use crate::model::command::{Command, LogEntry};
+    use crate::model::job::JobSpec;
+    use crate::model::node::Inventory;
 
     fn entry(at: u64, cmd: Command) -> LogEntry {
         LogEntry {

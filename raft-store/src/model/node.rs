@@ -5,8 +5,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::NodeId;
-use crate::job::JobId;
+use crate::model::job::JobSpec;
+use crate::model::partition::{GpuMode, GpuPartition, Holds, PartitionSpec, Slice};
+use crate::{JobId, NodeId};
 
 /// One physical GPU as the cluster schedules it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -73,7 +74,7 @@ pub const MIN_EDGE_LEASE_MS: u64 = 1_000;
 impl EdgeTerms {
     /// Why the terms are unusable, if they are.
     pub fn validate(&self) -> Result<(), String> {
-        crate::validate::label_value(&self.site)?;
+        crate::model::validate::label_value(&self.site)?;
         if self.site.is_empty() {
             return Err("an edge site needs a name (the node's `site` label)".into());
         }
@@ -123,11 +124,11 @@ pub struct NodeRecord {
     /// GPU index → its partitioning (absent: a whole GPU). Kept across registrations; set
     /// by `SetGpuPartition`. Maintained only by `apply`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub partitions: BTreeMap<u32, crate::partition::GpuPartition>,
+    pub partitions: BTreeMap<u32, GpuPartition>,
     /// GPU index → the slices (MIG instances, shares) live jobs hold on it. Maintained only
     /// by `apply`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub slices: BTreeMap<u32, crate::partition::Holds>,
+    pub slices: BTreeMap<u32, Holds>,
     /// Set when the node is at an edge site: a learner only, judged down after its site's
     /// grace rather than `jobs.down_after`. Maintained only by registration.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -165,14 +166,11 @@ impl NodeRecord {
     /// Whole GPUs (not partitioned, not draining for a change) that are healthy, not
     /// quarantined and that no live job holds: what whole-GPU jobs may take.
     pub fn free_gpus(&self) -> impl Iterator<Item = &GpuRecord> {
-        self.free_in_mode(crate::partition::GpuMode::Whole)
+        self.free_in_mode(GpuMode::Whole)
     }
 
     /// Usable GPUs in `mode` that no live job holds (or a slice of).
-    pub fn free_in_mode(
-        &self,
-        mode: crate::partition::GpuMode,
-    ) -> impl Iterator<Item = &GpuRecord> {
+    pub fn free_in_mode(&self, mode: GpuMode) -> impl Iterator<Item = &GpuRecord> {
         self.inventory.gpus.iter().filter(move |g| {
             self.gpu_usable(g) && self.mode(g.index) == mode && !self.gpu_busy(g.index)
         })
@@ -182,4 +180,69 @@ impl NodeRecord {
     pub fn accepts_work(&self) -> bool {
         self.status == NodeStatus::Ready && !self.cordoned
     }
+}
+
+/// Partitioning: modes, layouts and slices of the node's GPUs.
+impl NodeRecord {
+    /// The partitioning in force on GPU `index` (whole when none is recorded).
+    pub fn partition(&self, index: u32) -> PartitionSpec {
+        self.partitions
+            .get(&index)
+            .map(|p| p.current.clone())
+            .unwrap_or_default()
+    }
+
+    pub fn mode(&self, index: u32) -> GpuMode {
+        self.partitions
+            .get(&index)
+            .map_or(GpuMode::Whole, |p| p.current.mode)
+    }
+
+    /// A change is waiting for this GPU to drain: nothing new goes on it.
+    pub fn draining(&self, index: u32) -> bool {
+        self.partitions
+            .get(&index)
+            .is_some_and(|p| p.pending.is_some())
+    }
+
+    /// Whether any live job holds the GPU or a slice of it.
+    pub fn gpu_busy(&self, index: u32) -> bool {
+        self.allocations.contains_key(&index)
+            || self.slices.get(&index).is_some_and(|s| !s.is_empty())
+    }
+
+    /// Whether new work of any kind may go on this GPU (healthy, not quarantined, not
+    /// draining for a partition change).
+    pub fn gpu_usable(&self, g: &GpuRecord) -> bool {
+        g.healthy && !self.quarantined.contains_key(&g.index) && !self.draining(g.index)
+    }
+
+    /// Memory and compute share already held on a shared GPU.
+    pub fn shared_used(&self, index: u32) -> (u64, u32) {
+        self.slices.get(&index).map_or((0, 0), |holds| {
+            holds.values().fold((0, 0), |(m, s), slice| match slice {
+                Slice::Shared { memory_mib, share } => (m + memory_mib, s + share),
+                Slice::Mig { .. } => (m, s),
+            })
+        })
+    }
+
+    /// Start slices of the MIG instances live jobs hold on this GPU.
+    pub fn mig_held(&self, index: u32) -> Vec<u8> {
+        self.slices.get(&index).map_or_else(Vec::new, |holds| {
+            holds
+                .values()
+                .filter_map(|s| match s {
+                    Slice::Mig { start, .. } => Some(*start),
+                    Slice::Shared { .. } => None,
+                })
+                .collect()
+        })
+    }
+}
+
+/// Whether one GPU satisfies a job's GPU selector (type and memory).
+pub fn gpu_fits(gpu: &GpuRecord, spec: &JobSpec) -> bool {
+    (spec.gpu_types.is_empty() || spec.gpu_types.contains(&gpu.gpu_type))
+        && gpu.memory_mib >= spec.min_gpu_memory_mib
 }

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::NodeId;
 
-pub type JobId = u64;
+pub use crate::JobId;
 
 /// The tenant of every job until tenants exist.
 pub const DEFAULT_TENANT: &str = "default";
@@ -59,7 +59,7 @@ pub struct JobSpec {
     pub nodes: u32,
     /// One slice of one GPU (a MIG instance or a shared slice) instead of whole GPUs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub slice: Option<crate::partition::SliceRequest>,
+    pub slice: Option<crate::model::partition::SliceRequest>,
     /// `process` (run by the executor) or `vm` (whole pass-through GPUs for a virtual machine).
     #[serde(default, skip_serializing_if = "JobKind::is_process")]
     pub kind: JobKind,
@@ -155,7 +155,7 @@ pub struct Binding {
     pub generation: u64,
     /// The slice of `gpus[0]` a sliced job holds (MIG instance or share); none for whole GPUs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub slice: Option<crate::partition::Slice>,
+    pub slice: Option<crate::model::partition::Slice>,
 }
 
 /// How one run of a job ended, as the executor saw it.

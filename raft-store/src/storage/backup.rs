@@ -11,9 +11,10 @@ use openraft::{BasicNode, CommittedLeaderId, Membership, StoredMembership, Vote}
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::state::ClusterState;
-use crate::state_machine::MachineData;
-use crate::{LogId, NodeId, OpenError};
+use crate::model::state::ClusterState;
+use crate::storage::error::OpenError;
+use crate::storage::state_machine::{MachineData, StateReader};
+use crate::{LogId, NodeId};
 
 /// The first field of every backup: what sets a backup apart from any other file.
 pub const BACKUP_MAGIC: &str = "gpumesh-backup";
@@ -75,7 +76,7 @@ pub fn encode(
     term: u64,
     created_at_ms: u64,
 ) -> Vec<u8> {
-    let payload = crate::digest::canonical_bytes(state);
+    let payload = crate::model::digest::canonical_bytes(state);
     let header = BackupHeader {
         magic: BACKUP_MAGIC.into(),
         format: BACKUP_FORMAT,
@@ -91,6 +92,16 @@ pub fn encode(
     out.push(b'\n');
     out.extend_from_slice(&payload);
     out
+}
+
+impl StateReader {
+    /// A backup of the applied state (`encode`), read at one index under the lock.
+    pub fn backup(&self, cluster_id: &str, created_at_ms: u64) -> (u64, Vec<u8>) {
+        self.read_applied(|applied, state| {
+            let (index, term) = applied.map_or((0, 0), |l| (l.index, l.leader_id.term));
+            (index, encode(state, cluster_id, index, term, created_at_ms))
+        })
+    }
 }
 
 /// Read and verify a backup: a foreign, newer, truncated or corrupt file is refused with why.
@@ -154,7 +165,7 @@ pub async fn seed(
     if dir.join("raft").exists() || dir.join("snapshot").exists() {
         return Err(SeedError::NotEmpty(dir.display().to_string()));
     }
-    let (_lock, mut log, sm) = crate::open(dir)?;
+    let (_lock, mut log, sm) = crate::storage::store::open(dir)?;
     let log_id = LogId::new(CommittedLeaderId::new(1, node), index.max(1));
     let membership = Membership::new(
         vec![[node].into_iter().collect()],
@@ -193,8 +204,8 @@ mod tests {
             (17, 3, "ab12")
         );
         assert_eq!(
-            crate::digest::canonical_bytes(&back),
-            crate::digest::canonical_bytes(&state())
+            crate::model::digest::canonical_bytes(&back),
+            crate::model::digest::canonical_bytes(&state())
         );
     }
 
@@ -242,7 +253,7 @@ mod tests {
             before
         );
         // The seeded directory opens, with the state and its index.
-        let (_d, _log, sm) = crate::open(dir.path()).expect("reopen");
+        let (_d, _log, sm) = crate::storage::store::open(dir.path()).expect("reopen");
         let reader = sm.reader();
         assert_eq!(reader.applied_index(), 10);
         assert_eq!(reader.read(|s| s.next_job_id), 42);

@@ -15,10 +15,10 @@ use openraft::{ErrorSubject, ErrorVerb, RaftLogReader, StorageIOError, Vote};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::engine::{KvEngine, Space};
 use crate::failpoint;
-use crate::log_flush::Flusher;
-use crate::snapshot_gate::SnapshotGate;
+use crate::storage::engine::{KvEngine, Space};
+use crate::storage::log_flush::Flusher;
+use crate::storage::snapshot_gate::SnapshotGate;
 use crate::{Entry, LogId, NodeId, StorageError, TypeConfig};
 
 const VOTE: &[u8] = b"vote";

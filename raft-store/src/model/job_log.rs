@@ -1,6 +1,6 @@
 //! `JobLog`: which jobs lately changed `state`, for readers that keep their own index of some
-//! jobs (`KeptIndex`: the leader's pending queue, each executor's live runs) instead of scanning
-//! every job on every applied entry. Such an index may depend on a job's state and on what is
+//! jobs (`KeptIndex`, in `kept_index.rs`: the leader's pending queue, each executor's live runs)
+//! instead of scanning every job on every applied entry. Such an index may depend on a job's state and on what is
 //! fixed while it keeps that state (its spec, submission time, placement), nothing else.
 //!
 //! It is an observation of the local copy, not replicated state: it is never serialized, two
@@ -11,8 +11,7 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::job::JobId;
-use crate::state::ClusterState;
+use crate::JobId;
 
 /// Changes kept: a reader more than this many behind rebuilds from the state.
 const CAPACITY: usize = 1 << 16;
@@ -83,41 +82,6 @@ impl std::fmt::Debug for JobLog {
         f.debug_struct("JobLog")
             .field("cursor", &self.cursor())
             .finish_non_exhaustive()
-    }
-}
-
-/// A reader's index `T` of some jobs, kept up to date from the state's `JobLog`.
-pub struct KeptIndex<T> {
-    kept: Option<(Cursor, T)>,
-}
-
-impl<T> Default for KeptIndex<T> {
-    fn default() -> Self {
-        Self { kept: None }
-    }
-}
-
-impl<T> KeptIndex<T> {
-    /// The index for `state`: the kept one, if `keep` accepts it, with `update` called for each
-    /// job that changed state since; else (a new copy of the state, a log that moved on too
-    /// far, nothing kept yet) a new one from `build`.
-    pub fn get(
-        &mut self,
-        state: &ClusterState,
-        keep: impl FnOnce(&T) -> bool,
-        build: impl FnOnce(&ClusterState) -> T,
-        mut update: impl FnMut(&mut T, &ClusterState, JobId),
-    ) -> &mut T {
-        let log = &state.job_log;
-        let kept = self.kept.take().and_then(|(cursor, mut index)| {
-            let changed = log.since(cursor).filter(|_| keep(&index))?;
-            for job in changed {
-                update(&mut index, state, job);
-            }
-            Some(index)
-        });
-        let index = kept.unwrap_or_else(|| build(state));
-        &mut self.kept.insert((log.cursor(), index)).1
     }
 }
 

@@ -2,6 +2,10 @@
 
 use std::collections::BTreeMap;
 
+use crate::model::job::{JobKind, JobSpec};
+use crate::model::mig;
+use crate::model::partition::{FULL_SHARE, SliceRequest};
+
 /// Most labels one node may carry.
 pub const MAX_LABELS: usize = 64;
 const MAX_KEY_LEN: usize = 63;
@@ -190,7 +194,14 @@ pub fn idempotency_key(key: &str) -> Result<(), String> {
 }
 
 /// Everything a job spec must satisfy before it can be queued.
-pub fn job_spec(spec: &crate::job::JobSpec) -> Result<(), String> {
+pub fn job_spec(spec: &JobSpec) -> Result<(), String> {
+    process(spec)?;
+    placement(spec)?;
+    resource_limits(spec)
+}
+
+/// What the job runs: its name and tenant, command, environment and working directory.
+fn process(spec: &JobSpec) -> Result<(), String> {
     name("job name", &spec.name)?;
     name("tenant", &spec.tenant)?;
     let Some(program) = spec.command.first() else {
@@ -259,6 +270,12 @@ pub fn job_spec(spec: &crate::job::JobSpec) -> Result<(), String> {
             ));
         }
     }
+    Ok(())
+}
+
+/// Where it may run: GPUs (whole, a gang's share per node, or one slice), their types, the
+/// node selector, and the vm kind's pass-through GPUs.
+fn placement(spec: &JobSpec) -> Result<(), String> {
     if spec.gpus > limits::GPUS {
         return Err(format!(
             "at most {} GPUs per job, asked for {}",
@@ -289,10 +306,15 @@ pub fn job_spec(spec: &crate::job::JobSpec) -> Result<(), String> {
         }
     }
     labels(&spec.node_selector).map_err(|e| format!("node selector: {e}"))?;
-    crate::partition::validate_request(spec)?;
-    if spec.kind == crate::job::JobKind::Vm && (spec.gpus == 0 || spec.nodes > 1) {
+    slice_request(spec)?;
+    if spec.kind == JobKind::Vm && (spec.gpus == 0 || spec.nodes > 1) {
         return Err("a vm job needs at least one pass-through GPU on one node".into());
     }
+    Ok(())
+}
+
+/// Its limits: attempts, wall time, CPU and memory.
+fn resource_limits(spec: &JobSpec) -> Result<(), String> {
     if spec.max_attempts == 0 || spec.max_attempts > limits::MAX_ATTEMPTS {
         return Err(format!("max attempts must be 1..={}", limits::MAX_ATTEMPTS));
     }
@@ -314,10 +336,106 @@ pub fn job_spec(spec: &crate::job::JobSpec) -> Result<(), String> {
     Ok(())
 }
 
+/// Context-free checks of a slice request (at the API edge and in `apply`).
+pub fn slice_request(spec: &JobSpec) -> Result<(), String> {
+    let Some(req) = &spec.slice else {
+        return Ok(());
+    };
+    if spec.gpus != 1 || spec.nodes > 1 {
+        return Err("a MIG or shared slice is one slice of one GPU: gpus must be 1".into());
+    }
+    if spec.kind == JobKind::Vm {
+        return Err("a vm job takes whole pass-through GPUs, not slices".into());
+    }
+    match req {
+        SliceRequest::Mig { profile } => {
+            mig::known_profile(profile)?;
+            if !spec.gpu_types.is_empty() {
+                let types = types_supporting(profile);
+                if !spec.gpu_types.iter().any(|t| types.contains(&t.as_str())) {
+                    return Err(format!(
+                        "MIG profile {profile} is not supported by GPU type {} (only by {})",
+                        join(spec.gpu_types.iter().map(String::as_str)),
+                        join(mig::models_supporting(profile).into_iter())
+                    ));
+                }
+            }
+        }
+        SliceRequest::Shared { memory_mib, share } => {
+            if *share == 0 || *share > FULL_SHARE {
+                return Err(format!(
+                    "GPU share must be 1..={FULL_SHARE} percent, got {share}"
+                ));
+            }
+            if *memory_mib == 0 {
+                return Err("a shared slice needs its GPU memory (--gpu-mem)".into());
+            }
+            let most = largest_memory(&spec.gpu_types);
+            if *memory_mib > most {
+                return Err(format!(
+                    "GPU memory {memory_mib} MiB is more than any {} has ({most} MiB)",
+                    if spec.gpu_types.is_empty() {
+                        "GPU".to_owned()
+                    } else {
+                        format!("{} GPU", join(spec.gpu_types.iter().map(String::as_str)))
+                    }
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn join<'a>(it: impl Iterator<Item = &'a str>) -> String {
+    it.collect::<Vec<_>>().join("|")
+}
+
+/// The GPU models gpumesh knows (name, `gpu_type`, memory), for the context-free limits of
+/// shared requests. Kept beside the MIG tables; the agent's `gpu::models` has the same names.
+pub const KNOWN_MODELS: &[(&str, &str, u64)] = &[
+    ("A100-40GB", "A100", 40_960),
+    ("A100-80GB", "A100", 81_920),
+    ("H100-80GB", "H100", 81_920),
+    ("H200-141GB", "H200", 144_384),
+    ("V100-32GB", "V100", 32_768),
+    ("T4-16GB", "T4", 15_360),
+    ("L4-24GB", "L4", 23_034),
+];
+
+/// The most memory a GPU of one of `types` (any type when empty) has. A type gpumesh does
+/// not know is not limited here (it may be newer hardware): the bind check still applies.
+fn largest_memory(types: &[String]) -> u64 {
+    if types.is_empty()
+        || types
+            .iter()
+            .any(|t| !KNOWN_MODELS.iter().any(|(_, ty, _)| ty == t))
+    {
+        return if types.is_empty() {
+            KNOWN_MODELS.iter().map(|m| m.2).max().unwrap_or(0)
+        } else {
+            u64::MAX
+        };
+    }
+    KNOWN_MODELS
+        .iter()
+        .filter(|(_, ty, _)| types.iter().any(|t| t == ty))
+        .map(|m| m.2)
+        .max()
+        .unwrap_or(0)
+}
+
+fn types_supporting(profile: &str) -> Vec<&'static str> {
+    let models = mig::models_supporting(profile);
+    KNOWN_MODELS
+        .iter()
+        .filter(|(m, _, _)| models.contains(m))
+        .map(|(_, t, _)| *t)
+        .collect()
+}
+
 #[cfg(test)]
 pub(crate) mod job_tests {
     use super::*;
-    use crate::job::JobSpec;
 
     pub fn spec() -> JobSpec {
         JobSpec {
@@ -344,7 +462,7 @@ pub(crate) mod job_tests {
 
     #[test]
     fn slice_requests_are_checked_with_reasons() {
-        use crate::partition::SliceRequest::{Mig, Shared};
+        use SliceRequest::{Mig, Shared};
         let with = |slice, gpus: u32, types: &[&str]| JobSpec {
             gpus,
             slice: Some(slice),
@@ -391,12 +509,12 @@ pub(crate) mod job_tests {
             assert!(err.contains(why), "{err} should say {why}");
         }
         let vm = JobSpec {
-            kind: crate::job::JobKind::Vm,
+            kind: JobKind::Vm,
             ..with(mig("1g.10gb"), 1, &[])
         };
         assert!(job_spec(&vm).expect_err("vm slice").contains("vm job"));
         let vm0 = JobSpec {
-            kind: crate::job::JobKind::Vm,
+            kind: JobKind::Vm,
             gpus: 0,
             ..spec()
         };

@@ -13,11 +13,12 @@ use openraft::{
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-use crate::command::ApplyResult;
 use crate::failpoint;
-use crate::snapshot_file::{SnapshotFile, SnapshotFileError, SnapshotMeta};
-use crate::snapshot_gate::SnapshotGate;
-use crate::state::ClusterState;
+use crate::model::digest;
+use crate::model::outcome::ApplyResult;
+use crate::model::state::ClusterState;
+use crate::storage::snapshot_file::{SnapshotFile, SnapshotFileError, SnapshotMeta};
+use crate::storage::snapshot_gate::SnapshotGate;
 use crate::{Entry, LogId, NodeId, StorageError, TypeConfig};
 
 /// What a snapshot holds: the domain state plus what openraft needs to resume from it.
@@ -62,22 +63,20 @@ impl StateReader {
     /// The index of the last applied entry and the digest of the state at exactly that index
     /// (`digest::state_digest`), read together.
     pub fn applied_digest(&self) -> (u64, String) {
-        let (index, bytes) = {
-            let data = read_lock(&self.data);
-            let index = data.last_applied.map_or(0, |l| l.index);
-            (index, crate::digest::canonical_bytes(&data.state))
-        };
-        (index, crate::digest::digest_bytes(&bytes))
+        let (index, bytes) = self.read_applied(|applied, state| {
+            (
+                applied.map_or(0, |l| l.index),
+                digest::canonical_bytes(state),
+            )
+        });
+        (index, digest::digest_bytes(&bytes))
     }
 
-    /// A backup of the applied state (`backup::encode`), read at one index under the lock.
-    pub fn backup(&self, cluster_id: &str, created_at_ms: u64) -> (u64, Vec<u8>) {
+    /// Run `f` on the last applied log id and the state at exactly that entry, read together
+    /// under the lock. Keep `f` short: apply waits while it runs.
+    pub(crate) fn read_applied<T>(&self, f: impl FnOnce(Option<LogId>, &ClusterState) -> T) -> T {
         let data = read_lock(&self.data);
-        let (index, term) = data
-            .last_applied
-            .map_or((0, 0), |l| (l.index, l.leader_id.term));
-        let bytes = crate::backup::encode(&data.state, cluster_id, index, term, created_at_ms);
-        (index, bytes)
+        f(data.last_applied, &data.state)
     }
 
     /// A receiver that changes whenever an entry is applied.

@@ -2,9 +2,9 @@
 //! ones, the config file's, and operators' replicated overrides by name), the alerts raised and
 //! resolved through Raft, and the remediation a rule asks for.
 //!
-//! Agents raise and resolve; `apply` deduplicates (one open alert per rule and GPU) and carries
-//! out the replicated part of a remediation (quarantine, migration). Telemetry never enters the
-//! log: only the verdicts do.
+//! Agents raise and resolve; `apply` (`apply/alerts.rs`) deduplicates (one open alert per rule
+//! and GPU) and carries out the replicated part of a remediation (quarantine, migration).
+//! Telemetry never enters the log: only the verdicts do.
 
 use std::fmt;
 
@@ -189,7 +189,7 @@ pub struct Alert {
     pub resolved_at_ms: Option<u64>,
     /// The job `Migrate` moved off the GPU, if any.
     #[serde(default)]
-    pub migrated_job: Option<crate::job::JobId>,
+    pub migrated_job: Option<crate::JobId>,
 }
 
 impl Alert {
@@ -298,7 +298,7 @@ pub const KEEP_RESOLVED: usize = 1000;
 /// Limits of a rule, shared by the API edge and `apply`.
 pub fn validate_rule(rule: &AlertRule) -> Result<(), String> {
     const DAY_MS: u64 = 86_400_000;
-    crate::validate::name("alert rule", &rule.name)?;
+    crate::model::validate::name("alert rule", &rule.name)?;
     let finite = |what: &str, n: Number| {
         if n.0.is_finite() {
             Ok(())
@@ -357,148 +357,4 @@ pub fn validate_rule(rule: &AlertRule) -> Result<(), String> {
         ));
     }
     duration("clear_after", rule.clear_after_ms, 0)
-}
-
-impl crate::ClusterState {
-    pub(crate) fn set_alert_rule(
-        &mut self,
-        rule: &AlertRule,
-    ) -> Result<crate::ApplyResult, crate::Rejection> {
-        validate_rule(rule).map_err(|message| crate::Rejection::Invalid { message })?;
-        self.alert_rules.insert(rule.name.clone(), rule.clone());
-        Ok(crate::ApplyResult::Ok)
-    }
-
-    pub(crate) fn delete_alert_rule(
-        &mut self,
-        name: &str,
-    ) -> Result<crate::ApplyResult, crate::Rejection> {
-        match self.alert_rules.remove(name) {
-            Some(_) => Ok(crate::ApplyResult::Ok),
-            None => Err(crate::Rejection::Invalid {
-                message: format!("no replicated alert rule {name:?}"),
-            }),
-        }
-    }
-
-    /// The open alert of `rule` on a GPU, if any.
-    pub fn open_alert(&self, node: NodeId, gpu: u32, rule: &str) -> Option<&Alert> {
-        self.alerts
-            .values()
-            .find(|a| a.is_open() && a.node == node && a.gpu == gpu && a.rule == rule)
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn raise_alert(
-        &mut self,
-        node: NodeId,
-        gpu: u32,
-        rule: &str,
-        severity: Severity,
-        remediation: Remediation,
-        message: &str,
-        now: u64,
-    ) -> Result<crate::ApplyResult, crate::Rejection> {
-        crate::validate::name("alert rule", rule)
-            .map_err(|message| crate::Rejection::Invalid { message })?;
-        let record = self
-            .nodes
-            .get(&node)
-            .ok_or(crate::Rejection::UnknownNode { node })?;
-        if record.gpu(gpu).is_none() {
-            return Err(crate::Rejection::Invalid {
-                message: format!("node n{node} has no GPU {gpu}"),
-            });
-        }
-        if let Some(open) = self.open_alert(node, gpu, rule) {
-            return Ok(crate::ApplyResult::AlertRaised {
-                alert: open.id,
-                existing: true,
-            });
-        }
-        let holder = record.allocations.get(&gpu).copied();
-        let mut migrated_job = None;
-        if matches!(remediation, Remediation::Quarantine | Remediation::Migrate)
-            && let Some(record) = self.nodes.get_mut(&node)
-        {
-            record.quarantined.insert(gpu, rule.to_owned());
-            record.updated_at_ms = now;
-        }
-        if remediation == Remediation::Migrate
-            && let Some(job) = holder.and_then(|id| self.jobs.get_mut(&id))
-            && job.state.is_live()
-        {
-            job.evict_requested = true;
-            migrated_job = Some(job.id);
-        }
-        self.next_alert_id += 1;
-        let id = self.next_alert_id;
-        // At most MAX_MESSAGE bytes, cut on a character boundary (apply must never panic).
-        let cut = (0..=message.len().min(MAX_MESSAGE))
-            .rev()
-            .find(|&i| message.is_char_boundary(i))
-            .unwrap_or(0);
-        let message = message[..cut].to_owned();
-        self.alerts.insert(
-            id,
-            Alert {
-                id,
-                rule: rule.to_owned(),
-                node,
-                gpu,
-                severity,
-                remediation,
-                message,
-                raised_at_ms: now,
-                resolved_at_ms: None,
-                migrated_job,
-            },
-        );
-        Ok(crate::ApplyResult::AlertRaised {
-            alert: id,
-            existing: false,
-        })
-    }
-
-    pub(crate) fn resolve_alert(
-        &mut self,
-        node: NodeId,
-        gpu: u32,
-        rule: &str,
-        now: u64,
-    ) -> Result<crate::ApplyResult, crate::Rejection> {
-        let Some(id) = self.open_alert(node, gpu, rule).map(|a| a.id) else {
-            // Already resolved (a retry, or a second agent's view): nothing to do.
-            return Ok(crate::ApplyResult::Ok);
-        };
-        if let Some(alert) = self.alerts.get_mut(&id) {
-            alert.resolved_at_ms = Some(now);
-        }
-        let still_held = self.alerts.values().any(|a| {
-            a.is_open()
-                && a.node == node
-                && a.gpu == gpu
-                && matches!(
-                    a.remediation,
-                    Remediation::Quarantine | Remediation::Migrate
-                )
-        });
-        if !still_held && let Some(record) = self.nodes.get_mut(&node) {
-            record.quarantined.remove(&gpu);
-            record.updated_at_ms = now;
-        }
-        let resolved: Vec<u64> = self
-            .alerts
-            .values()
-            .filter(|a| !a.is_open())
-            .map(|a| a.id)
-            .collect();
-        for old in resolved
-            .iter()
-            .take(resolved.len().saturating_sub(KEEP_RESOLVED))
-        {
-            self.alerts.remove(old);
-        }
-        Ok(crate::ApplyResult::AlertResolved { alert: id })
-    }
 }

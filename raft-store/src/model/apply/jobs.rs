@@ -1,0 +1,215 @@
+//! Applying a job's life: submission (idempotent per key), cancellation, the executor's
+//! reports (started, finished: GPU time accounted, requeued or ended) and scheduler feedback.
+
+use crate::model::job::{Job, JobSpec, JobState, Outcome};
+use crate::model::outcome::{ApplyResult, Rejection, invalid};
+use crate::model::partition;
+use crate::model::state::ClusterState;
+use crate::model::validate;
+use crate::{JobId, NodeId};
+
+impl ClusterState {
+    pub(crate) fn submit(
+        &mut self,
+        spec: &JobSpec,
+        key: Option<&str>,
+        now: u64,
+    ) -> Result<ApplyResult, Rejection> {
+        validate::job_spec(spec).map_err(invalid)?;
+        let scoped = match key {
+            Some(k) => {
+                validate::idempotency_key(k).map_err(invalid)?;
+                let scoped = format!("{}/{k}", spec.tenant);
+                if let Some(&existing) = self.idempotency.get(&scoped) {
+                    let same = self.jobs.get(&existing).is_some_and(|j| j.spec == *spec);
+                    return if same {
+                        Ok(ApplyResult::JobSubmitted {
+                            job: existing,
+                            existing: true,
+                        })
+                    } else {
+                        Err(Rejection::IdempotencyConflict {
+                            key: k.to_owned(),
+                            job: existing,
+                        })
+                    };
+                }
+                Some(scoped)
+            }
+            None => None,
+        };
+        let id = self.next_job_id.max(1);
+        self.next_job_id = id + 1;
+        if let Some(scoped) = scoped {
+            self.idempotency.insert(scoped, id);
+        }
+        self.job_log.record(id);
+        self.jobs.insert(
+            id,
+            Job {
+                id,
+                spec: spec.clone(),
+                idempotency_key: key.map(str::to_owned),
+                state: JobState::Pending,
+                submitted_at_ms: now,
+                attempts: 0,
+                generation: 0,
+                binding: None,
+                reason: None,
+                outcome: None,
+                cancel_requested: false,
+                evict_requested: false,
+                bound_at_ms: None,
+                started_at_ms: None,
+                finished_at_ms: None,
+                gpu_ms: Default::default(),
+                preempted_for: None,
+                gang: Vec::new(),
+                gang_done: Default::default(),
+            },
+        );
+        Ok(ApplyResult::JobSubmitted {
+            job: id,
+            existing: false,
+        })
+    }
+
+    pub(crate) fn cancel(&mut self, job: JobId, now: u64) -> Result<ApplyResult, Rejection> {
+        let j = self.job_mut(job)?;
+        match j.state {
+            JobState::Pending => {
+                j.state = JobState::Cancelled;
+                j.outcome = Some(Outcome::Cancelled);
+                j.finished_at_ms = Some(now);
+                j.reason = None;
+                self.job_log.record(job);
+            }
+            JobState::Bound | JobState::Running => j.cancel_requested = true,
+            state => return Err(Rejection::JobFinished { job, state }),
+        }
+        Ok(ApplyResult::Ok)
+    }
+
+    pub(crate) fn started(
+        &mut self,
+        job: JobId,
+        generation: u64,
+        now: u64,
+    ) -> Result<ApplyResult, Rejection> {
+        let j = self.job_mut(job)?;
+        match j.state {
+            JobState::Bound if j.generation == generation => {
+                j.state = JobState::Running;
+                j.started_at_ms = Some(now);
+                self.job_log.record(job);
+                Ok(ApplyResult::Ok)
+            }
+            JobState::Running if j.generation == generation => Ok(ApplyResult::Ok),
+            state => Err(Rejection::Stale {
+                job,
+                generation,
+                current: j.generation,
+                state,
+            }),
+        }
+    }
+
+    /// Job `job`, if run `generation` of it is the live one: a report about any other run (an
+    /// earlier placement, or one that already ended) is stale.
+    pub(crate) fn live_run(&self, job: JobId, generation: u64) -> Result<&Job, Rejection> {
+        let j = self.jobs.get(&job).ok_or(Rejection::UnknownJob { job })?;
+        if !j.state.is_live() || j.generation != generation {
+            return Err(Rejection::Stale {
+                job,
+                generation,
+                current: j.generation,
+                state: j.state,
+            });
+        }
+        Ok(j)
+    }
+
+    pub(crate) fn finished(
+        &mut self,
+        job: JobId,
+        generation: u64,
+        outcome: &Outcome,
+        now: u64,
+    ) -> Result<ApplyResult, Rejection> {
+        let j = self.live_run(job, generation)?;
+        // GPU time of this run, bind to end, by GPU type, in whole-GPU units (a slice counts
+        // its fraction: MIG compute slices / 7, a share / 100).
+        let held_ms = now.saturating_sub(j.bound_at_ms.unwrap_or(now));
+        let slice = j.binding.as_ref().and_then(|b| b.slice.as_ref());
+        let types: Vec<(String, (u64, u64))> = j
+            .members()
+            .flat_map(|b| {
+                let node = self.nodes.get(&b.node);
+                b.gpus.iter().map(move |&i| {
+                    node.and_then(|n| n.gpu(i)).map_or_else(
+                        || ("unknown".to_owned(), (1, 1)),
+                        |g| {
+                            let fraction = partition::normalized(slice, &g.model);
+                            (g.gpu_type.clone(), fraction)
+                        },
+                    )
+                })
+            })
+            .collect();
+        let nodes: Vec<NodeId> = j.members().map(|b| b.node).collect();
+        for n in nodes {
+            if let Some(node) = self.nodes.get_mut(&n) {
+                node.allocations.retain(|_, holder| *holder != job);
+            }
+            self.release_slices(n, job);
+        }
+        // The binding stays as the record of where the job last ran (for logs and history).
+        let j = self.job_mut(job)?;
+        for (t, (num, den)) in types {
+            *j.gpu_ms.entry(t).or_insert(0) += held_ms.saturating_mul(num) / den.max(1);
+        }
+        j.outcome = Some(outcome.clone());
+        j.cancel_requested = false;
+        j.evict_requested = false;
+        let requeue = match outcome {
+            Outcome::Exited { code: 0 } => Some(JobState::Succeeded),
+            Outcome::Cancelled => Some(JobState::Cancelled),
+            Outcome::Evicted => {
+                j.attempts = j.attempts.saturating_sub(1);
+                None
+            }
+            Outcome::Lost { .. } | Outcome::Fenced if j.attempts < j.spec.max_attempts => None,
+            _ => Some(JobState::Failed),
+        };
+        match requeue {
+            Some(terminal) => {
+                j.state = terminal;
+                j.finished_at_ms = Some(now);
+                j.reason = (terminal == JobState::Failed).then(|| outcome.to_string());
+            }
+            None => {
+                j.state = JobState::Pending;
+                j.reason = Some(match (outcome, j.preempted_for) {
+                    (Outcome::Evicted, Some(by)) => format!("requeued: preempted for j-{by}"),
+                    _ => format!("requeued: {outcome}"),
+                });
+            }
+        }
+        self.job_log.record(job);
+        Ok(ApplyResult::Ok)
+    }
+
+    /// The scheduler's reasons why pending jobs wait (jobs no longer pending are skipped).
+    pub(crate) fn note_unschedulable(&mut self, reasons: &[(JobId, String)]) -> ApplyResult {
+        for (id, reason) in reasons {
+            if let Some(job) = self
+                .jobs
+                .get_mut(id)
+                .filter(|j| j.state == JobState::Pending)
+            {
+                job.reason = Some(reason.clone());
+            }
+        }
+        ApplyResult::Ok
+    }
+}

@@ -1,0 +1,16 @@
+//! The rules of `ClusterState::apply`, one file per domain, each an `impl ClusterState` block;
+//! `state.rs` dispatches every command to its method here. Every rule re-checks its command
+//! (whatever the proposer believed) and changes nothing when it rejects.
+
+mod alerts;
+mod binds;
+mod certificates;
+mod energy;
+mod gangs;
+mod jobs;
+mod nodes;
+mod partitions;
+mod preemption;
+mod scheduler;
+mod tenants;
+mod tokens;

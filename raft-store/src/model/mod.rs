@@ -1,0 +1,23 @@
+//! The replicated state (`ClusterState`), the log vocabulary it applies (`Command`), and each
+//! domain's records and rules. Pure: no I/O, no clock, nothing of openraft's storage.
+
+pub mod alert;
+mod apply;
+pub mod audit;
+pub mod auth;
+pub mod cert;
+pub(crate) mod command;
+pub mod digest;
+pub mod energy;
+pub mod job;
+pub mod job_log;
+pub mod kept_index;
+pub mod mig;
+pub mod node;
+pub(crate) mod outcome;
+pub mod partition;
+pub mod scheduler;
+pub mod slice_fit;
+pub(crate) mod state;
+pub mod tenant;
+pub mod validate;

@@ -1,0 +1,218 @@
+//! The replicated domain state, `ClusterState`, and its pure, deterministic `apply`: the
+//! dispatch of each command to its domain's rules (`apply/`), and the audit step.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::alert::{Alert, AlertRule};
+use crate::model::audit::{self, AuditEntry, RequestMeta};
+use crate::model::auth::TokenRecord;
+use crate::model::cert::CertRecord;
+use crate::model::command::{Command, LogEntry};
+use crate::model::energy::EnergyBook;
+use crate::model::job::Job;
+use crate::model::job_log::JobLog;
+use crate::model::node::NodeRecord;
+use crate::model::outcome::{ApplyResult, Rejection, invalid};
+use crate::model::scheduler::SchedulerSettings;
+use crate::model::tenant::TenantRecord;
+use crate::{JobId, NodeId};
+
+/// Everything the cluster agrees on (besides Raft membership, which openraft tracks).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterState {
+    #[serde(default)]
+    pub nodes: BTreeMap<NodeId, NodeRecord>,
+    #[serde(default)]
+    pub jobs: BTreeMap<JobId, Job>,
+    /// The id the next submitted job gets.
+    #[serde(default = "first_job_id")]
+    pub next_job_id: JobId,
+    /// `tenant/key` → the job that key created.
+    #[serde(default)]
+    pub idempotency: BTreeMap<String, JobId>,
+    /// API tokens by id (secrets are never stored, only their SHA-256).
+    #[serde(default)]
+    pub tokens: BTreeMap<String, TokenRecord>,
+    /// The hash-chained audit log.
+    #[serde(default)]
+    pub audit: Vec<AuditEntry>,
+    /// Certificates by serial: those the CA issued, and every revoked one.
+    #[serde(default)]
+    pub certificates: BTreeMap<String, CertRecord>,
+    /// The policy the leader schedules with.
+    #[serde(default)]
+    pub scheduler: SchedulerSettings,
+    /// Operators' alert rules by name (overriding built-in and configured ones).
+    #[serde(default)]
+    pub alert_rules: BTreeMap<String, AlertRule>,
+    /// Open alerts, and the most recent resolved ones (`alert::KEEP_RESOLVED`), by id.
+    #[serde(default)]
+    pub alerts: BTreeMap<u64, Alert>,
+    #[serde(default)]
+    pub next_alert_id: u64,
+    /// GPU energy per job and per node.
+    #[serde(default)]
+    pub energy: EnergyBook,
+    /// Tenant records by name (quotas, weight, default priority). A tenant without one is
+    /// unlimited.
+    #[serde(default)]
+    pub tenants: BTreeMap<String, TenantRecord>,
+    /// Which jobs changed state lately (local, never serialized).
+    #[serde(skip)]
+    pub job_log: JobLog,
+}
+
+fn first_job_id() -> JobId {
+    1
+}
+
+impl ClusterState {
+    pub fn new() -> Self {
+        Self {
+            next_job_id: first_job_id(),
+            ..Self::default()
+        }
+    }
+
+    /// Apply one entry. Pure: the result depends only on `self` and `entry`. A rejected command
+    /// leaves the state untouched, except that an API request (one with `meta`) always gets
+    /// exactly one audit entry, whatever its outcome.
+    pub fn apply(&mut self, entry: &LogEntry) -> ApplyResult {
+        let result = self
+            .apply_command(entry)
+            .unwrap_or_else(|reason| ApplyResult::Rejected { reason });
+        if let Some(meta) = &entry.meta {
+            self.record_audit(entry, meta, &result);
+        }
+        result
+    }
+
+    /// The command's effect, by the rules of its domain (`apply/`), or why it has none.
+    fn apply_command(&mut self, entry: &LogEntry) -> Result<ApplyResult, Rejection> {
+        let now = entry.proposed_at_ms;
+        let meta = entry.meta.as_ref();
+        match &entry.cmd {
+            Command::Batch { entries } => Ok(self.apply_batch(entries)),
+            Command::RegisterNode {
+                node,
+                addr,
+                labels,
+                inventory,
+                edge,
+                protocol,
+            } => self.register(
+                *node,
+                addr,
+                labels,
+                inventory,
+                edge.as_ref(),
+                *protocol,
+                now,
+            ),
+            Command::SetNodeLabels { node, set, remove } => {
+                self.set_labels(*node, set, remove, now)
+            }
+            Command::SetNodeStatus { node, status } => self.set_status(*node, *status, now),
+            Command::CordonNode { node, cordoned } => self.cordon(*node, *cordoned, now),
+            Command::DrainNode { node, evict } => self.drain(*node, *evict, now),
+            Command::SubmitJob {
+                spec,
+                idempotency_key,
+            } => self.submit(spec, idempotency_key.as_deref(), now),
+            Command::CancelJob { job } => self.cancel(*job, now),
+            Command::BindJobs { binds } => Ok(self.bind_all(binds, now)),
+            Command::JobStarted { job, generation } => self.started(*job, *generation, now),
+            Command::JobFinished {
+                job,
+                generation,
+                outcome,
+            } => self.finished(*job, *generation, outcome, now),
+            Command::GangMemberFinished {
+                job,
+                generation,
+                node,
+            } => self.member_finished(*job, *generation, *node, now),
+            Command::NoteUnschedulable { reasons } => Ok(self.note_unschedulable(reasons)),
+            Command::PreemptJobs { preemptions } => Ok(self.preempt_all(preemptions)),
+            Command::CreateToken { token } => self.create_token(token, meta),
+            Command::RevokeToken { id } => self.revoke_token(id, meta),
+            Command::AuditDenied { .. } | Command::RecordAction { .. } => Ok(ApplyResult::Ok),
+            Command::RecordCertificate { cert } => self.record_certificate(cert),
+            Command::RevokeCertificate { serial, reason } => {
+                self.revoke_certificate(serial, reason)
+            }
+            Command::CreateTenant { tenant } => self.put_tenant(tenant, false, now),
+            Command::UpdateTenant { tenant } => self.put_tenant(tenant, true, now),
+            Command::SetSchedulerPolicy { settings } => self.set_scheduler_policy(settings),
+            Command::SetAlertRule { rule } => self.set_alert_rule(rule),
+            Command::DeleteAlertRule { name } => self.delete_alert_rule(name),
+            Command::RaiseAlert {
+                node,
+                gpu,
+                rule,
+                severity,
+                remediation,
+                message,
+            } => self.raise_alert(*node, *gpu, rule, *severity, *remediation, message, now),
+            Command::ResolveAlert { node, gpu, rule } => self.resolve_alert(*node, *gpu, rule, now),
+            Command::SetGpuPartition {
+                node,
+                gpu,
+                partition,
+                if_idle,
+            } => self.set_partition(*node, *gpu, partition, *if_idle),
+            Command::BindSlices { binds } => Ok(self.bind_slices(binds, now)),
+            Command::RecordEnergy { report } => self.record_energy(report),
+        }
+    }
+
+    /// A batch's entries, each applied exactly as an entry of its own (its own time, caller and
+    /// result). Batches are never nested.
+    fn apply_batch(&mut self, entries: &[LogEntry]) -> ApplyResult {
+        let results = entries
+            .iter()
+            .map(|e| match e.cmd {
+                Command::Batch { .. } => ApplyResult::Rejected {
+                    reason: invalid("a batch cannot hold a batch".into()),
+                },
+                _ => self.apply(e),
+            })
+            .collect();
+        ApplyResult::Batch { results }
+    }
+
+    /// The one audit entry of an API request, whatever its outcome, chained to the one before.
+    fn record_audit(&mut self, entry: &LogEntry, meta: &RequestMeta, result: &ApplyResult) {
+        let outcome = match (&entry.cmd, result) {
+            (Command::AuditDenied { reason }, _) => format!("denied: {reason}"),
+            (Command::RecordAction { outcome }, _) => outcome.clone(),
+            (_, ApplyResult::Rejected { reason }) => format!("rejected: {reason}"),
+            _ => "ok".to_owned(),
+        };
+        let prev = self
+            .audit
+            .last()
+            .map_or(audit::GENESIS, |e| e.hash.as_str())
+            .to_owned();
+        let seq = self.audit.len() as u64 + 1;
+        self.audit.push(AuditEntry::new(
+            seq,
+            entry.proposed_at_ms,
+            meta,
+            outcome,
+            &prev,
+        ));
+    }
+
+    pub(crate) fn node_mut(&mut self, node: NodeId) -> Result<&mut NodeRecord, Rejection> {
+        self.nodes
+            .get_mut(&node)
+            .ok_or(Rejection::UnknownNode { node })
+    }
+
+    pub(crate) fn job_mut(&mut self, job: JobId) -> Result<&mut Job, Rejection> {
+        self.jobs.get_mut(&job).ok_or(Rejection::UnknownJob { job })
+    }
+}

@@ -1,0 +1,160 @@
+//! Tenants as replicated records: per-GPU-type quotas (a guaranteed share and how much more may
+//! be borrowed from idle capacity), a fair-share weight and a default priority; and the GPU-time
+//! accounting read from the jobs' own records.
+//!
+//! A tenant with no record (every tenant before tenants existed) is unlimited, weighs 1 and
+//! has default priority 0: its jobs run exactly as they did. A record limits only the GPU types
+//! it names; other types stay unlimited for it.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::job::Job;
+use crate::model::node::NodeRecord;
+use crate::model::validate;
+
+/// Most GPUs one quota figure may name (a bound against typos like 10^12, far above any
+/// cluster; a quota above the cluster's size is allowed and reported).
+pub const MAX_QUOTA_GPUS: u32 = 1_000_000;
+/// Most GPU types one tenant may have quotas for.
+pub const MAX_QUOTA_TYPES: usize = 32;
+/// Fair-share weights accepted.
+pub const WEIGHT_RANGE: std::ops::RangeInclusive<u32> = 1..=10_000;
+/// Default priorities accepted.
+pub const PRIORITY_RANGE: std::ops::RangeInclusive<i32> = -10_000..=10_000;
+
+/// What a tenant may hold of one GPU type.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Quota {
+    /// GPUs of this type the tenant is entitled to.
+    pub guaranteed: u32,
+    /// GPUs beyond the guarantee it may borrow while they are idle.
+    #[serde(default)]
+    pub borrow: u32,
+}
+
+impl Quota {
+    /// The most GPUs of the type the tenant may hold at once.
+    pub fn limit(&self) -> u32 {
+        self.guaranteed.saturating_add(self.borrow)
+    }
+}
+
+/// A tenant's record.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TenantRecord {
+    pub name: String,
+    /// GPU type (as nodes report it, e.g. `A100`) → quota.
+    #[serde(default)]
+    pub quotas: BTreeMap<String, Quota>,
+    /// Share of the cluster in the fair-share ordering, relative to other tenants (1 = the
+    /// weight of a tenant without a record).
+    #[serde(default = "one")]
+    pub weight: u32,
+    /// The priority a job of this tenant gets when it is submitted without one.
+    #[serde(default)]
+    pub default_priority: i32,
+    #[serde(default)]
+    pub created_at_ms: u64,
+    #[serde(default)]
+    pub updated_at_ms: u64,
+}
+
+fn one() -> u32 {
+    1
+}
+
+impl TenantRecord {
+    /// The quota of `gpu_type`, if the record limits it.
+    pub fn quota(&self, gpu_type: &str) -> Option<Quota> {
+        self.quotas.get(gpu_type).copied()
+    }
+}
+
+/// The rules the API edge and `apply` both enforce. GPU types no node has (yet) are allowed:
+/// quotas are often set before the hardware arrives.
+pub fn validate(t: &TenantRecord) -> Result<(), String> {
+    validate::name("tenant", &t.name)?;
+    if t.quotas.len() > MAX_QUOTA_TYPES {
+        return Err(format!("at most {MAX_QUOTA_TYPES} GPU types per tenant"));
+    }
+    for (gpu_type, q) in &t.quotas {
+        validate::name("GPU type", gpu_type)?;
+        if q.guaranteed > MAX_QUOTA_GPUS || q.borrow > MAX_QUOTA_GPUS {
+            return Err(format!(
+                "quota for {gpu_type} must be at most {MAX_QUOTA_GPUS} GPUs guaranteed and {MAX_QUOTA_GPUS} borrowed"
+            ));
+        }
+    }
+    if !WEIGHT_RANGE.contains(&t.weight) {
+        return Err(format!(
+            "weight must be {}..={}, got {}",
+            WEIGHT_RANGE.start(),
+            WEIGHT_RANGE.end(),
+            t.weight
+        ));
+    }
+    if !PRIORITY_RANGE.contains(&t.default_priority) {
+        return Err(format!(
+            "default priority must be {}..={}, got {}",
+            PRIORITY_RANGE.start(),
+            PRIORITY_RANGE.end(),
+            t.default_priority
+        ));
+    }
+    Ok(())
+}
+
+/// GPU-milliseconds by GPU type.
+pub type GpuTime = BTreeMap<String, u64>;
+
+/// The GPU types of the GPUs a job's current (or last) binding names, as the node reports
+/// them; GPUs the node no longer lists count as `unknown`.
+pub fn bound_types<'a>(
+    job: &'a Job,
+    nodes: &'a BTreeMap<crate::NodeId, NodeRecord>,
+) -> impl Iterator<Item = &'a str> + 'a {
+    job.members().flat_map(move |b| {
+        let node = nodes.get(&b.node);
+        b.gpus.iter().map(move |&i| {
+            node.and_then(|n| n.gpu(i))
+                .map_or("unknown", |g| g.gpu_type.as_str())
+        })
+    })
+}
+
+/// GPUs held by live jobs, per (tenant, GPU type).
+pub fn held_by_type(
+    jobs: &BTreeMap<crate::JobId, Job>,
+    nodes: &BTreeMap<crate::NodeId, NodeRecord>,
+) -> BTreeMap<(String, String), u32> {
+    let mut held = BTreeMap::new();
+    for j in jobs.values().filter(|j| j.state.is_live()) {
+        for t in bound_types(j, nodes) {
+            *held
+                .entry((j.spec.tenant.clone(), t.to_owned()))
+                .or_insert(0) += 1;
+        }
+    }
+    held
+}
+
+/// The GPU time of a job: its finished runs (recorded by `apply` as each run ended) plus the
+/// live run up to `now_ms`.
+pub fn job_gpu_time(
+    job: &Job,
+    nodes: &BTreeMap<crate::NodeId, NodeRecord>,
+    now_ms: u64,
+) -> GpuTime {
+    let mut out = job.gpu_ms.clone();
+    if job.state.is_live()
+        && let Some(since) = job.bound_at_ms
+    {
+        let held = now_ms.saturating_sub(since);
+        for t in bound_types(job, nodes) {
+            *out.entry(t.to_owned()).or_insert(0) += held;
+        }
+    }
+    out
+}

@@ -1,0 +1,71 @@
+//! Opening a data directory: lock it, check its format version, open the engine and the stores.
+//!
+//! Layout: `LOCK` (held while the agent runs), `FORMAT` (`gpumesh-data <version>`, `format.rs`),
+//! `raft/` (sled: vote, log, committed), `snapshot` (the latest state-machine snapshot).
+
+use std::fs::{self, File, TryLockError};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::storage::engine::SledEngine;
+use crate::storage::error::OpenError;
+use crate::storage::format::{DATA_FORMAT_VERSION, check_format, corrupt};
+use crate::storage::log_store::LogStore;
+use crate::storage::snapshot_file::{SnapshotFile, SnapshotFileError};
+use crate::storage::state_machine::StateMachineStore;
+
+/// An open, exclusively locked data directory. Dropping it releases the lock.
+#[derive(Debug)]
+pub struct DataDir {
+    path: PathBuf,
+    _lock: File,
+}
+
+impl DataDir {
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// Open (creating if empty) the data directory `dir` and return its stores.
+pub fn open(dir: &Path) -> Result<(DataDir, LogStore, StateMachineStore), OpenError> {
+    let io = |action, source| OpenError::Io {
+        dir: dir.to_owned(),
+        action,
+        source,
+    };
+    fs::create_dir_all(dir).map_err(|e| io("create the directory", e))?;
+    let lock_path = dir.join("LOCK");
+    let lock = File::create(&lock_path).map_err(|e| io("create the lock file", e))?;
+    match lock.try_lock() {
+        Ok(()) => {}
+        Err(TryLockError::WouldBlock) => {
+            return Err(OpenError::Locked {
+                dir: dir.to_owned(),
+                lock: lock_path,
+            });
+        }
+        Err(TryLockError::Error(e)) => return Err(io("lock the directory", e)),
+    }
+    check_format(dir)?;
+    let engine =
+        SledEngine::open(&dir.join("raft")).map_err(|e| corrupt(dir, format!("raft log: {e}")))?;
+    let sm = StateMachineStore::open(SnapshotFile::new(dir)).map_err(|e| match e {
+        SnapshotFileError::FutureVersion { found, .. } => OpenError::FutureVersion {
+            dir: dir.to_owned(),
+            found,
+            supported: DATA_FORMAT_VERSION,
+        },
+        other => corrupt(dir, other.to_string()),
+    })?;
+    let log =
+        LogStore::new(Arc::new(engine), sm.gate()).map_err(|e| corrupt(dir, e.to_string()))?;
+    Ok((
+        DataDir {
+            path: dir.to_owned(),
+            _lock: lock,
+        },
+        log,
+        sm,
+    ))
+}
