@@ -11,12 +11,14 @@
 
 use std::time::Duration;
 
-use gpu_raft_store::{ApplyResult, Command};
+use gpu_raft_store::{ApplyResult, Command, Preempt};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::raft::Cluster;
-use crate::scheduler::{EnvCache, PendingCache, Policy, plan_pending, preemptions, reslice};
+use crate::raft::{Cluster, ClusterError};
+use crate::scheduler::{
+    EnvCache, PendingCache, Plan, Policy, Reslice, plan_pending, preemptions, reslice,
+};
 
 pub struct Scheduler {
     pub cluster: Cluster,
@@ -24,6 +26,13 @@ pub struct Scheduler {
     /// `ClusterState::scheduler` at every pass.
     pub policy: Policy,
     pub tick: Duration,
+}
+
+/// What one pass decided.
+struct Decisions {
+    pass: Plan,
+    preempt: Vec<Preempt>,
+    reslices: Vec<Reslice>,
 }
 
 impl Scheduler {
@@ -46,115 +55,116 @@ impl Scheduler {
                 pending = PendingCache::default();
                 continue;
             }
-            let now_ms = crate::clock::now_ms();
-            let (pass, preempt, reslices) = self.cluster.state.read(|s| {
-                // The replicated settings decide ordering and backfill; `self.policy` keeps
-                // the agent-local knobs (batch size).
-                let mut policy = self.policy.with_settings(&s.scheduler);
-                policy.explain &= on_tick;
-                let env = env.get(s, &policy, now_ms, on_tick);
-                let pending = pending.get(s, policy.ordering);
-                let pass = plan_pending(s, &policy, env, pending);
-                // Preempt only when nothing can be placed the ordinary way.
-                let preempt = if pass.binds.is_empty() && pass.slice_binds.is_empty() {
-                    preemptions(s, &policy, env, pending)
-                } else {
-                    Vec::new()
-                };
-                let reslices = reslice(s, &pass, pending);
-                (pass, preempt, reslices)
-            });
-            for r in reslices {
-                let cmd = Command::SetGpuPartition {
-                    node: r.node,
-                    gpu: r.gpu,
-                    partition: r.partition.clone(),
-                    if_idle: true,
-                };
-                match self.cluster.write(cmd).await {
-                    Ok(ApplyResult::Ok) => {
-                        info!(node_id = r.node, gpu = r.gpu, partition = %r.partition, "re-sliced an idle GPU for the queue");
-                    }
-                    Ok(other) => warn!(?other, "unexpected result for a re-slicing"),
-                    Err(crate::raft::ClusterError::Rejected(why)) => {
-                        debug!(%why, "re-slicing refused by apply (the GPU is busy)");
-                    }
-                    Err(e) => warn!(error = %e, "could not propose a re-slicing"),
-                }
+            let decisions = self.decide(&mut env, &mut pending, on_tick);
+            self.carry_out(decisions).await;
+        }
+    }
+
+    /// Plan one pass over the applied state with the replicated settings and the leader's
+    /// clock as "now".
+    fn decide(&self, env: &mut EnvCache, pending: &mut PendingCache, on_tick: bool) -> Decisions {
+        let now_ms = crate::clock::now_ms();
+        self.cluster.state.read(|s| {
+            // The replicated settings decide ordering and backfill; `self.policy` keeps
+            // the agent-local knobs (batch size).
+            let mut policy = self.policy.with_settings(&s.scheduler);
+            policy.explain &= on_tick;
+            let env = env.get(s, &policy, now_ms, on_tick);
+            let pending = pending.get(s, policy.ordering);
+            let pass = plan_pending(s, &policy, env, pending);
+            // Preempt only when nothing can be placed the ordinary way.
+            let preempt = if pass.binds.is_empty() && pass.slice_binds.is_empty() {
+                preemptions(s, &policy, env, pending)
+            } else {
+                Vec::new()
+            };
+            let reslices = reslice(s, &pass, pending);
+            Decisions {
+                pass,
+                preempt,
+                reslices,
             }
-            if !preempt.is_empty() {
-                match self
-                    .cluster
-                    .write(Command::PreemptJobs {
-                        preemptions: preempt,
-                    })
-                    .await
-                {
-                    Ok(ApplyResult::Preempted {
-                        preempted,
-                        rejected,
-                    }) => {
-                        info!(?preempted, rejected = rejected.len(), "preempting");
-                        for (job_id, reason) in rejected {
-                            debug!(job_id, %reason, "preemption refused by apply");
-                        }
-                    }
-                    Ok(other) => warn!(?other, "unexpected result for a preemption batch"),
-                    Err(e) => warn!(error = %e, "could not propose preemptions"),
-                }
-            }
-            if !pass.binds.is_empty() {
-                match self
-                    .cluster
-                    .write(Command::BindJobs { binds: pass.binds })
-                    .await
-                {
-                    Ok(ApplyResult::Bound { bound, rejected }) => {
-                        debug!(
-                            bound = bound.len(),
-                            rejected = rejected.len(),
-                            "scheduler pass"
-                        );
-                        for (job_id, reason) in rejected {
-                            debug!(job_id, %reason, "placement refused by apply");
-                        }
-                    }
-                    Ok(other) => warn!(?other, "unexpected result for a bind batch"),
-                    Err(e) => warn!(error = %e, "could not propose placements"),
-                }
-            }
-            if !pass.slice_binds.is_empty() {
-                match self
-                    .cluster
-                    .write(Command::BindSlices {
-                        binds: pass.slice_binds,
-                    })
-                    .await
-                {
-                    Ok(ApplyResult::Bound { bound, rejected }) => {
-                        debug!(
-                            bound = bound.len(),
-                            rejected = rejected.len(),
-                            "slice placements"
-                        );
-                        for (job_id, reason) in rejected {
-                            debug!(job_id, %reason, "slice placement refused by apply");
-                        }
-                    }
-                    Ok(other) => warn!(?other, "unexpected result for a slice bind batch"),
-                    Err(e) => warn!(error = %e, "could not propose slice placements"),
-                }
-            }
-            if !pass.unschedulable.is_empty()
-                && let Err(e) = self
-                    .cluster
-                    .write(Command::NoteUnschedulable {
-                        reasons: pass.unschedulable,
-                    })
-                    .await
-            {
-                warn!(error = %e, "could not record pending reasons");
+        })
+    }
+
+    /// Propose the pass's decisions: re-slicings first, then preemptions, placements and the
+    /// reasons of what stays pending.
+    async fn carry_out(&self, d: Decisions) {
+        let Decisions {
+            pass,
+            preempt,
+            reslices,
+        } = d;
+        for r in reslices {
+            let what = format!("re-slicing n{}/{} to {}", r.node, r.gpu, r.partition);
+            let cmd = Command::SetGpuPartition {
+                node: r.node,
+                gpu: r.gpu,
+                partition: r.partition,
+                if_idle: true,
+            };
+            if self.propose(&what, cmd).await {
+                info!(
+                    node_id = r.node,
+                    gpu = r.gpu,
+                    "re-sliced an idle GPU for the queue"
+                );
             }
         }
+        if !preempt.is_empty() {
+            let cmd = Command::PreemptJobs {
+                preemptions: preempt,
+            };
+            self.propose("preemptions", cmd).await;
+        }
+        if !pass.binds.is_empty() {
+            let cmd = Command::BindJobs { binds: pass.binds };
+            self.propose("placements", cmd).await;
+        }
+        if !pass.slice_binds.is_empty() {
+            let cmd = Command::BindSlices {
+                binds: pass.slice_binds,
+            };
+            self.propose("slice placements", cmd).await;
+        }
+        if !pass.unschedulable.is_empty() {
+            let cmd = Command::NoteUnschedulable {
+                reasons: pass.unschedulable,
+            };
+            self.propose("pending reasons", cmd).await;
+        }
+    }
+
+    /// Propose one of the pass's decisions and log how apply answered it. Apply re-checks
+    /// every decision, so a refusal is the normal end of a stale one, not an error. True when
+    /// it applied as a whole.
+    async fn propose(&self, what: &str, cmd: Command) -> bool {
+        match self.cluster.write(cmd).await {
+            Ok(ApplyResult::Ok) => return true,
+            Ok(ApplyResult::Bound { bound, rejected }) => {
+                debug!(
+                    what,
+                    bound = bound.len(),
+                    rejected = rejected.len(),
+                    "applied"
+                );
+                for (job_id, reason) in rejected {
+                    debug!(what, job_id, %reason, "refused by apply");
+                }
+            }
+            Ok(ApplyResult::Preempted {
+                preempted,
+                rejected,
+            }) => {
+                info!(?preempted, rejected = rejected.len(), "preempting");
+                for (job_id, reason) in rejected {
+                    debug!(what, job_id, %reason, "refused by apply");
+                }
+            }
+            Ok(other) => warn!(what, ?other, "unexpected apply result"),
+            Err(ClusterError::Rejected(why)) => debug!(what, %why, "refused by apply"),
+            Err(e) => warn!(what, error = %e, "could not propose"),
+        }
+        false
     }
 }
