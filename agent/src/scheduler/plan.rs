@@ -6,13 +6,13 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
-use gpu_raft_store::{Bind, ClusterState, JobId, JobSpec, SliceBind, gpu_fits};
+use gpu_raft_store::{Bind, ClusterState, Job, JobId, JobSpec, SliceBind, gpu_fits};
 
 use super::backfill::{self, Holding, Reservation};
 use super::env::PlanEnv;
 use super::order::Queue;
 use super::pending::PendingIndex;
-use super::placement::{Nodes, is_plain, selector_matches};
+use super::placement::{Nodes, Placement, is_plain, selector_matches};
 use super::policy::{Backfill, Policy};
 use super::quota::{Admission, QuotaBook, restrict};
 use super::slices::{self, SliceBook, SlicePlace};
@@ -58,214 +58,340 @@ pub fn plan_pending(
     )
 }
 
-fn plan_queue(state: &ClusterState, policy: &Policy, mut queue: Queue<'_>, env: &PlanEnv) -> Plan {
-    let mut nodes = Nodes::new(state);
-    let mut sliced = SliceBook::new(state, policy.slice_best_fit);
-    let gangs = policy.multi_node_gangs;
-    let unconstrained_capacity = Capacity::of(&nodes);
-    let mut started: Vec<Holding> = Vec::new();
-    let mut reservation: Option<(Reservation, Cow<'_, JobSpec>)> = None;
-    let mut quotas = QuotaBook::new(state);
-    let mut blocked_by: Option<JobId> = None;
-    // Free GPUs only shrink during a pass, so for plain single-node jobs (no GPU type, memory
-    // or node selector) failure is monotone in size: once a size finds no room, or is held
-    // back by a plain head's reservation, every larger one is too. These skip the search.
-    let mut no_room_from = usize::MAX;
-    let mut held_from = usize::MAX;
-    let mut out = Plan::default();
+fn plan_queue<'a>(
+    state: &'a ClusterState,
+    policy: &'a Policy,
+    mut queue: Queue<'a>,
+    env: &'a PlanEnv,
+) -> Plan {
+    let mut pass = Pass::new(state, policy, env);
     while let Some(job) = queue.next() {
-        if out.binds.len() + out.slice_binds.len() >= policy.max_binds_per_pass {
+        if pass.out.binds.len() + pass.out.slice_binds.len() >= policy.max_binds_per_pass {
             break;
         }
-        let note = |out: &mut Plan, reason: String| {
-            if policy.explain && job.reason.as_deref() != Some(reason.as_str()) {
-                out.unschedulable.push((job.id, reason));
-            }
-        };
-        if super::preempt::waits_for_beneficiary(state, job) {
+        if pass.consider(job, &mut queue) == Flow::Stop {
+            break;
+        }
+    }
+    pass.out.reservation = pass.reservation.map(|(r, _)| r);
+    pass.out
+}
+
+/// Whether the pass goes on to the next job of the queue.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Flow {
+    Next,
+    Stop,
+}
+
+/// What one pass has decided so far, and what it has learnt about the jobs still to come.
+struct Pass<'a> {
+    state: &'a ClusterState,
+    policy: &'a Policy,
+    env: &'a PlanEnv,
+    nodes: Nodes<'a>,
+    sliced: SliceBook,
+    quotas: QuotaBook<'a>,
+    /// Computed once: what plain jobs could ever get.
+    capacity: Capacity,
+    gangs: bool,
+    /// The runs this pass started, with their expected ends (EASY only).
+    started: Vec<Holding>,
+    /// The EASY head's reservation and its spec.
+    reservation: Option<(Reservation, JobSpec)>,
+    /// The job that holds the strict queue behind it.
+    blocked_by: Option<JobId>,
+    /// Free GPUs only shrink during a pass, so for plain single-node jobs (no GPU type, memory
+    /// or node selector) failure is monotone in size: once a size finds no room, or is held
+    /// back by a plain head's reservation, every larger one is too. These skip the search.
+    no_room_from: usize,
+    held_from: usize,
+    out: Plan,
+}
+
+impl<'a> Pass<'a> {
+    fn new(state: &'a ClusterState, policy: &'a Policy, env: &'a PlanEnv) -> Self {
+        let nodes = Nodes::new(state);
+        Self {
+            state,
+            policy,
+            env,
+            capacity: Capacity::of(&nodes),
+            nodes,
+            sliced: SliceBook::new(state, policy.slice_best_fit),
+            quotas: QuotaBook::new(state),
+            gangs: policy.multi_node_gangs,
+            started: Vec::new(),
+            reservation: None,
+            blocked_by: None,
+            no_room_from: usize::MAX,
+            held_from: usize::MAX,
+            out: Plan::default(),
+        }
+    }
+
+    /// Record why `job` stays pending, when explaining and the reason is new.
+    fn note(&mut self, job: &Job, reason: String) {
+        if self.policy.explain && job.reason.as_deref() != Some(reason.as_str()) {
+            self.out.unschedulable.push((job.id, reason));
+        }
+    }
+
+    /// Place `job` if it may start now, or learn from why it cannot.
+    fn consider(&mut self, job: &'a Job, queue: &mut Queue<'a>) -> Flow {
+        if super::preempt::waits_for_beneficiary(self.state, job) {
             let by = job.preempted_for.unwrap_or_default();
-            note(
-                &mut out,
+            self.note(
+                job,
                 format!("preempted for j-{by}: waits until j-{by} has started"),
             );
-            continue;
+            return Flow::Next;
         }
-        if let Some(head) = blocked_by {
-            if !policy.explain {
-                break;
+        if let Some(head) = self.blocked_by {
+            if !self.policy.explain {
+                return Flow::Stop;
             }
-            note(
-                &mut out,
-                format!("queued behind j-{head} ({} queue)", policy.spec()),
-            );
-            continue;
+            let reason = format!("queued behind j-{head} ({} queue)", self.policy.spec());
+            self.note(job, reason);
+            return Flow::Next;
         }
         // A tenant at its quota for some GPU types may only use the others; at its quota for
         // all it waits, without holding up the queue behind it.
-        let spec: Cow<'_, JobSpec> = match quotas.admit(&job.spec) {
+        let spec: Cow<'_, JobSpec> = match self.quotas.admit(&job.spec) {
             Admission::Unlimited => Cow::Borrowed(&job.spec),
             Admission::Only(types) => Cow::Owned(restrict(&job.spec, types)),
             Admission::OverQuota(reason) => {
-                note(&mut out, reason);
+                self.note(job, reason);
                 queue.pass_over_class();
-                continue;
+                return Flow::Next;
             }
         };
-        let spec = spec.as_ref();
         // MIG instances, shared slices and pass-through GPUs: their own book, no reservation
         // (a slice does not hold the queue behind it).
-        if slices::is_sliced(spec) {
-            let Some(place) = sliced.place(spec) else {
-                note(&mut out, sliced.why(spec));
-                queue.pass_over_class();
-                continue;
-            };
-            let (node, gpus) = match &place {
-                SlicePlace::Slice { node, gpu, .. } => (*node, vec![*gpu]),
-                SlicePlace::Passthrough { node, gpus } => (*node, gpus.clone()),
-            };
-            if let Some(n) = state.nodes.get(&node) {
-                let types = gpus
-                    .iter()
-                    .filter_map(|i| n.gpu(*i))
-                    .map(|g| g.gpu_type.as_str());
-                quotas.take(&job.spec.tenant, types);
-            }
-            match place {
-                SlicePlace::Slice { node, gpu, slice } => out.slice_binds.push(SliceBind {
-                    job: job.id,
-                    node,
-                    gpu,
-                    slice,
-                }),
-                SlicePlace::Passthrough { node, gpus } => out.binds.push(Bind {
-                    job: job.id,
-                    node,
-                    gpus,
-                }),
-            }
-            queue.placed();
-            continue;
+        if slices::is_sliced(&spec) {
+            self.place_sliced(job, &spec, queue);
+            return Flow::Next;
         }
+        self.place_whole(job, &spec, queue)
+    }
+
+    fn place_sliced(&mut self, job: &'a Job, spec: &JobSpec, queue: &mut Queue<'a>) {
+        let Some(place) = self.sliced.place(spec) else {
+            let reason = self.sliced.why(spec);
+            self.note(job, reason);
+            queue.pass_over_class();
+            return;
+        };
+        let (node, gpus) = match &place {
+            SlicePlace::Slice { node, gpu, .. } => (*node, vec![*gpu]),
+            SlicePlace::Passthrough { node, gpus } => (*node, gpus.clone()),
+        };
+        if let Some(n) = self.state.nodes.get(&node) {
+            let types = gpus
+                .iter()
+                .filter_map(|i| n.gpu(*i))
+                .map(|g| g.gpu_type.as_str());
+            self.quotas.take(&job.spec.tenant, types);
+        }
+        match place {
+            SlicePlace::Slice { node, gpu, slice } => self.out.slice_binds.push(SliceBind {
+                job: job.id,
+                node,
+                gpu,
+                slice,
+            }),
+            SlicePlace::Passthrough { node, gpus } => self.out.binds.push(Bind {
+                job: job.id,
+                node,
+                gpus,
+            }),
+        }
+        queue.placed();
+    }
+
+    /// A job of whole GPUs (or none): placed where `placement` puts it unless the backfill
+    /// mode holds it back; when it finds no room, it may take the EASY reservation or hold
+    /// the strict queue.
+    fn place_whole(&mut self, job: &'a Job, spec: &JobSpec, queue: &mut Queue<'a>) -> Flow {
         let want = spec.gpus as usize;
-        // Nothing with GPUs can start any more and no CPU-only job waits: the pass is over,
-        // once an EASY head has its reservation. (Otherwise the job goes on to find no room,
-        // which under a strict queue holds every job behind it, CPU-only ones included.)
-        if !policy.explain
-            && want > 0
-            && nodes.total_free() == 0
-            && !queue.has_cpu_only_pending()
-            && !sliced.has_room()
-            && (reservation.is_some() || policy.backfill != Backfill::Easy)
-        {
-            break;
+        if self.nothing_more_starts(want, queue) {
+            return Flow::Stop;
         }
         // A gang the job asked for (`nodes` > 1) has its own shape: no size memo, and it
         // needs its per-node share on enough nodes.
         let asked_gang = spec.nodes > 1;
-        let memo = !asked_gang && is_plain(spec) && want <= unconstrained_capacity.largest;
+        let memo = !asked_gang && is_plain(spec) && want <= self.capacity.largest;
+        let Some(placement) = self.find(job, spec, asked_gang, memo) else {
+            self.no_room(job, spec, asked_gang, queue);
+            return Flow::Next;
+        };
+        let end_ms = self
+            .env
+            .estimate_ms(spec, self.policy)
+            .map(|e| self.env.now_ms.saturating_add(e));
+        let Some(placement) = self.backfill(job, spec, placement, end_ms, memo, queue) else {
+            return Flow::Next;
+        };
+        self.take(job, placement, end_ms);
+        queue.placed();
+        Flow::Next
+    }
+
+    /// Nothing with GPUs can start any more and no CPU-only job waits: the pass is over, once
+    /// an EASY head has its reservation. (Otherwise the job goes on to find no room, which
+    /// under a strict queue holds every job behind it, CPU-only ones included.)
+    fn nothing_more_starts(&self, want: usize, queue: &Queue<'a>) -> bool {
+        !self.policy.explain
+            && want > 0
+            && self.nodes.total_free() == 0
+            && !queue.has_cpu_only_pending()
+            && !self.sliced.has_room()
+            && (self.reservation.is_some() || self.policy.backfill != Backfill::Easy)
+    }
+
+    /// Where the job fits now, skipping the search when the size memo says it cannot.
+    fn find(
+        &mut self,
+        job: &Job,
+        spec: &JobSpec,
+        asked_gang: bool,
+        memo: bool,
+    ) -> Option<Placement> {
+        let want = spec.gpus as usize;
+        let nodes = &self.nodes;
         let may_fit = if asked_gang {
             spec.gpus_per_node() as usize <= nodes.max_free() && want <= nodes.total_free()
         } else {
-            want <= nodes.max_free() || (gangs && want <= nodes.total_free())
+            want <= nodes.max_free() || (self.gangs && want <= nodes.total_free())
         };
-        let found = if may_fit && !(memo && want >= no_room_from) {
-            nodes.find_preferring(spec, &job.spec.gpu_types, gangs, None)
+        let found = if may_fit && !(memo && want >= self.no_room_from) {
+            nodes.find_preferring(spec, &job.spec.gpu_types, self.gangs, None)
         } else {
             None
         };
         if found.is_none() && memo {
-            no_room_from = no_room_from.min(want);
+            self.no_room_from = self.no_room_from.min(want);
         }
-        let Some(mut placement) = found else {
-            // Free GPUs only shrink during a pass: the rest of its class finds no room either.
-            queue.pass_over_class();
-            // A gang asked for does not hold the queue (no reservation is computed for its
-            // shape): it starts when enough nodes are free at once.
-            let holds_queue =
-                !asked_gang && policy.backfill != Backfill::Greedy && reservation.is_none();
-            if !(policy.explain || holds_queue) {
-                continue;
+        found
+    }
+
+    /// The job found no room: the rest of its class finds none either. The first such job
+    /// takes the EASY reservation (or, under a strict queue, holds the queue behind it).
+    fn no_room(&mut self, job: &'a Job, spec: &JobSpec, asked_gang: bool, queue: &mut Queue<'a>) {
+        // Free GPUs only shrink during a pass: the rest of its class finds no room either.
+        queue.pass_over_class();
+        // A gang asked for does not hold the queue (no reservation is computed for its
+        // shape): it starts when enough nodes are free at once.
+        let holds_queue =
+            !asked_gang && self.policy.backfill != Backfill::Greedy && self.reservation.is_none();
+        if !(self.policy.explain || holds_queue) {
+            return;
+        }
+        if !self.capacity.could_ever_fit(&self.nodes, spec, self.gangs) {
+            let reason = why_unplaceable(spec, &self.nodes);
+            self.note(job, reason);
+            return;
+        }
+        if holds_queue {
+            let reserved = (self.policy.backfill == Backfill::Easy)
+                .then(|| {
+                    let holdings = holdings(
+                        self.state,
+                        &self.nodes,
+                        self.policy,
+                        self.env,
+                        &self.started,
+                    );
+                    backfill::reserve(
+                        job.id,
+                        spec,
+                        &self.nodes,
+                        &holdings,
+                        self.gangs,
+                        self.env.now_ms,
+                    )
+                })
+                .flatten();
+            match reserved {
+                Some(r) => self.reservation = Some((r, spec.clone())),
+                None => self.blocked_by = Some(job.id),
             }
-            if !unconstrained_capacity.could_ever_fit(&nodes, spec, gangs) {
-                note(&mut out, why_unplaceable(spec, &nodes));
-                continue;
-            }
-            if holds_queue {
-                let reserved = (policy.backfill == Backfill::Easy)
-                    .then(|| {
-                        let holdings = holdings(state, &nodes, policy, env, &started);
-                        backfill::reserve(job.id, spec, &nodes, &holdings, gangs, env.now_ms)
-                    })
-                    .flatten();
-                match reserved {
-                    Some(r) => reservation = Some((r, Cow::Owned(spec.clone()))),
-                    None => blocked_by = Some(job.id),
-                }
-            }
-            note(&mut out, why_unplaceable(spec, &nodes));
-            continue;
+        }
+        let reason = why_unplaceable(spec, &self.nodes);
+        self.note(job, reason);
+    }
+
+    /// EASY backfill: with a reservation in force, the job starts only where it does not delay
+    /// the head (here, or on a slot other than the reserved one). `None`: held back.
+    fn backfill(
+        &mut self,
+        job: &'a Job,
+        spec: &JobSpec,
+        placement: Placement,
+        end_ms: Option<u64>,
+        memo: bool,
+        queue: &mut Queue<'a>,
+    ) -> Option<Placement> {
+        let Some((r, head)) = self.reservation.as_mut() else {
+            return Some(placement);
         };
-        let end_ms = env
-            .estimate_ms(spec, policy)
-            .map(|e| env.now_ms.saturating_add(e));
-        if let Some((r, head)) = reservation.as_mut() {
-            let outlasts = end_ms.is_none_or(|end| end > r.start_ms);
-            let head: &JobSpec = head;
-            let memo = memo && outlasts && is_plain(head);
-            let admitted = !(memo && want >= held_from)
-                && backfill::admit(r, head, &nodes, &placement, end_ms)
-                || match r.slot.and_then(|avoid| {
-                    nodes.find_preferring(spec, &job.spec.gpu_types, gangs, Some(avoid))
-                }) {
-                    Some(elsewhere) if backfill::admit(r, head, &nodes, &elsewhere, end_ms) => {
-                        placement = elsewhere;
-                        true
-                    }
-                    _ => false,
-                };
-            if !admitted {
-                if memo {
-                    held_from = held_from.min(want);
-                    queue.pass_over_class();
-                }
-                let head = r.job;
-                note(
-                    &mut out,
-                    format!(
-                        "held back: starting it would delay j-{head}, which has a reservation (EASY backfill)"
-                    ),
-                );
-                continue;
-            }
+        let want = spec.gpus as usize;
+        let outlasts = end_ms.is_none_or(|end| end > r.start_ms);
+        let memo = memo && outlasts && is_plain(head);
+        if !(memo && want >= self.held_from)
+            && backfill::admit(r, head, &self.nodes, &placement, end_ms)
+        {
+            return Some(placement);
         }
-        nodes.take(&placement);
+        let elsewhere = r.slot.and_then(|avoid| {
+            self.nodes
+                .find_preferring(spec, &job.spec.gpu_types, self.gangs, Some(avoid))
+        });
+        if let Some(elsewhere) = elsewhere
+            && backfill::admit(r, head, &self.nodes, &elsewhere, end_ms)
+        {
+            return Some(elsewhere);
+        }
+        if memo {
+            self.held_from = self.held_from.min(want);
+            queue.pass_over_class();
+        }
+        let head = r.job;
+        self.note(
+            job,
+            format!(
+                "held back: starting it would delay j-{head}, which has a reservation (EASY backfill)"
+            ),
+        );
+        None
+    }
+
+    /// Bind the job where it was placed, counting its GPUs against its tenant's quota.
+    fn take(&mut self, job: &'a Job, placement: Placement, end_ms: Option<u64>) {
+        self.nodes.take(&placement);
         for (slot, gpus) in &placement {
-            let all = &nodes.slots[*slot].all;
+            let all = &self.nodes.slots[*slot].all;
             let types = gpus
                 .iter()
                 .filter_map(|i| all.iter().find(|g| g.index == *i))
                 .map(|g| g.gpu_type.as_str());
-            quotas.take(&job.spec.tenant, types);
+            self.quotas.take(&job.spec.tenant, types);
         }
         for (slot, gpus) in placement {
-            if policy.backfill == Backfill::Easy {
-                started.push(Holding {
+            if self.policy.backfill == Backfill::Easy {
+                self.started.push(Holding {
                     slot,
                     gpus: gpus.clone(),
                     end_ms,
                 });
             }
-            out.binds.push(Bind {
+            self.out.binds.push(Bind {
                 job: job.id,
-                node: nodes.slots[slot].id,
+                node: self.nodes.slots[slot].id,
                 gpus,
             });
         }
-        queue.placed();
     }
-    out.reservation = reservation.map(|(r, _)| r);
-    out
 }
 
 /// GPUs held by live runs (from the nodes' allocations, so gangs count on every node) and by
