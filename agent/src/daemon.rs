@@ -496,13 +496,10 @@ async fn write_bootstrap_client_cert(
         .context("the bootstrap token file has no directory")?;
     let material = tls.current().context("no TLS material")?;
     let (key_pem, csr_pem) = crate::tls::pki::new_request()?;
-    let (cert_pem, record) = tls
-        .sign(&csr_pem, &Subject::Client("admin".into()))
-        .map_err(anyhow::Error::msg)?;
-    cluster
-        .write(Command::RecordCertificate { cert: record })
+    let cert_pem = tls
+        .issue(cluster, &csr_pem, &Subject::Client("admin".into()), None)
         .await
-        .context("recording the admin client certificate")?;
+        .context("issuing the admin client certificate")?;
     write_file(&dir.join("ca.crt"), &material.ca.cert_pem, 0o644)?;
     write_file(&dir.join("admin.key"), &key_pem, 0o600)?;
     write_file(&dir.join("admin.crt"), &cert_pem, 0o644)?;

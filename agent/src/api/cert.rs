@@ -59,12 +59,11 @@ impl CertService for CertApi {
             .as_ref()
             .ok_or_else(|| Status::failed_precondition("this agent runs without TLS"))?;
         let subject = Subject::Client(caller.identity.token_id.clone());
-        let (cert_pem, record) = tls
-            .sign(&req.get_ref().csr_pem, &subject)
-            .map_err(invalid)?;
-        self.cluster
-            .write_as(
-                Command::RecordCertificate { cert: record },
+        let cert_pem = tls
+            .issue(
+                &self.cluster,
+                &req.get_ref().csr_pem,
+                &subject,
                 Some(caller.meta),
             )
             .await?;

@@ -12,7 +12,7 @@ use gpu_proto::internal::v1::{
     ReadIndexRequest, ReadIndexResponse, RenewCertificateRequest,
 };
 use gpu_proto::v1 as pb;
-use gpu_raft_store::{Command, NodeId, TypeConfig, validate};
+use gpu_raft_store::{NodeId, TypeConfig, validate};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, VoteRequest,
 };
@@ -59,9 +59,8 @@ impl PeerService {
         meta: Option<gpu_raft_store::RequestMeta>,
     ) -> Result<Response<IssueCertificateResponse>, Status> {
         let tls = self.tls()?;
-        let (cert, record) = tls.sign(csr_pem, &Subject::Node(node)).map_err(invalid)?;
-        self.cluster
-            .write_as(Command::RecordCertificate { cert: record }, meta)
+        let cert = tls
+            .issue(&self.cluster, csr_pem, &Subject::Node(node), meta)
             .await?;
         Ok(Response::new(
             tls.answer(cert).map_err(Status::unavailable)?,

@@ -4,6 +4,7 @@ use gpu_raft_store::Rejection;
 use tonic::Status;
 
 use crate::raft::ClusterError;
+use crate::tls::enroll::IssueError;
 
 impl From<ClusterError> for Status {
     fn from(e: ClusterError) -> Self {
@@ -35,6 +36,15 @@ pub fn rejected(r: Rejection) -> Status {
         Rejection::IdempotencyConflict { .. } => Status::already_exists(r.to_string()),
         Rejection::JobFinished { .. } | Rejection::Stale { .. } => {
             Status::failed_precondition(r.to_string())
+        }
+    }
+}
+
+impl From<IssueError> for Status {
+    fn from(e: IssueError) -> Self {
+        match e {
+            IssueError::Refused(why) => Status::invalid_argument(why),
+            IssueError::NotRecorded(e) => e.into(),
         }
     }
 }

@@ -14,7 +14,7 @@ use anyhow::{Context, bail};
 use gpu_proto::internal::v1::{
     IssueCertificateRequest, IssueCertificateResponse, RenewCertificateRequest,
 };
-use gpu_raft_store::{CertRecord, NodeId};
+use gpu_raft_store::{CertRecord, Command, NodeId, RequestMeta};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -22,6 +22,7 @@ use super::files::{NodeTls, TlsDir};
 use super::pki::{self, KeyedCert, Subject};
 use super::server::CertSlot;
 use crate::raft::peer_client::{PeerClients, with_deadline};
+use crate::raft::{Cluster, ClusterError};
 
 /// The cluster CA lives this long.
 const CA_VALIDITY: Duration = Duration::from_secs(10 * 365 * 86_400);
@@ -29,6 +30,19 @@ const CA_VALIDITY: Duration = Duration::from_secs(10 * 365 * 86_400);
 pub const CLIENT_VALIDITY: Duration = Duration::from_secs(365 * 86_400);
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Why a certificate was not issued.
+#[derive(Debug, thiserror::Error)]
+pub enum IssueError {
+    /// The request itself: no CA here yet, an unreadable CSR.
+    #[error("{0}")]
+    Refused(String),
+    /// Signed, but not recorded (so not handed out).
+    #[error(transparent)]
+    NotRecorded(#[from] ClusterError),
+}
+
+/// This agent's TLS identity: its current material (swapped in place on renewal) and what it
+/// needs to sign for others and to renew.
 #[derive(Clone)]
 pub struct TlsIdentity {
     pub dir: TlsDir,
@@ -67,9 +81,26 @@ impl TlsIdentity {
             .clone()
     }
 
+    /// Issue a certificate: sign `csr_pem` for `subject` and record it through Raft (asked by
+    /// `meta`), so every agent knows it and can revoke it. The one path for joins, renewals,
+    /// client certificates and the bootstrap admin's.
+    pub async fn issue(
+        &self,
+        cluster: &Cluster,
+        csr_pem: &str,
+        subject: &Subject,
+        meta: Option<RequestMeta>,
+    ) -> Result<String, IssueError> {
+        let (cert_pem, record) = self.sign(csr_pem, subject).map_err(IssueError::Refused)?;
+        cluster
+            .write_as(Command::RecordCertificate { cert: record }, meta)
+            .await?;
+        Ok(cert_pem)
+    }
+
     /// Sign `csr_pem` for `subject` with the cluster CA; also returns the record to replicate.
     /// Agents get `validity`, clients a year.
-    pub fn sign(&self, csr_pem: &str, subject: &Subject) -> Result<(String, CertRecord), String> {
+    fn sign(&self, csr_pem: &str, subject: &Subject) -> Result<(String, CertRecord), String> {
         let tls = self
             .current()
             .ok_or("this agent has no certificate authority yet")?;
