@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use openraft::{CommittedLeaderId, EntryPayload, LogId};
 
 use crate::model::command::{Command, LogEntry};
-use crate::model::job::{JobKind, JobSpec};
+use crate::model::job::JobSpec;
 use crate::model::node::{GpuRecord, Inventory};
 use crate::model::outcome::ApplyResult;
 use crate::model::state::ClusterState;
@@ -60,23 +60,10 @@ pub fn register(node: NodeId, gpus: Vec<GpuRecord>) -> Command {
 pub fn spec(gpus: u32) -> JobSpec {
     JobSpec {
         name: "job".into(),
-        tenant: "default".into(),
         command: vec!["true".into()],
-        env: BTreeMap::new(),
-        workdir: None,
         gpus,
-        gpu_types: Vec::new(),
-        min_gpu_memory_mib: 0,
-        node_selector: BTreeMap::new(),
-        priority: 0,
-        runtime_estimate_s: None,
-        wall_time_limit_s: None,
         max_attempts: 2,
-        cpu_millis: None,
-        memory_mib: None,
-        nodes: 0,
-        slice: None,
-        kind: JobKind::Process,
+        ..JobSpec::default()
     }
 }
 

@@ -52,23 +52,10 @@ pub fn node(s: &mut ClusterState, id: NodeId, gpus: Vec<GpuRecord>) {
 pub fn spec(gpus: u32, priority: i32) -> JobSpec {
     JobSpec {
         name: "j".into(),
-        tenant: "default".into(),
         command: vec!["true".into()],
-        env: BTreeMap::new(),
-        workdir: None,
         gpus,
-        gpu_types: Vec::new(),
-        min_gpu_memory_mib: 0,
-        node_selector: BTreeMap::new(),
         priority,
-        runtime_estimate_s: None,
-        wall_time_limit_s: None,
-        max_attempts: 1,
-        cpu_millis: None,
-        memory_mib: None,
-        nodes: 0,
-        slice: None,
-        kind: Default::default(),
+        ..JobSpec::default()
     }
 }
 

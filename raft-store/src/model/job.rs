@@ -99,6 +99,32 @@ impl JobSpec {
     }
 }
 
+/// The spec that every omitted field decodes to: no GPUs, the default tenant, one attempt.
+impl Default for JobSpec {
+    fn default() -> Self {
+        Self {
+            name: String::new(),
+            tenant: default_tenant(),
+            command: Vec::new(),
+            env: BTreeMap::new(),
+            workdir: None,
+            gpus: 0,
+            gpu_types: Vec::new(),
+            min_gpu_memory_mib: 0,
+            node_selector: BTreeMap::new(),
+            priority: 0,
+            runtime_estimate_s: None,
+            wall_time_limit_s: None,
+            max_attempts: one(),
+            cpu_millis: None,
+            memory_mib: None,
+            nodes: 0,
+            slice: None,
+            kind: JobKind::default(),
+        }
+    }
+}
+
 fn default_tenant() -> String {
     DEFAULT_TENANT.to_owned()
 }
@@ -247,6 +273,31 @@ pub struct Job {
 }
 
 impl Job {
+    /// A job just submitted: pending, never run.
+    pub fn pending(id: JobId, spec: JobSpec, idempotency_key: Option<String>, now_ms: u64) -> Self {
+        Self {
+            id,
+            spec,
+            idempotency_key,
+            state: JobState::Pending,
+            submitted_at_ms: now_ms,
+            attempts: 0,
+            generation: 0,
+            binding: None,
+            reason: None,
+            outcome: None,
+            cancel_requested: false,
+            evict_requested: false,
+            bound_at_ms: None,
+            started_at_ms: None,
+            finished_at_ms: None,
+            gpu_ms: BTreeMap::new(),
+            preempted_for: None,
+            gang: Vec::new(),
+            gang_done: Default::default(),
+        }
+    }
+
     /// Every part of its (current or last) placement: the gang members in rank order, or the
     /// one binding.
     pub fn members(&self) -> impl Iterator<Item = &Binding> {

@@ -440,23 +440,9 @@ pub(crate) mod job_tests {
     pub fn spec() -> JobSpec {
         JobSpec {
             name: "train".into(),
-            tenant: "default".into(),
             command: vec!["python".into(), "train.py".into()],
-            env: Default::default(),
-            workdir: None,
             gpus: 2,
-            gpu_types: Default::default(),
-            min_gpu_memory_mib: 0,
-            node_selector: Default::default(),
-            priority: 0,
-            runtime_estimate_s: None,
-            wall_time_limit_s: None,
-            max_attempts: 1,
-            cpu_millis: None,
-            memory_mib: None,
-            nodes: 0,
-            slice: None,
-            kind: Default::default(),
+            ..JobSpec::default()
         }
     }
 

@@ -46,10 +46,7 @@ impl Auth {
         action: Action<'_>,
     ) -> Result<Caller, Status> {
         let caller = self.authenticate(req, verb, object).await?;
-        if let Err(reason) = caller.identity.may(action) {
-            self.record_denial(caller.meta.clone(), &reason).await;
-            return Err(Status::permission_denied(reason));
-        }
+        self.require(&caller, action).await?;
         Ok(caller)
     }
 

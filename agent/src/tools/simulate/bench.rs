@@ -51,21 +51,10 @@ pub fn setup(
             name: format!("bench-{}", i % 50),
             tenant: format!("t{}", rng.random_range(0..10)),
             command: vec!["true".into()],
-            env: Default::default(),
-            workdir: None,
             gpus,
-            gpu_types: Default::default(),
-            min_gpu_memory_mib: 0,
-            node_selector: Default::default(),
             priority: rng.random_range(0..3),
             runtime_estimate_s: rng.random_bool(0.5).then(|| rng.random_range(60..86_400)),
-            wall_time_limit_s: None,
-            max_attempts: 1,
-            cpu_millis: None,
-            memory_mib: None,
-            nodes: 0,
-            slice: None,
-            kind: Default::default(),
+            ..JobSpec::default()
         };
         state.apply(&LogEntry {
             proposed_at_ms: i as u64,

@@ -303,46 +303,15 @@ fn pending_job(id: JobId, t: &TraceJob, estimates: Estimates) -> Job {
         Estimates::Exact => Some(t.duration_ms.div_ceil(1000)),
         Estimates::Predicted => t.estimate_s,
     };
-    Job {
-        id,
-        spec: JobSpec {
-            name: t.name.clone(),
-            tenant: t.tenant.clone(),
-            command: Vec::new(),
-            env: BTreeMap::new(),
-            workdir: None,
-            gpus: t.gpus,
-            gpu_types: Default::default(),
-            min_gpu_memory_mib: 0,
-            node_selector: BTreeMap::new(),
-            priority: t.priority,
-            runtime_estimate_s: estimate_s,
-            wall_time_limit_s: None,
-            max_attempts: 1,
-            cpu_millis: None,
-            memory_mib: None,
-            nodes: 0,
-            slice: None,
-            kind: Default::default(),
-        },
-        idempotency_key: None,
-        state: JobState::Pending,
-        submitted_at_ms: t.submit_ms,
-        attempts: 0,
-        generation: 0,
-        binding: None,
-        reason: None,
-        outcome: None,
-        cancel_requested: false,
-        evict_requested: false,
-        bound_at_ms: None,
-        started_at_ms: None,
-        finished_at_ms: None,
-        gpu_ms: Default::default(),
-        preempted_for: None,
-        gang: Vec::new(),
-        gang_done: Default::default(),
-    }
+    let spec = JobSpec {
+        name: t.name.clone(),
+        tenant: t.tenant.clone(),
+        gpus: t.gpus,
+        priority: t.priority,
+        runtime_estimate_s: estimate_s,
+        ..JobSpec::default()
+    };
+    Job::pending(id, spec, None, t.submit_ms)
 }
 
 #[cfg(test)]

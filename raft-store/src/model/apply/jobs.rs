@@ -46,27 +46,7 @@ impl ClusterState {
         self.job_log.record(id);
         self.jobs.insert(
             id,
-            Job {
-                id,
-                spec: spec.clone(),
-                idempotency_key: key.map(str::to_owned),
-                state: JobState::Pending,
-                submitted_at_ms: now,
-                attempts: 0,
-                generation: 0,
-                binding: None,
-                reason: None,
-                outcome: None,
-                cancel_requested: false,
-                evict_requested: false,
-                bound_at_ms: None,
-                started_at_ms: None,
-                finished_at_ms: None,
-                gpu_ms: Default::default(),
-                preempted_for: None,
-                gang: Vec::new(),
-                gang_done: Default::default(),
-            },
+            Job::pending(id, spec.clone(), key.map(str::to_owned), now),
         );
         Ok(ApplyResult::JobSubmitted {
             job: id,
