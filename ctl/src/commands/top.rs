@@ -36,7 +36,7 @@ pub async fn run(ctx: &Ctx, interval: Duration, once: bool) -> Result<Answer, Fa
         let frame = fetch(ctx).await?;
         return Ok(Answer::ok(match ctx.output {
             Output::Json => crate::output::json(&serde_json::json!({
-                "gpus": frame.gpus.iter().map(super::gpu::status_json).collect::<Vec<_>>(),
+                "gpus": frame.gpus.iter().map(super::gpu_view::status_json).collect::<Vec<_>>(),
                 "alerts": frame.alerts.iter().map(super::alert::alert_json).collect::<Vec<_>>(),
             })),
             Output::Table => table(&HEADER, &rows(&frame)),
@@ -183,7 +183,7 @@ pub fn rows(frame: &Frame) -> Vec<Vec<String>> {
                 memory,
                 temp,
                 power,
-                super::gpu::job_cell(&g),
+                super::gpu_view::job_cell(&g),
                 if alerts.is_empty() {
                     "-".into()
                 } else {
@@ -205,7 +205,7 @@ mod tests {
     use expect_test::expect;
 
     use super::*;
-    use crate::commands::gpu::tests::gpu;
+    use crate::commands::gpu_view::tests::gpu;
 
     #[test]
     fn a_frame_as_text() {
