@@ -34,8 +34,8 @@ use serde_json::{Value, json};
 
 use super::gpu_view::{job_cell, partition_cell, slices_cell, state, status_json, telemetry_json};
 use super::{Answer, Ctx, Failure};
-use crate::cli::{GpuVerb, Output};
-use crate::output::{self, table};
+use crate::cli::GpuVerb;
+use crate::output::table;
 use crate::units;
 
 pub async fn run(ctx: &Ctx, verb: GpuVerb) -> Result<Answer, Failure> {
@@ -59,50 +59,52 @@ async fn energy(ctx: &Ctx, stale: bool) -> Result<Answer, Failure> {
             c.get_energy(r).await
         })
         .await?;
-    let text = match ctx.output {
-        Output::Json => output::json(&json!({
-            "nodes": report.nodes.iter().map(|n| json!({
-                "node_id": n.node_id,
-                "gpu_mj": n.gpu_mj,
-                "green_capped_ms": n.green_capped_ms,
-            })).collect::<Vec<_>>(),
-            "tenants": report.tenants.iter().map(|t| json!({
-                "tenant": t.tenant,
-                "gpu_mj": t.gpu_mj,
-                "jobs": t.jobs,
-            })).collect::<Vec<_>>(),
-        })),
-        Output::Table => {
-            let nodes: Vec<Vec<String>> = report
-                .nodes
-                .iter()
-                .map(|n| {
-                    vec![
-                        format!("n{}", n.node_id),
-                        units::energy(n.gpu_mj),
-                        format!("{:.2}", n.green_capped_ms as f64 / 3_600_000.0),
-                    ]
-                })
-                .collect();
-            let tenants: Vec<Vec<String>> = report
-                .tenants
-                .iter()
-                .map(|t| {
-                    vec![
-                        t.tenant.clone(),
-                        units::energy(t.gpu_mj),
-                        t.jobs.to_string(),
-                    ]
-                })
-                .collect();
-            format!(
-                "{}\n{}",
-                table(&["NODE", "GPU ENERGY", "GREEN-CAPPED GPU-H"], &nodes),
-                table(&["TENANT", "GPU ENERGY", "JOBS"], &tenants)
-            )
-        }
-    };
-    Ok(Answer::ok(text))
+    Ok(ctx.answer(|| energy_json(&report), || energy_table(&report)))
+}
+
+fn energy_json(report: &pb::EnergyReport) -> Value {
+    json!({
+        "nodes": report.nodes.iter().map(|n| json!({
+            "node_id": n.node_id,
+            "gpu_mj": n.gpu_mj,
+            "green_capped_ms": n.green_capped_ms,
+        })).collect::<Vec<_>>(),
+        "tenants": report.tenants.iter().map(|t| json!({
+            "tenant": t.tenant,
+            "gpu_mj": t.gpu_mj,
+            "jobs": t.jobs,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+fn energy_table(report: &pb::EnergyReport) -> String {
+    let nodes: Vec<Vec<String>> = report
+        .nodes
+        .iter()
+        .map(|n| {
+            vec![
+                format!("n{}", n.node_id),
+                units::energy(n.gpu_mj),
+                format!("{:.2}", n.green_capped_ms as f64 / 3_600_000.0),
+            ]
+        })
+        .collect();
+    let tenants: Vec<Vec<String>> = report
+        .tenants
+        .iter()
+        .map(|t| {
+            vec![
+                t.tenant.clone(),
+                units::energy(t.gpu_mj),
+                t.jobs.to_string(),
+            ]
+        })
+        .collect();
+    format!(
+        "{}\n{}",
+        table(&["NODE", "GPU ENERGY", "GREEN-CAPPED GPU-H"], &nodes),
+        table(&["TENANT", "GPU ENERGY", "JOBS"], &tenants)
+    )
 }
 
 async fn list(ctx: &Ctx, node: Option<u64>) -> Result<Answer, Failure> {
@@ -235,6 +237,7 @@ mod tests {
 
     use super::*;
     use crate::commands::gpu_view::tests::gpu;
+    use crate::output;
 
     fn telemetry() -> pb::GpuTelemetry {
         pb::GpuTelemetry {
