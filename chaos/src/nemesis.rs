@@ -8,23 +8,11 @@ use gpu_tests::Cluster;
 use rand::Rng;
 use rand::rngs::StdRng;
 
-use crate::history::{Event, OpKind, Phase, Recorder};
-
-const PROCESS: &str = "nemesis";
+use crate::history::{Phase, Recorder};
+use crate::seed::sleep_ms;
 
 /// How the heal's history event starts (`check::recovery` measures from it).
 pub const HEALED: &str = "healed";
-
-fn note(rec: &Recorder, phase: Phase, what: String) -> anyhow::Result<()> {
-    rec.record(Event {
-        value: Some(what),
-        ..Event::new(PROCESS, phase, OpKind::Nemesis)
-    })
-}
-
-async fn sleep_ms(rng: &mut StdRng, lo: u64, hi: u64) {
-    tokio::time::sleep(Duration::from_millis(rng.random_range(lo..hi))).await;
-}
 
 /// `kill -9` the current leader and restart it after a short random delay.
 pub async fn kill_leader_once(
@@ -33,12 +21,12 @@ pub async fn kill_leader_once(
     rng: &mut StdRng,
 ) -> anyhow::Result<()> {
     let leader = c.leader().await;
-    note(rec, Phase::Invoke, format!("kill -9 leader n{leader}"))?;
+    rec.nemesis(Phase::Invoke, format!("kill -9 leader n{leader}"))?;
     c.kill(leader);
-    note(rec, Phase::Info, format!("killed n{leader}"))?;
+    rec.nemesis(Phase::Info, format!("killed n{leader}"))?;
     sleep_ms(rng, 300, 1500).await;
     c.start_agent(leader);
-    note(rec, Phase::Info, format!("restarted n{leader}"))?;
+    rec.nemesis(Phase::Info, format!("restarted n{leader}"))?;
     Ok(())
 }
 
@@ -60,16 +48,16 @@ pub async fn leader_kill_loop(
 pub async fn kill_all(c: &mut Cluster, rec: &Recorder, rng: &mut StdRng) -> anyhow::Result<()> {
     sleep_ms(rng, 2000, 3500).await;
     let all = c.running();
-    note(rec, Phase::Invoke, format!("kill -9 every agent {all:?}"))?;
+    rec.nemesis(Phase::Invoke, format!("kill -9 every agent {all:?}"))?;
     for id in &all {
         c.kill(*id);
     }
-    note(rec, Phase::Info, "killed every agent".into())?;
+    rec.nemesis(Phase::Info, "killed every agent".into())?;
     sleep_ms(rng, 500, 2000).await;
     for id in &all {
         c.start_agent(*id);
     }
-    note(rec, Phase::Info, format!("restarted {all:?}"))?;
+    rec.nemesis(Phase::Info, format!("restarted {all:?}"))?;
     sleep_ms(rng, 2000, 3000).await;
     Ok(())
 }
@@ -86,12 +74,12 @@ pub async fn minority_kill_loop(
         sleep_ms(rng, 800, 2000).await;
         let all = c.running();
         let victim = all[rng.random_range(0..all.len())];
-        note(rec, Phase::Invoke, format!("kill -9 n{victim}"))?;
+        rec.nemesis(Phase::Invoke, format!("kill -9 n{victim}"))?;
         c.kill(victim);
-        note(rec, Phase::Info, format!("killed n{victim}"))?;
+        rec.nemesis(Phase::Info, format!("killed n{victim}"))?;
         sleep_ms(rng, 300, 2500).await;
         c.start_agent(victim);
-        note(rec, Phase::Info, format!("restarted n{victim}"))?;
+        rec.nemesis(Phase::Info, format!("restarted n{victim}"))?;
     }
     Ok(())
 }
@@ -114,11 +102,7 @@ pub async fn rolling_restart(
     for id in order {
         sleep_ms(rng, 800, 1800).await;
         let committed = committed_index(c, id).await;
-        note(
-            rec,
-            Phase::Invoke,
-            format!("SIGTERM n{id} (rolling restart)"),
-        )?;
+        rec.nemesis(Phase::Invoke, format!("SIGTERM n{id} (rolling restart)"))?;
         c.terminate(id);
         let start = std::time::Instant::now();
         while c.exited(id).is_none() {
@@ -128,10 +112,10 @@ pub async fn rolling_restart(
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        note(rec, Phase::Info, format!("n{id} stopped"))?;
+        rec.nemesis(Phase::Info, format!("n{id} stopped"))?;
         sleep_ms(rng, 200, 1000).await;
         c.start_agent(id);
-        note(rec, Phase::Info, format!("restarted n{id}"))?;
+        rec.nemesis(Phase::Info, format!("restarted n{id}"))?;
         c.wait_for(
             &format!("n{id} to serve and apply index {committed}"),
             Duration::from_secs(60),
@@ -142,7 +126,7 @@ pub async fn rolling_restart(
             },
         )
         .await;
-        note(rec, Phase::Info, format!("n{id} caught up to {committed}"))?;
+        rec.nemesis(Phase::Info, format!("n{id} caught up to {committed}"))?;
     }
     Ok(())
 }
@@ -170,8 +154,7 @@ pub async fn heal(c: &mut Cluster, rec: &Recorder) -> anyhow::Result<()> {
     }
     c.wait_serving().await;
     let leader = c.leader().await;
-    note(
-        rec,
+    rec.nemesis(
         Phase::Ok,
         format!("{HEALED} (restarted {stopped:?}); leader n{leader}"),
     )
