@@ -11,6 +11,7 @@ use rand::Rng;
 use rand::rngs::StdRng;
 
 use crate::history::{Phase, Recorder};
+use crate::nemesis::any_status;
 use crate::seed::sleep_ms;
 
 /// Snapshot interval of the scenario's agents (`raft.snapshot_every`).
@@ -23,15 +24,6 @@ pub const CONFIG: &str = "snapshot_every = 20\nkeep_logs = 5";
 const INSTALLED: &str = "installed a snapshot from the leader";
 /// How long the workload gets to write past the purge point.
 const WRITE_WITHIN: Duration = Duration::from_secs(60);
-
-async fn commit_index(c: &Cluster) -> Option<u64> {
-    for id in c.running() {
-        if let Ok(s) = c.status(id, false).await {
-            return Some(s.commit_index);
-        }
-    }
-    None
-}
 
 fn installs(c: &Cluster, id: u64) -> anyhow::Result<usize> {
     let log = std::fs::read_to_string(&c.agents[&id].log)?;
@@ -61,7 +53,7 @@ pub async fn follower_behind_purged_log(
     let past = stopped_at + 3 * (SNAPSHOT_EVERY + KEEP_LOGS);
     let start = Instant::now();
     let committed = loop {
-        if let Some(i) = commit_index(c).await
+        if let Some(i) = any_status(c, None).await.map(|s| s.commit_index)
             && i >= past
         {
             break i;

@@ -11,6 +11,7 @@ use rand::Rng;
 use rand::rngs::StdRng;
 
 use crate::history::{Phase, Recorder};
+use crate::nemesis::any_status;
 use crate::seed::sleep_ms;
 
 /// Agents in the C12 cluster: `voter_target` (3) voters and one learner.
@@ -20,12 +21,7 @@ pub const CONFIG: &str = "[autopilot]\ndead_voter_after = \"3s\"";
 
 /// The voters as the leader reports them (through the first running agent that answers).
 async fn current_voters(c: &Cluster) -> Option<Vec<u64>> {
-    for id in c.running() {
-        if let Ok(s) = c.status(id, false).await {
-            return Some(voters(&s));
-        }
-    }
-    None
+    any_status(c, None).await.map(|s| voters(&s))
 }
 
 /// C12: kill a voter drawn at random (the leader too) for good; wait until the voters are

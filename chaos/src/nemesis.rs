@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use gpu_proto::v1 as pb;
 use gpu_tests::Cluster;
 use rand::Rng;
 use rand::rngs::StdRng;
@@ -21,13 +22,25 @@ pub async fn kill_leader_once(
     rng: &mut StdRng,
 ) -> anyhow::Result<()> {
     let leader = c.leader().await;
-    rec.nemesis(Phase::Invoke, format!("kill -9 leader n{leader}"))?;
-    c.kill(leader);
-    rec.nemesis(Phase::Info, format!("killed n{leader}"))?;
-    sleep_ms(rng, 300, 1500).await;
-    c.start_agent(leader);
-    rec.nemesis(Phase::Info, format!("restarted n{leader}"))?;
-    Ok(())
+    kill_and_restart(c, rec, rng, leader, "leader ", 1500).await
+}
+
+/// `kill -9` agent `victim` (`role` says what it was, e.g. `"leader "`) and restart it after
+/// 300 ms to `restart_within_ms`.
+async fn kill_and_restart(
+    c: &mut Cluster,
+    rec: &Recorder,
+    rng: &mut StdRng,
+    victim: u64,
+    role: &str,
+    restart_within_ms: u64,
+) -> anyhow::Result<()> {
+    rec.nemesis(Phase::Invoke, format!("kill -9 {role}n{victim}"))?;
+    c.kill(victim);
+    rec.nemesis(Phase::Info, format!("killed n{victim}"))?;
+    sleep_ms(rng, 300, restart_within_ms).await;
+    c.start_agent(victim);
+    rec.nemesis(Phase::Info, format!("restarted n{victim}"))
 }
 
 /// C1: `rounds` times, let the load run a moment, then kill the leader and restart it.
@@ -74,12 +87,7 @@ pub async fn minority_kill_loop(
         sleep_ms(rng, 800, 2000).await;
         let all = c.running();
         let victim = all[rng.random_range(0..all.len())];
-        rec.nemesis(Phase::Invoke, format!("kill -9 n{victim}"))?;
-        c.kill(victim);
-        rec.nemesis(Phase::Info, format!("killed n{victim}"))?;
-        sleep_ms(rng, 300, 2500).await;
-        c.start_agent(victim);
-        rec.nemesis(Phase::Info, format!("restarted n{victim}"))?;
+        kill_and_restart(c, rec, rng, victim, "", 2500).await?;
     }
     Ok(())
 }
@@ -133,12 +141,18 @@ pub async fn rolling_restart(
 
 /// The commit index the cluster's leader reports (through `via`, falling back to any agent).
 async fn committed_index(c: &Cluster, via: u64) -> u64 {
-    for id in std::iter::once(via).chain(c.running()) {
+    any_status(c, Some(via)).await.map_or(0, |s| s.commit_index)
+}
+
+/// The cluster's status from the first agent that answers: `via` when given, then every
+/// running agent.
+pub(crate) async fn any_status(c: &Cluster, via: Option<u64>) -> Option<pb::ClusterStatus> {
+    for id in via.into_iter().chain(c.running()) {
         if let Ok(s) = c.status(id, false).await {
-            return s.commit_index;
+            return Some(s);
         }
     }
-    0
+    None
 }
 
 /// Restart every stopped agent and wait until all serve and a leader is known.

@@ -4,10 +4,13 @@
 use std::time::{Duration, Instant};
 
 use gpu_chaos::check::fencing;
-use gpu_chaos::netns::Netns;
 use gpu_chaos::partition::{self, Cut};
+use gpu_chaos::ready::cluster_in_namespaces;
 use gpu_proto::v1 as pb;
 use gpu_tests::{Cluster, records, shell_job};
+
+/// Leases as tight as the config allows (`down_after` = 1.5 × `lease`), so a late fence shows.
+const FAST_FENCING: &str = "[jobs]\nlease = \"2s\"\ndown_after = \"3s\"\nstop_grace = \"2s\"\n";
 
 /// Regression: the node lease was renewed for as long as the last contact was younger than
 /// `jobs.lease`, so its file stayed fresh up to `lease` after contact was lost and the runs
@@ -16,19 +19,13 @@ use gpu_tests::{Cluster, records, shell_job};
 /// The tightest valid timing (`down_after` = 1.5 × lease) makes the race certain.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_isolated_node_fences_its_runs_before_they_are_placed_again() {
-    if let Some(why) = Netns::unavailable() {
-        println!("skipping the partition test: {why}");
+    let Some((net, c)) = cluster_in_namespaces(3, FAST_FENCING, "the partition test")
+        .await
+        .expect("namespaces")
+    else {
         return;
-    }
-    let net = Netns::create(3).expect("namespaces");
+    };
     let all = [1, 2, 3];
-    let c = Cluster::start_placed(
-        3,
-        "[jobs]\nlease = \"2s\"\ndown_after = \"3s\"\nstop_grace = \"2s\"\n",
-        net.placements(),
-    )
-    .await;
-    gpu_chaos::ready::wait_all_ready(&c).await;
     let records = records::prepare_dir(c.root.path()).expect("records dir");
     // The job may only run on the two followers, so cutting off the one that runs it leaves
     // the leader in place and the other follower free to take the job.

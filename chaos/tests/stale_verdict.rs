@@ -3,10 +3,13 @@
 
 use std::time::{Duration, Instant};
 
-use gpu_chaos::netns::Netns;
 use gpu_chaos::partition::{self, Cut};
+use gpu_chaos::ready::cluster_in_namespaces;
 use gpu_proto::v1 as pb;
-use gpu_tests::{Cluster, is_terminal, records, shell_job};
+use gpu_tests::{is_terminal, records, shell_job};
+
+/// Leases as tight as the config allows (`down_after` = 1.5 × `lease`), so a late fence shows.
+const FAST_FENCING: &str = "[jobs]\nlease = \"2s\"\ndown_after = \"3s\"\nstop_grace = \"2s\"\n";
 
 /// Regression: the isolated old leader's liveness loop judged every peer silent and proposed
 /// "n<peer> Down"; the write could not commit, so the shared write path retried it — and after
@@ -14,19 +17,13 @@ use gpu_tests::{Cluster, is_terminal, records, shell_job};
 /// leader itself) was marked down and its running jobs were stopped and placed again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_old_leaders_liveness_verdicts_are_not_applied_after_a_heal() {
-    if let Some(why) = Netns::unavailable() {
-        println!("skipping the partition test: {why}");
+    let Some((net, c)) = cluster_in_namespaces(3, FAST_FENCING, "the partition test")
+        .await
+        .expect("namespaces")
+    else {
         return;
-    }
-    let net = Netns::create(3).expect("namespaces");
+    };
     let all = [1, 2, 3];
-    let c = Cluster::start_placed(
-        3,
-        "[jobs]\nlease = \"2s\"\ndown_after = \"3s\"\nstop_grace = \"2s\"\n",
-        net.placements(),
-    )
-    .await;
-    gpu_chaos::ready::wait_all_ready(&c).await;
     let records = records::prepare_dir(c.root.path()).expect("records dir");
     let old = c.leader().await;
     let followers: Vec<u64> = all.iter().copied().filter(|n| *n != old).collect();
