@@ -1,6 +1,8 @@
 //! Self-fencing across a real partition (network namespaces): a node cut off from the cluster
 //! stops its runs before the leader declares it down and places them elsewhere.
 
+mod common;
+
 use std::time::{Duration, Instant};
 
 use gpu_chaos::check::fencing;
@@ -9,8 +11,7 @@ use gpu_chaos::ready::cluster_in_namespaces;
 use gpu_proto::v1 as pb;
 use gpu_tests::{Cluster, records, shell_job};
 
-/// Leases as tight as the config allows (`down_after` = 1.5 × `lease`), so a late fence shows.
-const FAST_FENCING: &str = "[jobs]\nlease = \"2s\"\ndown_after = \"3s\"\nstop_grace = \"2s\"\n";
+use common::{FAST_FENCING, label_followers};
 
 /// Regression: the node lease was renewed for as long as the last contact was younger than
 /// `jobs.lease`, so its file stayed fresh up to `lease` after contact was lost and the runs
@@ -30,11 +31,7 @@ async fn an_isolated_node_fences_its_runs_before_they_are_placed_again() {
     // The job may only run on the two followers, so cutting off the one that runs it leaves
     // the leader in place and the other follower free to take the job.
     let leader = c.leader().await;
-    for node in all.iter().filter(|n| **n != leader) {
-        c.label(leader, *node, "pool", "followers")
-            .await
-            .expect("label");
-    }
+    label_followers(&c, leader, &all).await;
     let spec = pb::JobSpec {
         max_attempts: 3,
         node_selector: [("pool".to_owned(), "followers".to_owned())].into(),
@@ -124,11 +121,7 @@ async fn a_cut_off_run_slow_to_stop_is_killed_before_it_is_placed_again() {
     .await;
     let records = records::prepare_dir(c.root.path()).expect("records dir");
     let leader = c.leader().await;
-    for node in all.iter().filter(|n| **n != leader) {
-        c.label(leader, *node, "pool", "followers")
-            .await
-            .expect("label");
-    }
+    label_followers(&c, leader, &all).await;
     // Records its start and end like `records::script`, but takes 5 s to stop on SIGTERM.
     let slow =
         records::script(&records, "8").replace("trap 'echo term", "trap 'sleep 5; echo term");

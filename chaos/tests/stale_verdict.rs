@@ -1,6 +1,8 @@
 //! A leader cut off by a partition decides nothing for the cluster after it heals: its node
 //! liveness verdicts, made while it could hear nobody, are not replayed through the new leader.
 
+mod common;
+
 use std::time::{Duration, Instant};
 
 use gpu_chaos::partition::{self, Cut};
@@ -8,8 +10,7 @@ use gpu_chaos::ready::cluster_in_namespaces;
 use gpu_proto::v1 as pb;
 use gpu_tests::{is_terminal, records, shell_job};
 
-/// Leases as tight as the config allows (`down_after` = 1.5 × `lease`), so a late fence shows.
-const FAST_FENCING: &str = "[jobs]\nlease = \"2s\"\ndown_after = \"3s\"\nstop_grace = \"2s\"\n";
+use common::{FAST_FENCING, label_followers};
 
 /// Regression: the isolated old leader's liveness loop judged every peer silent and proposed
 /// "n<peer> Down"; the write could not commit, so the shared write path retried it — and after
@@ -27,11 +28,7 @@ async fn an_old_leaders_liveness_verdicts_are_not_applied_after_a_heal() {
     let records = records::prepare_dir(c.root.path()).expect("records dir");
     let old = c.leader().await;
     let followers: Vec<u64> = all.iter().copied().filter(|n| *n != old).collect();
-    for node in &followers {
-        c.label(old, *node, "pool", "followers")
-            .await
-            .expect("label");
-    }
+    label_followers(&c, old, &all).await;
     // One four-GPU job on each follower (every node has four GPUs), running through the cut.
     let mut ids = Vec::new();
     for k in 0..2 {
