@@ -32,10 +32,7 @@ pub async fn run(ctx: &Ctx, verb: AlertVerb) -> Result<Answer, Failure> {
                 .call(new, req, async |mut c, r| c.list_alerts(r).await)
                 .await?
                 .alerts;
-            Ok(ctx.answer(
-                || Value::Array(alerts.iter().map(alert_json).collect()),
-                || alerts_table(&alerts),
-            ))
+            Ok(ctx.answer_list(&alerts, alert_json, alerts_table))
         }
         AlertVerb::Rule(AlertRuleVerb::List) => {
             let req = pb::ListAlertRulesRequest {};
@@ -142,10 +139,7 @@ fn kind(r: &pb::AlertRule) -> &'static str {
 }
 
 fn rules_out(ctx: &Ctx, rules: &[pb::AlertRule]) -> Answer {
-    ctx.answer(
-        || Value::Array(rules.iter().map(rule_json).collect()),
-        || rules_table(rules),
-    )
+    ctx.answer_list(rules, rule_json, rules_table)
 }
 
 fn rule_json(r: &pb::AlertRule) -> Value {

@@ -21,10 +21,7 @@ pub async fn run(ctx: &Ctx, verb: AuditVerb) -> Result<Answer, Failure> {
                 .call(new, req, async |mut c, r| c.list_audit(r).await)
                 .await?
                 .entries;
-            Ok(ctx.answer(
-                || Value::Array(entries.iter().map(entry_json).collect()),
-                || entries_table(&entries),
-            ))
+            Ok(ctx.answer_list(&entries, entry_json, entries_table))
         }
         AuditVerb::Verify => {
             let req = pb::VerifyAuditRequest {};

@@ -31,10 +31,7 @@ pub async fn run(ctx: &Ctx, verb: CertVerb) -> Result<Answer, Failure> {
             vec![cert]
         }
     };
-    Ok(ctx.answer(
-        || Value::Array(certs.iter().map(cert_json).collect()),
-        || certs_table(&certs),
-    ))
+    Ok(ctx.answer_list(&certs, cert_json, certs_table))
 }
 
 /// `cert request`: key and signing request here, signature from the cluster, files in `dir`.

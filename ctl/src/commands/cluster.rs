@@ -29,10 +29,7 @@ pub async fn run(ctx: &Ctx, verb: ClusterVerb) -> Result<Answer, Failure> {
         .await?;
     let answer = match members_only {
         false => ctx.answer(|| status_json(&status), || status_table(&status)),
-        true => ctx.answer(
-            || Value::Array(status.members.iter().map(member_json).collect()),
-            || members_table(&status.members),
-        ),
+        true => ctx.answer_list(&status.members, member_json, members_table),
     };
     Ok(Answer {
         positive: status.leader_id.is_some(),

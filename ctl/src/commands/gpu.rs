@@ -115,10 +115,7 @@ async fn list(ctx: &Ctx, node: Option<u64>) -> Result<Answer, Failure> {
         })
         .await?
         .gpus;
-    Ok(ctx.answer(
-        || Value::Array(gpus.iter().map(status_json).collect()),
-        || gpus_table(&gpus),
-    ))
+    Ok(ctx.answer_list(&gpus, status_json, gpus_table))
 }
 
 async fn stats(

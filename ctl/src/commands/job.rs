@@ -26,7 +26,6 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use gpu_proto::v1 as pb;
 use gpu_proto::v1::job_service_client::JobServiceClient;
-use serde_json::Value;
 
 use super::job_view::{job_json, jobs_table, render_one};
 use super::{Answer, Ctx, Failure, job_logs, job_submit, job_wait, job_why};
@@ -54,10 +53,7 @@ pub async fn run(ctx: &Ctx, verb: JobVerb) -> Result<Answer, Failure> {
                 .call(new, req, async |mut c, r| c.list_jobs(r).await)
                 .await?
                 .jobs;
-            Ok(ctx.answer(
-                || Value::Array(jobs.iter().map(job_json).collect()),
-                || jobs_table(&jobs, now_ms()),
-            ))
+            Ok(ctx.answer_list(&jobs, job_json, |jobs| jobs_table(jobs, now_ms())))
         }
         JobVerb::Get { id, stale } => {
             let req = pb::GetJobRequest { id, stale };

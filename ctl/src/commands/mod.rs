@@ -69,6 +69,19 @@ impl Ctx {
             .await
     }
 
+    /// A list in the chosen output format: a JSON array of `json(item)`, or `text(items)`.
+    pub fn answer_list<T>(
+        &self,
+        items: &[T],
+        json: impl Fn(&T) -> Value,
+        text: impl FnOnce(&[T]) -> String,
+    ) -> Answer {
+        self.answer(
+            || Value::Array(items.iter().map(json).collect()),
+            || text(items),
+        )
+    }
+
     /// The answer in the chosen output format: `json()` as stable JSON, or `text()` for people.
     pub fn answer(&self, json: impl FnOnce() -> Value, text: impl FnOnce() -> String) -> Answer {
         Answer::ok(match self.output {

@@ -28,10 +28,7 @@ pub async fn run(ctx: &Ctx, verb: NodeVerb) -> Result<Answer, Failure> {
                 .call(new, req, async |mut c, r| c.list_nodes(r).await)
                 .await?
                 .nodes;
-            return Ok(ctx.answer(
-                || Value::Array(nodes.iter().map(node_json).collect()),
-                || nodes_table(&nodes),
-            ));
+            return Ok(ctx.answer_list(&nodes, node_json, nodes_table));
         }
         NodeVerb::Get { id, stale } => {
             let req = pb::GetNodeRequest { id, stale };

@@ -62,10 +62,7 @@ pub async fn run(ctx: &Ctx, verb: TenantVerb) -> Result<Answer, Failure> {
                 .call(new, req, async |mut c, r| c.list_tenants(r).await)
                 .await?
                 .tenants;
-            return Ok(ctx.answer(
-                || Value::Array(list.iter().map(tenant_json).collect()),
-                || list_table(&list),
-            ));
+            return Ok(ctx.answer_list(&list, tenant_json, list_table));
         }
     };
     Ok(ctx.answer(|| tenant_json(&tenant), || tenant_text(&tenant)))

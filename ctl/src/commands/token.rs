@@ -100,10 +100,7 @@ fn token_json(t: &pb::Token) -> Value {
 
 /// Tokens as a JSON array or a table: what every verb but `create` prints.
 fn render(ctx: &Ctx, tokens: &[pb::Token]) -> Answer {
-    ctx.answer(
-        || Value::Array(tokens.iter().map(token_json).collect()),
-        || tokens_table(tokens),
-    )
+    ctx.answer_list(tokens, token_json, tokens_table)
 }
 
 fn tokens_table(tokens: &[pb::Token]) -> String {
