@@ -6,11 +6,10 @@ mod common;
 use std::time::{Duration, Instant};
 
 use gpu_chaos::partition::{self, Cut};
-use gpu_chaos::ready::cluster_in_namespaces;
 use gpu_proto::v1 as pb;
 use gpu_tests::{is_terminal, records, shell_job};
 
-use common::{FAST_FENCING, label_followers};
+use common::{Fenced, fenced_cluster};
 
 /// Regression: the isolated old leader's liveness loop judged every peer silent and proposed
 /// "n<peer> Down"; the write could not commit, so the shared write path retried it — and after
@@ -18,17 +17,17 @@ use common::{FAST_FENCING, label_followers};
 /// leader itself) was marked down and its running jobs were stopped and placed again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_old_leaders_liveness_verdicts_are_not_applied_after_a_heal() {
-    let Some((net, c)) = cluster_in_namespaces(3, FAST_FENCING, "the partition test")
-        .await
-        .expect("namespaces")
+    let Some(Fenced {
+        net,
+        c,
+        all,
+        records,
+        leader: old,
+    }) = fenced_cluster().await
     else {
         return;
     };
-    let all = [1, 2, 3];
-    let records = records::prepare_dir(c.root.path()).expect("records dir");
-    let old = c.leader().await;
     let followers: Vec<u64> = all.iter().copied().filter(|n| *n != old).collect();
-    label_followers(&c, old, &all).await;
     // One four-GPU job on each follower (every node has four GPUs), running through the cut.
     let mut ids = Vec::new();
     for k in 0..2 {
