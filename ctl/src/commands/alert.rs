@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 
 use super::{Answer, Ctx, Failure};
 use crate::cli::{AlertRuleArgs, AlertRuleVerb, AlertVerb};
-use crate::output::{self, table};
+use crate::output::{self, table_of};
 
 pub async fn run(ctx: &Ctx, verb: AlertVerb) -> Result<Answer, Failure> {
     let new = AlertServiceClient::new;
@@ -97,9 +97,12 @@ pub fn alert_json(a: &pb::Alert) -> Value {
 }
 
 fn alerts_table(alerts: &[pb::Alert]) -> String {
-    let rows: Vec<Vec<String>> = alerts
-        .iter()
-        .map(|a| {
+    table_of(
+        &[
+            "ID", "GPU", "RULE", "SEVERITY", "ACTION", "STATE", "MOVED", "MESSAGE",
+        ],
+        &alerts,
+        |a| {
             vec![
                 a.id.to_string(),
                 format!("n{}/{}", a.node_id, a.gpu_index),
@@ -116,13 +119,7 @@ fn alerts_table(alerts: &[pb::Alert]) -> String {
                     .map_or_else(|| "-".into(), |j| format!("j-{j}")),
                 output::truncate(&a.message, 80),
             ]
-        })
-        .collect();
-    table(
-        &[
-            "ID", "GPU", "RULE", "SEVERITY", "ACTION", "STATE", "MOVED", "MESSAGE",
-        ],
-        &rows,
+        },
     )
 }
 
@@ -164,9 +161,18 @@ fn rule_json(r: &pb::AlertRule) -> Value {
 
 fn rules_table(rules: &[pb::AlertRule]) -> String {
     let secs = |ms: u64| format!("{}s", ms / 1000);
-    let rows: Vec<Vec<String>> = rules
-        .iter()
-        .map(|r| {
+    table_of(
+        &[
+            "NAME",
+            "CONDITION",
+            "SEVERITY",
+            "ACTION",
+            "CLEAR AFTER",
+            "ENABLED",
+            "SOURCE",
+        ],
+        &rules,
+        |r| {
             let condition = match kind(r) {
                 "health" => format!("XIDs {:?}, DBE, lost", r.fatal_xids),
                 "above" => format!(
@@ -197,18 +203,6 @@ fn rules_table(rules: &[pb::AlertRule]) -> String {
                 if r.enabled { "yes" } else { "no" }.into(),
                 r.source.clone(),
             ]
-        })
-        .collect();
-    table(
-        &[
-            "NAME",
-            "CONDITION",
-            "SEVERITY",
-            "ACTION",
-            "CLEAR AFTER",
-            "ENABLED",
-            "SOURCE",
-        ],
-        &rows,
+        },
     )
 }

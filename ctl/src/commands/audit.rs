@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use super::{Answer, Ctx, Failure};
 use crate::cli::AuditVerb;
-use crate::output::table;
+use crate::output::table_of;
 
 pub async fn run(ctx: &Ctx, verb: AuditVerb) -> Result<Answer, Failure> {
     let new = AuditServiceClient::new;
@@ -57,9 +57,12 @@ pub async fn run(ctx: &Ctx, verb: AuditVerb) -> Result<Answer, Failure> {
 }
 
 fn entries_table(entries: &[pb::AuditEntry]) -> String {
-    let rows: Vec<Vec<String>> = entries
-        .iter()
-        .map(|e| {
+    table_of(
+        &[
+            "SEQ", "TIME_MS", "ACTOR", "VERB", "OBJECT", "OUTCOME", "SOURCE",
+        ],
+        &entries,
+        |e| {
             vec![
                 e.seq.to_string(),
                 e.time_ms.to_string(),
@@ -69,13 +72,7 @@ fn entries_table(entries: &[pb::AuditEntry]) -> String {
                 e.outcome.clone(),
                 e.source.clone(),
             ]
-        })
-        .collect();
-    table(
-        &[
-            "SEQ", "TIME_MS", "ACTOR", "VERB", "OBJECT", "OUTCOME", "SOURCE",
-        ],
-        &rows,
+        },
     )
 }
 

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use super::{Answer, Ctx, Failure};
 use crate::cli::CertVerb;
-use crate::output::table;
+use crate::output::table_of;
 use crate::units;
 
 pub async fn run(ctx: &Ctx, verb: CertVerb) -> Result<Answer, Failure> {
@@ -96,28 +96,24 @@ fn cert_json(c: &pb::CertificateRecord) -> Value {
 }
 
 fn certs_table(certs: &[pb::CertificateRecord]) -> String {
-    let rows: Vec<Vec<String>> = certs
-        .iter()
-        .map(|c| {
-            vec![
-                c.serial.clone(),
-                if c.subject.is_empty() {
-                    "-".into()
-                } else {
-                    c.subject.clone()
-                },
-                if c.revoked {
-                    format!("revoked {}", c.revoked_reason)
-                        .trim_end()
-                        .to_owned()
-                } else {
-                    "valid".into()
-                },
-                expiry(c.not_after_ms),
-            ]
-        })
-        .collect();
-    table(&["SERIAL", "SUBJECT", "STATE", "EXPIRES IN"], &rows)
+    table_of(&["SERIAL", "SUBJECT", "STATE", "EXPIRES IN"], &certs, |c| {
+        vec![
+            c.serial.clone(),
+            if c.subject.is_empty() {
+                "-".into()
+            } else {
+                c.subject.clone()
+            },
+            if c.revoked {
+                format!("revoked {}", c.revoked_reason)
+                    .trim_end()
+                    .to_owned()
+            } else {
+                "valid".into()
+            },
+            expiry(c.not_after_ms),
+        ]
+    })
 }
 
 /// Time left until `not_after_ms`, roughly.

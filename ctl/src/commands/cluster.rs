@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use super::{Answer, Ctx, Failure};
 use crate::cli::{ClusterVerb, SnapshotVerb};
-use crate::output::table;
+use crate::output::table_of;
 
 pub async fn run(ctx: &Ctx, verb: ClusterVerb) -> Result<Answer, Failure> {
     let (stale, members_only) = match verb {
@@ -92,9 +92,17 @@ fn status_table(s: &pb::ClusterStatus) -> String {
 }
 
 fn members_table(members: &[pb::Member]) -> String {
-    let rows: Vec<Vec<String>> = members
-        .iter()
-        .map(|m| {
+    table_of(
+        &[
+            "NODE",
+            "ADDRESS",
+            "ROLE",
+            "REACHABLE",
+            "LAST CONTACT",
+            "MATCHED",
+        ],
+        &members,
+        |m| {
             vec![
                 format!("n{}", m.node_id),
                 m.addr.clone(),
@@ -109,18 +117,7 @@ fn members_table(members: &[pb::Member]) -> String {
                 m.matched_index
                     .map_or_else(|| "-".into(), |i| i.to_string()),
             ]
-        })
-        .collect();
-    table(
-        &[
-            "NODE",
-            "ADDRESS",
-            "ROLE",
-            "REACHABLE",
-            "LAST CONTACT",
-            "MATCHED",
-        ],
-        &rows,
+        },
     )
 }
 

@@ -35,7 +35,7 @@ use serde_json::{Value, json};
 use super::gpu_view::{job_cell, partition_cell, slices_cell, state, status_json, telemetry_json};
 use super::{Answer, Ctx, Failure};
 use crate::cli::GpuVerb;
-use crate::output::table;
+use crate::output::{table, table_of};
 use crate::units;
 
 pub async fn run(ctx: &Ctx, verb: GpuVerb) -> Result<Answer, Failure> {
@@ -152,9 +152,12 @@ async fn stats(
 
 fn stats_table(readings: &[pb::GpuReading]) -> String {
     let newest = readings.last().map_or(0, |r| r.at_ms);
-    let rows: Vec<Vec<String>> = readings
-        .iter()
-        .map(|r| {
+    table_of(
+        &[
+            "AGO", "UTIL", "MEMORY", "TEMP", "POWER", "SM", "THROTTLE", "XID", "ECC-DBE", "HEALTHY",
+        ],
+        &readings,
+        |r| {
             let t = r.telemetry.clone().unwrap_or_default();
             let ago = Duration::from_millis(newest.saturating_sub(r.at_ms));
             let dash_if_empty = |s: String| if s.is_empty() { "-".to_owned() } else { s };
@@ -180,20 +183,18 @@ fn stats_table(readings: &[pb::GpuReading]) -> String {
                 t.ecc_double_bit.to_string(),
                 if t.healthy { "yes".into() } else { "no".into() },
             ]
-        })
-        .collect();
-    table(
-        &[
-            "AGO", "UTIL", "MEMORY", "TEMP", "POWER", "SM", "THROTTLE", "XID", "ECC-DBE", "HEALTHY",
-        ],
-        &rows,
+        },
     )
 }
 
 fn gpus_table(gpus: &[pb::GpuStatus]) -> String {
-    let rows: Vec<Vec<String>> = gpus
-        .iter()
-        .map(|s| {
+    table_of(
+        &[
+            "NODE", "GPU", "MODEL", "MEMORY", "STATE", "MODE", "SLICES", "JOB", "UTIL", "TEMP",
+            "POWER",
+        ],
+        &gpus,
+        |s| {
             let g = s.gpu.clone().unwrap_or_default();
             let t = s.telemetry.as_ref();
             vec![
@@ -209,14 +210,7 @@ fn gpus_table(gpus: &[pb::GpuStatus]) -> String {
                 t.map_or_else(|| "-".into(), |t| format!("{:.0}°C", t.temperature_c)),
                 t.map_or_else(|| "-".into(), power),
             ]
-        })
-        .collect();
-    table(
-        &[
-            "NODE", "GPU", "MODEL", "MEMORY", "STATE", "MODE", "SLICES", "JOB", "UTIL", "TEMP",
-            "POWER",
-        ],
-        &rows,
+        },
     )
 }
 

@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 
 use super::{Answer, Ctx, Failure, gpu_view};
 use crate::cli::NodeVerb;
-use crate::output::table;
+use crate::output::{table, table_of};
 use crate::units;
 
 pub async fn run(ctx: &Ctx, verb: NodeVerb) -> Result<Answer, Failure> {
@@ -147,9 +147,10 @@ fn gpus_cell(gpus: &[pb::Gpu]) -> String {
 }
 
 fn nodes_table(nodes: &[pb::Node]) -> String {
-    let rows: Vec<Vec<String>> = nodes
-        .iter()
-        .map(|n| {
+    table_of(
+        &["NODE", "ADDRESS", "STATUS", "GPUS", "FREE", "LABELS"],
+        &nodes,
+        |n| {
             let labels: BTreeMap<&String, &String> = n.labels.iter().collect();
             let labels = labels
                 .iter()
@@ -169,11 +170,7 @@ fn nodes_table(nodes: &[pb::Node]) -> String {
                 free.to_string(),
                 labels,
             ]
-        })
-        .collect();
-    table(
-        &["NODE", "ADDRESS", "STATUS", "GPUS", "FREE", "LABELS"],
-        &rows,
+        },
     )
 }
 

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 use super::{Answer, Ctx, Failure};
 use crate::cli::TenantVerb;
-use crate::output::{fields, table};
+use crate::output::{fields, table, table_of};
 
 pub async fn run(ctx: &Ctx, verb: TenantVerb) -> Result<Answer, Failure> {
     let new = TenantServiceClient::new;
@@ -131,9 +131,18 @@ fn gpu_hours(ms: u64) -> String {
 }
 
 fn list_table(list: &[pb::Tenant]) -> String {
-    let rows: Vec<Vec<String>> = list
-        .iter()
-        .map(|t| {
+    table_of(
+        &[
+            "TENANT",
+            "QUOTAS (TYPE=G:B)",
+            "WEIGHT",
+            "PRIORITY",
+            "GPUS",
+            "PENDING",
+            "GPU-HOURS",
+        ],
+        &list,
+        |t| {
             let quotas: Vec<String> = t.quotas.iter().map(quota_text).collect();
             let held: u32 = t.usage.iter().map(|u| u.gpus_held).sum();
             let ms: u64 = t.usage.iter().map(|u| u.gpu_ms).sum();
@@ -154,19 +163,7 @@ fn list_table(list: &[pb::Tenant]) -> String {
                 t.pending_jobs.to_string(),
                 gpu_hours(ms),
             ]
-        })
-        .collect();
-    table(
-        &[
-            "TENANT",
-            "QUOTAS (TYPE=G:B)",
-            "WEIGHT",
-            "PRIORITY",
-            "GPUS",
-            "PENDING",
-            "GPU-HOURS",
-        ],
-        &rows,
+        },
     )
 }
 

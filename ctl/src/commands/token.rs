@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use super::{Answer, Ctx, Failure};
 use crate::cli::{RoleArg, TokenVerb};
-use crate::output::table;
+use crate::output::table_of;
 
 pub async fn run(ctx: &Ctx, verb: TokenVerb) -> Result<Answer, Failure> {
     let new = TokenServiceClient::new;
@@ -104,9 +104,10 @@ fn render(ctx: &Ctx, tokens: &[pb::Token]) -> Answer {
 }
 
 fn tokens_table(tokens: &[pb::Token]) -> String {
-    let rows: Vec<Vec<String>> = tokens
-        .iter()
-        .map(|t| {
+    table_of(
+        &["ID", "ROLE", "TENANT", "STATE", "CREATED BY", "DESCRIPTION"],
+        &tokens,
+        |t| {
             vec![
                 t.id.clone(),
                 role_name(t.role).to_owned(),
@@ -123,10 +124,6 @@ fn tokens_table(tokens: &[pb::Token]) -> String {
                 t.created_by.clone(),
                 t.description.clone(),
             ]
-        })
-        .collect();
-    table(
-        &["ID", "ROLE", "TENANT", "STATE", "CREATED BY", "DESCRIPTION"],
-        &rows,
+        },
     )
 }
