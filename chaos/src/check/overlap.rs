@@ -6,7 +6,7 @@ use crate::model::RunRecord;
 
 /// `(earlier, later)` for each run of `runs` that starts before the run ending last among
 /// those started before it has ended; in order of start.
-pub fn overlapping<'a>(mut runs: Vec<&'a RunRecord>) -> Vec<(&'a RunRecord, &'a RunRecord)> {
+pub fn overlapping(mut runs: Vec<&RunRecord>) -> Vec<(&RunRecord, &RunRecord)> {
     runs.sort_by_key(|r| r.start_ns);
     let mut out = Vec::new();
     // The run that ends last among those started so far.

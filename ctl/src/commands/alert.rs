@@ -101,7 +101,7 @@ fn alerts_table(alerts: &[pb::Alert]) -> String {
         &[
             "ID", "GPU", "RULE", "SEVERITY", "ACTION", "STATE", "MOVED", "MESSAGE",
         ],
-        &alerts,
+        alerts,
         |a| {
             vec![
                 a.id.to_string(),
@@ -171,7 +171,7 @@ fn rules_table(rules: &[pb::AlertRule]) -> String {
             "ENABLED",
             "SOURCE",
         ],
-        &rules,
+        rules,
         |r| {
             let condition = match kind(r) {
                 "health" => format!("XIDs {:?}, DBE, lost", r.fatal_xids),

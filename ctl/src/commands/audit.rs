@@ -61,7 +61,7 @@ fn entries_table(entries: &[pb::AuditEntry]) -> String {
         &[
             "SEQ", "TIME_MS", "ACTOR", "VERB", "OBJECT", "OUTCOME", "SOURCE",
         ],
-        &entries,
+        entries,
         |e| {
             vec![
                 e.seq.to_string(),

@@ -96,7 +96,7 @@ fn cert_json(c: &pb::CertificateRecord) -> Value {
 }
 
 fn certs_table(certs: &[pb::CertificateRecord]) -> String {
-    table_of(&["SERIAL", "SUBJECT", "STATE", "EXPIRES IN"], &certs, |c| {
+    table_of(&["SERIAL", "SUBJECT", "STATE", "EXPIRES IN"], certs, |c| {
         vec![
             c.serial.clone(),
             if c.subject.is_empty() {

@@ -101,7 +101,7 @@ fn members_table(members: &[pb::Member]) -> String {
             "LAST CONTACT",
             "MATCHED",
         ],
-        &members,
+        members,
         |m| {
             vec![
                 format!("n{}", m.node_id),

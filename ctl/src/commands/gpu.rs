@@ -156,7 +156,7 @@ fn stats_table(readings: &[pb::GpuReading]) -> String {
         &[
             "AGO", "UTIL", "MEMORY", "TEMP", "POWER", "SM", "THROTTLE", "XID", "ECC-DBE", "HEALTHY",
         ],
-        &readings,
+        readings,
         |r| {
             let t = r.telemetry.clone().unwrap_or_default();
             let ago = Duration::from_millis(newest.saturating_sub(r.at_ms));
@@ -193,7 +193,7 @@ fn gpus_table(gpus: &[pb::GpuStatus]) -> String {
             "NODE", "GPU", "MODEL", "MEMORY", "STATE", "MODE", "SLICES", "JOB", "UTIL", "TEMP",
             "POWER",
         ],
-        &gpus,
+        gpus,
         |s| {
             let g = s.gpu.clone().unwrap_or_default();
             let t = s.telemetry.as_ref();

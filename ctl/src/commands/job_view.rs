@@ -133,7 +133,7 @@ pub fn jobs_table(jobs: &[pb::Job], now_ms: u64) -> String {
         &[
             "ID", "NAME", "TENANT", "STATE", "GPUS", "NODE", "AGE", "REASON",
         ],
-        &jobs,
+        jobs,
         |j| {
             let spec = j.spec.clone().unwrap_or_default();
             let age = Duration::from_secs(now_ms.saturating_sub(j.submitted_at_ms) / 1000);

@@ -149,7 +149,7 @@ fn gpus_cell(gpus: &[pb::Gpu]) -> String {
 fn nodes_table(nodes: &[pb::Node]) -> String {
     table_of(
         &["NODE", "ADDRESS", "STATUS", "GPUS", "FREE", "LABELS"],
-        &nodes,
+        nodes,
         |n| {
             let labels: BTreeMap<&String, &String> = n.labels.iter().collect();
             let labels = labels

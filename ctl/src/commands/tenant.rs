@@ -141,7 +141,7 @@ fn list_table(list: &[pb::Tenant]) -> String {
             "PENDING",
             "GPU-HOURS",
         ],
-        &list,
+        list,
         |t| {
             let quotas: Vec<String> = t.quotas.iter().map(quota_text).collect();
             let held: u32 = t.usage.iter().map(|u| u.gpus_held).sum();

@@ -106,7 +106,7 @@ fn render(ctx: &Ctx, tokens: &[pb::Token]) -> Answer {
 fn tokens_table(tokens: &[pb::Token]) -> String {
     table_of(
         &["ID", "ROLE", "TENANT", "STATE", "CREATED BY", "DESCRIPTION"],
-        &tokens,
+        tokens,
         |t| {
             vec![
                 t.id.clone(),
