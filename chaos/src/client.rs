@@ -68,12 +68,15 @@ impl Client {
             .map_err(|e| format!("connect n{via}: {e}"))
     }
 
-    async fn connect(
+    /// A job client connected to `via`, and `msg` as a request with our token and `deadline`.
+    async fn connect<T>(
         &self,
         via: u64,
+        msg: T,
         deadline: Duration,
-    ) -> Result<JobServiceClient<Channel>, String> {
-        Ok(JobServiceClient::new(self.channel(via, deadline).await?))
+    ) -> Result<(JobServiceClient<Channel>, tonic::Request<T>), String> {
+        let c = JobServiceClient::new(self.channel(via, deadline).await?);
+        Ok((c, self.request(msg, deadline)?))
     }
 
     /// Agent `via`'s own view of the cluster (a stale read: what it believes now), not
@@ -136,7 +139,7 @@ impl Client {
             spec: Some(spec),
             idempotency_key: key.to_owned(),
         };
-        let (outcome, event) = match self.connect(via, deadline).await {
+        let (outcome, event) = match self.connect(via, msg, deadline).await {
             Err(e) => (
                 Outcome::Fail,
                 Event {
@@ -145,44 +148,34 @@ impl Client {
                     ..base
                 },
             ),
-            Ok(mut c) => match self.request(msg, deadline) {
-                Err(e) => (
-                    Outcome::Fail,
-                    Event {
-                        phase: Phase::Fail,
-                        error: Some(e),
+            Ok((mut c, req)) => match c.submit_job(req).await {
+                Ok(resp) => {
+                    let r = resp.into_inner();
+                    let value = r.existing.then(|| "existing".to_owned());
+                    let ev = Event {
+                        phase: Phase::Ok,
+                        job_id: Some(r.job_id),
+                        value,
                         ..base
-                    },
-                ),
-                Ok(req) => match c.submit_job(req).await {
-                    Ok(resp) => {
-                        let r = resp.into_inner();
-                        let value = r.existing.then(|| "existing".to_owned());
-                        let ev = Event {
-                            phase: Phase::Ok,
-                            job_id: Some(r.job_id),
-                            value,
+                    };
+                    (Outcome::Ok(r.job_id), ev)
+                }
+                Err(s) => {
+                    let (o, phase) = if definite(s.code()) {
+                        (Outcome::Fail, Phase::Fail)
+                    } else {
+                        (Outcome::Info, Phase::Info)
+                    };
+                    let error = Some(format!("{:?}: {}", s.code(), s.message()));
+                    (
+                        o,
+                        Event {
+                            phase,
+                            error,
                             ..base
-                        };
-                        (Outcome::Ok(r.job_id), ev)
-                    }
-                    Err(s) => {
-                        let (o, phase) = if definite(s.code()) {
-                            (Outcome::Fail, Phase::Fail)
-                        } else {
-                            (Outcome::Info, Phase::Info)
-                        };
-                        let error = Some(format!("{:?}: {}", s.code(), s.message()));
-                        (
-                            o,
-                            Event {
-                                phase,
-                                error,
-                                ..base
-                            },
-                        )
-                    }
-                },
+                        },
+                    )
+                }
             },
         };
         self.recorder.record(event)?;
@@ -219,19 +212,16 @@ impl Client {
         };
         self.recorder.record(base.clone())?;
         let msg = pb::GetJobRequest { id, stale };
-        let result = match self.connect(via, deadline).await {
+        let result = match self.connect(via, msg, deadline).await {
             Err(e) => Err(e),
-            Ok(mut c) => match self.request(msg, deadline) {
-                Err(e) => Err(e),
-                Ok(req) => match c.get_job(req).await {
-                    Ok(j) => {
-                        let j = j.into_inner();
-                        Ok((state_name(j.state), Some(j.generation)))
-                    }
-                    // A linearizable "no such job" is an answer too.
-                    Err(s) if s.code() == tonic::Code::NotFound => Ok((NOT_FOUND.to_owned(), None)),
-                    Err(s) => Err(format!("{:?}: {}", s.code(), s.message())),
-                },
+            Ok((mut c, req)) => match c.get_job(req).await {
+                Ok(j) => {
+                    let j = j.into_inner();
+                    Ok((state_name(j.state), Some(j.generation)))
+                }
+                // A linearizable "no such job" is an answer too.
+                Err(s) if s.code() == tonic::Code::NotFound => Ok((NOT_FOUND.to_owned(), None)),
+                Err(s) => Err(format!("{:?}: {}", s.code(), s.message())),
             },
         };
         let (state, event) = match result {

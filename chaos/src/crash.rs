@@ -12,24 +12,13 @@ use gpu_tests::Cluster;
 use rand::Rng;
 use rand::rngs::StdRng;
 
-use crate::history::{Event, OpKind, Phase, Recorder};
+use crate::history::{Phase, Recorder};
+use crate::seed::sleep_ms;
 
-const PROCESS: &str = "nemesis";
 /// How long a switched-on point may take to fire.
 pub(crate) const FIRE_WITHIN: Duration = Duration::from_secs(40);
 /// How long an agent whose storage failed may take to stop on its own.
 const STOP_WITHIN: Duration = Duration::from_secs(30);
-
-fn note(rec: &Recorder, phase: Phase, what: String) -> anyhow::Result<()> {
-    rec.record(Event {
-        value: Some(what),
-        ..Event::new(PROCESS, phase, OpKind::Nemesis)
-    })
-}
-
-async fn sleep_ms(rng: &mut StdRng, lo: u64, hi: u64) {
-    tokio::time::sleep(Duration::from_millis(rng.random_range(lo..hi))).await;
-}
 
 /// Kill agent `victim`, restart it with `FAIL_POINTS=<point>=<skip>*off->return` (the point
 /// fires on its `skip + 1`-th pass), and wait up to `within` for it to exit on its own. With
@@ -44,19 +33,14 @@ pub(crate) async fn restart_armed(
     within: Duration,
     new_leader: bool,
 ) -> anyhow::Result<ExitStatus> {
-    note(
-        rec,
+    rec.nemesis(
         Phase::Invoke,
         format!("kill -9 n{victim}; restart it with failpoint {point} after {skip} passes"),
     )?;
     c.kill(victim);
     if new_leader {
         let leader = c.leader().await;
-        note(
-            rec,
-            Phase::Info,
-            format!("n{leader} leads without n{victim}"),
-        )?;
+        rec.nemesis(Phase::Info, format!("n{leader} leads without n{victim}"))?;
     }
     let agent = c.agents.get_mut(&victim).expect("known agent");
     agent
@@ -115,11 +99,10 @@ pub async fn crash_at(
             status.code() == Some(CRASH_EXIT),
             "n{victim} ended with {status}, not at failpoint {point}"
         );
-        note(rec, Phase::Info, format!("n{victim} crashed at {point}"))?;
+        rec.nemesis(Phase::Info, format!("n{victim} crashed at {point}"))?;
         sleep_ms(rng, 200, 1000).await;
         c.start_agent(victim);
-        note(
-            rec,
+        rec.nemesis(
             Phase::Info,
             format!("restarted n{victim} without failpoints"),
         )?;
@@ -156,15 +139,13 @@ pub async fn fsync_error(c: &mut Cluster, rec: &Recorder, rng: &mut StdRng) -> a
                 && last.contains("failpoint fsync-error"),
             "n{victim}'s last words do not say why it stopped: {last:?}"
         );
-        note(
-            rec,
+        rec.nemesis(
             Phase::Info,
             format!("n{victim} stopped after fsync failed ({status})"),
         )?;
         sleep_ms(rng, 500, 1500).await;
         c.start_agent(victim);
-        note(
-            rec,
+        rec.nemesis(
             Phase::Info,
             format!("restarted n{victim} with a healthy disk"),
         )?;

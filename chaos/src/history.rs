@@ -88,6 +88,9 @@ impl Event {
     }
 }
 
+/// The process name of every fault the nemesis injects.
+pub const NEMESIS: &str = "nemesis";
+
 /// Records events in order, stamping each with the time since the recorder started.
 pub struct Recorder {
     start: Instant,
@@ -115,6 +118,26 @@ impl Recorder {
         guard.1.write_all(line.as_bytes())?;
         guard.0.push(event);
         Ok(())
+    }
+
+    /// A step of the fault injector (process `nemesis`): `what` it did, in words.
+    pub fn nemesis(&self, phase: Phase, what: String) -> anyhow::Result<()> {
+        self.nemesis_cut(phase, what, None)
+    }
+
+    /// A nemesis step that changes the network: with `minority`, the nodes its cut leaves on
+    /// a minority side from now on (`Some(vec![])` when a heal leaves nobody there).
+    pub fn nemesis_cut(
+        &self,
+        phase: Phase,
+        what: String,
+        minority: Option<Vec<u64>>,
+    ) -> anyhow::Result<()> {
+        self.record(Event {
+            value: Some(what),
+            minority,
+            ..Event::new(NEMESIS, phase, OpKind::Nemesis)
+        })
     }
 
     /// Everything recorded so far, in order.

@@ -3,13 +3,13 @@
 //! has been placed again elsewhere.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use gpu_proto::v1 as pb;
 use gpu_tests::Cluster;
 
-use crate::client::{Client, Outcome};
+use crate::client::Outcome;
+use crate::workload::Load;
 
 /// How long the C10 jobs run: long enough to be caught running by the fault.
 const HOLDER_JOB_SECS: &str = "6";
@@ -25,9 +25,11 @@ const REPLACE_WITHIN: Duration = Duration::from_secs(20);
 /// the lowest id. Returns it with its runs as (job, generation).
 pub async fn long_jobs_holder(
     c: &Cluster,
-    client: &Client,
-    prefix: &str,
-    records: &Path,
+    Load {
+        client,
+        prefix,
+        records,
+    }: Load<'_>,
 ) -> anyhow::Result<(u64, Vec<(u64, u64)>)> {
     let mut ids = Vec::new();
     for k in 0..HOLDER_JOBS {

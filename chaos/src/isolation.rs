@@ -6,21 +6,18 @@
 //! agent holding the most running jobs is cut off until its runs are placed again (the
 //! `fencing` and `gpu-overlap` checkers judge the runs). Each heals its cut.
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use gpu_tests::Cluster;
 use rand::Rng;
 use rand::rngs::StdRng;
 
-use crate::client::{Client, Outcome};
-use crate::history::{Event, OpKind, Phase, Recorder};
+use crate::client::Outcome;
 use crate::holder;
-use crate::netns::Netns;
-use crate::partition::{self, Cut};
-use crate::workload::job_spec;
+use crate::partition::{Cut, Partitioned};
+use crate::seed::sleep_ms;
+use crate::workload::{Load, job_spec};
 
-const PROCESS: &str = "nemesis";
 /// Deadline of the prober's requests to the old leader (they are expected to time out).
 const MINORITY_DEADLINE: Duration = Duration::from_secs(1);
 /// Jobs acknowledged by the majority and then read through the old leader, per scenario.
@@ -28,68 +25,45 @@ const PROBES: usize = 3;
 /// The cut lasts at most this long, however few probes got through.
 const PROBE_AT_MOST: Duration = Duration::from_secs(20);
 
-fn note(
-    rec: &Recorder,
-    phase: Phase,
-    what: String,
-    minority: Option<Vec<u64>>,
-) -> anyhow::Result<()> {
-    rec.record(Event {
-        value: Some(what),
-        minority,
-        ..Event::new(PROCESS, phase, OpKind::Nemesis)
-    })
-}
-
 /// C5: isolate the leader for 3–5 s and until `PROBES` jobs acknowledged by the majority were
 /// read through the old leader (at most `PROBE_AT_MOST`), then heal.
 pub async fn isolate_leader(
     c: &Cluster,
-    net: &Netns,
-    rec: &Recorder,
+    net: &Partitioned<'_>,
     rng: &mut StdRng,
-    client: &Client,
-    prefix: &str,
-    records: &Path,
+    load: Load<'_>,
 ) -> anyhow::Result<()> {
-    tokio::time::sleep(Duration::from_millis(rng.random_range(1000..2000))).await;
+    sleep_ms(rng, 1000, 2000).await;
     let old = c.leader().await;
-    cut_minority(c, net, rec, rng, client, prefix, records, &[old]).await
+    cut_minority(c, net, rng, load, &[old]).await
 }
 
 /// Cut `minority` off from the other agents for 3–5 s and until `PROBES` jobs acknowledged by
 /// the majority were read through the minority (at most `PROBE_AT_MOST`), submitting through
 /// the minority as well; then heal. C5 and C6.
-#[allow(clippy::too_many_arguments)]
 pub async fn cut_minority(
     c: &Cluster,
-    net: &Netns,
-    rec: &Recorder,
+    net: &Partitioned<'_>,
     rng: &mut StdRng,
-    client: &Client,
-    prefix: &str,
-    records: &Path,
+    Load {
+        client,
+        prefix,
+        records,
+    }: Load<'_>,
     minority: &[u64],
 ) -> anyhow::Result<()> {
-    let all: Vec<u64> = c.agents.keys().copied().collect();
-    let majority: Vec<u64> = all
+    let majority: Vec<u64> = net
+        .all
         .iter()
         .copied()
         .filter(|n| !minority.contains(n))
         .collect();
     let leader = c.leader().await;
-    note(
-        rec,
-        Phase::Invoke,
+    net.cut(
+        &Cut::split(minority, &majority),
         format!("cut off {minority:?} (leader n{leader}) from {majority:?}"),
-        None,
-    )?;
-    Cut::split(minority, &majority).apply(net, &all)?;
-    note(
-        rec,
-        Phase::Ok,
         format!("cut off {minority:?}"),
-        Some(minority.to_vec()),
+        minority.to_vec(),
     )?;
     let started = Instant::now();
     let at_least = Duration::from_millis(rng.random_range(3000..5000));
@@ -115,62 +89,32 @@ pub async fn cut_minority(
             .submit("probe-old", cut_off, spec, &key, MINORITY_DEADLINE)
             .await?;
     }
-    note(
-        rec,
-        Phase::Invoke,
+    net.heal(
         format!("heal the cut of {minority:?}"),
-        Some(Vec::new()),
-    )?;
-    partition::heal(net, &all)?;
-    note(
-        rec,
-        Phase::Info,
         format!("healed the cut of {minority:?}"),
-        None,
-    )?;
-    Ok(())
+    )
 }
 
 /// C10 by partition: submit long recording jobs, cut off the node running the most of them
 /// until every one of its runs has been placed again elsewhere, then heal.
 pub async fn isolate_holder(
     c: &Cluster,
-    net: &Netns,
-    rec: &Recorder,
+    net: &Partitioned<'_>,
     rng: &mut StdRng,
-    client: &Client,
-    prefix: &str,
-    records: &Path,
+    load: Load<'_>,
 ) -> anyhow::Result<()> {
-    tokio::time::sleep(Duration::from_millis(rng.random_range(500..1500))).await;
-    let all: Vec<u64> = c.agents.keys().copied().collect();
-    let (victim, runs) = holder::long_jobs_holder(c, client, prefix, records).await?;
-    note(
-        rec,
-        Phase::Invoke,
+    sleep_ms(rng, 500, 1500).await;
+    let (victim, runs) = holder::long_jobs_holder(c, load).await?;
+    net.cut(
+        &Cut::isolate(victim, &net.all),
         format!("isolate n{victim} holding runs (job, generation) {runs:?}"),
-        None,
-    )?;
-    Cut::isolate(victim, &all).apply(net, &all)?;
-    note(
-        rec,
-        Phase::Ok,
         format!("isolated n{victim}"),
-        Some(vec![victim]),
+        vec![victim],
     )?;
     let replaced = holder::wait_replaced(c, victim, &runs).await;
-    note(
-        rec,
-        Phase::Invoke,
+    net.heal(
         format!("heal n{victim}"),
-        Some(Vec::new()),
-    )?;
-    partition::heal(net, &all)?;
-    note(
-        rec,
-        Phase::Info,
         format!("healed the cut of n{victim}"),
-        None,
     )?;
     replaced
 }

@@ -10,7 +10,9 @@ use gpu_tests::Cluster;
 use rand::Rng;
 use rand::rngs::StdRng;
 
-use crate::history::{Event, OpKind, Phase, Recorder};
+use crate::history::{Phase, Recorder};
+use crate::nemesis::any_status;
+use crate::seed::sleep_ms;
 
 /// Snapshot interval of the scenario's agents (`raft.snapshot_every`).
 pub const SNAPSHOT_EVERY: u64 = 20;
@@ -22,22 +24,6 @@ pub const CONFIG: &str = "snapshot_every = 20\nkeep_logs = 5";
 const INSTALLED: &str = "installed a snapshot from the leader";
 /// How long the workload gets to write past the purge point.
 const WRITE_WITHIN: Duration = Duration::from_secs(60);
-
-fn note(rec: &Recorder, phase: Phase, what: String) -> anyhow::Result<()> {
-    rec.record(Event {
-        value: Some(what),
-        ..Event::new("nemesis", phase, OpKind::Nemesis)
-    })
-}
-
-async fn commit_index(c: &Cluster) -> Option<u64> {
-    for id in c.running() {
-        if let Ok(s) = c.status(id, false).await {
-            return Some(s.commit_index);
-        }
-    }
-    None
-}
 
 fn installs(c: &Cluster, id: u64) -> anyhow::Result<usize> {
     let log = std::fs::read_to_string(&c.agents[&id].log)?;
@@ -54,13 +40,12 @@ pub async fn follower_behind_purged_log(
     rng: &mut StdRng,
     crash_at: Option<&'static str>,
 ) -> anyhow::Result<()> {
-    tokio::time::sleep(Duration::from_millis(rng.random_range(1000..2000))).await;
+    sleep_ms(rng, 1000, 2000).await;
     let leader = c.leader().await;
     let followers: Vec<u64> = c.running().into_iter().filter(|&id| id != leader).collect();
     let victim = followers[rng.random_range(0..followers.len())];
     let stopped_at = c.status(victim, true).await?.last_log_index;
-    note(
-        rec,
+    rec.nemesis(
         Phase::Invoke,
         format!("kill -9 follower n{victim} at log index {stopped_at}"),
     )?;
@@ -68,7 +53,7 @@ pub async fn follower_behind_purged_log(
     let past = stopped_at + 3 * (SNAPSHOT_EVERY + KEEP_LOGS);
     let start = Instant::now();
     let committed = loop {
-        if let Some(i) = commit_index(c).await
+        if let Some(i) = any_status(c, None).await.map(|s| s.commit_index)
             && i >= past
         {
             break i;
@@ -79,8 +64,7 @@ pub async fn follower_behind_purged_log(
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
-    note(
-        rec,
+    rec.nemesis(
         Phase::Info,
         format!("committed {committed} while n{victim} was down"),
     )?;
@@ -93,10 +77,10 @@ pub async fn follower_behind_purged_log(
             status.code() == Some(gpu_raft_store::failpoint::CRASH_EXIT),
             "n{victim} ended with {status}, not at failpoint {point}"
         );
-        note(rec, Phase::Info, format!("n{victim} crashed at {point}"))?;
+        rec.nemesis(Phase::Info, format!("n{victim} crashed at {point}"))?;
     }
     c.start_agent(victim);
-    note(rec, Phase::Info, format!("restarted n{victim}"))?;
+    rec.nemesis(Phase::Info, format!("restarted n{victim}"))?;
     c.wait_for(
         &format!("n{victim} to apply index {committed}"),
         Duration::from_secs(60),
@@ -114,11 +98,10 @@ pub async fn follower_behind_purged_log(
         after > before || crash_at.is_some_and(|p| p.ends_with("after-write")),
         "n{victim} caught up to {committed} without installing a snapshot"
     );
-    note(
-        rec,
+    rec.nemesis(
         Phase::Info,
         format!("n{victim} caught up by installing a snapshot"),
     )?;
-    tokio::time::sleep(Duration::from_millis(rng.random_range(500..1500))).await;
+    sleep_ms(rng, 500, 1500).await;
     Ok(())
 }

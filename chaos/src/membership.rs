@@ -10,32 +10,18 @@ use gpu_tests::{Cluster, voters};
 use rand::Rng;
 use rand::rngs::StdRng;
 
-use crate::history::{Event, OpKind, Phase, Recorder};
+use crate::history::{Phase, Recorder};
+use crate::nemesis::any_status;
+use crate::seed::sleep_ms;
 
 /// Agents in the C12 cluster: `voter_target` (3) voters and one learner.
 pub const AGENTS: u64 = 4;
 /// The agents' configuration for C12: the autopilot acts after 3 s of silence.
 pub const CONFIG: &str = "[autopilot]\ndead_voter_after = \"3s\"";
 
-fn note(rec: &Recorder, phase: Phase, what: String) -> anyhow::Result<()> {
-    rec.record(Event {
-        value: Some(what),
-        ..Event::new("nemesis", phase, OpKind::Nemesis)
-    })
-}
-
-async fn sleep_ms(rng: &mut StdRng, lo: u64, hi: u64) {
-    tokio::time::sleep(Duration::from_millis(rng.random_range(lo..hi))).await;
-}
-
 /// The voters as the leader reports them (through the first running agent that answers).
 async fn current_voters(c: &Cluster) -> Option<Vec<u64>> {
-    for id in c.running() {
-        if let Ok(s) = c.status(id, false).await {
-            return Some(voters(&s));
-        }
-    }
-    None
+    any_status(c, None).await.map(|s| voters(&s))
 }
 
 /// C12: kill a voter drawn at random (the leader too) for good; wait until the voters are
@@ -46,8 +32,7 @@ pub async fn voter_lost(c: &mut Cluster, rec: &Recorder, rng: &mut StdRng) -> an
         .await
         .ok_or_else(|| anyhow::anyhow!("no agent reported the voters"))?;
     let victim = before[rng.random_range(0..before.len())];
-    note(
-        rec,
+    rec.nemesis(
         Phase::Invoke,
         format!("kill -9 voter n{victim} for good (voters {before:?})"),
     )?;
@@ -64,11 +49,7 @@ pub async fn voter_lost(c: &mut Cluster, rec: &Recorder, rng: &mut StdRng) -> an
     )
     .await;
     let after = current_voters(c).await.unwrap_or_default();
-    note(
-        rec,
-        Phase::Info,
-        format!("voters {after:?}: n{victim} replaced"),
-    )?;
+    rec.nemesis(Phase::Info, format!("voters {after:?}: n{victim} replaced"))?;
     sleep_ms(rng, 1500, 3000).await;
     Ok(())
 }

@@ -4,27 +4,16 @@
 
 use std::time::Duration;
 
+use gpu_proto::v1 as pb;
 use gpu_tests::Cluster;
 use rand::Rng;
 use rand::rngs::StdRng;
 
-use crate::history::{Event, OpKind, Phase, Recorder};
-
-const PROCESS: &str = "nemesis";
+use crate::history::{Phase, Recorder};
+use crate::seed::sleep_ms;
 
 /// How the heal's history event starts (`check::recovery` measures from it).
 pub const HEALED: &str = "healed";
-
-fn note(rec: &Recorder, phase: Phase, what: String) -> anyhow::Result<()> {
-    rec.record(Event {
-        value: Some(what),
-        ..Event::new(PROCESS, phase, OpKind::Nemesis)
-    })
-}
-
-async fn sleep_ms(rng: &mut StdRng, lo: u64, hi: u64) {
-    tokio::time::sleep(Duration::from_millis(rng.random_range(lo..hi))).await;
-}
 
 /// `kill -9` the current leader and restart it after a short random delay.
 pub async fn kill_leader_once(
@@ -33,13 +22,25 @@ pub async fn kill_leader_once(
     rng: &mut StdRng,
 ) -> anyhow::Result<()> {
     let leader = c.leader().await;
-    note(rec, Phase::Invoke, format!("kill -9 leader n{leader}"))?;
-    c.kill(leader);
-    note(rec, Phase::Info, format!("killed n{leader}"))?;
-    sleep_ms(rng, 300, 1500).await;
-    c.start_agent(leader);
-    note(rec, Phase::Info, format!("restarted n{leader}"))?;
-    Ok(())
+    kill_and_restart(c, rec, rng, leader, "leader ", 1500).await
+}
+
+/// `kill -9` agent `victim` (`role` says what it was, e.g. `"leader "`) and restart it after
+/// 300 ms to `restart_within_ms`.
+async fn kill_and_restart(
+    c: &mut Cluster,
+    rec: &Recorder,
+    rng: &mut StdRng,
+    victim: u64,
+    role: &str,
+    restart_within_ms: u64,
+) -> anyhow::Result<()> {
+    rec.nemesis(Phase::Invoke, format!("kill -9 {role}n{victim}"))?;
+    c.kill(victim);
+    rec.nemesis(Phase::Info, format!("killed n{victim}"))?;
+    sleep_ms(rng, 300, restart_within_ms).await;
+    c.start_agent(victim);
+    rec.nemesis(Phase::Info, format!("restarted n{victim}"))
 }
 
 /// C1: `rounds` times, let the load run a moment, then kill the leader and restart it.
@@ -60,16 +61,16 @@ pub async fn leader_kill_loop(
 pub async fn kill_all(c: &mut Cluster, rec: &Recorder, rng: &mut StdRng) -> anyhow::Result<()> {
     sleep_ms(rng, 2000, 3500).await;
     let all = c.running();
-    note(rec, Phase::Invoke, format!("kill -9 every agent {all:?}"))?;
+    rec.nemesis(Phase::Invoke, format!("kill -9 every agent {all:?}"))?;
     for id in &all {
         c.kill(*id);
     }
-    note(rec, Phase::Info, "killed every agent".into())?;
+    rec.nemesis(Phase::Info, "killed every agent".into())?;
     sleep_ms(rng, 500, 2000).await;
     for id in &all {
         c.start_agent(*id);
     }
-    note(rec, Phase::Info, format!("restarted {all:?}"))?;
+    rec.nemesis(Phase::Info, format!("restarted {all:?}"))?;
     sleep_ms(rng, 2000, 3000).await;
     Ok(())
 }
@@ -86,12 +87,7 @@ pub async fn minority_kill_loop(
         sleep_ms(rng, 800, 2000).await;
         let all = c.running();
         let victim = all[rng.random_range(0..all.len())];
-        note(rec, Phase::Invoke, format!("kill -9 n{victim}"))?;
-        c.kill(victim);
-        note(rec, Phase::Info, format!("killed n{victim}"))?;
-        sleep_ms(rng, 300, 2500).await;
-        c.start_agent(victim);
-        note(rec, Phase::Info, format!("restarted n{victim}"))?;
+        kill_and_restart(c, rec, rng, victim, "", 2500).await?;
     }
     Ok(())
 }
@@ -114,11 +110,7 @@ pub async fn rolling_restart(
     for id in order {
         sleep_ms(rng, 800, 1800).await;
         let committed = committed_index(c, id).await;
-        note(
-            rec,
-            Phase::Invoke,
-            format!("SIGTERM n{id} (rolling restart)"),
-        )?;
+        rec.nemesis(Phase::Invoke, format!("SIGTERM n{id} (rolling restart)"))?;
         c.terminate(id);
         let start = std::time::Instant::now();
         while c.exited(id).is_none() {
@@ -128,10 +120,10 @@ pub async fn rolling_restart(
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        note(rec, Phase::Info, format!("n{id} stopped"))?;
+        rec.nemesis(Phase::Info, format!("n{id} stopped"))?;
         sleep_ms(rng, 200, 1000).await;
         c.start_agent(id);
-        note(rec, Phase::Info, format!("restarted n{id}"))?;
+        rec.nemesis(Phase::Info, format!("restarted n{id}"))?;
         c.wait_for(
             &format!("n{id} to serve and apply index {committed}"),
             Duration::from_secs(60),
@@ -142,19 +134,25 @@ pub async fn rolling_restart(
             },
         )
         .await;
-        note(rec, Phase::Info, format!("n{id} caught up to {committed}"))?;
+        rec.nemesis(Phase::Info, format!("n{id} caught up to {committed}"))?;
     }
     Ok(())
 }
 
 /// The commit index the cluster's leader reports (through `via`, falling back to any agent).
 async fn committed_index(c: &Cluster, via: u64) -> u64 {
-    for id in std::iter::once(via).chain(c.running()) {
+    any_status(c, Some(via)).await.map_or(0, |s| s.commit_index)
+}
+
+/// The cluster's status from the first agent that answers: `via` when given, then every
+/// running agent.
+pub(crate) async fn any_status(c: &Cluster, via: Option<u64>) -> Option<pb::ClusterStatus> {
+    for id in via.into_iter().chain(c.running()) {
         if let Ok(s) = c.status(id, false).await {
-            return s.commit_index;
+            return Some(s);
         }
     }
-    0
+    None
 }
 
 /// Restart every stopped agent and wait until all serve and a leader is known.
@@ -170,8 +168,7 @@ pub async fn heal(c: &mut Cluster, rec: &Recorder) -> anyhow::Result<()> {
     }
     c.wait_serving().await;
     let leader = c.leader().await;
-    note(
-        rec,
+    rec.nemesis(
         Phase::Ok,
         format!("{HEALED} (restarted {stopped:?}); leader n{leader}"),
     )

@@ -4,6 +4,9 @@
 
 use std::collections::BTreeMap;
 
+use gpu_tests::Cluster;
+
+use crate::history::{Phase, Recorder};
 use crate::netns::Netns;
 
 /// The nft table this module owns inside each namespace.
@@ -84,6 +87,47 @@ impl Cut {
 /// Remove every partition rule: every node reaches every other again.
 pub fn heal(net: &Netns, all: &[u64]) -> anyhow::Result<()> {
     Cut::default().apply(net, all)
+}
+
+/// A cluster whose agents run in network namespaces, cut and healed by the nemesis with every
+/// step recorded in the history (with the nodes each cut leaves on a minority side).
+pub struct Partitioned<'a> {
+    net: &'a Netns,
+    rec: &'a Recorder,
+    /// Every agent of the cluster.
+    pub all: Vec<u64>,
+}
+
+impl<'a> Partitioned<'a> {
+    pub fn new(c: &Cluster, net: &'a Netns, rec: &'a Recorder) -> Self {
+        Self {
+            net,
+            rec,
+            all: c.agents.keys().copied().collect(),
+        }
+    }
+
+    /// Put `cut` in place: `what` is recorded before, `done` after, with `minority`.
+    pub fn cut(
+        &self,
+        cut: &Cut,
+        what: String,
+        done: String,
+        minority: Vec<u64>,
+    ) -> anyhow::Result<()> {
+        self.rec.nemesis_cut(Phase::Invoke, what, None)?;
+        cut.apply(self.net, &self.all)?;
+        self.rec.nemesis_cut(Phase::Ok, done, Some(minority))
+    }
+
+    /// Remove every cut: `what` is recorded before (leaving nobody on a minority side), `done`
+    /// after.
+    pub fn heal(&self, what: String, done: String) -> anyhow::Result<()> {
+        self.rec
+            .nemesis_cut(Phase::Invoke, what, Some(Vec::new()))?;
+        heal(self.net, &self.all)?;
+        self.rec.nemesis_cut(Phase::Info, done, None)
+    }
 }
 
 #[cfg(test)]

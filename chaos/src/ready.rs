@@ -1,11 +1,14 @@
 //! Waiting until every agent has finished starting. An agent serves its API before its join
 //! through the seed returns; cutting the seed off in that moment leaves the joining agent
 //! retrying until its `join_timeout` and exiting, so partition scenarios wait for every
-//! agent's "agent ready" log line first.
+//! agent's "agent ready" log line first. Also the start the partition tests share: a ready
+//! cluster whose agents each run in a network namespace, or a skip where there are none.
 
 use std::time::Duration;
 
 use gpu_tests::Cluster;
+
+use crate::netns::Netns;
 
 /// The line `gpu-agent run` logs once its start-up script is done.
 const READY: &str = "agent ready";
@@ -22,4 +25,33 @@ pub async fn wait_all_ready(c: &Cluster) {
         },
     )
     .await;
+}
+
+/// Whether network namespaces can be made here; where not, says on stdout that `what` is
+/// skipped.
+pub fn namespaces_or_skip(what: &str) -> bool {
+    match Netns::unavailable() {
+        Some(why) => {
+            println!("skipping {what}: {why}");
+            false
+        }
+        None => true,
+    }
+}
+
+/// `agents` agents (three of them voters), each in its own network namespace so it can be cut
+/// off, every one with `config` and ready; `None` where namespaces are unavailable (`what` is
+/// skipped).
+pub async fn cluster_in_namespaces(
+    agents: u64,
+    config: &str,
+    what: &str,
+) -> anyhow::Result<Option<(Netns, Cluster)>> {
+    if !namespaces_or_skip(what) {
+        return Ok(None);
+    }
+    let net = Netns::create(agents)?;
+    let c = Cluster::start_placed(3, config, net.placements()).await;
+    wait_all_ready(&c).await;
+    Ok(Some((net, c)))
 }

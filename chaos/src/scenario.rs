@@ -21,6 +21,8 @@ use crate::model::{FinalJob, Violation};
 use gpu_tests::records;
 
 use crate::netns::Netns;
+use crate::partition::Partitioned;
+use crate::workload::Load;
 use crate::{
     crash, failpoints, isolation, lagging, membership, nemesis, observer, pause, settle, splits,
     storm, timeline, transport, workload,
@@ -344,6 +346,11 @@ async fn inject(
     name: &str,
     records: &Path,
 ) -> anyhow::Result<()> {
+    let load = Load {
+        client,
+        prefix: name,
+        records,
+    };
     match nemesis {
         Nemesis::Quiet { secs } => {
             tokio::time::sleep(Duration::from_secs(secs)).await;
@@ -374,10 +381,10 @@ async fn inject(
             task.await?
         }
         Nemesis::LeaderPause { rounds } => pause::leader_pause(c, rec, rng, rounds).await,
-        Nemesis::HolderPause => pause::holder_pause(c, rec, rng, client, name, records).await,
+        Nemesis::HolderPause => pause::holder_pause(c, rec, rng, load).await,
         Nemesis::IsolateLeader => {
             let net = net.ok_or_else(|| anyhow::anyhow!("C5 needs network namespaces"))?;
-            isolation::isolate_leader(c, net, rec, rng, client, name, records).await
+            isolation::isolate_leader(c, &Partitioned::new(c, net, rec), rng, load).await
         }
         Nemesis::CrashAt { points } => crash::crash_at(c, rec, rng, points).await,
         Nemesis::FsyncError => crash::fsync_error(c, rec, rng).await,
@@ -387,20 +394,20 @@ async fn inject(
         }
         Nemesis::HolderIsolate => {
             let net = net.ok_or_else(|| anyhow::anyhow!("C10 by partition needs namespaces"))?;
-            isolation::isolate_holder(c, net, rec, rng, client, name, records).await
+            isolation::isolate_holder(c, &Partitioned::new(c, net, rec), rng, load).await
         }
         Nemesis::SplitLeaderSide => {
             let net = net.ok_or_else(|| anyhow::anyhow!("C6 needs network namespaces"))?;
-            splits::split_leader_side(c, net, rec, rng, client, name, records).await
+            splits::split_leader_side(c, &Partitioned::new(c, net, rec), rng, load).await
         }
         Nemesis::Ring => {
             let net = net.ok_or_else(|| anyhow::anyhow!("C7 needs network namespaces"))?;
-            splits::ring(c, net, rec, rng, client, name, records).await
+            splits::ring(c, &Partitioned::new(c, net, rec), rng, load).await
         }
         Nemesis::LossyTransport => transport::lossy_transport(c, rec, rng, client).await,
         Nemesis::Flapping { rounds, .. } => {
             let net = net.ok_or_else(|| anyhow::anyhow!("C8 needs network namespaces"))?;
-            splits::flapping(c, net, rec, rng, rounds).await
+            splits::flapping(c, &Partitioned::new(c, net, rec), rng, rounds).await
         }
     }
 }

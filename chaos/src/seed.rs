@@ -1,4 +1,10 @@
-//! The run's seed: a fixed default per scenario, overridden by `GPUMESH_CHAOS_SEED`.
+//! The run's seed: a fixed default per scenario, overridden by `GPUMESH_CHAOS_SEED`; and the
+//! seeded pauses the faults take between their steps.
+
+use std::time::Duration;
+
+use rand::Rng;
+use rand::rngs::StdRng;
 
 /// The environment variable that overrides every scenario's seed.
 pub const SEED_ENV: &str = "GPUMESH_CHAOS_SEED";
@@ -20,6 +26,11 @@ pub fn parse(s: &str) -> anyhow::Result<u64> {
         None => s.parse(),
     };
     parsed.map_err(|e| anyhow::anyhow!("{SEED_ENV}={s:?}: {e}"))
+}
+
+/// Sleep `lo..hi` milliseconds, drawn from the scenario's seeded RNG.
+pub async fn sleep_ms(rng: &mut StdRng, lo: u64, hi: u64) {
+    tokio::time::sleep(Duration::from_millis(rng.random_range(lo..hi))).await;
 }
 
 #[cfg(test)]

@@ -6,7 +6,6 @@
 //! `rounds` random cuts (one node isolated or, with five, a random two-three split, often
 //! with the leader on the small side) each held briefly and healed. Each heals its cuts; `nemesis::heal` follows.
 
-use std::path::Path;
 use std::time::Duration;
 
 use gpu_tests::Cluster;
@@ -14,44 +13,21 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, seq::IndexedRandom};
 
-use crate::client::Client;
-use crate::history::{Event, OpKind, Phase, Recorder};
 use crate::isolation::cut_minority;
-use crate::netns::Netns;
-use crate::partition::{self, Cut};
-use crate::workload::job_spec;
+use crate::partition::{Cut, Partitioned};
+use crate::seed::sleep_ms;
+use crate::workload::{Load, job_spec};
 
-const PROCESS: &str = "nemesis";
 /// Deadline of the ring prober's submissions.
 const RING_DEADLINE: Duration = Duration::from_secs(2);
-
-fn note(
-    rec: &Recorder,
-    phase: Phase,
-    what: String,
-    minority: Option<Vec<u64>>,
-) -> anyhow::Result<()> {
-    rec.record(Event {
-        value: Some(what),
-        minority,
-        ..Event::new(PROCESS, phase, OpKind::Nemesis)
-    })
-}
-
-async fn sleep_ms(rng: &mut StdRng, lo: u64, hi: u64) {
-    tokio::time::sleep(Duration::from_millis(rng.random_range(lo..hi))).await;
-}
 
 /// C6: split the leader and a random follower (a minority of two in five) from the rest,
 /// probing both sides, then heal.
 pub async fn split_leader_side(
     c: &Cluster,
-    net: &Netns,
-    rec: &Recorder,
+    net: &Partitioned<'_>,
     rng: &mut StdRng,
-    client: &Client,
-    prefix: &str,
-    records: &Path,
+    load: Load<'_>,
 ) -> anyhow::Result<()> {
     sleep_ms(rng, 1000, 2000).await;
     let leader = c.leader().await;
@@ -59,33 +35,31 @@ pub async fn split_leader_side(
     let with = *followers
         .choose(rng)
         .ok_or_else(|| anyhow::anyhow!("C6 needs more than one agent"))?;
-    cut_minority(c, net, rec, rng, client, prefix, records, &[leader, with]).await
+    cut_minority(c, net, rng, load, &[leader, with]).await
 }
 
 /// C7: a ring over a seeded order of the agents for 4–6 s while a prober submits through each
 /// agent in turn, then heal. Nobody is on a minority side: each agent sees three of five.
 pub async fn ring(
     c: &Cluster,
-    net: &Netns,
-    rec: &Recorder,
+    net: &Partitioned<'_>,
     rng: &mut StdRng,
-    client: &Client,
-    prefix: &str,
-    records: &Path,
+    Load {
+        client,
+        prefix,
+        records,
+    }: Load<'_>,
 ) -> anyhow::Result<()> {
     sleep_ms(rng, 1000, 2000).await;
-    let all: Vec<u64> = c.agents.keys().copied().collect();
-    let mut order = all.clone();
+    let mut order = net.all.clone();
     order.shuffle(rng);
     let leader = c.leader().await;
-    note(
-        rec,
-        Phase::Invoke,
+    net.cut(
+        &Cut::ring(&order),
         format!("ring {order:?} (leader n{leader})"),
-        None,
+        format!("ring {order:?}"),
+        Vec::new(),
     )?;
-    Cut::ring(&order).apply(net, &all)?;
-    note(rec, Phase::Ok, format!("ring {order:?}"), Some(Vec::new()))?;
     let hold = Duration::from_millis(rng.random_range(4000..6000));
     let started = std::time::Instant::now();
     let mut k = 0;
@@ -99,10 +73,7 @@ pub async fn ring(
             .await?;
         sleep_ms(rng, 100, 300).await;
     }
-    note(rec, Phase::Invoke, "heal the ring".into(), Some(Vec::new()))?;
-    partition::heal(net, &all)?;
-    note(rec, Phase::Info, "healed the ring".into(), None)?;
-    Ok(())
+    net.heal("heal the ring".into(), "healed the ring".into())
 }
 
 /// C8: `rounds` times, cut the cluster at random (one agent isolated, or with five agents a
@@ -110,12 +81,11 @@ pub async fn ring(
 /// it 0.4–1.5 s, heal, and let it run 0.3–1.2 s.
 pub async fn flapping(
     c: &Cluster,
-    net: &Netns,
-    rec: &Recorder,
+    net: &Partitioned<'_>,
     rng: &mut StdRng,
     rounds: u32,
 ) -> anyhow::Result<()> {
-    let all: Vec<u64> = c.agents.keys().copied().collect();
+    let all = &net.all;
     sleep_ms(rng, 800, 1500).await;
     for round in 0..rounds {
         let mut shuffled = all.clone();
@@ -134,28 +104,14 @@ pub async fn flapping(
         let (minority, majority) = shuffled.split_at(size);
         let mut minority = minority.to_vec();
         minority.sort_unstable();
-        note(
-            rec,
-            Phase::Invoke,
+        net.cut(
+            &Cut::split(&minority, majority),
             format!("flap {round}: cut off {minority:?}"),
-            None,
-        )?;
-        Cut::split(&minority, majority).apply(net, &all)?;
-        note(
-            rec,
-            Phase::Ok,
             format!("flap {round}: cut off {minority:?}"),
-            Some(minority.clone()),
+            minority.clone(),
         )?;
         sleep_ms(rng, 400, 1500).await;
-        note(
-            rec,
-            Phase::Invoke,
-            format!("heal flap {round}"),
-            Some(Vec::new()),
-        )?;
-        partition::heal(net, &all)?;
-        note(rec, Phase::Info, format!("healed flap {round}"), None)?;
+        net.heal(format!("heal flap {round}"), format!("healed flap {round}"))?;
         sleep_ms(rng, 300, 1200).await;
     }
     Ok(())

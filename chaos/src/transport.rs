@@ -12,25 +12,14 @@ use rand::Rng;
 use rand::rngs::StdRng;
 
 use crate::client::Client;
-use crate::history::{Event, OpKind, Phase, Recorder};
+use crate::history::{Phase, Recorder};
+use crate::seed::sleep_ms;
 
-const PROCESS: &str = "nemesis";
 /// Deadline of one injection (it writes an audit entry through Raft, under the faults).
 const DEADLINE: Duration = Duration::from_secs(10);
 
 /// The config the scenario's agents need (inside `[raft]`).
 pub const AGENT_TOML: &str = "fault_injection = true";
-
-fn note(rec: &Recorder, phase: Phase, what: String) -> anyhow::Result<()> {
-    rec.record(Event {
-        value: Some(what),
-        ..Event::new(PROCESS, phase, OpKind::Nemesis)
-    })
-}
-
-async fn sleep_ms(rng: &mut StdRng, lo: u64, hi: u64) {
-    tokio::time::sleep(Duration::from_millis(rng.random_range(lo..hi))).await;
-}
 
 async fn set(
     client: &Client,
@@ -76,13 +65,12 @@ pub async fn lossy_transport(
         duplicate_per_mille: 150,
         ..Default::default()
     };
-    note(
-        rec,
+    rec.nemesis(
         Phase::Invoke,
         format!("transport faults on {all:?}: {}", describe(&everywhere)),
     )?;
     set(client, &all, &everywhere, rng).await?;
-    note(rec, Phase::Ok, format!("transport faults on {all:?}"))?;
+    rec.nemesis(Phase::Ok, format!("transport faults on {all:?}"))?;
     sleep_ms(rng, 4000, 6000).await;
 
     let leader = c.leader().await;
@@ -93,25 +81,16 @@ pub async fn lossy_transport(
         duplicate_per_mille: 100,
         ..Default::default()
     };
-    note(
-        rec,
+    rec.nemesis(
         Phase::Invoke,
         format!("transport faults on leader n{leader}: {}", describe(&flaky)),
     )?;
     set(client, &[leader], &flaky, rng).await?;
-    note(
-        rec,
-        Phase::Ok,
-        format!("transport faults on leader n{leader}"),
-    )?;
+    rec.nemesis(Phase::Ok, format!("transport faults on leader n{leader}"))?;
     sleep_ms(rng, 2000, 3000).await;
 
-    note(
-        rec,
-        Phase::Invoke,
-        format!("heal transport faults on {all:?}"),
-    )?;
+    rec.nemesis(Phase::Invoke, format!("heal transport faults on {all:?}"))?;
     set(client, &all, &pb::InjectNetworkFaultRequest::default(), rng).await?;
-    note(rec, Phase::Info, "healed transport faults".into())?;
+    rec.nemesis(Phase::Info, "healed transport faults".into())?;
     Ok(())
 }

@@ -17,6 +17,15 @@ use gpu_tests::records;
 /// Tries per key before a worker moves on (each on the next agent).
 const TRIES_PER_KEY: usize = 3;
 
+/// What a fault needs to submit its own recorded probe jobs: the client, the scenario's key
+/// prefix and the directory the jobs record their runs in.
+#[derive(Clone, Copy)]
+pub struct Load<'a> {
+    pub client: &'a Client,
+    pub prefix: &'a str,
+    pub records: &'a std::path::Path,
+}
+
 /// The job every submission runs: 1 or 2 GPUs, records its run, sleeps 0.2 s, enough attempts
 /// to survive requeues.
 pub fn job_spec(name: &str, gpus: u32, records: &std::path::Path) -> pb::JobSpec {

@@ -10,20 +10,19 @@ use std::time::Duration;
 use gpu_chaos::check::{job_order, minority};
 use gpu_chaos::client::{Client, Outcome};
 use gpu_chaos::history::{Event, OpKind, Phase, Recorder};
-use gpu_chaos::netns::Netns;
 use gpu_chaos::partition::{self, Cut};
-use gpu_tests::{Cluster, shell_job};
+use gpu_chaos::ready::cluster_in_namespaces;
+use gpu_tests::shell_job;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stale_read_from_the_cut_off_leader_is_reported() {
-    if let Some(why) = Netns::unavailable() {
-        println!("skipping the partition test: {why}");
+    let Some((net, c)) = cluster_in_namespaces(3, "", "the partition test")
+        .await
+        .expect("namespaces")
+    else {
         return;
-    }
-    let net = Netns::create(3).expect("namespaces");
+    };
     let all = [1, 2, 3];
-    let c = Cluster::start_placed(3, "", net.placements()).await;
-    gpu_chaos::ready::wait_all_ready(&c).await;
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("checkers-catch");
     std::fs::create_dir_all(&dir).expect("dir");
     let rec = Arc::new(Recorder::create(&dir.join("history.jsonl")).expect("history"));

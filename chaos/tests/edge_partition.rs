@@ -10,6 +10,7 @@ use std::time::{Duration, Instant, SystemTime};
 use gpu_chaos::check::fencing;
 use gpu_chaos::netns::Netns;
 use gpu_chaos::partition::{self, Cut};
+use gpu_chaos::ready::namespaces_or_skip;
 use gpu_proto::v1 as pb;
 use gpu_proto::v1::node_service_client::NodeServiceClient;
 use gpu_tests::{AgentCommand, Cluster, make_edge, records, shell_job};
@@ -30,8 +31,7 @@ fn now_ns() -> u128 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_edge_site_cut_off_for_two_minutes_keeps_its_jobs_and_reconciles() {
-    if let Some(why) = Netns::unavailable() {
-        println!("skipping the edge partition test: {why}");
+    if !namespaces_or_skip("the edge partition test") {
         return;
     }
     let net = Netns::create(4).expect("namespaces");

@@ -1,13 +1,16 @@
 //! Self-fencing across a real partition (network namespaces): a node cut off from the cluster
 //! stops its runs before the leader declares it down and places them elsewhere.
 
+mod common;
+
 use std::time::{Duration, Instant};
 
 use gpu_chaos::check::fencing;
-use gpu_chaos::netns::Netns;
 use gpu_chaos::partition::{self, Cut};
 use gpu_proto::v1 as pb;
 use gpu_tests::{Cluster, records, shell_job};
+
+use common::{Fenced, fenced_cluster, label_followers, run_job};
 
 /// Regression: the node lease was renewed for as long as the last contact was younger than
 /// `jobs.lease`, so its file stayed fresh up to `lease` after contact was lost and the runs
@@ -16,40 +19,25 @@ use gpu_tests::{Cluster, records, shell_job};
 /// The tightest valid timing (`down_after` = 1.5 × lease) makes the race certain.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_isolated_node_fences_its_runs_before_they_are_placed_again() {
-    if let Some(why) = Netns::unavailable() {
-        println!("skipping the partition test: {why}");
-        return;
-    }
-    let net = Netns::create(3).expect("namespaces");
-    let all = [1, 2, 3];
-    let c = Cluster::start_placed(
-        3,
-        "[jobs]\nlease = \"2s\"\ndown_after = \"3s\"\nstop_grace = \"2s\"\n",
-        net.placements(),
-    )
-    .await;
-    gpu_chaos::ready::wait_all_ready(&c).await;
-    let records = records::prepare_dir(c.root.path()).expect("records dir");
     // The job may only run on the two followers, so cutting off the one that runs it leaves
     // the leader in place and the other follower free to take the job.
-    let leader = c.leader().await;
-    for node in all.iter().filter(|n| **n != leader) {
-        c.label(leader, *node, "pool", "followers")
-            .await
-            .expect("label");
-    }
+    let Some(Fenced {
+        net,
+        c,
+        all,
+        records,
+        leader,
+    }) = fenced_cluster().await
+    else {
+        return;
+    };
     let spec = pb::JobSpec {
         max_attempts: 3,
         node_selector: [("pool".to_owned(), "followers".to_owned())].into(),
         ..shell_job("fenced", 1, &records::script(&records, "6"))
     };
-    let id = c.submit(leader, spec, "").await.expect("submit").job_id;
-    let running = c
-        .wait_job(id, Duration::from_secs(30), |j| {
-            j.state == pb::JobState::Running as i32
-        })
-        .await;
-    let node = running.node_id.expect("placed");
+    let (running, node) = run_job(&c, leader, spec).await;
+    let id = running.id;
     assert_ne!(node, leader, "the selector keeps the job off the leader");
     // Let the first run get going, then cut its node off.
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -127,11 +115,7 @@ async fn a_cut_off_run_slow_to_stop_is_killed_before_it_is_placed_again() {
     .await;
     let records = records::prepare_dir(c.root.path()).expect("records dir");
     let leader = c.leader().await;
-    for node in all.iter().filter(|n| **n != leader) {
-        c.label(leader, *node, "pool", "followers")
-            .await
-            .expect("label");
-    }
+    label_followers(&c, leader, &all).await;
     // Records its start and end like `records::script`, but takes 5 s to stop on SIGTERM.
     let slow =
         records::script(&records, "8").replace("trap 'echo term", "trap 'sleep 5; echo term");
@@ -141,13 +125,8 @@ async fn a_cut_off_run_slow_to_stop_is_killed_before_it_is_placed_again() {
         node_selector: [("pool".to_owned(), "followers".to_owned())].into(),
         ..shell_job("slow-to-stop", 1, &slow)
     };
-    let id = c.submit(leader, spec, "").await.expect("submit").job_id;
-    let running = c
-        .wait_job(id, Duration::from_secs(30), |j| {
-            j.state == pb::JobState::Running as i32
-        })
-        .await;
-    let node = running.node_id.expect("placed");
+    let (running, node) = run_job(&c, leader, spec).await;
+    let id = running.id;
     tokio::time::sleep(Duration::from_millis(500)).await;
     c.pause(node);
     let replaced = c

@@ -1,9 +1,9 @@
 //! A write forwarded to a leader that has just been cut off moves to the new leader once one
 //! is elected, instead of waiting on the unreachable old one for its whole deadline.
 
-use gpu_chaos::netns::Netns;
 use gpu_chaos::partition::Cut;
-use gpu_tests::{Cluster, shell_job};
+use gpu_chaos::ready::cluster_in_namespaces;
+use gpu_tests::shell_job;
 
 /// Regression: a follower that still believed in the old leader forwarded the write to it and
 /// waited for the answer (the peer call's deadline was the whole operation's, ~6 s); the cut
@@ -11,14 +11,13 @@ use gpu_tests::{Cluster, shell_job};
 /// leader a second or two later (about 5 s of failed writes in C5).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_forwarded_to_a_cut_off_leader_moves_to_the_new_one() {
-    if let Some(why) = Netns::unavailable() {
-        println!("skipping the partition test: {why}");
+    let Some((net, c)) = cluster_in_namespaces(3, "", "the partition test")
+        .await
+        .expect("namespaces")
+    else {
         return;
-    }
-    let net = Netns::create(3).expect("namespaces");
+    };
     let all = [1, 2, 3];
-    let c = Cluster::start_placed(3, "", net.placements()).await;
-    gpu_chaos::ready::wait_all_ready(&c).await;
     let old = c.leader().await;
     let via = all.iter().copied().find(|n| *n != old).expect("a follower");
     // The follower hears of the cut only when its leader lease runs out: the write it is given

@@ -7,13 +7,12 @@
 use std::path::PathBuf;
 
 use gpu_chaos::catalog;
-use gpu_chaos::netns::Netns;
+use gpu_chaos::ready::namespaces_or_skip;
 use gpu_chaos::scenario;
 use gpu_chaos::seed::seed_or;
 
 async fn scenario(short: &str) {
-    if let Some(why) = Netns::unavailable() {
-        println!("skipping {short}: {why}");
+    if !namespaces_or_skip(short) {
         return;
     }
     let e = catalog::find(short).unwrap_or_else(|| panic!("no scenario {short}"));

@@ -10,6 +10,7 @@
 use std::path::PathBuf;
 
 use gpu_chaos::catalog;
+use gpu_chaos::ready::namespaces_or_skip;
 use gpu_chaos::scenario;
 use gpu_chaos::seed::seed_or;
 
@@ -111,8 +112,7 @@ async fn c15_fsync_error_stops_the_agent() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c5_leader_isolated() {
-    if let Some(why) = gpu_chaos::netns::Netns::unavailable() {
-        println!("skipping C5 (leader isolated): {why}");
+    if !namespaces_or_skip("C5 (leader isolated)") {
         return;
     }
     scenario("c5").await;
@@ -120,8 +120,7 @@ async fn c5_leader_isolated() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c10_gpu_holder_cut_off_past_its_lease() {
-    if let Some(why) = gpu_chaos::netns::Netns::unavailable() {
-        println!("skipping C10 by partition: {why}");
+    if !namespaces_or_skip("C10 by partition") {
         return;
     }
     scenario("c10-cut").await;

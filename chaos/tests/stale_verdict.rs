@@ -1,12 +1,15 @@
 //! A leader cut off by a partition decides nothing for the cluster after it heals: its node
 //! liveness verdicts, made while it could hear nobody, are not replayed through the new leader.
 
+mod common;
+
 use std::time::{Duration, Instant};
 
-use gpu_chaos::netns::Netns;
 use gpu_chaos::partition::{self, Cut};
 use gpu_proto::v1 as pb;
-use gpu_tests::{Cluster, is_terminal, records, shell_job};
+use gpu_tests::{is_terminal, records, shell_job};
+
+use common::{Fenced, fenced_cluster};
 
 /// Regression: the isolated old leader's liveness loop judged every peer silent and proposed
 /// "n<peer> Down"; the write could not commit, so the shared write path retried it — and after
@@ -14,27 +17,17 @@ use gpu_tests::{Cluster, is_terminal, records, shell_job};
 /// leader itself) was marked down and its running jobs were stopped and placed again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_old_leaders_liveness_verdicts_are_not_applied_after_a_heal() {
-    if let Some(why) = Netns::unavailable() {
-        println!("skipping the partition test: {why}");
+    let Some(Fenced {
+        net,
+        c,
+        all,
+        records,
+        leader: old,
+    }) = fenced_cluster().await
+    else {
         return;
-    }
-    let net = Netns::create(3).expect("namespaces");
-    let all = [1, 2, 3];
-    let c = Cluster::start_placed(
-        3,
-        "[jobs]\nlease = \"2s\"\ndown_after = \"3s\"\nstop_grace = \"2s\"\n",
-        net.placements(),
-    )
-    .await;
-    gpu_chaos::ready::wait_all_ready(&c).await;
-    let records = records::prepare_dir(c.root.path()).expect("records dir");
-    let old = c.leader().await;
+    };
     let followers: Vec<u64> = all.iter().copied().filter(|n| *n != old).collect();
-    for node in &followers {
-        c.label(old, *node, "pool", "followers")
-            .await
-            .expect("label");
-    }
     // One four-GPU job on each follower (every node has four GPUs), running through the cut.
     let mut ids = Vec::new();
     for k in 0..2 {

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::{Interceptor, interceptor::InterceptedService};
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
 /// Why a command failed: the server's answer, or no agent reachable at all.
 #[derive(Debug)]
@@ -85,17 +85,6 @@ impl Interceptor for Credentials {
             req.metadata_mut().insert("x-request-id", v);
         }
         Ok(req)
-    }
-}
-
-/// TLS to the cluster: the CA to trust and, optionally, our client certificate and key (PEM).
-pub fn tls_config(ca_pem: &str, client: Option<(&str, &str)>) -> ClientTlsConfig {
-    let config = ClientTlsConfig::new()
-        .ca_certificate(Certificate::from_pem(ca_pem))
-        .domain_name(gpu_proto::TLS_SERVER_NAME);
-    match client {
-        Some((cert, key)) => config.identity(Identity::from_pem(cert, key)),
-        None => config,
     }
 }
 

@@ -10,11 +10,11 @@ mod ids;
 mod output;
 mod units;
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::ExitCode;
 
 use clap::Parser;
+use gpu_proto::tls;
 
 use crate::cli::{Cli, DEFAULT_TIMEOUT, Noun};
 use crate::client::{Credentials, Endpoints};
@@ -38,14 +38,12 @@ fn load_credentials(token_file: Option<&std::path::Path>) -> Result<Credentials,
 }
 
 /// TLS from the CA file (and the client certificate and key, both or neither); plaintext when
-/// no CA file is given.
+/// no CA file is given. A key file other users could read is refused.
 fn load_tls(
     ca: Option<&Path>,
     cert: Option<&Path>,
     key: Option<&Path>,
 ) -> Result<Option<tonic::transport::ClientTlsConfig>, String> {
-    let read =
-        |p: &Path| std::fs::read_to_string(p).map_err(|e| format!("reading {}: {e}", p.display()));
     let Some(ca) = ca else {
         return match cert.or(key) {
             Some(_) => Err("a client certificate needs the cluster CA too (--ca-file)".into()),
@@ -54,24 +52,15 @@ fn load_tls(
     };
     let client = match (cert, key) {
         (Some(cert), Some(key)) => {
-            let mode = std::fs::metadata(key)
-                .map_err(|e| format!("reading {}: {e}", key.display()))?
-                .permissions()
-                .mode();
-            if mode & 0o077 != 0 {
-                return Err(format!(
-                    "refusing the key {}: its mode {:o} lets other users read it (chmod 600 it)",
-                    key.display(),
-                    mode & 0o777
-                ));
-            }
-            Some((read(cert)?, read(key)?))
+            let key_pem = tls::read_secret(key).map_err(|e| e.to_string())?;
+            Some((tls::read_public(cert).map_err(|e| e.to_string())?, key_pem))
         }
         (None, None) => None,
         _ => return Err("--cert-file and --key-file go together".into()),
     };
-    Ok(Some(client::tls_config(
-        &read(ca)?,
+    let ca_pem = tls::read_public(ca).map_err(|e| e.to_string())?;
+    Ok(Some(tls::client_config(
+        &ca_pem,
         client.as_ref().map(|(c, k)| (c.as_str(), k.as_str())),
     )))
 }

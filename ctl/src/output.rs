@@ -57,6 +57,11 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
+/// [`table`] with one row per item, `row` making its cells.
+pub fn table_of<T>(header: &[&str], items: &[T], row: impl Fn(&T) -> Vec<String>) -> String {
+    table(header, &items.iter().map(row).collect::<Vec<_>>())
+}
+
 /// `Key:  value` lines with the values aligned, sanitised like table cells.
 pub fn fields(pairs: &[(&str, String)]) -> String {
     let width = pairs.iter().map(|(k, _)| k.len() + 1).max().unwrap_or(0);

@@ -1,14 +1,17 @@
 //! gpumesh wire protocol: generated code for the public `gpumesh.v1` API and the internal
-//! `gpumesh.internal.v1` peer API. No logic lives here.
+//! `gpumesh.internal.v1` peer API. No other logic lives here, only the tiny connection helpers
+//! every client shares (`tls`).
 
-#![allow(clippy::all, clippy::pedantic, missing_docs)]
+pub mod tls;
 
 /// The public API that `gpuctl` and other clients use.
+#[allow(clippy::all, clippy::pedantic, missing_docs)]
 pub mod v1 {
     tonic::include_proto!("gpumesh.v1");
 }
 
 /// The agent-to-agent API. Clients never call it.
+#[allow(clippy::all, clippy::pedantic, missing_docs)]
 pub mod internal {
     pub mod v1 {
         tonic::include_proto!("gpumesh.internal.v1");

@@ -1,16 +1,14 @@
 //! How agents and tools connect to agents: TLS to the cluster CA, verifying the agent name
 //! [`SERVER_NAME`](super::pki::SERVER_NAME), presenting our own certificate when we have one.
+//! The configuration itself is `gpu_proto::tls`, shared with gpuctl.
 
-use tonic::transport::{Certificate, ClientTlsConfig, Identity};
+use tonic::transport::ClientTlsConfig;
 
-use super::pki::{KeyedCert, SERVER_NAME};
+use super::pki::KeyedCert;
 
 pub fn config(ca_cert_pem: &str, me: Option<&KeyedCert>) -> ClientTlsConfig {
-    let config = ClientTlsConfig::new()
-        .ca_certificate(Certificate::from_pem(ca_cert_pem))
-        .domain_name(SERVER_NAME);
-    match me {
-        Some(me) => config.identity(Identity::from_pem(&me.cert_pem, &me.key_pem)),
-        None => config,
-    }
+    gpu_proto::tls::client_config(
+        ca_cert_pem,
+        me.map(|me| (me.cert_pem.as_str(), me.key_pem.as_str())),
+    )
 }

@@ -136,24 +136,15 @@ fn sync_parent(path: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A certificate (`gpu_proto::tls::read_public`, shared with gpuctl).
 pub fn read_public(path: &Path) -> anyhow::Result<String> {
-    std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
+    Ok(gpu_proto::tls::read_public(path)?)
 }
 
-/// Read a private key, refusing one that other users may read.
+/// Read a private key, refusing one that other users may read (`gpu_proto::tls::read_secret`,
+/// shared with gpuctl).
 pub fn read_secret(path: &Path) -> anyhow::Result<String> {
-    let mode = std::fs::metadata(path)
-        .with_context(|| format!("reading {}", path.display()))?
-        .permissions()
-        .mode();
-    if mode & 0o077 != 0 {
-        bail!(
-            "refusing the key {}: its mode {:o} lets other users read it (chmod 600 it)",
-            path.display(),
-            mode & 0o777
-        );
-    }
-    read_public(path)
+    Ok(gpu_proto::tls::read_secret(path)?)
 }
 
 #[cfg(test)]

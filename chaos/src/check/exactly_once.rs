@@ -52,11 +52,7 @@ pub fn check(history: &[Event], jobs: &[FinalJob]) -> Vec<Violation> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::check::fixtures::{acked, job};
-
-    fn kinds(v: &[Violation]) -> Vec<&'static str> {
-        v.iter().map(|v| v.kind).collect()
-    }
+    use crate::check::fixtures::{acked, job, kinds};
 
     #[test]
     fn concurrent_acks_of_one_job_pass() {

@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 
+use super::overlap::{end, overlapping};
 use crate::model::{RunRecord, Violation};
 
 const NAME: &str = "fencing";
@@ -16,36 +17,24 @@ pub fn check(runs: &[RunRecord]) -> Vec<Violation> {
         by_job.entry(r.job_id).or_default().push(r);
     }
     let mut out = Vec::new();
-    for (job, mut rs) in by_job {
-        rs.sort_by_key(|r| r.start_ns);
-        // The run that ends last among those started so far.
-        let mut open: Option<&RunRecord> = None;
-        for r in rs {
-            if let Some(prev) = open {
-                let prev_end = prev.end_ns.unwrap_or(u128::MAX);
-                if r.start_ns < prev_end {
-                    out.push(Violation::new(
-                        NAME,
-                        "concurrent-runs",
-                        format!(
-                            "j-{job}: g{} on n{} [{}, {}) still ran when g{} started on n{} at {} \
-                             ({} ms overlap)",
-                            prev.generation,
-                            prev.node,
-                            prev.start_ns,
-                            prev.end_ns.map_or("running".into(), |e| e.to_string()),
-                            r.generation,
-                            r.node,
-                            r.start_ns,
-                            (prev_end.min(r.end_ns.unwrap_or(u128::MAX)) - r.start_ns) / 1_000_000
-                        ),
-                    ));
-                }
-                if r.end_ns.unwrap_or(u128::MAX) <= prev_end {
-                    continue;
-                }
-            }
-            open = Some(r);
+    for (job, rs) in by_job {
+        for (prev, r) in overlapping(rs) {
+            out.push(Violation::new(
+                NAME,
+                "concurrent-runs",
+                format!(
+                    "j-{job}: g{} on n{} [{}, {}) still ran when g{} started on n{} at {} \
+                     ({} ms overlap)",
+                    prev.generation,
+                    prev.node,
+                    prev.start_ns,
+                    prev.end_ns.map_or("running".into(), |e| e.to_string()),
+                    r.generation,
+                    r.node,
+                    r.start_ns,
+                    (end(prev).min(end(r)) - r.start_ns) / 1_000_000
+                ),
+            ));
         }
     }
     out

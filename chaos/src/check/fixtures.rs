@@ -1,7 +1,7 @@
 //! Hand-made history pieces for the checkers' unit tests.
 
 use crate::history::{Event, OpKind, Phase};
-use crate::model::{FinalJob, ReplicaDigest, SUCCEEDED};
+use crate::model::{FinalJob, ReplicaDigest, SUCCEEDED, Violation};
 
 pub fn submit(process: &str, phase: Phase, key: &str, job_id: Option<u64>) -> Event {
     Event {
@@ -36,4 +36,9 @@ pub fn replica(node: u64, index: u64, sha256: &str) -> ReplicaDigest {
         sha256: Some(sha256.to_owned()),
         error: None,
     }
+}
+
+/// The kinds of the violations found, in order.
+pub fn kinds(v: &[Violation]) -> Vec<&'static str> {
+    v.iter().map(|v| v.kind).collect()
 }

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use super::overlap::overlapping;
 use crate::model::{RunRecord, Violation};
 
 const NAME: &str = "gpu-overlap";
@@ -15,34 +16,22 @@ pub fn check(runs: &[RunRecord]) -> Vec<Violation> {
         }
     }
     let mut out = Vec::new();
-    for (gpu, mut rs) in by_gpu {
-        rs.sort_by_key(|r| r.start_ns);
-        // The run that ends last among those started so far.
-        let mut open: Option<&RunRecord> = None;
-        for r in rs {
-            if let Some(prev) = open {
-                let prev_end = prev.end_ns.unwrap_or(u128::MAX);
-                if r.start_ns < prev_end {
-                    out.push(Violation::new(
-                        NAME,
-                        "gpu-overlap",
-                        format!(
-                            "GPU {gpu}: j-{}-g{} [{}, {}) overlaps j-{}-g{} starting {}",
-                            prev.job_id,
-                            prev.generation,
-                            prev.start_ns,
-                            prev.end_ns.map_or("running".into(), |e| e.to_string()),
-                            r.job_id,
-                            r.generation,
-                            r.start_ns
-                        ),
-                    ));
-                }
-                if r.end_ns.unwrap_or(u128::MAX) <= prev_end {
-                    continue;
-                }
-            }
-            open = Some(r);
+    for (gpu, rs) in by_gpu {
+        for (prev, r) in overlapping(rs) {
+            out.push(Violation::new(
+                NAME,
+                "gpu-overlap",
+                format!(
+                    "GPU {gpu}: j-{}-g{} [{}, {}) overlaps j-{}-g{} starting {}",
+                    prev.job_id,
+                    prev.generation,
+                    prev.start_ns,
+                    prev.end_ns.map_or("running".into(), |e| e.to_string()),
+                    r.job_id,
+                    r.generation,
+                    r.start_ns
+                ),
+            ));
         }
     }
     out

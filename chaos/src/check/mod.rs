@@ -9,6 +9,7 @@ pub mod gpu_overlap;
 pub mod job_order;
 pub mod leaders;
 pub mod minority;
+mod overlap;
 pub mod recovery;
 pub mod total_queue;
 

@@ -71,11 +71,7 @@ pub fn check(history: &[Event], jobs: &[FinalJob]) -> Vec<Violation> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::check::fixtures::{acked, job, submit};
-
-    fn kinds(v: &[Violation]) -> Vec<&'static str> {
-        v.iter().map(|v| v.kind).collect()
-    }
+    use crate::check::fixtures::{acked, job, kinds, submit};
 
     #[test]
     fn clean_history_passes_and_recovered_jobs_are_allowed() {

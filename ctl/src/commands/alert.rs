@@ -17,77 +17,44 @@ use gpu_proto::v1::alert_service_client::AlertServiceClient;
 use serde_json::{Value, json};
 
 use super::{Answer, Ctx, Failure};
-use crate::cli::{AlertRuleArgs, AlertRuleVerb, AlertVerb, Output};
-use crate::output::{self, table};
+use crate::cli::{AlertRuleArgs, AlertRuleVerb, AlertVerb};
+use crate::output::{self, table_of};
 
 pub async fn run(ctx: &Ctx, verb: AlertVerb) -> Result<Answer, Failure> {
+    let new = AlertServiceClient::new;
     match verb {
         AlertVerb::List { all, stale } => {
+            let req = pb::ListAlertsRequest {
+                include_resolved: all,
+                stale,
+            };
             let alerts = ctx
-                .endpoints
-                .call(|ch| async move {
-                    Ok(AlertServiceClient::new(ch)
-                        .list_alerts(pb::ListAlertsRequest {
-                            include_resolved: all,
-                            stale,
-                        })
-                        .await?
-                        .into_inner()
-                        .alerts)
-                })
-                .await?;
-            Ok(Answer::ok(match ctx.output {
-                Output::Json => {
-                    output::json(&Value::Array(alerts.iter().map(alert_json).collect()))
-                }
-                Output::Table => alerts_table(&alerts),
-            }))
+                .call(new, req, async |mut c, r| c.list_alerts(r).await)
+                .await?
+                .alerts;
+            Ok(ctx.answer_list(&alerts, alert_json, alerts_table))
         }
         AlertVerb::Rule(AlertRuleVerb::List) => {
+            let req = pb::ListAlertRulesRequest {};
             let rules = ctx
-                .endpoints
-                .call(|ch| async move {
-                    Ok(AlertServiceClient::new(ch)
-                        .list_alert_rules(pb::ListAlertRulesRequest {})
-                        .await?
-                        .into_inner()
-                        .rules)
-                })
-                .await?;
-            Ok(Answer::ok(rules_out(ctx, &rules)))
+                .call(new, req, async |mut c, r| c.list_alert_rules(r).await)
+                .await?
+                .rules;
+            Ok(rules_out(ctx, &rules))
         }
         AlertVerb::Rule(AlertRuleVerb::Set(args)) => {
-            let rule = rule_from(*args);
             let stored = ctx
-                .endpoints
-                .call(|ch| {
-                    let rule = rule.clone();
-                    async move {
-                        Ok(AlertServiceClient::new(ch)
-                            .set_alert_rule(rule)
-                            .await?
-                            .into_inner())
-                    }
+                .call(new, rule_from(*args), async |mut c, r| {
+                    c.set_alert_rule(r).await
                 })
                 .await?;
-            Ok(Answer::ok(rules_out(ctx, &[stored])))
+            Ok(rules_out(ctx, &[stored]))
         }
         AlertVerb::Rule(AlertRuleVerb::Delete { name }) => {
-            ctx.endpoints
-                .call(|ch| {
-                    let name = name.clone();
-                    async move {
-                        AlertServiceClient::new(ch)
-                            .delete_alert_rule(pb::DeleteAlertRuleRequest { name })
-                            .await?;
-                        Ok(())
-                    }
-                })
+            let req = pb::DeleteAlertRuleRequest { name };
+            ctx.call(new, req, async |mut c, r| c.delete_alert_rule(r).await)
                 .await?;
-            Ok(Answer::ok(match ctx.output {
-                Output::Json => output::json(&json!({ "deleted": true })),
-                Output::Table => String::new(),
-            }))
+            Ok(ctx.answer(|| json!({ "deleted": true }), String::new))
         }
     }
 }
@@ -130,9 +97,12 @@ pub fn alert_json(a: &pb::Alert) -> Value {
 }
 
 fn alerts_table(alerts: &[pb::Alert]) -> String {
-    let rows: Vec<Vec<String>> = alerts
-        .iter()
-        .map(|a| {
+    table_of(
+        &[
+            "ID", "GPU", "RULE", "SEVERITY", "ACTION", "STATE", "MOVED", "MESSAGE",
+        ],
+        alerts,
+        |a| {
             vec![
                 a.id.to_string(),
                 format!("n{}/{}", a.node_id, a.gpu_index),
@@ -149,13 +119,7 @@ fn alerts_table(alerts: &[pb::Alert]) -> String {
                     .map_or_else(|| "-".into(), |j| format!("j-{j}")),
                 output::truncate(&a.message, 80),
             ]
-        })
-        .collect();
-    table(
-        &[
-            "ID", "GPU", "RULE", "SEVERITY", "ACTION", "STATE", "MOVED", "MESSAGE",
-        ],
-        &rows,
+        },
     )
 }
 
@@ -171,11 +135,8 @@ fn kind(r: &pb::AlertRule) -> &'static str {
     }
 }
 
-fn rules_out(ctx: &Ctx, rules: &[pb::AlertRule]) -> String {
-    match ctx.output {
-        Output::Json => output::json(&Value::Array(rules.iter().map(rule_json).collect())),
-        Output::Table => rules_table(rules),
-    }
+fn rules_out(ctx: &Ctx, rules: &[pb::AlertRule]) -> Answer {
+    ctx.answer_list(rules, rule_json, rules_table)
 }
 
 fn rule_json(r: &pb::AlertRule) -> Value {
@@ -200,9 +161,18 @@ fn rule_json(r: &pb::AlertRule) -> Value {
 
 fn rules_table(rules: &[pb::AlertRule]) -> String {
     let secs = |ms: u64| format!("{}s", ms / 1000);
-    let rows: Vec<Vec<String>> = rules
-        .iter()
-        .map(|r| {
+    table_of(
+        &[
+            "NAME",
+            "CONDITION",
+            "SEVERITY",
+            "ACTION",
+            "CLEAR AFTER",
+            "ENABLED",
+            "SOURCE",
+        ],
+        rules,
+        |r| {
             let condition = match kind(r) {
                 "health" => format!("XIDs {:?}, DBE, lost", r.fatal_xids),
                 "above" => format!(
@@ -233,18 +203,6 @@ fn rules_table(rules: &[pb::AlertRule]) -> String {
                 if r.enabled { "yes" } else { "no" }.into(),
                 r.source.clone(),
             ]
-        })
-        .collect();
-    table(
-        &[
-            "NAME",
-            "CONDITION",
-            "SEVERITY",
-            "ACTION",
-            "CLEAR AFTER",
-            "ENABLED",
-            "SOURCE",
-        ],
-        &rows,
+        },
     )
 }

@@ -9,81 +9,71 @@ use gpu_proto::v1::audit_service_client::AuditServiceClient;
 use serde_json::{Value, json};
 
 use super::{Answer, Ctx, Failure};
-use crate::cli::{AuditVerb, Output};
-use crate::output::{self, table};
+use crate::cli::AuditVerb;
+use crate::output::table_of;
 
 pub async fn run(ctx: &Ctx, verb: AuditVerb) -> Result<Answer, Failure> {
+    let new = AuditServiceClient::new;
     match verb {
         AuditVerb::List { after, limit } => {
+            let req = pb::ListAuditRequest { after, limit };
             let entries = ctx
-                .endpoints
-                .call(|ch| async move {
-                    let req = pb::ListAuditRequest { after, limit };
-                    Ok(AuditServiceClient::new(ch)
-                        .list_audit(req)
-                        .await?
-                        .into_inner()
-                        .entries)
-                })
-                .await?;
-            let text = match ctx.output {
-                Output::Json => {
-                    output::json(&Value::Array(entries.iter().map(entry_json).collect()))
-                }
-                Output::Table => {
-                    let rows: Vec<Vec<String>> = entries
-                        .iter()
-                        .map(|e| {
-                            vec![
-                                e.seq.to_string(),
-                                e.time_ms.to_string(),
-                                e.actor.clone(),
-                                e.verb.clone(),
-                                e.object.clone(),
-                                e.outcome.clone(),
-                                e.source.clone(),
-                            ]
-                        })
-                        .collect();
-                    table(
-                        &[
-                            "SEQ", "TIME_MS", "ACTOR", "VERB", "OBJECT", "OUTCOME", "SOURCE",
-                        ],
-                        &rows,
-                    )
-                }
-            };
-            Ok(Answer::ok(text))
+                .call(new, req, async |mut c, r| c.list_audit(r).await)
+                .await?
+                .entries;
+            Ok(ctx.answer_list(&entries, entry_json, entries_table))
         }
         AuditVerb::Verify => {
+            let req = pb::VerifyAuditRequest {};
             let v = ctx
-                .endpoints
-                .call(|ch| async move {
-                    Ok(AuditServiceClient::new(ch)
-                        .verify_audit(pb::VerifyAuditRequest {})
-                        .await?
-                        .into_inner())
-                })
+                .call(new, req, async |mut c, r| c.verify_audit(r).await)
                 .await?;
-            let text = match ctx.output {
-                Output::Json => output::json(&json!({
-                    "ok": v.ok,
-                    "entries": v.entries,
-                    "problem": v.problem,
-                    "head_hash": v.head_hash,
-                })),
-                Output::Table if v.ok => format!(
-                    "audit chain intact: {} entries, head {}\n",
-                    v.entries, v.head_hash
-                ),
-                Output::Table => format!("audit chain BROKEN: {}\n", v.problem),
-            };
+            let answer = ctx.answer(
+                || {
+                    json!({
+                        "ok": v.ok,
+                        "entries": v.entries,
+                        "problem": v.problem,
+                        "head_hash": v.head_hash,
+                    })
+                },
+                || {
+                    if v.ok {
+                        format!(
+                            "audit chain intact: {} entries, head {}\n",
+                            v.entries, v.head_hash
+                        )
+                    } else {
+                        format!("audit chain BROKEN: {}\n", v.problem)
+                    }
+                },
+            );
             Ok(Answer {
-                text,
                 positive: v.ok,
+                ..answer
             })
         }
     }
+}
+
+fn entries_table(entries: &[pb::AuditEntry]) -> String {
+    table_of(
+        &[
+            "SEQ", "TIME_MS", "ACTOR", "VERB", "OBJECT", "OUTCOME", "SOURCE",
+        ],
+        entries,
+        |e| {
+            vec![
+                e.seq.to_string(),
+                e.time_ms.to_string(),
+                e.actor.clone(),
+                e.verb.clone(),
+                e.object.clone(),
+                e.outcome.clone(),
+                e.source.clone(),
+            ]
+        },
+    )
 }
 
 fn entry_json(e: &pb::AuditEntry) -> Value {

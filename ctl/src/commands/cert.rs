@@ -9,42 +9,29 @@ use gpu_proto::v1::cert_service_client::CertServiceClient;
 use serde_json::{Value, json};
 
 use super::{Answer, Ctx, Failure};
-use crate::cli::{CertVerb, Output};
-use crate::output::{self, table};
+use crate::cli::CertVerb;
+use crate::output::table_of;
 use crate::units;
 
 pub async fn run(ctx: &Ctx, verb: CertVerb) -> Result<Answer, Failure> {
+    let new = CertServiceClient::new;
     let certs = match verb {
         CertVerb::Request { out_dir } => return request(ctx, &out_dir).await,
         CertVerb::List => {
-            ctx.endpoints
-                .call(|ch| async move {
-                    Ok(CertServiceClient::new(ch)
-                        .list_certificates(pb::ListCertificatesRequest {})
-                        .await?
-                        .into_inner()
-                        .certificates)
-                })
+            let req = pb::ListCertificatesRequest {};
+            ctx.call(new, req, async |mut c, r| c.list_certificates(r).await)
                 .await?
+                .certificates
         }
         CertVerb::Revoke { serial, reason } => {
             let req = pb::RevokeCertificateRequest { serial, reason };
             let cert = ctx
-                .endpoints
-                .call(|ch| {
-                    let req = req.clone();
-                    async move {
-                        Ok(CertServiceClient::new(ch)
-                            .revoke_certificate(req)
-                            .await?
-                            .into_inner())
-                    }
-                })
+                .call(new, req, async |mut c, r| c.revoke_certificate(r).await)
                 .await?;
             vec![cert]
         }
     };
-    Ok(Answer::ok(render(ctx, &certs)))
+    Ok(ctx.answer_list(&certs, cert_json, certs_table))
 }
 
 /// `cert request`: key and signing request here, signature from the cluster, files in `dir`.
@@ -54,18 +41,10 @@ async fn request(ctx: &Ctx, dir: &std::path::Path) -> Result<Answer, Failure> {
         .serialize_request(&key)
         .and_then(|csr| csr.pem())
         .map_err(|e| Failure::Usage(e.to_string()))?;
+    let req = pb::IssueClientCertificateRequest { csr_pem };
     let reply = ctx
-        .endpoints
-        .call(|ch| {
-            let req = pb::IssueClientCertificateRequest {
-                csr_pem: csr_pem.clone(),
-            };
-            async move {
-                Ok(CertServiceClient::new(ch)
-                    .issue_client_certificate(req)
-                    .await?
-                    .into_inner())
-            }
+        .call(CertServiceClient::new, req, async |mut c, r| {
+            c.issue_client_certificate(r).await
         })
         .await?;
     let (cert, key_file) = (dir.join("client.crt"), dir.join("client.key"));
@@ -77,13 +56,15 @@ async fn request(ctx: &Ctx, dir: &std::path::Path) -> Result<Answer, Failure> {
         cert.display(),
         key_file.display()
     );
-    Ok(Answer::ok(match ctx.output {
-        Output::Json => output::json(&json!({
-            "cert_file": cert.display().to_string(),
-            "key_file": key_file.display().to_string(),
-        })),
-        Output::Table => format!("{}\n{}\n", cert.display(), key_file.display()),
-    }))
+    Ok(ctx.answer(
+        || {
+            json!({
+                "cert_file": cert.display().to_string(),
+                "key_file": key_file.display().to_string(),
+            })
+        },
+        || format!("{}\n{}\n", cert.display(), key_file.display()),
+    ))
 }
 
 /// Create `path` with `mode` from the start (a key is never readable by others, even briefly).
@@ -103,48 +84,36 @@ fn write(path: &std::path::Path, text: &str, mode: u32) -> Result<(), Failure> {
         .map_err(fail)
 }
 
-fn render(ctx: &Ctx, certs: &[pb::CertificateRecord]) -> String {
-    match ctx.output {
-        Output::Json => output::json(&Value::Array(
-            certs
-                .iter()
-                .map(|c| {
-                    json!({
-                        "serial": c.serial,
-                        "subject": c.subject,
-                        "not_after_ms": c.not_after_ms,
-                        "issued_at_ms": c.issued_at_ms,
-                        "revoked": c.revoked,
-                        "revoked_reason": c.revoked_reason,
-                    })
-                })
-                .collect(),
-        )),
-        Output::Table => {
-            let rows: Vec<Vec<String>> = certs
-                .iter()
-                .map(|c| {
-                    vec![
-                        c.serial.clone(),
-                        if c.subject.is_empty() {
-                            "-".into()
-                        } else {
-                            c.subject.clone()
-                        },
-                        if c.revoked {
-                            format!("revoked {}", c.revoked_reason)
-                                .trim_end()
-                                .to_owned()
-                        } else {
-                            "valid".into()
-                        },
-                        expiry(c.not_after_ms),
-                    ]
-                })
-                .collect();
-            table(&["SERIAL", "SUBJECT", "STATE", "EXPIRES IN"], &rows)
-        }
-    }
+fn cert_json(c: &pb::CertificateRecord) -> Value {
+    json!({
+        "serial": c.serial,
+        "subject": c.subject,
+        "not_after_ms": c.not_after_ms,
+        "issued_at_ms": c.issued_at_ms,
+        "revoked": c.revoked,
+        "revoked_reason": c.revoked_reason,
+    })
+}
+
+fn certs_table(certs: &[pb::CertificateRecord]) -> String {
+    table_of(&["SERIAL", "SUBJECT", "STATE", "EXPIRES IN"], certs, |c| {
+        vec![
+            c.serial.clone(),
+            if c.subject.is_empty() {
+                "-".into()
+            } else {
+                c.subject.clone()
+            },
+            if c.revoked {
+                format!("revoked {}", c.revoked_reason)
+                    .trim_end()
+                    .to_owned()
+            } else {
+                "valid".into()
+            },
+            expiry(c.not_after_ms),
+        ]
+    })
 }
 
 /// Time left until `not_after_ms`, roughly.

@@ -12,8 +12,8 @@ use gpu_proto::v1::cluster_service_client::ClusterServiceClient;
 use serde_json::{Value, json};
 
 use super::{Answer, Ctx, Failure};
-use crate::cli::{ClusterVerb, Output, SnapshotVerb};
-use crate::output::{self, table};
+use crate::cli::{ClusterVerb, SnapshotVerb};
+use crate::output::table_of;
 
 pub async fn run(ctx: &Ctx, verb: ClusterVerb) -> Result<Answer, Failure> {
     let (stale, members_only) = match verb {
@@ -21,25 +21,20 @@ pub async fn run(ctx: &Ctx, verb: ClusterVerb) -> Result<Answer, Failure> {
         ClusterVerb::Members { stale } => (stale, true),
         ClusterVerb::Snapshot(SnapshotVerb::Save { file }) => return save(ctx, &file).await,
     };
+    let req = pb::GetStatusRequest { stale };
     let status = ctx
-        .endpoints
-        .call(|ch| async move {
-            let reply = ClusterServiceClient::new(ch)
-                .get_status(pb::GetStatusRequest { stale })
-                .await?;
-            Ok(reply.into_inner())
+        .call(ClusterServiceClient::new, req, async |mut c, r| {
+            c.get_status(r).await
         })
         .await?;
-    let positive = status.leader_id.is_some();
-    let text = match (ctx.output, members_only) {
-        (Output::Json, false) => output::json(&status_json(&status)),
-        (Output::Json, true) => output::json(&Value::Array(
-            status.members.iter().map(member_json).collect(),
-        )),
-        (Output::Table, false) => status_table(&status),
-        (Output::Table, true) => members_table(&status.members),
+    let answer = match members_only {
+        false => ctx.answer(|| status_json(&status), || status_table(&status)),
+        true => ctx.answer_list(&status.members, member_json, members_table),
     };
-    Ok(Answer { text, positive })
+    Ok(Answer {
+        positive: status.leader_id.is_some(),
+        ..answer
+    })
 }
 
 fn role(m: &pb::Member) -> &'static str {
@@ -97,9 +92,17 @@ fn status_table(s: &pb::ClusterStatus) -> String {
 }
 
 fn members_table(members: &[pb::Member]) -> String {
-    let rows: Vec<Vec<String>> = members
-        .iter()
-        .map(|m| {
+    table_of(
+        &[
+            "NODE",
+            "ADDRESS",
+            "ROLE",
+            "REACHABLE",
+            "LAST CONTACT",
+            "MATCHED",
+        ],
+        members,
+        |m| {
             vec![
                 format!("n{}", m.node_id),
                 m.addr.clone(),
@@ -114,18 +117,7 @@ fn members_table(members: &[pb::Member]) -> String {
                 m.matched_index
                     .map_or_else(|| "-".into(), |i| i.to_string()),
             ]
-        })
-        .collect();
-    table(
-        &[
-            "NODE",
-            "ADDRESS",
-            "ROLE",
-            "REACHABLE",
-            "LAST CONTACT",
-            "MATCHED",
-        ],
-        &rows,
+        },
     )
 }
 
@@ -151,22 +143,25 @@ async fn save(ctx: &Ctx, file: &std::path::Path) -> Result<Answer, Failure> {
         .await?;
     write_private(file, &backup.data)
         .map_err(|e| Failure::Usage(format!("writing {}: {e}", file.display())))?;
-    let text = match ctx.output {
-        Output::Json => output::json(&json!({
-            "file": file.display().to_string(),
-            "index": backup.index,
-            "cluster_id": backup.cluster_id,
-            "bytes": backup.data.len(),
-        })),
-        Output::Table => format!(
-            "saved the cluster state at index {} ({} bytes, cluster {}) to {}\n",
-            backup.index,
-            backup.data.len(),
-            backup.cluster_id,
-            file.display()
-        ),
-    };
-    Ok(Answer::ok(text))
+    Ok(ctx.answer(
+        || {
+            json!({
+                "file": file.display().to_string(),
+                "index": backup.index,
+                "cluster_id": backup.cluster_id,
+                "bytes": backup.data.len(),
+            })
+        },
+        || {
+            format!(
+                "saved the cluster state at index {} ({} bytes, cluster {}) to {}\n",
+                backup.index,
+                backup.data.len(),
+                backup.cluster_id,
+                file.display()
+            )
+        },
+    ))
 }
 
 fn write_private(file: &std::path::Path, data: &[u8]) -> std::io::Result<()> {

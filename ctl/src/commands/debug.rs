@@ -9,27 +9,19 @@ use serde_json::json;
 
 use super::{Answer, Ctx, Failure};
 use crate::args::Fault;
-use crate::cli::{DebugVerb, Output};
-use crate::output;
+use crate::cli::DebugVerb;
 
 pub async fn run(ctx: &Ctx, verb: DebugVerb) -> Result<Answer, Failure> {
     let DebugVerb::Inject { node, gpu, fault } = verb;
     let req = inject_request(node, gpu, fault);
-    ctx.endpoints
-        .call(|ch| async move {
-            GpuServiceClient::new(ch).inject_fault(req).await?;
-            Ok(())
-        })
-        .await?;
-    let text = match ctx.output {
-        Output::Json => output::json(&json!({
-            "node_id": node,
-            "gpu_index": gpu,
-            "fault": fault.to_string(),
-        })),
-        Output::Table => format!("injected {fault} into n{node}/{gpu}\n"),
-    };
-    Ok(Answer::ok(text))
+    ctx.call(GpuServiceClient::new, req, async |mut c, r| {
+        c.inject_fault(r).await
+    })
+    .await?;
+    Ok(ctx.answer(
+        || json!({ "node_id": node, "gpu_index": gpu, "fault": fault.to_string() }),
+        || format!("injected {fault} into n{node}/{gpu}\n"),
+    ))
 }
 
 fn inject_request(node_id: u64, gpu_index: u32, fault: Fault) -> pb::InjectFaultRequest {

@@ -30,11 +30,12 @@ use std::time::Duration;
 
 use gpu_proto::v1 as pb;
 use gpu_proto::v1::gpu_service_client::GpuServiceClient;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
+use super::gpu_view::{job_cell, partition_cell, slices_cell, state, status_json, telemetry_json};
 use super::{Answer, Ctx, Failure};
-use crate::cli::{GpuVerb, Output};
-use crate::output::{self, table};
+use crate::cli::GpuVerb;
+use crate::output::{table, table_of};
 use crate::units;
 
 pub async fn run(ctx: &Ctx, verb: GpuVerb) -> Result<Answer, Failure> {
@@ -52,77 +53,69 @@ pub async fn run(ctx: &Ctx, verb: GpuVerb) -> Result<Answer, Failure> {
 }
 
 async fn energy(ctx: &Ctx, stale: bool) -> Result<Answer, Failure> {
+    let req = pb::GetEnergyRequest { stale };
     let report = ctx
-        .endpoints
-        .call(|ch| async move {
-            Ok(GpuServiceClient::new(ch)
-                .get_energy(pb::GetEnergyRequest { stale })
-                .await?
-                .into_inner())
+        .call(GpuServiceClient::new, req, async |mut c, r| {
+            c.get_energy(r).await
         })
         .await?;
-    let text = match ctx.output {
-        Output::Json => output::json(&json!({
-            "nodes": report.nodes.iter().map(|n| json!({
-                "node_id": n.node_id,
-                "gpu_mj": n.gpu_mj,
-                "green_capped_ms": n.green_capped_ms,
-            })).collect::<Vec<_>>(),
-            "tenants": report.tenants.iter().map(|t| json!({
-                "tenant": t.tenant,
-                "gpu_mj": t.gpu_mj,
-                "jobs": t.jobs,
-            })).collect::<Vec<_>>(),
-        })),
-        Output::Table => {
-            let nodes: Vec<Vec<String>> = report
-                .nodes
-                .iter()
-                .map(|n| {
-                    vec![
-                        format!("n{}", n.node_id),
-                        units::energy(n.gpu_mj),
-                        format!("{:.2}", n.green_capped_ms as f64 / 3_600_000.0),
-                    ]
-                })
-                .collect();
-            let tenants: Vec<Vec<String>> = report
-                .tenants
-                .iter()
-                .map(|t| {
-                    vec![
-                        t.tenant.clone(),
-                        units::energy(t.gpu_mj),
-                        t.jobs.to_string(),
-                    ]
-                })
-                .collect();
-            format!(
-                "{}\n{}",
-                table(&["NODE", "GPU ENERGY", "GREEN-CAPPED GPU-H"], &nodes),
-                table(&["TENANT", "GPU ENERGY", "JOBS"], &tenants)
-            )
-        }
-    };
-    Ok(Answer::ok(text))
+    Ok(ctx.answer(|| energy_json(&report), || energy_table(&report)))
+}
+
+fn energy_json(report: &pb::EnergyReport) -> Value {
+    json!({
+        "nodes": report.nodes.iter().map(|n| json!({
+            "node_id": n.node_id,
+            "gpu_mj": n.gpu_mj,
+            "green_capped_ms": n.green_capped_ms,
+        })).collect::<Vec<_>>(),
+        "tenants": report.tenants.iter().map(|t| json!({
+            "tenant": t.tenant,
+            "gpu_mj": t.gpu_mj,
+            "jobs": t.jobs,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+fn energy_table(report: &pb::EnergyReport) -> String {
+    let nodes: Vec<Vec<String>> = report
+        .nodes
+        .iter()
+        .map(|n| {
+            vec![
+                format!("n{}", n.node_id),
+                units::energy(n.gpu_mj),
+                format!("{:.2}", n.green_capped_ms as f64 / 3_600_000.0),
+            ]
+        })
+        .collect();
+    let tenants: Vec<Vec<String>> = report
+        .tenants
+        .iter()
+        .map(|t| {
+            vec![
+                t.tenant.clone(),
+                units::energy(t.gpu_mj),
+                t.jobs.to_string(),
+            ]
+        })
+        .collect();
+    format!(
+        "{}\n{}",
+        table(&["NODE", "GPU ENERGY", "GREEN-CAPPED GPU-H"], &nodes),
+        table(&["TENANT", "GPU ENERGY", "JOBS"], &tenants)
+    )
 }
 
 async fn list(ctx: &Ctx, node: Option<u64>) -> Result<Answer, Failure> {
+    let req = pb::ListGpusRequest { node_id: node };
     let gpus = ctx
-        .endpoints
-        .call(|ch| async move {
-            Ok(GpuServiceClient::new(ch)
-                .list_gpus(pb::ListGpusRequest { node_id: node })
-                .await?
-                .into_inner()
-                .gpus)
+        .call(GpuServiceClient::new, req, async |mut c, r| {
+            c.list_gpus(r).await
         })
-        .await?;
-    let text = match ctx.output {
-        Output::Json => output::json(&Value::Array(gpus.iter().map(status_json).collect())),
-        Output::Table => gpus_table(&gpus),
-    };
-    Ok(Answer::ok(text))
+        .await?
+        .gpus;
+    Ok(ctx.answer_list(&gpus, status_json, gpus_table))
 }
 
 async fn stats(
@@ -132,164 +125,39 @@ async fn stats(
     since: Duration,
 ) -> Result<Answer, Failure> {
     let since_ms = u64::try_from(since.as_millis()).unwrap_or(u64::MAX);
+    let req = pb::GetGpuStatsRequest {
+        node_id,
+        gpu_index,
+        since_ms,
+    };
     let stats = ctx
-        .endpoints
-        .call(|ch| async move {
-            Ok(GpuServiceClient::new(ch)
-                .get_gpu_stats(pb::GetGpuStatsRequest {
-                    node_id,
-                    gpu_index,
-                    since_ms,
-                })
-                .await?
-                .into_inner())
+        .call(GpuServiceClient::new, req, async |mut c, r| {
+            c.get_gpu_stats(r).await
         })
         .await?;
-    let text = match ctx.output {
-        Output::Json => output::json(&json!({
-            "node_id": stats.node_id,
-            "gpu_index": stats.gpu_index,
-            "readings": stats.readings.iter().map(|r| json!({
-                "at_ms": r.at_ms,
-                "telemetry": r.telemetry.as_ref().map_or(Value::Null, telemetry_json),
-            })).collect::<Vec<_>>(),
-        })),
-        Output::Table => stats_table(&stats.readings),
-    };
-    Ok(Answer::ok(text))
+    Ok(ctx.answer(
+        || {
+            json!({
+                "node_id": stats.node_id,
+                "gpu_index": stats.gpu_index,
+                "readings": stats.readings.iter().map(|r| json!({
+                    "at_ms": r.at_ms,
+                    "telemetry": r.telemetry.as_ref().map_or(Value::Null, telemetry_json),
+                })).collect::<Vec<_>>(),
+            })
+        },
+        || stats_table(&stats.readings),
+    ))
 }
 
-/// What the scheduler can do with a GPU: `free`, `busy` (a job holds it), `sliced` (jobs hold
-/// some of its MIG instances or shares), `draining` (a new partition waits for its jobs to end),
-/// `unhealthy`, or `quarantined` (an alert took it out of scheduling; a job may still hold it).
-pub fn state(g: &pb::Gpu) -> &'static str {
-    if !g.healthy {
-        "unhealthy"
-    } else if !g.quarantined_by.is_empty() {
-        "quarantined"
-    } else if g.job_id.is_some() {
-        "busy"
-    } else if !g.pending_partition.is_empty() {
-        "draining"
-    } else if !g.slices.is_empty() {
-        "sliced"
-    } else {
-        "free"
-    }
-}
-
-/// `j-42`, or `-` when no job holds the GPU.
-pub fn job_cell(g: &pb::Gpu) -> String {
-    g.job_id.map_or_else(|| "-".into(), |j| format!("j-{j}"))
-}
-
-/// The GPU's partitioning mode; `whole` when the server left it empty.
-pub fn mode(g: &pb::Gpu) -> &str {
-    if g.mode.is_empty() { "whole" } else { &g.mode }
-}
-
-/// Mode and layout in one cell: `whole`, `mig[3g.40gb@0,1g.10gb@6]`, `shared`, with
-/// ` -> PENDING` while a requested partition waits for the GPU to drain.
-pub fn partition_cell(g: &pb::Gpu) -> String {
-    let mut cell = mode(g).to_owned();
-    if !g.mig_layout.is_empty() {
-        cell = format!("{cell}[{}]", g.mig_layout.join(","));
-    }
-    if !g.pending_partition.is_empty() {
-        cell = format!("{cell} -> {}", g.pending_partition);
-    }
-    cell
-}
-
-/// What live jobs hold of a partitioned GPU: `2/7 mig` (instances in use of those in the
-/// layout), `30GiB/50% shared` (memory and compute share held); `-` for a whole GPU.
-pub fn slices_cell(g: &pb::Gpu) -> String {
-    match mode(g) {
-        "mig" => format!("{}/{} mig", g.slices.len(), g.mig_layout.len()),
-        "shared" => format!(
-            "{}/{}% shared",
-            units::gib(g.shared_memory_used_mib),
-            g.shared_share_used
-        ),
-        _ => "-".into(),
-    }
-}
-
-/// A GPU as part of a node.
-pub fn gpu_json(g: &pb::Gpu) -> Map<String, Value> {
-    let value = json!({
-        "index": g.index,
-        "uuid": g.uuid,
-        "model": g.model,
-        "gpu_type": g.gpu_type,
-        "memory_mib": g.memory_mib,
-        "numa_node": g.numa_node,
-        "nvlink_peers": g.nvlink_peers,
-        "healthy": g.healthy,
-        "job_id": g.job_id,
-        "quarantined_by": (!g.quarantined_by.is_empty()).then_some(&g.quarantined_by),
-        "mode": mode(g),
-        "mig_layout": g.mig_layout,
-        "pending_partition": (!g.pending_partition.is_empty()).then_some(&g.pending_partition),
-        "slices": g.slices,
-        "shared_memory_used_mib": g.shared_memory_used_mib,
-        "shared_share_used": g.shared_share_used,
-        "mig_profiles": g.mig_profiles,
-    });
-    match value {
-        Value::Object(map) => map,
-        _ => Map::new(),
-    }
-}
-
-pub fn status_json(s: &pb::GpuStatus) -> Value {
-    let mut map = gpu_json(&s.gpu.clone().unwrap_or_default());
-    map.insert("node_id".into(), s.node_id.into());
-    let telemetry = s.telemetry.as_ref().map_or(Value::Null, telemetry_json);
-    map.insert("telemetry".into(), telemetry);
-    Value::Object(map)
-}
-
-fn telemetry_json(t: &pb::GpuTelemetry) -> Value {
-    json!({
-        "utilization_pct": output::float(t.utilization_pct),
-        "memory_utilization_pct": output::float(t.memory_utilization_pct),
-        "memory_used_mib": t.memory_used_mib,
-        "memory_total_mib": t.memory_total_mib,
-        "temperature_c": output::float(t.temperature_c),
-        "memory_temperature_c": output::float(t.memory_temperature_c),
-        "power_w": output::float(t.power_w),
-        "power_limit_w": output::float(t.power_limit_w),
-        "energy_mj": t.energy_mj,
-        "sm_clock_mhz": t.sm_clock_mhz,
-        "memory_clock_mhz": t.memory_clock_mhz,
-        "throttle_reasons": t.throttle_reason_names,
-        "pcie_tx_kib_s": t.pcie_tx_kib_s,
-        "pcie_rx_kib_s": t.pcie_rx_kib_s,
-        "pcie_replays": t.pcie_replays,
-        "nvlink_tx_kib": t.nvlink_tx_kib,
-        "nvlink_rx_kib": t.nvlink_rx_kib,
-        "nvlink_errors": t.nvlink_errors,
-        "xid_events": t.xid_events,
-        "ecc_single_bit": t.ecc_single_bit,
-        "ecc_double_bit": t.ecc_double_bit,
-        "retired_pages": t.retired_pages,
-        "processes": t.processes.iter().map(|p| json!({
-            "pid": p.pid,
-            "used_mib": p.used_mib,
-            "job_id": p.job_id,
-        })).collect::<Vec<_>>(),
-        "healthy": t.healthy,
-        "error": t.error,
-    })
-}
-
-/// One row per reading; times relative to the newest.
 fn stats_table(readings: &[pb::GpuReading]) -> String {
     let newest = readings.last().map_or(0, |r| r.at_ms);
-    let rows: Vec<Vec<String>> = readings
-        .iter()
-        .map(|r| {
+    table_of(
+        &[
+            "AGO", "UTIL", "MEMORY", "TEMP", "POWER", "SM", "THROTTLE", "XID", "ECC-DBE", "HEALTHY",
+        ],
+        readings,
+        |r| {
             let t = r.telemetry.clone().unwrap_or_default();
             let ago = Duration::from_millis(newest.saturating_sub(r.at_ms));
             let dash_if_empty = |s: String| if s.is_empty() { "-".to_owned() } else { s };
@@ -315,20 +183,18 @@ fn stats_table(readings: &[pb::GpuReading]) -> String {
                 t.ecc_double_bit.to_string(),
                 if t.healthy { "yes".into() } else { "no".into() },
             ]
-        })
-        .collect();
-    table(
-        &[
-            "AGO", "UTIL", "MEMORY", "TEMP", "POWER", "SM", "THROTTLE", "XID", "ECC-DBE", "HEALTHY",
-        ],
-        &rows,
+        },
     )
 }
 
 fn gpus_table(gpus: &[pb::GpuStatus]) -> String {
-    let rows: Vec<Vec<String>> = gpus
-        .iter()
-        .map(|s| {
+    table_of(
+        &[
+            "NODE", "GPU", "MODEL", "MEMORY", "STATE", "MODE", "SLICES", "JOB", "UTIL", "TEMP",
+            "POWER",
+        ],
+        gpus,
+        |s| {
             let g = s.gpu.clone().unwrap_or_default();
             let t = s.telemetry.as_ref();
             vec![
@@ -344,14 +210,7 @@ fn gpus_table(gpus: &[pb::GpuStatus]) -> String {
                 t.map_or_else(|| "-".into(), |t| format!("{:.0}°C", t.temperature_c)),
                 t.map_or_else(|| "-".into(), power),
             ]
-        })
-        .collect();
-    table(
-        &[
-            "NODE", "GPU", "MODEL", "MEMORY", "STATE", "MODE", "SLICES", "JOB", "UTIL", "TEMP",
-            "POWER",
-        ],
-        &rows,
+        },
     )
 }
 
@@ -364,26 +223,12 @@ fn power(t: &pb::GpuTelemetry) -> String {
 }
 
 #[cfg(test)]
-pub mod tests {
+mod tests {
     use expect_test::expect;
 
     use super::*;
-
-    pub fn gpu(index: u32, job_id: Option<u64>, healthy: bool) -> pb::Gpu {
-        pb::Gpu {
-            index,
-            uuid: format!("GPU-{index:04}"),
-            model: "A100-80GB".into(),
-            gpu_type: "a100".into(),
-            memory_mib: 81_920,
-            numa_node: Some(index / 2),
-            nvlink_peers: vec![index ^ 1],
-            healthy,
-            job_id,
-            quarantined_by: String::new(),
-            ..Default::default()
-        }
-    }
+    use crate::commands::gpu_view::tests::gpu;
+    use crate::output;
 
     fn telemetry() -> pb::GpuTelemetry {
         pb::GpuTelemetry {
@@ -452,13 +297,6 @@ pub mod tests {
     }
 
     #[test]
-    fn states() {
-        assert_eq!(state(&gpu(0, None, true)), "free");
-        assert_eq!(state(&gpu(0, Some(1), true)), "busy");
-        assert_eq!(state(&gpu(0, Some(1), false)), "unhealthy");
-    }
-
-    #[test]
     fn table_renders() {
         expect![[r#"
             NODE  GPU  MODEL      MEMORY  STATE      MODE                                                            SLICES             JOB   UTIL  TEMP  POWER
@@ -473,110 +311,68 @@ pub mod tests {
 
     #[test]
     fn json_renders() {
-        let v = Value::Array(sample().iter().take(2).map(status_json).collect());
+        let first = status_json(&sample()[0]);
         expect![[r#"
-            [
-              {
-                "gpu_type": "a100",
+            {
+              "gpu_type": "a100",
+              "healthy": true,
+              "index": 0,
+              "job_id": 42,
+              "memory_mib": 81920,
+              "mig_layout": [],
+              "mig_profiles": [],
+              "mode": "whole",
+              "model": "A100-80GB",
+              "node_id": 1,
+              "numa_node": 0,
+              "nvlink_peers": [
+                1
+              ],
+              "pending_partition": null,
+              "quarantined_by": null,
+              "shared_memory_used_mib": 0,
+              "shared_share_used": 0,
+              "slices": [],
+              "telemetry": {
+                "ecc_double_bit": 0,
+                "ecc_single_bit": 0,
+                "energy_mj": 0,
+                "error": "",
                 "healthy": true,
-                "index": 0,
-                "job_id": 42,
-                "memory_mib": 81920,
-                "mig_layout": [],
-                "mig_profiles": [],
-                "mode": "whole",
-                "model": "A100-80GB",
-                "node_id": 1,
-                "numa_node": 0,
-                "nvlink_peers": [
-                  1
-                ],
-                "pending_partition": null,
-                "quarantined_by": null,
-                "shared_memory_used_mib": 0,
-                "shared_share_used": 0,
-                "slices": [],
-                "telemetry": {
-                  "ecc_double_bit": 0,
-                  "ecc_single_bit": 0,
-                  "energy_mj": 0,
-                  "error": "",
-                  "healthy": true,
-                  "memory_clock_mhz": 0,
-                  "memory_temperature_c": 0.0,
-                  "memory_total_mib": 0,
-                  "memory_used_mib": 40000,
-                  "memory_utilization_pct": 0.0,
-                  "nvlink_errors": 0,
-                  "nvlink_rx_kib": 0,
-                  "nvlink_tx_kib": 0,
-                  "pcie_replays": 0,
-                  "pcie_rx_kib_s": 0,
-                  "pcie_tx_kib_s": 0,
-                  "power_limit_w": 400.0,
-                  "power_w": 250.0,
-                  "processes": [],
-                  "retired_pages": 0,
-                  "sm_clock_mhz": 1410,
-                  "temperature_c": 61.2,
-                  "throttle_reasons": [],
-                  "utilization_pct": 95.4,
-                  "xid_events": []
-                },
-                "uuid": "GPU-0000"
+                "memory_clock_mhz": 0,
+                "memory_temperature_c": 0.0,
+                "memory_total_mib": 0,
+                "memory_used_mib": 40000,
+                "memory_utilization_pct": 0.0,
+                "nvlink_errors": 0,
+                "nvlink_rx_kib": 0,
+                "nvlink_tx_kib": 0,
+                "pcie_replays": 0,
+                "pcie_rx_kib_s": 0,
+                "pcie_tx_kib_s": 0,
+                "power_limit_w": 400.0,
+                "power_w": 250.0,
+                "processes": [],
+                "retired_pages": 0,
+                "sm_clock_mhz": 1410,
+                "temperature_c": 61.2,
+                "throttle_reasons": [],
+                "utilization_pct": 95.4,
+                "xid_events": []
               },
-              {
-                "gpu_type": "a100",
-                "healthy": true,
-                "index": 1,
-                "job_id": null,
-                "memory_mib": 81920,
-                "mig_layout": [],
-                "mig_profiles": [],
-                "mode": "whole",
-                "model": "A100-80GB",
-                "node_id": 1,
-                "numa_node": 0,
-                "nvlink_peers": [
-                  0
-                ],
-                "pending_partition": null,
-                "quarantined_by": null,
-                "shared_memory_used_mib": 0,
-                "shared_share_used": 0,
-                "slices": [],
-                "telemetry": {
-                  "ecc_double_bit": 0,
-                  "ecc_single_bit": 0,
-                  "energy_mj": 0,
-                  "error": "",
-                  "healthy": true,
-                  "memory_clock_mhz": 0,
-                  "memory_temperature_c": 0.0,
-                  "memory_total_mib": 0,
-                  "memory_used_mib": 40000,
-                  "memory_utilization_pct": 0.0,
-                  "nvlink_errors": 0,
-                  "nvlink_rx_kib": 0,
-                  "nvlink_tx_kib": 0,
-                  "pcie_replays": 0,
-                  "pcie_rx_kib_s": 0,
-                  "pcie_tx_kib_s": 0,
-                  "power_limit_w": 0.0,
-                  "power_w": 250.0,
-                  "processes": [],
-                  "retired_pages": 0,
-                  "sm_clock_mhz": 1410,
-                  "temperature_c": 61.2,
-                  "throttle_reasons": [],
-                  "utilization_pct": 0.1,
-                  "xid_events": []
-                },
-                "uuid": "GPU-0001"
-              }
-            ]
+              "uuid": "GPU-0000"
+            }
         "#]]
-        .assert_eq(&output::json(&v));
+        .assert_eq(&output::json(&first));
+        // The second GPU differs from the first exactly where its fixture does.
+        let mut expected = first;
+        expected["index"] = json!(1);
+        expected["uuid"] = json!("GPU-0001");
+        expected["job_id"] = Value::Null;
+        expected["nvlink_peers"] = json!([0]);
+        expected["telemetry"]["utilization_pct"] = json!(0.1);
+        expected["telemetry"]["power_limit_w"] = json!(0.0);
+        assert_eq!(status_json(&sample()[1]), expected);
         let absent = status_json(&sample()[2]);
         assert_eq!(absent["telemetry"], Value::Null);
         assert_eq!(absent["node_id"], 12);

@@ -11,10 +11,9 @@ use gpu_proto::v1 as pb;
 use gpu_proto::v1::gpu_service_client::GpuServiceClient;
 use serde_json::Value;
 
-use super::gpu::{gpu_json, partition_cell};
+use super::gpu_view::{gpu_json, partition_cell};
 use super::{Answer, Ctx, Failure};
-use crate::cli::{GpuModeArg, Output};
-use crate::output;
+use crate::cli::GpuModeArg;
 
 pub async fn run(
     ctx: &Ctx,
@@ -24,15 +23,8 @@ pub async fn run(
 ) -> Result<Answer, Failure> {
     let req = request(node_id, gpu_index, mode, layout).map_err(Failure::Usage)?;
     let gpu = ctx
-        .endpoints
-        .call(|ch| {
-            let req = req.clone();
-            async move {
-                Ok(GpuServiceClient::new(ch)
-                    .set_gpu_partition(req)
-                    .await?
-                    .into_inner())
-            }
+        .call(GpuServiceClient::new, req, async |mut c, r| {
+            c.set_gpu_partition(r).await
         })
         .await?;
     if !gpu.pending_partition.is_empty() {
@@ -41,11 +33,10 @@ pub async fn run(
             gpu.pending_partition
         );
     }
-    let text = match ctx.output {
-        Output::Json => output::json(&Value::Object(gpu_json(&gpu))),
-        Output::Table => format!("n{node_id}/{gpu_index} {}\n", partition_cell(&gpu)),
-    };
-    Ok(Answer::ok(text))
+    Ok(ctx.answer(
+        || Value::Object(gpu_json(&gpu)),
+        || format!("n{node_id}/{gpu_index} {}\n", partition_cell(&gpu)),
+    ))
 }
 
 /// The request the flags describe; a layout outside MIG mode is a usage error here (the server

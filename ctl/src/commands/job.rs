@@ -26,14 +26,13 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use gpu_proto::v1 as pb;
 use gpu_proto::v1::job_service_client::JobServiceClient;
-use serde_json::Value;
 
-use super::job_view::{jobs_table, render_one};
+use super::job_view::{job_json, jobs_table, render_one};
 use super::{Answer, Ctx, Failure, job_logs, job_submit, job_wait, job_why};
-use crate::cli::{JobStateArg, JobVerb, Output};
-use crate::output;
+use crate::cli::{JobStateArg, JobVerb};
 
 pub async fn run(ctx: &Ctx, verb: JobVerb) -> Result<Answer, Failure> {
+    let new = JobServiceClient::new;
     match verb {
         JobVerb::Submit(args) => job_submit::run(ctx, *args).await,
         JobVerb::List {
@@ -51,39 +50,22 @@ pub async fn run(ctx: &Ctx, verb: JobVerb) -> Result<Answer, Failure> {
                 limit: limit.unwrap_or(0),
             };
             let jobs = ctx
-                .endpoints
-                .call(|ch| {
-                    let req = req.clone();
-                    async move {
-                        Ok(JobServiceClient::new(ch)
-                            .list_jobs(req)
-                            .await?
-                            .into_inner()
-                            .jobs)
-                    }
-                })
-                .await?;
-            let text = match ctx.output {
-                Output::Json => output::json(&Value::Array(
-                    jobs.iter().map(super::job_view::job_json).collect(),
-                )),
-                Output::Table => jobs_table(&jobs, now_ms()),
-            };
-            Ok(Answer::ok(text))
+                .call(new, req, async |mut c, r| c.list_jobs(r).await)
+                .await?
+                .jobs;
+            Ok(ctx.answer_list(&jobs, job_json, |jobs| jobs_table(jobs, now_ms())))
         }
         JobVerb::Get { id, stale } => {
-            let job = get(ctx, id, stale).await?;
+            let req = pb::GetJobRequest { id, stale };
+            let job = ctx
+                .call(new, req, async |mut c, r| c.get_job(r).await)
+                .await?;
             Ok(Answer::ok(render_one(ctx.output, &job)))
         }
         JobVerb::Cancel { id } => {
+            let req = pb::CancelJobRequest { id };
             let job = ctx
-                .endpoints
-                .call(|ch| async move {
-                    Ok(JobServiceClient::new(ch)
-                        .cancel_job(pb::CancelJobRequest { id })
-                        .await?
-                        .into_inner())
-                })
+                .call(new, req, async |mut c, r| c.cancel_job(r).await)
                 .await?;
             Ok(Answer::ok(render_one(ctx.output, &job)))
         }
@@ -91,18 +73,6 @@ pub async fn run(ctx: &Ctx, verb: JobVerb) -> Result<Answer, Failure> {
         JobVerb::Logs { id, follow, stderr } => job_logs::run(ctx, id, follow, stderr).await,
         JobVerb::Wait { id } => job_wait::run(ctx, id).await,
     }
-}
-
-/// One job, through the first agent that answers.
-pub async fn get(ctx: &Ctx, id: u64, stale: bool) -> Result<pb::Job, crate::client::CallError> {
-    ctx.endpoints
-        .call(|ch| async move {
-            Ok(JobServiceClient::new(ch)
-                .get_job(pb::GetJobRequest { id, stale })
-                .await?
-                .into_inner())
-        })
-        .await
 }
 
 fn state_of(s: JobStateArg) -> pb::JobState {

@@ -11,8 +11,7 @@ use gpu_proto::v1::job_service_client::JobServiceClient;
 use serde_json::json;
 
 use super::{Answer, Ctx, Failure};
-use crate::cli::{KindArg, Output, SubmitArgs};
-use crate::output;
+use crate::cli::{KindArg, SubmitArgs};
 
 /// The server's limit on job names.
 const NAME_MAX: usize = 128;
@@ -20,16 +19,10 @@ const NAME_MAX: usize = 128;
 pub async fn run(ctx: &Ctx, args: SubmitArgs) -> Result<Answer, Failure> {
     let user_key = args.idempotency_key.is_some();
     let req = request(args, random_key).map_err(Failure::Usage)?;
+    let key = req.idempotency_key.clone();
     let reply = ctx
-        .endpoints
-        .call(|ch| {
-            let req = req.clone();
-            async move {
-                Ok(JobServiceClient::new(ch)
-                    .submit_job(req)
-                    .await?
-                    .into_inner())
-            }
+        .call(JobServiceClient::new, req, async |mut c, r| {
+            c.submit_job(r).await
         })
         .await?;
     // With a generated key, `existing` only means our own failover found the first attempt's
@@ -37,17 +30,13 @@ pub async fn run(ctx: &Ctx, args: SubmitArgs) -> Result<Answer, Failure> {
     if reply.existing && user_key {
         eprintln!(
             "job j-{} already existed (idempotency key {:?})",
-            reply.job_id, req.idempotency_key
+            reply.job_id, key
         );
     }
-    let text = match ctx.output {
-        Output::Json => output::json(&json!({
-            "job_id": reply.job_id,
-            "existing": reply.existing,
-        })),
-        Output::Table => format!("j-{}\n", reply.job_id),
-    };
-    Ok(Answer::ok(text))
+    Ok(ctx.answer(
+        || json!({ "job_id": reply.job_id, "existing": reply.existing }),
+        || format!("j-{}\n", reply.job_id),
+    ))
 }
 
 /// 128 random bits, hex.

@@ -9,7 +9,7 @@ use gpu_proto::v1 as pb;
 use serde_json::{Value, json};
 
 use crate::cli::Output;
-use crate::output::{self, fields, table, truncate};
+use crate::output::{self, fields, table_of, truncate};
 use crate::units;
 
 /// Longest reason shown in the list table.
@@ -129,9 +129,12 @@ fn or_dash(s: &str) -> String {
 
 /// ID, NAME, TENANT, STATE, GPUS (requested), NODE, AGE (since submission), REASON.
 pub fn jobs_table(jobs: &[pb::Job], now_ms: u64) -> String {
-    let rows: Vec<Vec<String>> = jobs
-        .iter()
-        .map(|j| {
+    table_of(
+        &[
+            "ID", "NAME", "TENANT", "STATE", "GPUS", "NODE", "AGE", "REASON",
+        ],
+        jobs,
+        |j| {
             let spec = j.spec.clone().unwrap_or_default();
             let age = Duration::from_secs(now_ms.saturating_sub(j.submitted_at_ms) / 1000);
             vec![
@@ -144,13 +147,7 @@ pub fn jobs_table(jobs: &[pb::Job], now_ms: u64) -> String {
                 units::format_duration(age),
                 or_dash(&truncate(&j.reason, REASON_WIDTH)),
             ]
-        })
-        .collect();
-    table(
-        &[
-            "ID", "NAME", "TENANT", "STATE", "GPUS", "NODE", "AGE", "REASON",
-        ],
-        &rows,
+        },
     )
 }
 

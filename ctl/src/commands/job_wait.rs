@@ -7,10 +7,11 @@
 use std::time::Duration;
 
 use gpu_proto::v1 as pb;
+use gpu_proto::v1::job_service_client::JobServiceClient;
 use tokio::time::Instant;
 
 use super::job_view::{is_terminal, render_one, state, state_title};
-use super::{Answer, Ctx, Failure, job};
+use super::{Answer, Ctx, Failure};
 use crate::client::CallError;
 use crate::output::{StatusLine, truncate};
 use crate::units::format_duration;
@@ -64,7 +65,10 @@ pub async fn run(ctx: &Ctx, id: u64) -> Result<Answer, Failure> {
 /// One `GetJob`; `None` when the deadline cut it short (also when the request's own
 /// deadline, which ends at about the same moment, got there first).
 async fn poll(ctx: &Ctx, id: u64, deadline: Option<Instant>) -> Option<Result<pb::Job, CallError>> {
-    let call = job::get(ctx, id, false);
+    let req = pb::GetJobRequest { id, stale: false };
+    let call = ctx.call(JobServiceClient::new, req, async |mut c, r| {
+        c.get_job(r).await
+    });
     let Some(d) = deadline else {
         return Some(call.await);
     };

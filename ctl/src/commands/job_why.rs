@@ -13,25 +13,17 @@ use serde_json::json;
 
 use super::job_view::state_name;
 use super::{Answer, Ctx, Failure};
-use crate::cli::Output;
-use crate::output::{self, fields};
+use crate::output::fields;
 use crate::units;
 
 pub async fn run(ctx: &Ctx, id: u64, stale: bool, now_ms: u64) -> Result<Answer, Failure> {
+    let req = pb::ExplainJobRequest { id, stale };
     let e = ctx
-        .endpoints
-        .call(|ch| async move {
-            Ok(JobServiceClient::new(ch)
-                .explain_job(pb::ExplainJobRequest { id, stale })
-                .await?
-                .into_inner())
+        .call(JobServiceClient::new, req, async |mut c, r| {
+            c.explain_job(r).await
         })
         .await?;
-    let text = match ctx.output {
-        Output::Json => output::json(&explanation_json(&e)),
-        Output::Table => explanation_text(&e, now_ms),
-    };
-    Ok(Answer::ok(text))
+    Ok(ctx.answer(|| explanation_json(&e), || explanation_text(&e, now_ms)))
 }
 
 fn state(e: &pb::JobExplanation) -> &'static str {

@@ -7,6 +7,7 @@ pub mod cluster;
 pub mod debug;
 pub mod gpu;
 mod gpu_partition;
+mod gpu_view;
 pub mod job;
 mod job_logs;
 mod job_submit;
@@ -21,8 +22,11 @@ pub mod top;
 
 use std::time::Duration;
 
+use serde_json::Value;
+
 use crate::cli::Output;
-use crate::client::{CallError, Endpoints};
+use crate::client::{CallError, Conn, Endpoints};
+use crate::output;
 
 /// What a command hands back to `main`: text for stdout and whether the answer was positive.
 pub struct Answer {
@@ -47,6 +51,44 @@ pub struct Ctx {
     pub output: Output,
     /// `--timeout` exactly as given; `job wait` bounds the whole wait with it.
     pub timeout: Option<Duration>,
+}
+
+impl Ctx {
+    /// One unary RPC through the first agent that answers, the reply unwrapped: `new` is the
+    /// generated client's constructor and `rpc` sends `req` with it, e.g.
+    /// `ctx.call(JobServiceClient::new, req, async |mut c, r| c.get_job(r).await)`.
+    pub async fn call<C, Req: Clone, Reply>(
+        &self,
+        new: fn(Conn) -> C,
+        req: Req,
+        rpc: impl AsyncFn(C, Req) -> Result<tonic::Response<Reply>, tonic::Status>,
+    ) -> Result<Reply, CallError> {
+        let (rpc, req) = (&rpc, &req);
+        self.endpoints
+            .call(move |ch| async move { Ok(rpc(new(ch), req.clone()).await?.into_inner()) })
+            .await
+    }
+
+    /// A list in the chosen output format: a JSON array of `json(item)`, or `text(items)`.
+    pub fn answer_list<T>(
+        &self,
+        items: &[T],
+        json: impl Fn(&T) -> Value,
+        text: impl FnOnce(&[T]) -> String,
+    ) -> Answer {
+        self.answer(
+            || Value::Array(items.iter().map(json).collect()),
+            || text(items),
+        )
+    }
+
+    /// The answer in the chosen output format: `json()` as stable JSON, or `text()` for people.
+    pub fn answer(&self, json: impl FnOnce() -> Value, text: impl FnOnce() -> String) -> Answer {
+        Answer::ok(match self.output {
+            Output::Json => output::json(&json()),
+            Output::Table => text(),
+        })
+    }
 }
 
 /// A command failure: bad arguments (caught before any call), the call failed, or a wait

@@ -14,83 +14,48 @@ use gpu_proto::v1 as pb;
 use gpu_proto::v1::node_service_client::NodeServiceClient;
 use serde_json::{Value, json};
 
-use super::{Answer, Ctx, Failure, gpu};
-use crate::cli::{NodeVerb, Output};
-use crate::output::{self, table};
+use super::{Answer, Ctx, Failure, gpu_view};
+use crate::cli::NodeVerb;
+use crate::output::{table, table_of};
 use crate::units;
 
 pub async fn run(ctx: &Ctx, verb: NodeVerb) -> Result<Answer, Failure> {
+    let new = NodeServiceClient::new;
     let node = match verb {
         NodeVerb::List { stale } => {
+            let req = pb::ListNodesRequest { stale };
             let nodes = ctx
-                .endpoints
-                .call(|ch| async move {
-                    Ok(NodeServiceClient::new(ch)
-                        .list_nodes(pb::ListNodesRequest { stale })
-                        .await?
-                        .into_inner()
-                        .nodes)
-                })
-                .await?;
-            let text = match ctx.output {
-                Output::Json => output::json(&Value::Array(nodes.iter().map(node_json).collect())),
-                Output::Table => nodes_table(&nodes),
-            };
-            return Ok(Answer::ok(text));
+                .call(new, req, async |mut c, r| c.list_nodes(r).await)
+                .await?
+                .nodes;
+            return Ok(ctx.answer_list(&nodes, node_json, nodes_table));
         }
         NodeVerb::Get { id, stale } => {
-            ctx.endpoints
-                .call(|ch| async move {
-                    Ok(NodeServiceClient::new(ch)
-                        .get_node(pb::GetNodeRequest { id, stale })
-                        .await?
-                        .into_inner())
-                })
+            let req = pb::GetNodeRequest { id, stale };
+            ctx.call(new, req, async |mut c, r| c.get_node(r).await)
                 .await?
         }
         NodeVerb::Label { id, changes } => {
             let req = label_request(id, &changes).map_err(Failure::Usage)?;
-            ctx.endpoints
-                .call(|ch| {
-                    let req = req.clone();
-                    async move {
-                        Ok(NodeServiceClient::new(ch)
-                            .label_node(req)
-                            .await?
-                            .into_inner())
-                    }
-                })
+            ctx.call(new, req, async |mut c, r| c.label_node(r).await)
                 .await?
         }
         NodeVerb::Cordon { id } => cordon(ctx, id, true).await?,
         NodeVerb::Uncordon { id } => cordon(ctx, id, false).await?,
         NodeVerb::Drain { id, evict } => {
-            ctx.endpoints
-                .call(|ch| async move {
-                    Ok(NodeServiceClient::new(ch)
-                        .drain_node(pb::DrainNodeRequest { id, evict })
-                        .await?
-                        .into_inner())
-                })
+            let req = pb::DrainNodeRequest { id, evict };
+            ctx.call(new, req, async |mut c, r| c.drain_node(r).await)
                 .await?
         }
     };
-    let text = match ctx.output {
-        Output::Json => output::json(&node_json(&node)),
-        Output::Table => node_detail(&node),
-    };
-    Ok(Answer::ok(text))
+    Ok(ctx.answer(|| node_json(&node), || node_detail(&node)))
 }
 
 async fn cordon(ctx: &Ctx, id: u64, cordoned: bool) -> Result<pb::Node, Failure> {
+    let req = pb::CordonNodeRequest { id, cordoned };
+    let new = NodeServiceClient::new;
     Ok(ctx
-        .endpoints
-        .call(|ch| async move {
-            Ok(NodeServiceClient::new(ch)
-                .cordon_node(pb::CordonNodeRequest { id, cordoned })
-                .await?
-                .into_inner())
-        })
+        .call(new, req, async |mut c, r| c.cordon_node(r).await)
         .await?)
 }
 
@@ -127,7 +92,7 @@ fn node_json(n: &pb::Node) -> Value {
     let gpus: Vec<Value> = n
         .gpus
         .iter()
-        .map(|g| Value::Object(gpu::gpu_json(g)))
+        .map(|g| Value::Object(gpu_view::gpu_json(g)))
         .collect();
     json!({
         "id": n.id,
@@ -182,16 +147,21 @@ fn gpus_cell(gpus: &[pb::Gpu]) -> String {
 }
 
 fn nodes_table(nodes: &[pb::Node]) -> String {
-    let rows: Vec<Vec<String>> = nodes
-        .iter()
-        .map(|n| {
+    table_of(
+        &["NODE", "ADDRESS", "STATUS", "GPUS", "FREE", "LABELS"],
+        nodes,
+        |n| {
             let labels: BTreeMap<&String, &String> = n.labels.iter().collect();
             let labels = labels
                 .iter()
                 .map(|(k, v)| format!("{k}={v}"))
                 .collect::<Vec<_>>()
                 .join(",");
-            let free = n.gpus.iter().filter(|g| gpu::state(g) == "free").count();
+            let free = n
+                .gpus
+                .iter()
+                .filter(|g| gpu_view::state(g) == "free")
+                .count();
             vec![
                 format!("n{}", n.id),
                 n.addr.clone(),
@@ -200,11 +170,7 @@ fn nodes_table(nodes: &[pb::Node]) -> String {
                 free.to_string(),
                 labels,
             ]
-        })
-        .collect();
-    table(
-        &["NODE", "ADDRESS", "STATUS", "GPUS", "FREE", "LABELS"],
-        &rows,
+        },
     )
 }
 
@@ -238,8 +204,8 @@ fn node_detail(n: &pb::Node) -> String {
                     let peers: Vec<String> = g.nvlink_peers.iter().map(u32::to_string).collect();
                     peers.join(",")
                 },
-                gpu::state(g).into(),
-                gpu::job_cell(g),
+                gpu_view::state(g).into(),
+                gpu_view::job_cell(g),
             ]
         })
         .collect();
@@ -258,7 +224,8 @@ mod tests {
     use expect_test::expect;
 
     use super::*;
-    use crate::commands::gpu::tests::gpu;
+    use crate::commands::gpu_view::tests::gpu;
+    use crate::output;
 
     fn node(id: u64, status: pb::NodeStatus, cordoned: bool, gpus: Vec<pb::Gpu>) -> pb::Node {
         pb::Node {
@@ -340,98 +307,21 @@ mod tests {
     #[test]
     fn json_renders() {
         let nodes = sample();
+        // Each GPU is the object of `gpu list` (snapshot in gpu.rs), in the node's order.
+        let mut v = node_json(&nodes[0]);
+        let gpus: Vec<Value> = nodes[0]
+            .gpus
+            .iter()
+            .map(|g| Value::Object(gpu_view::gpu_json(g)))
+            .collect();
+        assert_eq!(v["gpus"].take(), Value::Array(gpus));
         expect![[r#"
             {
               "addr": "10.0.0.1:7070",
               "cordoned": false,
               "cpu_cores": 64,
               "edge": null,
-              "gpus": [
-                {
-                  "gpu_type": "a100",
-                  "healthy": true,
-                  "index": 0,
-                  "job_id": 42,
-                  "memory_mib": 81920,
-                  "mig_layout": [],
-                  "mig_profiles": [],
-                  "mode": "whole",
-                  "model": "A100-80GB",
-                  "numa_node": 0,
-                  "nvlink_peers": [
-                    1
-                  ],
-                  "pending_partition": null,
-                  "quarantined_by": null,
-                  "shared_memory_used_mib": 0,
-                  "shared_share_used": 0,
-                  "slices": [],
-                  "uuid": "GPU-0000"
-                },
-                {
-                  "gpu_type": "a100",
-                  "healthy": false,
-                  "index": 1,
-                  "job_id": null,
-                  "memory_mib": 81920,
-                  "mig_layout": [],
-                  "mig_profiles": [],
-                  "mode": "whole",
-                  "model": "A100-80GB",
-                  "numa_node": 0,
-                  "nvlink_peers": [
-                    0
-                  ],
-                  "pending_partition": null,
-                  "quarantined_by": null,
-                  "shared_memory_used_mib": 0,
-                  "shared_share_used": 0,
-                  "slices": [],
-                  "uuid": "GPU-0001"
-                },
-                {
-                  "gpu_type": "a100",
-                  "healthy": true,
-                  "index": 2,
-                  "job_id": null,
-                  "memory_mib": 81920,
-                  "mig_layout": [],
-                  "mig_profiles": [],
-                  "mode": "whole",
-                  "model": "H100",
-                  "numa_node": 1,
-                  "nvlink_peers": [
-                    3
-                  ],
-                  "pending_partition": null,
-                  "quarantined_by": null,
-                  "shared_memory_used_mib": 0,
-                  "shared_share_used": 0,
-                  "slices": [],
-                  "uuid": "GPU-0002"
-                },
-                {
-                  "gpu_type": "a100",
-                  "healthy": true,
-                  "index": 3,
-                  "job_id": null,
-                  "memory_mib": 81920,
-                  "mig_layout": [],
-                  "mig_profiles": [],
-                  "mode": "whole",
-                  "model": "A100-80GB",
-                  "numa_node": 1,
-                  "nvlink_peers": [
-                    2
-                  ],
-                  "pending_partition": null,
-                  "quarantined_by": null,
-                  "shared_memory_used_mib": 0,
-                  "shared_share_used": 0,
-                  "slices": [],
-                  "uuid": "GPU-0003"
-                }
-              ],
+              "gpus": null,
               "id": 1,
               "labels": {
                 "rack": "r7",
@@ -443,7 +333,7 @@ mod tests {
               "updated_at_ms": 1700000100000
             }
         "#]]
-        .assert_eq(&output::json(&node_json(&nodes[0])));
+        .assert_eq(&output::json(&v));
         assert_eq!(node_json(&nodes[1])["status"], "down");
         assert_eq!(node_json(&nodes[1])["gpus"], json!([]));
         let mut edge = nodes[1].clone();

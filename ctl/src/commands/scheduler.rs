@@ -10,20 +10,16 @@ use gpu_proto::v1::scheduler_service_client::SchedulerServiceClient;
 use serde_json::{Value, json};
 
 use super::{Answer, Ctx, Failure};
-use crate::cli::{Output, SchedulerPolicyVerb, SchedulerVerb};
-use crate::output::{self, table};
+use crate::cli::{SchedulerPolicyVerb, SchedulerVerb};
+use crate::output::table;
 use crate::units;
 
 pub async fn run(ctx: &Ctx, verb: SchedulerVerb) -> Result<Answer, Failure> {
+    let new = SchedulerServiceClient::new;
     let status = match verb {
         SchedulerVerb::Status { stale } => {
-            ctx.endpoints
-                .call(|ch| async move {
-                    Ok(SchedulerServiceClient::new(ch)
-                        .get_scheduler_status(pb::GetSchedulerStatusRequest { stale })
-                        .await?
-                        .into_inner())
-                })
+            let req = pb::GetSchedulerStatusRequest { stale };
+            ctx.call(new, req, async |mut c, r| c.get_scheduler_status(r).await)
                 .await?
         }
         SchedulerVerb::Policy(SchedulerPolicyVerb::Set {
@@ -40,24 +36,11 @@ pub async fn run(ctx: &Ctx, verb: SchedulerVerb) -> Result<Answer, Failure> {
                 usage_half_life_s: usage_half_life,
                 preemption,
             };
-            ctx.endpoints
-                .call(|ch| {
-                    let req = req.clone();
-                    async move {
-                        Ok(SchedulerServiceClient::new(ch)
-                            .set_scheduler_policy(req)
-                            .await?
-                            .into_inner())
-                    }
-                })
+            ctx.call(new, req, async |mut c, r| c.set_scheduler_policy(r).await)
                 .await?
         }
     };
-    let text = match ctx.output {
-        Output::Json => output::json(&status_json(&status)),
-        Output::Table => status_table(&status),
-    };
-    Ok(Answer::ok(text))
+    Ok(ctx.answer(|| status_json(&status), || status_table(&status)))
 }
 
 fn status_json(s: &pb::SchedulerStatus) -> Value {

@@ -13,11 +13,12 @@ use gpu_proto::v1::tenant_service_client::TenantServiceClient;
 use serde_json::{Value, json};
 
 use super::{Answer, Ctx, Failure};
-use crate::cli::{Output, TenantVerb};
-use crate::output::{self, fields, table};
+use crate::cli::TenantVerb;
+use crate::output::{fields, table, table_of};
 
 pub async fn run(ctx: &Ctx, verb: TenantVerb) -> Result<Answer, Failure> {
-    let tenants = match verb {
+    let new = TenantServiceClient::new;
+    let tenant = match verb {
         TenantVerb::Create {
             name,
             quotas,
@@ -30,19 +31,8 @@ pub async fn run(ctx: &Ctx, verb: TenantVerb) -> Result<Answer, Failure> {
                 weight,
                 default_priority,
             };
-            let t = ctx
-                .endpoints
-                .call(|ch| {
-                    let req = req.clone();
-                    async move {
-                        Ok(TenantServiceClient::new(ch)
-                            .create_tenant(req)
-                            .await?
-                            .into_inner())
-                    }
-                })
-                .await?;
-            vec![t]
+            ctx.call(new, req, async |mut c, r| c.create_tenant(r).await)
+                .await?
         }
         TenantVerb::Update {
             name,
@@ -58,59 +48,24 @@ pub async fn run(ctx: &Ctx, verb: TenantVerb) -> Result<Answer, Failure> {
                 weight,
                 default_priority,
             };
-            let t = ctx
-                .endpoints
-                .call(|ch| {
-                    let req = req.clone();
-                    async move {
-                        Ok(TenantServiceClient::new(ch)
-                            .update_tenant(req)
-                            .await?
-                            .into_inner())
-                    }
-                })
-                .await?;
-            vec![t]
+            ctx.call(new, req, async |mut c, r| c.update_tenant(r).await)
+                .await?
         }
         TenantVerb::Get { name, stale } => {
-            let t = ctx
-                .endpoints
-                .call(|ch| {
-                    let name = name.clone();
-                    async move {
-                        Ok(TenantServiceClient::new(ch)
-                            .get_tenant(pb::GetTenantRequest { name, stale })
-                            .await?
-                            .into_inner())
-                    }
-                })
-                .await?;
-            vec![t]
+            let req = pb::GetTenantRequest { name, stale };
+            ctx.call(new, req, async |mut c, r| c.get_tenant(r).await)
+                .await?
         }
         TenantVerb::List { stale } => {
+            let req = pb::ListTenantsRequest { stale };
             let list = ctx
-                .endpoints
-                .call(|ch| async move {
-                    Ok(TenantServiceClient::new(ch)
-                        .list_tenants(pb::ListTenantsRequest { stale })
-                        .await?
-                        .into_inner()
-                        .tenants)
-                })
-                .await?;
-            let text = match ctx.output {
-                Output::Json => output::json(&Value::Array(list.iter().map(tenant_json).collect())),
-                Output::Table => list_table(&list),
-            };
-            return Ok(Answer::ok(text));
+                .call(new, req, async |mut c, r| c.list_tenants(r).await)
+                .await?
+                .tenants;
+            return Ok(ctx.answer_list(&list, tenant_json, list_table));
         }
     };
-    let t = tenants.into_iter().next().unwrap_or_default();
-    let text = match ctx.output {
-        Output::Json => output::json(&tenant_json(&t)),
-        Output::Table => tenant_text(&t),
-    };
-    Ok(Answer::ok(text))
+    Ok(ctx.answer(|| tenant_json(&tenant), || tenant_text(&tenant)))
 }
 
 fn quotas_pb(quotas: Vec<(String, u32, u32)>) -> Vec<pb::GpuQuota> {
@@ -176,9 +131,18 @@ fn gpu_hours(ms: u64) -> String {
 }
 
 fn list_table(list: &[pb::Tenant]) -> String {
-    let rows: Vec<Vec<String>> = list
-        .iter()
-        .map(|t| {
+    table_of(
+        &[
+            "TENANT",
+            "QUOTAS (TYPE=G:B)",
+            "WEIGHT",
+            "PRIORITY",
+            "GPUS",
+            "PENDING",
+            "GPU-HOURS",
+        ],
+        list,
+        |t| {
             let quotas: Vec<String> = t.quotas.iter().map(quota_text).collect();
             let held: u32 = t.usage.iter().map(|u| u.gpus_held).sum();
             let ms: u64 = t.usage.iter().map(|u| u.gpu_ms).sum();
@@ -199,19 +163,7 @@ fn list_table(list: &[pb::Tenant]) -> String {
                 t.pending_jobs.to_string(),
                 gpu_hours(ms),
             ]
-        })
-        .collect();
-    table(
-        &[
-            "TENANT",
-            "QUOTAS (TYPE=G:B)",
-            "WEIGHT",
-            "PRIORITY",
-            "GPUS",
-            "PENDING",
-            "GPU-HOURS",
-        ],
-        &rows,
+        },
     )
 }
 

@@ -9,11 +9,12 @@ use gpu_proto::v1::token_service_client::TokenServiceClient;
 use serde_json::{Value, json};
 
 use super::{Answer, Ctx, Failure};
-use crate::cli::{Output, RoleArg, TokenVerb};
-use crate::output::{self, table};
+use crate::cli::{RoleArg, TokenVerb};
+use crate::output::table_of;
 
 pub async fn run(ctx: &Ctx, verb: TokenVerb) -> Result<Answer, Failure> {
-    match verb {
+    let new = TokenServiceClient::new;
+    let token = match verb {
         TokenVerb::Create {
             role,
             tenant,
@@ -25,74 +26,41 @@ pub async fn run(ctx: &Ctx, verb: TokenVerb) -> Result<Answer, Failure> {
                 description,
             };
             let reply = ctx
-                .endpoints
-                .call(|ch| {
-                    let req = req.clone();
-                    async move {
-                        Ok(TokenServiceClient::new(ch)
-                            .create_token(req)
-                            .await?
-                            .into_inner())
-                    }
-                })
+                .call(new, req, async |mut c, r| c.create_token(r).await)
                 .await?;
             let token = reply.token.unwrap_or_default();
-            let text = match ctx.output {
-                Output::Json => {
-                    output::json(&json!({ "token": token_json(&token), "bearer": reply.bearer }))
-                }
-                Output::Table => {
+            return Ok(ctx.answer(
+                || json!({ "token": token_json(&token), "bearer": reply.bearer }),
+                || {
                     eprintln!(
                         "created {} ({}); the secret below is shown only once",
                         token.id,
                         role_name(token.role)
                     );
                     format!("{}\n", reply.bearer)
-                }
-            };
-            Ok(Answer::ok(text))
+                },
+            ));
         }
         TokenVerb::List => {
+            let req = pb::ListTokensRequest {};
             let tokens = ctx
-                .endpoints
-                .call(|ch| async move {
-                    Ok(TokenServiceClient::new(ch)
-                        .list_tokens(pb::ListTokensRequest {})
-                        .await?
-                        .into_inner()
-                        .tokens)
-                })
-                .await?;
-            Ok(Answer::ok(render(ctx, &tokens)))
+                .call(new, req, async |mut c, r| c.list_tokens(r).await)
+                .await?
+                .tokens;
+            return Ok(render(ctx, &tokens));
         }
         TokenVerb::Revoke { id } => {
-            let token = ctx
-                .endpoints
-                .call(|ch| {
-                    let id = id.clone();
-                    async move {
-                        Ok(TokenServiceClient::new(ch)
-                            .revoke_token(pb::RevokeTokenRequest { id })
-                            .await?
-                            .into_inner())
-                    }
-                })
-                .await?;
-            Ok(Answer::ok(render(ctx, std::slice::from_ref(&token))))
+            let req = pb::RevokeTokenRequest { id };
+            ctx.call(new, req, async |mut c, r| c.revoke_token(r).await)
+                .await?
         }
         TokenVerb::Whoami => {
-            let token = ctx
-                .endpoints
-                .call(|ch| async move {
-                    Ok(TokenServiceClient::new(ch)
-                        .who_am_i(pb::WhoAmIRequest {})
-                        .await?
-                        .into_inner())
-                })
-                .await?;
-            Ok(Answer::ok(render(ctx, std::slice::from_ref(&token))))
+            let req = pb::WhoAmIRequest {};
+            ctx.call(new, req, async |mut c, r| c.who_am_i(r).await)
+                .await?
         }
-    }
+    };
+    Ok(render(ctx, std::slice::from_ref(&token)))
 }
 
 fn role_pb(r: RoleArg) -> pb::Role {
@@ -130,35 +98,32 @@ fn token_json(t: &pb::Token) -> Value {
     })
 }
 
-fn render(ctx: &Ctx, tokens: &[pb::Token]) -> String {
-    match ctx.output {
-        Output::Json => output::json(&Value::Array(tokens.iter().map(token_json).collect())),
-        Output::Table => {
-            let rows: Vec<Vec<String>> = tokens
-                .iter()
-                .map(|t| {
-                    vec![
-                        t.id.clone(),
-                        role_name(t.role).to_owned(),
-                        if t.tenant.is_empty() {
-                            "-".into()
-                        } else {
-                            t.tenant.clone()
-                        },
-                        if t.revoked {
-                            "revoked".into()
-                        } else {
-                            "active".into()
-                        },
-                        t.created_by.clone(),
-                        t.description.clone(),
-                    ]
-                })
-                .collect();
-            table(
-                &["ID", "ROLE", "TENANT", "STATE", "CREATED BY", "DESCRIPTION"],
-                &rows,
-            )
-        }
-    }
+/// Tokens as a JSON array or a table: what every verb but `create` prints.
+fn render(ctx: &Ctx, tokens: &[pb::Token]) -> Answer {
+    ctx.answer_list(tokens, token_json, tokens_table)
+}
+
+fn tokens_table(tokens: &[pb::Token]) -> String {
+    table_of(
+        &["ID", "ROLE", "TENANT", "STATE", "CREATED BY", "DESCRIPTION"],
+        tokens,
+        |t| {
+            vec![
+                t.id.clone(),
+                role_name(t.role).to_owned(),
+                if t.tenant.is_empty() {
+                    "-".into()
+                } else {
+                    t.tenant.clone()
+                },
+                if t.revoked {
+                    "revoked".into()
+                } else {
+                    "active".into()
+                },
+                t.created_by.clone(),
+                t.description.clone(),
+            ]
+        },
+    )
 }

@@ -34,13 +34,15 @@ const BAR: usize = 10;
 pub async fn run(ctx: &Ctx, interval: Duration, once: bool) -> Result<Answer, Failure> {
     if once || !std::io::stdout().is_terminal() || ctx.output == Output::Json {
         let frame = fetch(ctx).await?;
-        return Ok(Answer::ok(match ctx.output {
-            Output::Json => crate::output::json(&serde_json::json!({
-                "gpus": frame.gpus.iter().map(super::gpu::status_json).collect::<Vec<_>>(),
-                "alerts": frame.alerts.iter().map(super::alert::alert_json).collect::<Vec<_>>(),
-            })),
-            Output::Table => table(&HEADER, &rows(&frame)),
-        }));
+        return Ok(ctx.answer(
+            || {
+                serde_json::json!({
+                    "gpus": frame.gpus.iter().map(super::gpu_view::status_json).collect::<Vec<_>>(),
+                    "alerts": frame.alerts.iter().map(super::alert::alert_json).collect::<Vec<_>>(),
+                })
+            },
+            || table(&HEADER, &rows(&frame)),
+        ));
     }
     let mut terminal = ratatui::init();
     let result = live(ctx, interval, &mut terminal).await;
@@ -83,29 +85,23 @@ async fn live(
 }
 
 async fn fetch(ctx: &Ctx) -> Result<Frame, Failure> {
+    let req = pb::ListGpusRequest { node_id: None };
     let gpus = ctx
-        .endpoints
-        .call(|ch| async move {
-            Ok(GpuServiceClient::new(ch)
-                .list_gpus(pb::ListGpusRequest { node_id: None })
-                .await?
-                .into_inner()
-                .gpus)
+        .call(GpuServiceClient::new, req, async |mut c, r| {
+            c.list_gpus(r).await
         })
-        .await?;
+        .await?
+        .gpus;
+    let req = pb::ListAlertsRequest {
+        include_resolved: false,
+        stale: true,
+    };
     let alerts = ctx
-        .endpoints
-        .call(|ch| async move {
-            Ok(AlertServiceClient::new(ch)
-                .list_alerts(pb::ListAlertsRequest {
-                    include_resolved: false,
-                    stale: true,
-                })
-                .await?
-                .into_inner()
-                .alerts)
+        .call(AlertServiceClient::new, req, async |mut c, r| {
+            c.list_alerts(r).await
         })
-        .await?;
+        .await?
+        .alerts;
     Ok(Frame { gpus, alerts })
 }
 
@@ -183,7 +179,7 @@ pub fn rows(frame: &Frame) -> Vec<Vec<String>> {
                 memory,
                 temp,
                 power,
-                super::gpu::job_cell(&g),
+                super::gpu_view::job_cell(&g),
                 if alerts.is_empty() {
                     "-".into()
                 } else {
@@ -205,7 +201,7 @@ mod tests {
     use expect_test::expect;
 
     use super::*;
-    use crate::commands::gpu::tests::gpu;
+    use crate::commands::gpu_view::tests::gpu;
 
     #[test]
     fn a_frame_as_text() {
