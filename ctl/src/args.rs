@@ -2,7 +2,7 @@
 //! faults. What the values mean is the server's to judge.
 
 /// `KEY=VALUE`, split at the first `=`; the value may be empty or contain `=`.
-pub fn key_value(s: &str) -> Result<(String, String), String> {
+pub(crate) fn key_value(s: &str) -> Result<(String, String), String> {
     let (k, v) = s
         .split_once('=')
         .ok_or_else(|| "expected KEY=VALUE".to_owned())?;
@@ -14,7 +14,7 @@ pub fn key_value(s: &str) -> Result<(String, String), String> {
 
 /// A GPU quota `TYPE=GUARANTEED[:BORROW]` (whole GPUs; borrow 0 when absent), e.g.
 /// `A100=4:2`. Negative, fractional or non-numeric figures are refused here.
-pub fn quota(s: &str) -> Result<(String, u32, u32), String> {
+pub(crate) fn quota(s: &str) -> Result<(String, u32, u32), String> {
     let usage =
         || format!("expected TYPE=GUARANTEED[:BORROW] in whole GPUs, e.g. A100=4:2, got {s:?}");
     let (t, figures) = s.split_once('=').ok_or_else(usage)?;
@@ -33,7 +33,7 @@ pub fn quota(s: &str) -> Result<(String, u32, u32), String> {
 }
 
 /// A word that must not be empty (e.g. one item of a comma-separated list).
-pub fn non_empty(s: &str) -> Result<String, String> {
+pub(crate) fn non_empty(s: &str) -> Result<String, String> {
     if s.is_empty() {
         return Err("must not be empty".into());
     }
@@ -42,7 +42,7 @@ pub fn non_empty(s: &str) -> Result<String, String> {
 
 /// A fault to inject into a simulated GPU.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Fault {
+pub(crate) enum Fault {
     Overheat,
     Ecc,
     Lost,
@@ -63,7 +63,7 @@ impl std::fmt::Display for Fault {
 }
 
 /// clap parser for a fault: `overheat`, `ecc`, `lost`, `clear` or `xid:N` (any case).
-pub fn fault(s: &str) -> Result<Fault, String> {
+pub(crate) fn fault(s: &str) -> Result<Fault, String> {
     const HINT: &str = "expected overheat, ecc, lost, clear or xid:N (e.g. xid:79)";
     let lower = s.to_ascii_lowercase();
     match lower.as_str() {

@@ -9,7 +9,7 @@ use crate::args::{self, Fault};
 use crate::{ids, units};
 
 /// Per-request deadline when `--timeout` is not given.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Parser, Debug)]
 #[command(
@@ -17,7 +17,7 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
     version,
     about = "Control a gpumesh GPU cluster through any of its agents"
 )]
-pub struct Cli {
+pub(crate) struct Cli {
     /// Agent addresses, tried in order until one answers [default: the config file's, else
     /// 127.0.0.1:7070].
     #[arg(long, global = true, env = "GPUCTL_ENDPOINT", value_delimiter = ',')]
@@ -48,13 +48,13 @@ pub struct Cli {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Output {
+pub(crate) enum Output {
     Table,
     Json,
 }
 
 #[derive(Subcommand, Debug)]
-pub enum Noun {
+pub(crate) enum Noun {
     /// Shell completions and man pages generated from this command line (used at install).
     #[command(hide = true, subcommand)]
     Generate(GenerateVerb),
@@ -103,7 +103,7 @@ pub enum Noun {
 }
 
 #[derive(Subcommand, Debug)]
-pub enum AlertVerb {
+pub(crate) enum AlertVerb {
     /// Open alerts (with --all, also the most recent resolved ones).
     List {
         #[arg(long)]
@@ -118,7 +118,7 @@ pub enum AlertVerb {
 }
 
 #[derive(Subcommand, Debug)]
-pub enum AlertRuleVerb {
+pub(crate) enum AlertRuleVerb {
     /// Every rule and where it comes from.
     List,
     /// Add or replace a replicated rule, e.g. `hot --metric temperature_c --above 85 --for 30s
@@ -129,7 +129,7 @@ pub enum AlertRuleVerb {
 }
 
 #[derive(Args, Debug)]
-pub struct AlertRuleArgs {
+pub(crate) struct AlertRuleArgs {
     pub name: String,
     /// temperature_c, memory_temperature_c, power_w, utilization_pct, memory_used_pct,
     /// ecc_single_bit, ecc_double_bit, retired_pages, pcie_replays, nvlink_errors, xids.
@@ -168,7 +168,7 @@ pub struct AlertRuleArgs {
 }
 
 #[derive(Subcommand, Debug)]
-pub enum TenantVerb {
+pub(crate) enum TenantVerb {
     /// Create a tenant record (admins). Without quotas the tenant stays unlimited.
     Create {
         name: String,
@@ -211,7 +211,7 @@ pub enum TenantVerb {
 }
 
 #[derive(Subcommand, Debug)]
-pub enum CertVerb {
+pub(crate) enum CertVerb {
     /// Every certificate the cluster issued or revoked.
     List,
     /// Get a client certificate for your token: a key is made here (it never leaves), the
@@ -230,7 +230,7 @@ pub enum CertVerb {
 }
 
 #[derive(Subcommand, Debug)]
-pub enum SchedulerVerb {
+pub(crate) enum SchedulerVerb {
     /// The current policy, pending and running jobs, free GPUs.
     Status {
         /// Answer from the contacted agent's replica without asking the leader.
@@ -243,7 +243,7 @@ pub enum SchedulerVerb {
 }
 
 #[derive(Subcommand, Debug)]
-pub enum SchedulerPolicyVerb {
+pub(crate) enum SchedulerPolicyVerb {
     /// Set the policy, e.g. `sjf+easy`, `fairshare`, `priority+greedy --aging-per-hour 2`.
     Set {
         /// ORDERING[+BACKFILL]: fcfs|sjf|priority|fairshare, then strict (default)|easy|greedy.
@@ -265,7 +265,7 @@ pub enum SchedulerPolicyVerb {
 }
 
 #[derive(Subcommand, Debug)]
-pub enum TokenVerb {
+pub(crate) enum TokenVerb {
     /// Mint a token. Prints `<id>.<secret>` once; store it, the cluster keeps only a hash.
     Create {
         #[arg(long, value_enum)]
@@ -285,14 +285,14 @@ pub enum TokenVerb {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum KindArg {
+pub(crate) enum KindArg {
     Process,
     Vm,
 }
 
 /// A GPU's partitioning mode, as `SetGpuPartition` takes it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum GpuModeArg {
+pub(crate) enum GpuModeArg {
     /// One job holds the whole GPU (the default).
     Whole,
     /// MIG instances per `--layout`, one job each.
@@ -304,7 +304,7 @@ pub enum GpuModeArg {
 }
 
 impl GpuModeArg {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Self::Whole => "whole",
             Self::Mig => "mig",
@@ -315,7 +315,7 @@ impl GpuModeArg {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum RoleArg {
+pub(crate) enum RoleArg {
     Admin,
     Operator,
     TenantAdmin,
@@ -326,7 +326,7 @@ pub enum RoleArg {
 }
 
 #[derive(Subcommand, Debug)]
-pub enum AuditVerb {
+pub(crate) enum AuditVerb {
     /// Audit entries, oldest first.
     List {
         /// Only entries after this sequence number.
@@ -340,7 +340,7 @@ pub enum AuditVerb {
 }
 
 #[derive(Subcommand, Debug)]
-pub enum ClusterVerb {
+pub(crate) enum ClusterVerb {
     /// Leader, term, commit/applied index and members.
     Status {
         /// Answer from the contacted agent's replica without asking the leader.
@@ -358,7 +358,7 @@ pub enum ClusterVerb {
 }
 
 #[derive(Subcommand, Debug)]
-pub enum GenerateVerb {
+pub(crate) enum GenerateVerb {
     /// Completions for SHELL on stdout.
     Completion { shell: clap_complete::Shell },
     /// Man pages (gpuctl.1 and one per subcommand) into DIR.
@@ -366,7 +366,7 @@ pub enum GenerateVerb {
 }
 
 #[derive(Subcommand, Debug)]
-pub enum SnapshotVerb {
+pub(crate) enum SnapshotVerb {
     /// Save a consistent snapshot of the replicated state to FILE (mode 0600: it holds token
     /// hashes and the audit log), for `gpu-agent restore --from FILE`.
     Save {
@@ -376,7 +376,7 @@ pub enum SnapshotVerb {
 }
 
 #[derive(Subcommand, Debug)]
-pub enum NodeVerb {
+pub(crate) enum NodeVerb {
     /// All registered nodes.
     List {
         #[arg(long)]
@@ -422,7 +422,7 @@ pub enum NodeVerb {
 }
 
 #[derive(Subcommand, Debug)]
-pub enum GpuVerb {
+pub(crate) enum GpuVerb {
     /// GPUs with state, job and live telemetry.
     List {
         /// Only this node's GPUs (3 or n3).
@@ -460,7 +460,7 @@ pub enum GpuVerb {
 }
 
 #[derive(Subcommand, Debug)]
-pub enum JobVerb {
+pub(crate) enum JobVerb {
     /// Queue a job: `gpuctl job submit --gpus 2 -- python train.py --lr 0.1`.
     Submit(Box<SubmitArgs>),
     /// Jobs, optionally filtered by state, node and tenant.
@@ -527,7 +527,7 @@ pub enum JobVerb {
 /// `job submit`. Only syntax is checked here; the server judges the spec and its
 /// "invalid argument" answer is printed as is.
 #[derive(Args, Debug)]
-pub struct SubmitArgs {
+pub(crate) struct SubmitArgs {
     /// Job name [default: the program's file name, reduced to [A-Za-z0-9._-]].
     #[arg(long)]
     pub name: Option<String>,
@@ -635,7 +635,7 @@ fn cpu_millis(s: &str) -> Result<u32, String> {
 
 /// A job state as typed on the command line (any case).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum JobStateArg {
+pub(crate) enum JobStateArg {
     Pending,
     Bound,
     Running,
@@ -646,7 +646,7 @@ pub enum JobStateArg {
 }
 
 #[derive(Subcommand, Debug)]
-pub enum DebugVerb {
+pub(crate) enum DebugVerb {
     /// Inject a fault into a simulated GPU: overheat, ecc, lost, xid:N, or clear to undo.
     Inject {
         /// Node id: 3 or n3.

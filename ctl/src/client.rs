@@ -8,7 +8,7 @@ use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
 /// Why a command failed: the server's answer, or no agent reachable at all.
 #[derive(Debug)]
-pub enum CallError {
+pub(crate) enum CallError {
     Unreachable(Vec<String>),
     Status(tonic::Status),
 }
@@ -16,7 +16,7 @@ pub enum CallError {
 impl CallError {
     /// Worth asking again later: no agent answered, the cluster is between leaders, or the
     /// request ran out of time (tonic reports its own per-request deadline as `Cancelled`).
-    pub fn is_transient(&self) -> bool {
+    pub(crate) fn is_transient(&self) -> bool {
         match self {
             CallError::Unreachable(_) => true,
             CallError::Status(s) => matches!(
@@ -54,16 +54,16 @@ fn code_name(code: tonic::Code) -> &'static str {
 
 /// A connection to one agent that sends the caller's bearer token and a fresh request id with
 /// every call.
-pub type Conn = InterceptedService<Channel, Credentials>;
+pub(crate) type Conn = InterceptedService<Channel, Credentials>;
 
 #[derive(Clone, Debug)]
-pub struct Credentials {
+pub(crate) struct Credentials {
     authorization: Option<MetadataValue<Ascii>>,
 }
 
 impl Credentials {
     /// `bearer` is `<id>.<secret>`; a value that cannot be a header is refused.
-    pub fn new(bearer: Option<&str>) -> Result<Self, String> {
+    pub(crate) fn new(bearer: Option<&str>) -> Result<Self, String> {
         let authorization = bearer
             .map(|b| {
                 format!("Bearer {}", b.trim())
@@ -88,7 +88,7 @@ impl Interceptor for Credentials {
     }
 }
 
-pub struct Endpoints {
+pub(crate) struct Endpoints {
     addrs: Vec<String>,
     timeout: Duration,
     credentials: Credentials,
@@ -97,7 +97,7 @@ pub struct Endpoints {
 }
 
 impl Endpoints {
-    pub fn new(
+    pub(crate) fn new(
         addrs: Vec<String>,
         timeout: Duration,
         credentials: Credentials,
@@ -113,7 +113,7 @@ impl Endpoints {
 
     /// Run `call` against the first agent that accepts a connection and answers. An agent that
     /// is down (connection refused, unavailable) is skipped; any other answer is final.
-    pub async fn call<T, F, Fut>(&self, mut call: F) -> Result<T, CallError>
+    pub(crate) async fn call<T, F, Fut>(&self, mut call: F) -> Result<T, CallError>
     where
         F: FnMut(Conn) -> Fut,
         Fut: std::future::Future<Output = Result<T, tonic::Status>>,
@@ -154,7 +154,7 @@ impl Endpoints {
 }
 
 /// A status produced by the transport (agent gone mid-call), not by the agent's logic.
-pub fn is_transport(s: &tonic::Status) -> bool {
+pub(crate) fn is_transport(s: &tonic::Status) -> bool {
     std::error::Error::source(s).is_some() || s.message().contains("transport")
 }
 

@@ -6,11 +6,11 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
-pub const DEFAULT_ENDPOINT: &str = "127.0.0.1:7070";
+pub(crate) const DEFAULT_ENDPOINT: &str = "127.0.0.1:7070";
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct CtlConfig {
+pub(crate) struct CtlConfig {
     pub endpoint: Option<Vec<String>>,
     pub token_file: Option<PathBuf>,
     pub ca_file: Option<PathBuf>,
@@ -21,7 +21,7 @@ pub struct CtlConfig {
 impl CtlConfig {
     /// The config file, or defaults when there is none. A file that exists but does not parse
     /// is an error naming it.
-    pub fn load() -> Result<Self, String> {
+    pub(crate) fn load() -> Result<Self, String> {
         let Some(path) = path() else {
             return Ok(Self::default());
         };

@@ -2,17 +2,17 @@
 //! tables print).
 
 /// clap parser for a job id.
-pub fn job_id(s: &str) -> Result<u64, String> {
+pub(crate) fn job_id(s: &str) -> Result<u64, String> {
     prefixed_id(s, "j-", "job", "42 or j-42")
 }
 
 /// clap parser for a node id.
-pub fn node_id(s: &str) -> Result<u64, String> {
+pub(crate) fn node_id(s: &str) -> Result<u64, String> {
     prefixed_id(s, "n", "node", "3 or n3")
 }
 
 /// clap parser for one GPU of one node: `NODE/GPU`, e.g. `2/0` or `n2/0`.
-pub fn gpu_ref(s: &str) -> Result<(u64, u32), String> {
+pub(crate) fn gpu_ref(s: &str) -> Result<(u64, u32), String> {
     const HINT: &str = "expected NODE/GPU like 2/0 or n2/0";
     let (node, gpu) = s.split_once('/').ok_or(HINT)?;
     let node = node_id(node).map_err(|_| HINT.to_owned())?;

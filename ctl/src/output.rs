@@ -5,13 +5,13 @@
 use std::io::{IsTerminal, Write};
 
 /// Print `text` to stdout; exit 0 at once if the reader went away.
-pub fn emit(text: &str) {
+pub(crate) fn emit(text: &str) {
     emit_bytes(text.as_bytes());
 }
 
 /// Write `bytes` to stdout unchanged and flush them, so streamed output appears as it arrives;
 /// exit 0 at once if the reader went away.
-pub fn emit_bytes(bytes: &[u8]) {
+pub(crate) fn emit_bytes(bytes: &[u8]) {
     let mut out = std::io::stdout().lock();
     if let Err(e) = out.write_all(bytes).and_then(|()| out.flush()) {
         if e.kind() == std::io::ErrorKind::BrokenPipe {
@@ -22,7 +22,7 @@ pub fn emit_bytes(bytes: &[u8]) {
     }
 }
 
-pub fn json(value: &serde_json::Value) -> String {
+pub(crate) fn json(value: &serde_json::Value) -> String {
     let mut s = serde_json::to_string_pretty(value).unwrap_or_default();
     s.push('\n');
     s
@@ -30,7 +30,7 @@ pub fn json(value: &serde_json::Value) -> String {
 
 /// A left-aligned table with a header row; cells are sanitised so a hostile label cannot
 /// inject terminal escapes or break the layout.
-pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+pub(crate) fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     let clean: Vec<Vec<String>> = rows
         .iter()
         .map(|r| r.iter().map(|c| sanitize(c)).collect())
@@ -58,12 +58,12 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
 }
 
 /// [`table`] with one row per item, `row` making its cells.
-pub fn table_of<T>(header: &[&str], items: &[T], row: impl Fn(&T) -> Vec<String>) -> String {
+pub(crate) fn table_of<T>(header: &[&str], items: &[T], row: impl Fn(&T) -> Vec<String>) -> String {
     table(header, &items.iter().map(row).collect::<Vec<_>>())
 }
 
 /// `Key:  value` lines with the values aligned, sanitised like table cells.
-pub fn fields(pairs: &[(&str, String)]) -> String {
+pub(crate) fn fields(pairs: &[(&str, String)]) -> String {
     let width = pairs.iter().map(|(k, _)| k.len() + 1).max().unwrap_or(0);
     let mut out = String::new();
     for (key, value) in pairs {
@@ -76,7 +76,7 @@ pub fn fields(pairs: &[(&str, String)]) -> String {
 }
 
 /// At most `max` characters, the last one an ellipsis when something was cut.
-pub fn truncate(s: &str, max: usize) -> String {
+pub(crate) fn truncate(s: &str, max: usize) -> String {
     if s.chars().count() <= max {
         return s.to_owned();
     }
@@ -87,7 +87,7 @@ pub fn truncate(s: &str, max: usize) -> String {
 
 /// An `f32` from the wire as the JSON number it prints as (`0.1`, not `0.10000000149011612`);
 /// `null` when it is not finite.
-pub fn float(x: f32) -> serde_json::Value {
+pub(crate) fn float(x: f32) -> serde_json::Value {
     x.to_string()
         .parse::<f64>()
         .ok()
@@ -97,20 +97,20 @@ pub fn float(x: f32) -> serde_json::Value {
 
 /// One line on stderr redrawn in place (progress while waiting). Silent unless stderr is a
 /// terminal; erased when dropped, so nothing is left behind on any exit path.
-pub struct StatusLine {
+pub(crate) struct StatusLine {
     enabled: bool,
     drawn: bool,
 }
 
 impl StatusLine {
-    pub fn for_stderr() -> Self {
+    pub(crate) fn for_stderr() -> Self {
         Self {
             enabled: std::io::stderr().is_terminal(),
             drawn: false,
         }
     }
 
-    pub fn show(&mut self, text: &str) {
+    pub(crate) fn show(&mut self, text: &str) {
         if !self.enabled {
             return;
         }
@@ -125,7 +125,7 @@ impl StatusLine {
         self.drawn = true;
     }
 
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         if self.drawn {
             let mut err = std::io::stderr().lock();
             let _ = write!(err, "\r\x1b[2K").and_then(|()| err.flush());

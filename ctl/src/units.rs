@@ -5,7 +5,7 @@ use std::time::Duration;
 const DURATION_HINT: &str = "expected a duration like 500ms, 30s, 5m or 2h";
 
 /// An integer followed by `ms`, `s`, `m` or `h` (a small humantime subset). Zero is allowed.
-pub fn parse_duration(s: &str) -> Option<Duration> {
+pub(crate) fn parse_duration(s: &str) -> Option<Duration> {
     let split = s.find(|c: char| !c.is_ascii_digit())?;
     let (n, unit) = s.split_at(split);
     if n.is_empty() {
@@ -22,7 +22,7 @@ pub fn parse_duration(s: &str) -> Option<Duration> {
 }
 
 /// Energy in millijoules as people read it: `850 J`, `5.4 kJ`, `12.3 MJ` (`3.4 kWh` beyond 100 MJ).
-pub fn energy(mj: u64) -> String {
+pub(crate) fn energy(mj: u64) -> String {
     let joules = mj as f64 / 1000.0;
     match joules {
         j if j < 1_000.0 => format!("{j:.0} J"),
@@ -33,12 +33,12 @@ pub fn energy(mj: u64) -> String {
 }
 
 /// clap parser for a duration that may be zero (`30s`, `2m`); negative ones are refused.
-pub fn parse_duration_arg(s: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration_arg(s: &str) -> Result<Duration, String> {
     parse_duration(s).ok_or_else(|| DURATION_HINT.to_owned())
 }
 
 /// clap parser for deadlines (`--timeout`): a duration above zero.
-pub fn positive_duration(s: &str) -> Result<Duration, String> {
+pub(crate) fn positive_duration(s: &str) -> Result<Duration, String> {
     match parse_duration(s) {
         Some(d) if d.is_zero() => Err("must be more than zero".into()),
         Some(d) => Ok(d),
@@ -48,7 +48,7 @@ pub fn positive_duration(s: &str) -> Result<Duration, String> {
 
 /// clap parser for durations the API carries in whole seconds (`--estimate`, `--wall-time`).
 /// Sub-second parts are refused rather than rounded; whether zero makes sense is the server's call.
-pub fn whole_seconds(s: &str) -> Result<u64, String> {
+pub(crate) fn whole_seconds(s: &str) -> Result<u64, String> {
     let d = parse_duration(s).ok_or(DURATION_HINT)?;
     if d.subsec_nanos() != 0 {
         return Err("must be a whole number of seconds (e.g. 90s or 2m)".into());
@@ -59,7 +59,7 @@ pub fn whole_seconds(s: &str) -> Result<u64, String> {
 /// clap parser for memory sizes, in MiB: `40GiB`, `80G`, `40960MiB`, `1TiB`; a plain number is
 /// MiB. Units are binary (G means GiB), as in nvidia-smi and Slurm's `--mem`; MB/GB/TB are
 /// refused because they are read both ways.
-pub fn size_mib(s: &str) -> Result<u64, String> {
+pub(crate) fn size_mib(s: &str) -> Result<u64, String> {
     const HINT: &str = "expected a size like 40GiB, 80G or 40960MiB (a plain number is MiB)";
     let t = s.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
@@ -85,13 +85,13 @@ pub fn size_mib(s: &str) -> Result<u64, String> {
 }
 
 /// MiB as whole GiB, rounded half up: `81920` → `80 GiB`.
-pub fn gib(mib: u64) -> String {
+pub(crate) fn gib(mib: u64) -> String {
     let whole = mib / 1024 + u64::from(mib % 1024 >= 512);
     format!("{whole} GiB")
 }
 
 /// A compact duration: `0s`, `750ms`, `1.5s`, `42s`, `5m`, `2m30s`, `3h5m`, `4d2h`.
-pub fn format_duration(d: Duration) -> String {
+pub(crate) fn format_duration(d: Duration) -> String {
     let s = d.as_secs();
     let (days, hours, mins, secs) = (s / 86_400, s / 3600 % 24, s / 60 % 60, s % 60);
     let pair = |a: u64, ua: &str, b: u64, ub: &str| {
@@ -116,7 +116,7 @@ pub fn format_duration(d: Duration) -> String {
 }
 
 /// Milliseconds since the Unix epoch as RFC 3339 UTC, to the second: `2023-11-14T22:13:20Z`.
-pub fn rfc3339(ms: u64) -> String {
+pub(crate) fn rfc3339(ms: u64) -> String {
     let secs = ms / 1000;
     let (y, m, d) = civil_from_days(secs / 86_400);
     let t = secs % 86_400;

@@ -3,7 +3,7 @@
 use crate::history::{Event, OpKind, Phase};
 use crate::model::{FinalJob, ReplicaDigest, SUCCEEDED, Violation};
 
-pub fn submit(process: &str, phase: Phase, key: &str, job_id: Option<u64>) -> Event {
+pub(crate) fn submit(process: &str, phase: Phase, key: &str, job_id: Option<u64>) -> Event {
     Event {
         key: Some(key.to_owned()),
         job_id,
@@ -12,14 +12,14 @@ pub fn submit(process: &str, phase: Phase, key: &str, job_id: Option<u64>) -> Ev
 }
 
 /// invoke + ok for `key` acknowledged as `job_id`.
-pub fn acked(process: &str, key: &str, job_id: u64) -> Vec<Event> {
+pub(crate) fn acked(process: &str, key: &str, job_id: u64) -> Vec<Event> {
     vec![
         submit(process, Phase::Invoke, key, None),
         submit(process, Phase::Ok, key, Some(job_id)),
     ]
 }
 
-pub fn job(id: u64, key: &str) -> FinalJob {
+pub(crate) fn job(id: u64, key: &str) -> FinalJob {
     FinalJob {
         id,
         key: key.to_owned(),
@@ -29,7 +29,7 @@ pub fn job(id: u64, key: &str) -> FinalJob {
 }
 
 /// Node `node`'s replica at `index` with digest `sha256`.
-pub fn replica(node: u64, index: u64, sha256: &str) -> ReplicaDigest {
+pub(crate) fn replica(node: u64, index: u64, sha256: &str) -> ReplicaDigest {
     ReplicaDigest {
         node,
         applied_index: Some(index),
@@ -39,6 +39,6 @@ pub fn replica(node: u64, index: u64, sha256: &str) -> ReplicaDigest {
 }
 
 /// The kinds of the violations found, in order.
-pub fn kinds(v: &[Violation]) -> Vec<&'static str> {
+pub(crate) fn kinds(v: &[Violation]) -> Vec<&'static str> {
     v.iter().map(|v| v.kind).collect()
 }

@@ -6,7 +6,7 @@ use crate::model::RunRecord;
 
 /// `(earlier, later)` for each run of `runs` that starts before the run ending last among
 /// those started before it has ended; in order of start.
-pub fn overlapping(mut runs: Vec<&RunRecord>) -> Vec<(&RunRecord, &RunRecord)> {
+pub(super) fn overlapping(mut runs: Vec<&RunRecord>) -> Vec<(&RunRecord, &RunRecord)> {
     runs.sort_by_key(|r| r.start_ns);
     let mut out = Vec::new();
     // The run that ends last among those started so far.
@@ -26,6 +26,6 @@ pub fn overlapping(mut runs: Vec<&RunRecord>) -> Vec<(&RunRecord, &RunRecord)> {
 }
 
 /// When the run ended; `u128::MAX` while it has not.
-pub fn end(r: &RunRecord) -> u128 {
+pub(super) fn end(r: &RunRecord) -> u128 {
     r.end_ns.unwrap_or(u128::MAX)
 }

@@ -18,7 +18,7 @@ const FAST_FENCING: &str = "[jobs]\nlease = \"2s\"\ndown_after = \"3s\"\nstop_gr
 
 /// Three agents in network namespaces with `FAST_FENCING`, a records directory, and every
 /// follower labelled `pool=followers`.
-pub struct Fenced {
+pub(crate) struct Fenced {
     pub net: Netns,
     pub c: Cluster,
     pub all: [u64; 3],
@@ -28,7 +28,7 @@ pub struct Fenced {
 
 /// The cluster the namespaced fencing tests start from; `None` where namespaces are
 /// unavailable (the test is skipped).
-pub async fn fenced_cluster() -> Option<Fenced> {
+pub(crate) async fn fenced_cluster() -> Option<Fenced> {
     let (net, c) = cluster_in_namespaces(3, FAST_FENCING, "the partition test")
         .await
         .expect("namespaces")?;
@@ -47,7 +47,7 @@ pub async fn fenced_cluster() -> Option<Fenced> {
 
 /// Label every agent of `all` but `leader` `pool=followers`, so a job with that node selector
 /// runs on a follower and cutting its node off leaves the leader in place.
-pub async fn label_followers(c: &Cluster, leader: u64, all: &[u64]) {
+pub(crate) async fn label_followers(c: &Cluster, leader: u64, all: &[u64]) {
     for node in all.iter().filter(|n| **n != leader) {
         c.label(leader, *node, "pool", "followers")
             .await
@@ -57,7 +57,7 @@ pub async fn label_followers(c: &Cluster, leader: u64, all: &[u64]) {
 
 /// Submit `spec` through `via` and wait (up to 30 s) until it runs: the job, and the node it
 /// runs on.
-pub async fn run_job(c: &Cluster, via: u64, spec: pb::JobSpec) -> (pb::Job, u64) {
+pub(crate) async fn run_job(c: &Cluster, via: u64, spec: pb::JobSpec) -> (pb::Job, u64) {
     let id = c.submit(via, spec, "").await.expect("submit").job_id;
     let running = c
         .wait_job(id, Duration::from_secs(30), |j| {

@@ -20,7 +20,7 @@ use super::{Answer, Ctx, Failure};
 use crate::cli::{AlertRuleArgs, AlertRuleVerb, AlertVerb};
 use crate::output::{self, table_of};
 
-pub async fn run(ctx: &Ctx, verb: AlertVerb) -> Result<Answer, Failure> {
+pub(crate) async fn run(ctx: &Ctx, verb: AlertVerb) -> Result<Answer, Failure> {
     let new = AlertServiceClient::new;
     match verb {
         AlertVerb::List { all, stale } => {
@@ -81,7 +81,7 @@ fn rule_from(a: AlertRuleArgs) -> pb::AlertRule {
     }
 }
 
-pub fn alert_json(a: &pb::Alert) -> Value {
+pub(crate) fn alert_json(a: &pb::Alert) -> Value {
     json!({
         "id": a.id,
         "rule": a.rule,

@@ -12,7 +12,7 @@ use super::{Answer, Ctx, Failure};
 use crate::cli::AuditVerb;
 use crate::output::table_of;
 
-pub async fn run(ctx: &Ctx, verb: AuditVerb) -> Result<Answer, Failure> {
+pub(crate) async fn run(ctx: &Ctx, verb: AuditVerb) -> Result<Answer, Failure> {
     let new = AuditServiceClient::new;
     match verb {
         AuditVerb::List { after, limit } => {

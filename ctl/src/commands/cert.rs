@@ -13,7 +13,7 @@ use crate::cli::CertVerb;
 use crate::output::table_of;
 use crate::units;
 
-pub async fn run(ctx: &Ctx, verb: CertVerb) -> Result<Answer, Failure> {
+pub(crate) async fn run(ctx: &Ctx, verb: CertVerb) -> Result<Answer, Failure> {
     let new = CertServiceClient::new;
     let certs = match verb {
         CertVerb::Request { out_dir } => return request(ctx, &out_dir).await,

@@ -15,7 +15,7 @@ use super::{Answer, Ctx, Failure};
 use crate::cli::{ClusterVerb, SnapshotVerb};
 use crate::output::table_of;
 
-pub async fn run(ctx: &Ctx, verb: ClusterVerb) -> Result<Answer, Failure> {
+pub(crate) async fn run(ctx: &Ctx, verb: ClusterVerb) -> Result<Answer, Failure> {
     let (stale, members_only) = match verb {
         ClusterVerb::Status { stale } => (stale, false),
         ClusterVerb::Members { stale } => (stale, true),

@@ -11,7 +11,7 @@ use super::{Answer, Ctx, Failure};
 use crate::args::Fault;
 use crate::cli::DebugVerb;
 
-pub async fn run(ctx: &Ctx, verb: DebugVerb) -> Result<Answer, Failure> {
+pub(crate) async fn run(ctx: &Ctx, verb: DebugVerb) -> Result<Answer, Failure> {
     let DebugVerb::Inject { node, gpu, fault } = verb;
     let req = inject_request(node, gpu, fault);
     ctx.call(GpuServiceClient::new, req, async |mut c, r| {

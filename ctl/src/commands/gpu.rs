@@ -38,7 +38,7 @@ use crate::cli::GpuVerb;
 use crate::output::{table, table_of};
 use crate::units;
 
-pub async fn run(ctx: &Ctx, verb: GpuVerb) -> Result<Answer, Failure> {
+pub(crate) async fn run(ctx: &Ctx, verb: GpuVerb) -> Result<Answer, Failure> {
     match verb {
         GpuVerb::List { node } => list(ctx, node).await,
         GpuVerb::Stats {

@@ -15,7 +15,7 @@ use super::gpu_view::{gpu_json, partition_cell};
 use super::{Answer, Ctx, Failure};
 use crate::cli::GpuModeArg;
 
-pub async fn run(
+pub(super) async fn run(
     ctx: &Ctx,
     (node_id, gpu_index): (u64, u32),
     mode: GpuModeArg,

@@ -10,7 +10,7 @@ use crate::units;
 /// What the scheduler can do with a GPU: `free`, `busy` (a job holds it), `sliced` (jobs hold
 /// some of its MIG instances or shares), `draining` (a new partition waits for its jobs to end),
 /// `unhealthy`, or `quarantined` (an alert took it out of scheduling; a job may still hold it).
-pub fn state(g: &pb::Gpu) -> &'static str {
+pub(super) fn state(g: &pb::Gpu) -> &'static str {
     if !g.healthy {
         "unhealthy"
     } else if !g.quarantined_by.is_empty() {
@@ -27,18 +27,18 @@ pub fn state(g: &pb::Gpu) -> &'static str {
 }
 
 /// `j-42`, or `-` when no job holds the GPU.
-pub fn job_cell(g: &pb::Gpu) -> String {
+pub(super) fn job_cell(g: &pb::Gpu) -> String {
     g.job_id.map_or_else(|| "-".into(), |j| format!("j-{j}"))
 }
 
 /// The GPU's partitioning mode; `whole` when the server left it empty.
-pub fn mode(g: &pb::Gpu) -> &str {
+pub(super) fn mode(g: &pb::Gpu) -> &str {
     if g.mode.is_empty() { "whole" } else { &g.mode }
 }
 
 /// Mode and layout in one cell: `whole`, `mig[3g.40gb@0,1g.10gb@6]`, `shared`, with
 /// ` -> PENDING` while a requested partition waits for the GPU to drain.
-pub fn partition_cell(g: &pb::Gpu) -> String {
+pub(super) fn partition_cell(g: &pb::Gpu) -> String {
     let mut cell = mode(g).to_owned();
     if !g.mig_layout.is_empty() {
         cell = format!("{cell}[{}]", g.mig_layout.join(","));
@@ -51,7 +51,7 @@ pub fn partition_cell(g: &pb::Gpu) -> String {
 
 /// What live jobs hold of a partitioned GPU: `2/7 mig` (instances in use of those in the
 /// layout), `30GiB/50% shared` (memory and compute share held); `-` for a whole GPU.
-pub fn slices_cell(g: &pb::Gpu) -> String {
+pub(super) fn slices_cell(g: &pb::Gpu) -> String {
     match mode(g) {
         "mig" => format!("{}/{} mig", g.slices.len(), g.mig_layout.len()),
         "shared" => format!(
@@ -64,7 +64,7 @@ pub fn slices_cell(g: &pb::Gpu) -> String {
 }
 
 /// A GPU as part of a node.
-pub fn gpu_json(g: &pb::Gpu) -> Map<String, Value> {
+pub(super) fn gpu_json(g: &pb::Gpu) -> Map<String, Value> {
     let value = json!({
         "index": g.index,
         "uuid": g.uuid,
@@ -90,7 +90,7 @@ pub fn gpu_json(g: &pb::Gpu) -> Map<String, Value> {
     }
 }
 
-pub fn status_json(s: &pb::GpuStatus) -> Value {
+pub(super) fn status_json(s: &pb::GpuStatus) -> Value {
     let mut map = gpu_json(&s.gpu.clone().unwrap_or_default());
     map.insert("node_id".into(), s.node_id.into());
     let telemetry = s.telemetry.as_ref().map_or(Value::Null, telemetry_json);
@@ -98,7 +98,7 @@ pub fn status_json(s: &pb::GpuStatus) -> Value {
     Value::Object(map)
 }
 
-pub fn telemetry_json(t: &pb::GpuTelemetry) -> Value {
+pub(super) fn telemetry_json(t: &pb::GpuTelemetry) -> Value {
     json!({
         "utilization_pct": output::float(t.utilization_pct),
         "memory_utilization_pct": output::float(t.memory_utilization_pct),
@@ -133,10 +133,10 @@ pub fn telemetry_json(t: &pb::GpuTelemetry) -> Value {
 }
 
 #[cfg(test)]
-pub mod tests {
+pub(super) mod tests {
     use super::*;
 
-    pub fn gpu(index: u32, job_id: Option<u64>, healthy: bool) -> pb::Gpu {
+    pub(crate) fn gpu(index: u32, job_id: Option<u64>, healthy: bool) -> pb::Gpu {
         pb::Gpu {
             index,
             uuid: format!("GPU-{index:04}"),

@@ -31,7 +31,7 @@ use super::job_view::{job_json, jobs_table, render_one};
 use super::{Answer, Ctx, Failure, job_logs, job_submit, job_wait, job_why};
 use crate::cli::{JobStateArg, JobVerb};
 
-pub async fn run(ctx: &Ctx, verb: JobVerb) -> Result<Answer, Failure> {
+pub(crate) async fn run(ctx: &Ctx, verb: JobVerb) -> Result<Answer, Failure> {
     let new = JobServiceClient::new;
     match verb {
         JobVerb::Submit(args) => job_submit::run(ctx, *args).await,

@@ -13,7 +13,12 @@ use crate::output;
 /// Reopen attempts in a row that deliver nothing before giving up.
 const MAX_FRUITLESS_REOPENS: u32 = 3;
 
-pub async fn run(ctx: &Ctx, job_id: u64, follow: bool, stderr: bool) -> Result<Answer, Failure> {
+pub(super) async fn run(
+    ctx: &Ctx,
+    job_id: u64,
+    follow: bool,
+    stderr: bool,
+) -> Result<Answer, Failure> {
     let stream = if stderr {
         pb::LogStream::Stderr
     } else {

@@ -16,7 +16,7 @@ use crate::cli::{KindArg, SubmitArgs};
 /// The server's limit on job names.
 const NAME_MAX: usize = 128;
 
-pub async fn run(ctx: &Ctx, args: SubmitArgs) -> Result<Answer, Failure> {
+pub(super) async fn run(ctx: &Ctx, args: SubmitArgs) -> Result<Answer, Failure> {
     let user_key = args.idempotency_key.is_some();
     let req = request(args, random_key).map_err(Failure::Usage)?;
     let key = req.idempotency_key.clone();

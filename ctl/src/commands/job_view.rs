@@ -15,12 +15,12 @@ use crate::units;
 /// Longest reason shown in the list table.
 const REASON_WIDTH: usize = 60;
 
-pub fn state(j: &pb::Job) -> pb::JobState {
+pub(super) fn state(j: &pb::Job) -> pb::JobState {
     pb::JobState::try_from(j.state).unwrap_or(pb::JobState::Unspecified)
 }
 
 /// The state as JSON spells it: `pending`, …, `cancelled`, or `unknown`.
-pub fn state_name(s: pb::JobState) -> &'static str {
+pub(super) fn state_name(s: pb::JobState) -> &'static str {
     match s {
         pb::JobState::Pending => "pending",
         pb::JobState::Bound => "bound",
@@ -33,7 +33,7 @@ pub fn state_name(s: pb::JobState) -> &'static str {
 }
 
 /// The state as tables spell it: `Running`.
-pub fn state_title(s: pb::JobState) -> String {
+pub(super) fn state_title(s: pb::JobState) -> String {
     let name = state_name(s);
     let mut chars = name.chars();
     chars.next().map_or_else(String::new, |c| {
@@ -41,7 +41,7 @@ pub fn state_title(s: pb::JobState) -> String {
     })
 }
 
-pub fn is_terminal(s: pb::JobState) -> bool {
+pub(super) fn is_terminal(s: pb::JobState) -> bool {
     matches!(
         s,
         pb::JobState::Succeeded | pb::JobState::Failed | pb::JobState::Cancelled
@@ -49,14 +49,14 @@ pub fn is_terminal(s: pb::JobState) -> bool {
 }
 
 /// A single job for stdout: the JSON object or the key: value block.
-pub fn render_one(output: Output, j: &pb::Job) -> String {
+pub(super) fn render_one(output: Output, j: &pb::Job) -> String {
     match output {
         Output::Json => output::json(&job_json(j)),
         Output::Table => job_block(j),
     }
 }
 
-pub fn job_json(j: &pb::Job) -> Value {
+pub(super) fn job_json(j: &pb::Job) -> Value {
     let spec = j.spec.clone().unwrap_or_default();
     let env: BTreeMap<&String, &String> = spec.env.iter().collect();
     let selector: BTreeMap<&String, &String> = spec.node_selector.iter().collect();
@@ -128,7 +128,7 @@ fn or_dash(s: &str) -> String {
 }
 
 /// ID, NAME, TENANT, STATE, GPUS (requested), NODE, AGE (since submission), REASON.
-pub fn jobs_table(jobs: &[pb::Job], now_ms: u64) -> String {
+pub(super) fn jobs_table(jobs: &[pb::Job], now_ms: u64) -> String {
     table_of(
         &[
             "ID", "NAME", "TENANT", "STATE", "GPUS", "NODE", "AGE", "REASON",
@@ -152,7 +152,7 @@ pub fn jobs_table(jobs: &[pb::Job], now_ms: u64) -> String {
 }
 
 /// The `job get` view: one `Key: value` line per fact.
-pub fn job_block(j: &pb::Job) -> String {
+pub(super) fn job_block(j: &pb::Job) -> String {
     let spec = j.spec.clone().unwrap_or_default();
     let time = |ms: Option<u64>| ms.map_or_else(|| "-".into(), units::rfc3339);
     let mut state = state_title(state(j));
@@ -258,7 +258,7 @@ fn bound_gpus(j: &pb::Job) -> String {
 }
 
 /// An argument as a POSIX shell would need it, for display only (jobs never run in a shell).
-pub fn shell_quote(arg: &str) -> Cow<'_, str> {
+pub(super) fn shell_quote(arg: &str) -> Cow<'_, str> {
     let plain = |c: char| c.is_ascii_alphanumeric() || "@%+=:,./_-".contains(c);
     if !arg.is_empty() && arg.chars().all(plain) {
         Cow::Borrowed(arg)
@@ -268,12 +268,12 @@ pub fn shell_quote(arg: &str) -> Cow<'_, str> {
 }
 
 #[cfg(test)]
-pub mod tests {
+pub(super) mod tests {
     use expect_test::expect;
 
     use super::*;
 
-    pub fn running() -> pb::Job {
+    pub(crate) fn running() -> pb::Job {
         pb::Job {
             id: 42,
             spec: Some(pb::JobSpec {
@@ -328,7 +328,7 @@ pub mod tests {
         }
     }
 
-    pub fn pending() -> pb::Job {
+    pub(crate) fn pending() -> pb::Job {
         pb::Job {
             id: 43,
             spec: Some(pb::JobSpec {
@@ -344,7 +344,7 @@ pub mod tests {
         }
     }
 
-    pub fn failed() -> pb::Job {
+    pub(crate) fn failed() -> pb::Job {
         pb::Job {
             id: 7,
             spec: Some(pb::JobSpec {

@@ -18,7 +18,7 @@ use crate::units::format_duration;
 
 const POLL_INTERVAL: Duration = Duration::from_millis(500);
 
-pub async fn run(ctx: &Ctx, id: u64) -> Result<Answer, Failure> {
+pub(super) async fn run(ctx: &Ctx, id: u64) -> Result<Answer, Failure> {
     let start = Instant::now();
     let deadline = ctx.timeout.map(|t| start + t);
     let timed_out = |job: Option<&pb::Job>| {

@@ -16,7 +16,7 @@ use super::{Answer, Ctx, Failure};
 use crate::output::fields;
 use crate::units;
 
-pub async fn run(ctx: &Ctx, id: u64, stale: bool, now_ms: u64) -> Result<Answer, Failure> {
+pub(super) async fn run(ctx: &Ctx, id: u64, stale: bool, now_ms: u64) -> Result<Answer, Failure> {
     let req = pb::ExplainJobRequest { id, stale };
     let e = ctx
         .call(JobServiceClient::new, req, async |mut c, r| {

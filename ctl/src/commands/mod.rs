@@ -1,24 +1,24 @@
 //! One module per noun. Each verb resolves its arguments, calls the API, and renders the answer.
 
-pub mod alert;
-pub mod audit;
-pub mod cert;
-pub mod cluster;
-pub mod debug;
-pub mod gpu;
+pub(crate) mod alert;
+pub(crate) mod audit;
+pub(crate) mod cert;
+pub(crate) mod cluster;
+pub(crate) mod debug;
+pub(crate) mod gpu;
 mod gpu_partition;
 mod gpu_view;
-pub mod job;
+pub(crate) mod job;
 mod job_logs;
 mod job_submit;
 mod job_view;
 mod job_wait;
 mod job_why;
-pub mod node;
-pub mod scheduler;
-pub mod tenant;
-pub mod token;
-pub mod top;
+pub(crate) mod node;
+pub(crate) mod scheduler;
+pub(crate) mod tenant;
+pub(crate) mod token;
+pub(crate) mod top;
 
 use std::time::Duration;
 
@@ -29,7 +29,7 @@ use crate::client::{CallError, Conn, Endpoints};
 use crate::output;
 
 /// What a command hands back to `main`: text for stdout and whether the answer was positive.
-pub struct Answer {
+pub(crate) struct Answer {
     pub text: String,
     /// `false` maps to exit code 1 (a negative answer, not an error).
     pub positive: bool,
@@ -37,7 +37,7 @@ pub struct Answer {
 
 impl Answer {
     /// A positive answer (exit 0).
-    pub fn ok(text: String) -> Self {
+    pub(crate) fn ok(text: String) -> Self {
         Self {
             text,
             positive: true,
@@ -46,7 +46,7 @@ impl Answer {
 }
 
 /// The resolved context every command runs in.
-pub struct Ctx {
+pub(crate) struct Ctx {
     pub endpoints: Endpoints,
     pub output: Output,
     /// `--timeout` exactly as given; `job wait` bounds the whole wait with it.
@@ -57,7 +57,7 @@ impl Ctx {
     /// One unary RPC through the first agent that answers, the reply unwrapped: `new` is the
     /// generated client's constructor and `rpc` sends `req` with it, e.g.
     /// `ctx.call(JobServiceClient::new, req, async |mut c, r| c.get_job(r).await)`.
-    pub async fn call<C, Req: Clone, Reply>(
+    pub(crate) async fn call<C, Req: Clone, Reply>(
         &self,
         new: fn(Conn) -> C,
         req: Req,
@@ -70,7 +70,7 @@ impl Ctx {
     }
 
     /// A list in the chosen output format: a JSON array of `json(item)`, or `text(items)`.
-    pub fn answer_list<T>(
+    pub(crate) fn answer_list<T>(
         &self,
         items: &[T],
         json: impl Fn(&T) -> Value,
@@ -83,7 +83,11 @@ impl Ctx {
     }
 
     /// The answer in the chosen output format: `json()` as stable JSON, or `text()` for people.
-    pub fn answer(&self, json: impl FnOnce() -> Value, text: impl FnOnce() -> String) -> Answer {
+    pub(crate) fn answer(
+        &self,
+        json: impl FnOnce() -> Value,
+        text: impl FnOnce() -> String,
+    ) -> Answer {
         Answer::ok(match self.output {
             Output::Json => output::json(&json()),
             Output::Table => text(),
@@ -94,7 +98,7 @@ impl Ctx {
 /// A command failure: bad arguments (caught before any call), the call failed, or a wait
 /// ran out of time.
 #[derive(Debug)]
-pub enum Failure {
+pub(crate) enum Failure {
     Usage(String),
     Call(CallError),
     TimedOut(String),

@@ -19,7 +19,7 @@ use crate::cli::NodeVerb;
 use crate::output::{table, table_of};
 use crate::units;
 
-pub async fn run(ctx: &Ctx, verb: NodeVerb) -> Result<Answer, Failure> {
+pub(crate) async fn run(ctx: &Ctx, verb: NodeVerb) -> Result<Answer, Failure> {
     let new = NodeServiceClient::new;
     let node = match verb {
         NodeVerb::List { stale } => {

@@ -14,7 +14,7 @@ use crate::cli::{SchedulerPolicyVerb, SchedulerVerb};
 use crate::output::table;
 use crate::units;
 
-pub async fn run(ctx: &Ctx, verb: SchedulerVerb) -> Result<Answer, Failure> {
+pub(crate) async fn run(ctx: &Ctx, verb: SchedulerVerb) -> Result<Answer, Failure> {
     let new = SchedulerServiceClient::new;
     let status = match verb {
         SchedulerVerb::Status { stale } => {

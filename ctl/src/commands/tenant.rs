@@ -16,7 +16,7 @@ use super::{Answer, Ctx, Failure};
 use crate::cli::TenantVerb;
 use crate::output::{fields, table, table_of};
 
-pub async fn run(ctx: &Ctx, verb: TenantVerb) -> Result<Answer, Failure> {
+pub(crate) async fn run(ctx: &Ctx, verb: TenantVerb) -> Result<Answer, Failure> {
     let new = TenantServiceClient::new;
     let tenant = match verb {
         TenantVerb::Create {

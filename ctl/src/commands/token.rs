@@ -12,7 +12,7 @@ use super::{Answer, Ctx, Failure};
 use crate::cli::{RoleArg, TokenVerb};
 use crate::output::table_of;
 
-pub async fn run(ctx: &Ctx, verb: TokenVerb) -> Result<Answer, Failure> {
+pub(crate) async fn run(ctx: &Ctx, verb: TokenVerb) -> Result<Answer, Failure> {
     let new = TokenServiceClient::new;
     let token = match verb {
         TokenVerb::Create {

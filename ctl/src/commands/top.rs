@@ -21,7 +21,7 @@ use crate::cli::Output;
 use crate::output::table;
 
 /// Everything one frame shows.
-pub struct Frame {
+pub(crate) struct Frame {
     pub gpus: Vec<pb::GpuStatus>,
     pub alerts: Vec<pb::Alert>,
 }
@@ -31,7 +31,7 @@ const HEADER: [&str; 9] = [
 ];
 const BAR: usize = 10;
 
-pub async fn run(ctx: &Ctx, interval: Duration, once: bool) -> Result<Answer, Failure> {
+pub(crate) async fn run(ctx: &Ctx, interval: Duration, once: bool) -> Result<Answer, Failure> {
     if once || !std::io::stdout().is_terminal() || ctx.output == Output::Json {
         let frame = fetch(ctx).await?;
         return Ok(ctx.answer(
@@ -140,7 +140,7 @@ fn draw(f: &mut ratatui::Frame, frame: &Frame, error: Option<&str>) {
 }
 
 /// One row per GPU, cells as text (shared by the live view and `--once`).
-pub fn rows(frame: &Frame) -> Vec<Vec<String>> {
+pub(crate) fn rows(frame: &Frame) -> Vec<Vec<String>> {
     frame
         .gpus
         .iter()

@@ -437,7 +437,7 @@ fn types_supporting(profile: &str) -> Vec<&'static str> {
 pub(crate) mod job_tests {
     use super::*;
 
-    pub fn spec() -> JobSpec {
+    pub(crate) fn spec() -> JobSpec {
         JobSpec {
             name: "train".into(),
             command: vec!["python".into(), "train.py".into()],

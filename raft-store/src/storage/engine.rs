@@ -16,7 +16,7 @@ pub enum Space {
 }
 
 /// A write of several keys that lands atomically.
-pub type Batch = Vec<(Vec<u8>, Option<Vec<u8>>)>;
+pub(crate) type Batch = Vec<(Vec<u8>, Option<Vec<u8>>)>;
 
 /// Ordered key-value storage with an explicit durability point.
 pub trait KvEngine: Send + Sync + 'static {

@@ -13,7 +13,7 @@ use sha2::{Digest, Sha256};
 use crate::NodeId;
 use crate::storage::format::DATA_FORMAT_VERSION;
 
-pub type SnapshotMeta = openraft::SnapshotMeta<NodeId, openraft::BasicNode>;
+pub(super) type SnapshotMeta = openraft::SnapshotMeta<NodeId, openraft::BasicNode>;
 
 #[derive(Serialize, Deserialize)]
 struct Header {
@@ -25,7 +25,7 @@ struct Header {
 
 /// Why a stored snapshot cannot be used.
 #[derive(Debug, thiserror::Error)]
-pub enum SnapshotFileError {
+pub(crate) enum SnapshotFileError {
     #[error("snapshot {path}: {source}")]
     Io {
         path: PathBuf,
@@ -41,23 +41,23 @@ pub enum SnapshotFileError {
 
 /// The snapshot file of one data directory.
 #[derive(Clone, Debug)]
-pub struct SnapshotFile {
+pub(crate) struct SnapshotFile {
     path: PathBuf,
 }
 
 impl SnapshotFile {
-    pub fn new(dir: &Path) -> Self {
+    pub(crate) fn new(dir: &Path) -> Self {
         Self {
             path: dir.join("snapshot"),
         }
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 
     /// Durably replace the stored snapshot.
-    pub fn write(&self, meta: &SnapshotMeta, data: &[u8]) -> Result<(), SnapshotFileError> {
+    pub(crate) fn write(&self, meta: &SnapshotMeta, data: &[u8]) -> Result<(), SnapshotFileError> {
         let io = |source| SnapshotFileError::Io {
             path: self.path.clone(),
             source,
@@ -84,7 +84,7 @@ impl SnapshotFile {
     }
 
     /// The stored snapshot, verified, or `None` when there is none.
-    pub fn read(&self) -> Result<Option<(SnapshotMeta, Vec<u8>)>, SnapshotFileError> {
+    pub(crate) fn read(&self) -> Result<Option<(SnapshotMeta, Vec<u8>)>, SnapshotFileError> {
         let path = self.path.clone();
         let file = match File::open(&self.path) {
             Ok(f) => f,

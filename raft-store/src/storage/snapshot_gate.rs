@@ -28,19 +28,19 @@ pub(crate) struct Gate {
 pub(crate) struct SnapshotGate(std::sync::Arc<watch::Sender<Gate>>);
 
 impl SnapshotGate {
-    pub fn new(durable: Option<u64>) -> Self {
+    pub(crate) fn new(durable: Option<u64>) -> Self {
         Self(std::sync::Arc::new(watch::Sender::new(Gate {
             receiving: false,
             durable,
         })))
     }
 
-    pub fn receiving(&self) {
+    pub(crate) fn receiving(&self) {
         self.0.send_modify(|g| g.receiving = true);
     }
 
     /// A snapshot up to `index` is on disk (`installed`: the one being received).
-    pub fn durable(&self, index: Option<u64>, installed: bool) {
+    pub(crate) fn durable(&self, index: Option<u64>, installed: bool) {
         self.0.send_modify(|g| {
             g.durable = index;
             if installed {
@@ -49,13 +49,13 @@ impl SnapshotGate {
         });
     }
 
-    pub fn get(&self) -> Gate {
+    pub(crate) fn get(&self) -> Gate {
         *self.0.borrow()
     }
 
     /// Wait until purging the log up to `index` cannot outrun the snapshot on disk. `Err`
     /// describes why the purge must not happen.
-    pub async fn purge_allowed(&self, index: u64) -> Result<(), String> {
+    pub(crate) async fn purge_allowed(&self, index: u64) -> Result<(), String> {
         let allowed = |g: &Gate| !g.receiving || g.durable.is_some_and(|d| d >= index);
         let mut rx = self.0.subscribe();
         match tokio::time::timeout(WAIT, rx.wait_for(allowed)).await {
