@@ -1,5 +1,6 @@
 //! The configuration file as the operator writes it: TOML → these serde structs, every key
-//! optional and unknown keys refused by name. Defaults and rules live in `Config::parse_and_validate`.
+//! optional and unknown keys refused by name. Defaults and rules live in
+//! `Config::parse_and_validate`.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
