@@ -1,15 +1,13 @@
 //! `gpu-agent`: the gpumesh daemon (`run`) and a local development mesh (`dev`).
 
-use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use gpu_agent::config::{Config, FileConfig, Overrides};
-use gpu_agent::gpu::BackendKind;
 use gpu_agent::tools::dev::DevOptions;
+use gpu_agent::tools::restore::RestoreOptions;
 use tokio_util::sync::CancellationToken;
 
 #[derive(Parser)]
@@ -86,54 +84,15 @@ enum Cmd {
     Shim(gpu_agent::executor::shim::ShimArgs),
 }
 
+/// `run`'s flags: the config file, and the flags that override its keys (defined with the
+/// config, `config::Overrides`).
 #[derive(clap::Args)]
 struct RunArgs {
     /// TOML configuration file (see deploy/config/agent.example.toml).
     #[arg(long)]
     config: Option<PathBuf>,
-    /// This agent's Raft node id: unique, at least 1, stable for the host's life.
-    #[arg(long)]
-    node_id: Option<u64>,
-    /// Address to listen on for peers and clients.
-    #[arg(long)]
-    listen: Option<SocketAddr>,
-    /// Address others use to reach this agent (default: --listen).
-    #[arg(long)]
-    advertise: Option<String>,
-    /// Where the vote, Raft log, snapshots and job runs live (locked while running).
-    #[arg(long)]
-    data_dir: Option<PathBuf>,
-    /// Create a new cluster with this agent as its first member.
-    #[arg(long, conflicts_with = "join")]
-    bootstrap: bool,
-    /// Join an existing cluster through any of these members.
-    #[arg(long, value_delimiter = ',')]
-    join: Option<Vec<String>>,
-    /// Node labels, k=v,k=v.
-    #[arg(long, value_delimiter = ',', value_parser = parse_label)]
-    labels: Option<Vec<(String, String)>>,
-    /// GPU backend: nvml (real GPUs), sim (simulated), auto (nvml when the driver loads).
-    #[arg(long)]
-    gpu_backend: Option<BackendKind>,
-    /// Simulated GPUs, e.g. 4xA100-80GB,2xT4-16GB.
-    #[arg(long)]
-    sim_gpus: Option<String>,
-    /// Where --bootstrap writes the first admin token (default: <data-dir>/bootstrap-admin.token).
-    #[arg(long)]
-    bootstrap_token_file: Option<PathBuf>,
-    /// Plaintext without certificates; refused unless listening and advertising on loopback.
-    #[arg(long)]
-    insecure: bool,
-    /// Joining: the cluster CA certificate to trust (the bootstrap agent's <data-dir>/tls/ca.crt).
-    #[arg(long)]
-    ca_file: Option<PathBuf>,
-    /// Joining: a file holding a join token (`gpuctl token create --role node`). Never a flag
-    /// value: secrets do not belong in argv.
-    #[arg(long)]
-    join_token_file: Option<PathBuf>,
-    /// Serve Prometheus metrics over plain HTTP at ADDR/metrics (config: monitor.metrics_listen).
-    #[arg(long)]
-    metrics_listen: Option<SocketAddr>,
+    #[command(flatten)]
+    overrides: Overrides,
 }
 
 #[derive(Subcommand)]
@@ -328,12 +287,6 @@ fn offline(result: anyhow::Result<()>) -> ExitCode {
     }
 }
 
-fn parse_label(s: &str) -> Result<(String, String), String> {
-    s.split_once('=')
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .ok_or_else(|| format!("label {s:?} is not k=v"))
-}
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let command = match cli.command {
@@ -369,40 +322,7 @@ async fn run(command: Cmd) -> anyhow::Result<()> {
         on_signal.cancel();
     });
     match command {
-        Cmd::Run(args) => {
-            let points = gpu_raft_store::failpoint::setup().map_err(anyhow::Error::msg)?;
-            if gpu_raft_store::failpoint::ENABLED {
-                tracing::warn!(
-                    ?points,
-                    "built with the failpoints feature: for chaos tests only"
-                );
-            }
-            let file = match &args.config {
-                Some(path) => FileConfig::load(path)?,
-                None => FileConfig::default(),
-            };
-            let overrides = Overrides {
-                node_id: args.node_id,
-                listen: args.listen,
-                advertise: args.advertise,
-                data_dir: args.data_dir,
-                bootstrap: args.bootstrap,
-                join: args.join,
-                labels: args
-                    .labels
-                    .map(|l| l.into_iter().collect::<BTreeMap<_, _>>()),
-                gpu_backend: args.gpu_backend,
-                sim_gpus: args.sim_gpus,
-                bootstrap_token_file: args.bootstrap_token_file,
-                insecure: args.insecure,
-                ca_file: args.ca_file,
-                join_token_file: args.join_token_file,
-                metrics_listen: args.metrics_listen,
-            };
-            let config =
-                Config::parse_and_validate(file, overrides).context("invalid configuration")?;
-            gpu_agent::daemon::run(config, cancel).await
-        }
+        Cmd::Run(args) => run_agent(args, cancel).await,
         Cmd::Dev {
             nodes,
             dir,
@@ -434,30 +354,7 @@ async fn run(command: Cmd) -> anyhow::Result<()> {
             })
             .await
         }
-        Cmd::Restore(args) => {
-            let o = gpu_agent::tools::restore::RestoreOptions {
-                from: args.from,
-                data_dir: args.data_dir,
-                node_id: args.node_id,
-                advertise: args.advertise,
-                credentials_dir: args.credentials_dir,
-                cert_validity: args.cert_validity,
-            };
-            let r = gpu_agent::tools::restore::run(&o).await?;
-            println!(
-                "restored index {} of cluster {} ({} jobs, {} nodes) into {}; new CA and admin \
-                 certificate in {}. Start it: gpu-agent run --node-id {} --data-dir {} ...",
-                r.index,
-                r.cluster_id,
-                r.jobs,
-                r.nodes,
-                o.data_dir.display(),
-                o.credentials_dir.display(),
-                o.node_id,
-                o.data_dir.display()
-            );
-            Ok(())
-        }
+        Cmd::Restore(args) => restore(args).await,
         Cmd::Shim(_)
         | Cmd::Simulate(_)
         | Cmd::SimulateMig(_)
@@ -466,6 +363,51 @@ async fn run(command: Cmd) -> anyhow::Result<()> {
             anyhow::bail!("this command runs without the agent runtime")
         }
     }
+}
+
+/// `gpu-agent run`: the configuration (file, then flags over it), then the daemon until
+/// `cancel`.
+async fn run_agent(args: RunArgs, cancel: CancellationToken) -> anyhow::Result<()> {
+    let points = gpu_raft_store::failpoint::setup().map_err(anyhow::Error::msg)?;
+    if gpu_raft_store::failpoint::ENABLED {
+        tracing::warn!(
+            ?points,
+            "built with the failpoints feature: for chaos tests only"
+        );
+    }
+    let file = match &args.config {
+        Some(path) => FileConfig::load(path)?,
+        None => FileConfig::default(),
+    };
+    let config =
+        Config::parse_and_validate(file, args.overrides).context("invalid configuration")?;
+    gpu_agent::daemon::run(config, cancel).await
+}
+
+/// `gpu-agent restore`: a new first member built from a backup; prints how to start it.
+async fn restore(args: RestoreArgs) -> anyhow::Result<()> {
+    let o = RestoreOptions {
+        from: args.from,
+        data_dir: args.data_dir,
+        node_id: args.node_id,
+        advertise: args.advertise,
+        credentials_dir: args.credentials_dir,
+        cert_validity: args.cert_validity,
+    };
+    let r = gpu_agent::tools::restore::run(&o).await?;
+    println!(
+        "restored index {} of cluster {} ({} jobs, {} nodes) into {}; new CA and admin \
+         certificate in {}. Start it: gpu-agent run --node-id {} --data-dir {} ...",
+        r.index,
+        r.cluster_id,
+        r.jobs,
+        r.nodes,
+        o.data_dir.display(),
+        o.credentials_dir.display(),
+        o.node_id,
+        o.data_dir.display()
+    );
+    Ok(())
 }
 
 async fn wait_for_signal() {
