@@ -8,14 +8,14 @@
 //! `api/to_proto.rs` and `api/from_proto.rs`.
 
 pub mod api;
-pub mod clock;
+pub(crate) mod clock;
 pub mod config;
 pub mod daemon;
 pub mod executor;
 pub mod gpu;
 pub mod host;
-pub mod leader;
-pub mod monitor;
+pub(crate) mod leader;
+pub(crate) mod monitor;
 pub mod raft;
 pub mod scheduler;
 pub mod tls;

@@ -14,7 +14,7 @@ use crate::api::status::invalid;
 use crate::api::to_proto;
 use crate::raft::Cluster;
 
-pub struct AlertApi {
+pub(crate) struct AlertApi {
     pub cluster: Cluster,
     pub auth: Auth,
     /// This agent's configured rules.

@@ -9,7 +9,7 @@ use crate::api::auth::Auth;
 use crate::api::auth::rbac::Action;
 use crate::raft::Cluster;
 
-pub struct AuditApi {
+pub(crate) struct AuditApi {
     pub cluster: Cluster,
     pub auth: Auth,
 }

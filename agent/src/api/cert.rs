@@ -11,7 +11,7 @@ use crate::api::status::invalid;
 use crate::raft::Cluster;
 use crate::tls::{Subject, TlsIdentity};
 
-pub struct CertApi {
+pub(crate) struct CertApi {
     pub cluster: Cluster,
     pub auth: Auth,
     /// `None` without TLS.

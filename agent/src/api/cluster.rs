@@ -17,7 +17,7 @@ use crate::api::to_proto::{self, Liveness};
 use crate::raft::peer_client::with_deadline;
 use crate::raft::{Attempt, Cluster, ClusterError, retry_until};
 
-pub struct ClusterApi {
+pub(crate) struct ClusterApi {
     pub cluster: Cluster,
     pub auth: Auth,
     pub reachable_within: Duration,
@@ -26,7 +26,10 @@ pub struct ClusterApi {
 }
 
 /// This agent's view; with `liveness` (leader only) members carry reachability.
-pub fn status_view(cluster: &Cluster, reachable_within: Option<Duration>) -> pb::ClusterStatus {
+pub(crate) fn status_view(
+    cluster: &Cluster,
+    reachable_within: Option<Duration>,
+) -> pb::ClusterStatus {
     let liveness = reachable_within.map(|r| Liveness {
         contacts: &cluster.contacts,
         reachable_within: r,
@@ -122,7 +125,8 @@ impl ClusterService for ClusterApi {
 }
 
 /// The pieces of a streamed backup.
-pub type BackupStream = Pin<Box<dyn Stream<Item = Result<pb::ClusterBackup, Status>> + Send>>;
+pub(crate) type BackupStream =
+    Pin<Box<dyn Stream<Item = Result<pb::ClusterBackup, Status>> + Send>>;
 
 /// The largest piece of a streamed backup, well inside the message limit.
 const BACKUP_PIECE_BYTES: usize = 4 * 1024 * 1024;

@@ -29,7 +29,7 @@ const TELEMETRY_DEADLINE: Duration = Duration::from_secs(1);
 /// A day of 1 Hz history is a few MB: give the owning agent time to send it.
 const STATS_DEADLINE: Duration = Duration::from_secs(10);
 
-pub struct GpuApi {
+pub(crate) struct GpuApi {
     pub cluster: Cluster,
     pub auth: Auth,
     pub gpus: Arc<dyn GpuBackend>,
@@ -37,7 +37,7 @@ pub struct GpuApi {
 }
 
 /// This agent's GPUs as last sampled, keyed by index.
-pub fn local_telemetry(telemetry: &Telemetry) -> HashMap<u32, pb::GpuTelemetry> {
+pub(crate) fn local_telemetry(telemetry: &Telemetry) -> HashMap<u32, pb::GpuTelemetry> {
     telemetry
         .latest()
         .into_iter()
@@ -51,7 +51,7 @@ pub fn local_telemetry(telemetry: &Telemetry) -> HashMap<u32, pb::GpuTelemetry> 
 }
 
 /// The history of one of this agent's GPUs.
-pub fn local_stats(
+pub(crate) fn local_stats(
     telemetry: &Telemetry,
     gpus: &dyn GpuBackend,
     node_id: NodeId,
@@ -84,7 +84,10 @@ pub fn local_stats(
 }
 
 /// Apply a fault request to this agent's backend.
-pub fn local_inject(gpus: &dyn GpuBackend, req: &pb::InjectFaultRequest) -> Result<(), Status> {
+pub(crate) fn local_inject(
+    gpus: &dyn GpuBackend,
+    req: &pb::InjectFaultRequest,
+) -> Result<(), Status> {
     let fault = match pb::GpuFault::try_from(req.fault) {
         Ok(pb::GpuFault::Overheat) => Fault::Overheat,
         Ok(pb::GpuFault::Xid) => Fault::Xid(req.xid),

@@ -21,7 +21,7 @@ use crate::raft::peer_client::with_deadline;
 use crate::raft::{Cluster, ClusterError};
 use crate::scheduler::{self, PlanEnv, Policy};
 
-pub struct JobApi {
+pub(crate) struct JobApi {
     pub cluster: Cluster,
     pub auth: Auth,
     /// Where this agent keeps its jobs' directories (for local log reads).
@@ -29,7 +29,7 @@ pub struct JobApi {
 }
 
 /// A job as the API shows it, with the UUIDs of its GPUs.
-pub fn job_view(state: &ClusterState, job: &Job) -> pb::Job {
+pub(crate) fn job_view(state: &ClusterState, job: &Job) -> pb::Job {
     let uuids: BTreeMap<u32, String> = job
         .binding
         .as_ref()

@@ -16,7 +16,7 @@ use crate::raft::Cluster;
 const CHUNK: usize = 64 * 1024;
 const POLL: Duration = Duration::from_millis(200);
 
-pub type LogStream = Pin<Box<dyn Stream<Item = Result<pb::LogChunk, Status>> + Send>>;
+pub(crate) type LogStream = Pin<Box<dyn Stream<Item = Result<pb::LogChunk, Status>> + Send>>;
 
 struct Cursor {
     path: std::path::PathBuf,
@@ -28,7 +28,7 @@ struct Cursor {
     done: bool,
 }
 
-pub fn stream(
+pub(crate) fn stream(
     jobs_dir: &Path,
     cluster: Cluster,
     req: pb::JobLogsRequest,

@@ -2,20 +2,20 @@
 //! one error → status mapping (`status.rs`) and the one wire ↔ domain conversion (`to_proto.rs`,
 //! `from_proto.rs`). Nothing below this layer builds a `tonic::Status` or a generated type.
 
-pub mod alert;
-pub mod audit;
+pub(crate) mod alert;
+pub(crate) mod audit;
 pub mod auth;
-pub mod cert;
-pub mod cluster;
+pub(crate) mod cert;
+pub(crate) mod cluster;
 pub mod from_proto;
-pub mod gpu;
-pub mod job;
-pub mod logs;
-pub mod node;
-pub mod peer;
-pub mod router;
-pub mod scheduler;
-pub mod status;
-pub mod tenant;
-pub mod to_proto;
-pub mod token;
+pub(crate) mod gpu;
+pub(crate) mod job;
+pub(crate) mod logs;
+pub(crate) mod node;
+pub(crate) mod peer;
+pub(crate) mod router;
+pub(crate) mod scheduler;
+pub(crate) mod status;
+pub(crate) mod tenant;
+pub(crate) mod to_proto;
+pub(crate) mod token;

@@ -16,7 +16,7 @@ use crate::api::to_proto;
 use crate::raft::Cluster;
 use crate::raft::transport_faults::{FaultRule, TransportFaults};
 
-pub struct NodeApi {
+pub(crate) struct NodeApi {
     pub cluster: Cluster,
     pub auth: Auth,
     /// This agent's Raft transport faults; `None` unless `raft.fault_injection` is set.

@@ -32,7 +32,7 @@ use crate::raft::protocol;
 use crate::raft::{Attempt, Cluster, ClusterError, Proposal};
 use crate::tls::{Subject, TlsIdentity};
 
-pub struct PeerService {
+pub(crate) struct PeerService {
     pub cluster: Cluster,
     pub reachable_within: std::time::Duration,
     pub gpus: Arc<dyn GpuBackend>,
@@ -70,7 +70,7 @@ impl PeerService {
 
 /// The peer service's interceptor: refuse (and log once per request) an incompatible caller.
 #[allow(clippy::result_large_err)] // tonic's interceptor signature.
-pub fn check_protocol(req: Request<()>) -> Result<Request<()>, Status> {
+pub(crate) fn check_protocol(req: Request<()>) -> Result<Request<()>, Status> {
     let header = |key| req.metadata().get(key).map(|v| v.to_str().unwrap_or("?"));
     match protocol::negotiate(header(protocol::HEADER), header(protocol::HEADER_MAX)) {
         Ok(_) => Ok(req),

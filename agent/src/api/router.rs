@@ -46,7 +46,7 @@ use crate::raft::transport_faults::TransportFaults;
 use crate::tls::TlsIdentity;
 
 /// Everything the gRPC services need.
-pub struct Services {
+pub(crate) struct Services {
     pub cluster: Cluster,
     pub reachable_within: Duration,
     pub gpus: Arc<dyn GpuBackend>,
@@ -62,7 +62,7 @@ pub struct Services {
 
 /// Serve every service on `listener` (TLS when this agent has an identity) until `cancel`;
 /// a server that cannot start or fails stops the agent.
-pub async fn serve(listener: TcpListener, s: Services, cancel: CancellationToken) {
+pub(crate) async fn serve(listener: TcpListener, s: Services, cancel: CancellationToken) {
     let tls_config = match &s.tls {
         Some(identity) => match server_tls(identity) {
             Ok(c) => Some(c),

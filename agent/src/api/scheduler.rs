@@ -13,7 +13,7 @@ use crate::api::status::invalid;
 use crate::api::to_proto;
 use crate::raft::Cluster;
 
-pub struct SchedulerApi {
+pub(crate) struct SchedulerApi {
     pub cluster: Cluster,
     pub auth: Auth,
 }

@@ -25,7 +25,7 @@ impl From<ClusterError> for Status {
 
 /// A rejection, whether apply answered it or a lookup at the edge found nothing: the API's
 /// "does not exist" answers are these, never hand-written.
-pub fn rejected(r: Rejection) -> Status {
+pub(crate) fn rejected(r: Rejection) -> Status {
     match r {
         Rejection::UnknownNode { .. }
         | Rejection::UnknownJob { .. }
@@ -50,17 +50,17 @@ impl From<IssueError> for Status {
 }
 
 /// A request that failed validation at the edge.
-pub fn invalid(message: impl Into<String>) -> Status {
+pub(crate) fn invalid(message: impl Into<String>) -> Status {
     Status::invalid_argument(message)
 }
 
 /// A peer payload that does not decode.
-pub fn bad_payload(e: serde_json::Error) -> Status {
+pub(crate) fn bad_payload(e: serde_json::Error) -> Status {
     Status::invalid_argument(format!("undecodable payload: {e}"))
 }
 
 /// `RESOURCE_EXHAUSTED` when an answer of `len` bytes would exceed the message size limit.
-pub fn fits_in_a_message(what: &str, len: usize) -> Result<(), Status> {
+pub(crate) fn fits_in_a_message(what: &str, len: usize) -> Result<(), Status> {
     let max = gpu_proto::MAX_MESSAGE_BYTES;
     if len > max {
         return Err(Status::resource_exhausted(format!(
@@ -71,6 +71,6 @@ pub fn fits_in_a_message(what: &str, len: usize) -> Result<(), Status> {
 }
 
 /// A peer speaking an internal protocol version this agent cannot (`protocol::negotiate`).
-pub fn incompatible_peer(e: &crate::raft::protocol::Incompatible) -> Status {
+pub(crate) fn incompatible_peer(e: &crate::raft::protocol::Incompatible) -> Status {
     Status::failed_precondition(e.to_string())
 }

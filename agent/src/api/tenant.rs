@@ -14,7 +14,7 @@ use crate::api::to_proto;
 use crate::clock::now_ms;
 use crate::raft::Cluster;
 
-pub struct TenantApi {
+pub(crate) struct TenantApi {
     pub cluster: Cluster,
     pub auth: Auth,
 }

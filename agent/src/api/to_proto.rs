@@ -14,7 +14,7 @@ use gpu_raft_store::{
 use crate::raft::RaftView;
 use crate::raft::contact::ContactBook;
 
-pub fn node(n: &NodeRecord) -> pb::Node {
+pub(crate) fn node(n: &NodeRecord) -> pb::Node {
     pb::Node {
         id: n.id,
         addr: n.addr.clone(),
@@ -84,7 +84,7 @@ fn gpu_partition(n: &NodeRecord, g: &gpu_raft_store::GpuRecord) -> pb::Gpu {
     }
 }
 
-pub fn role(r: Role) -> pb::Role {
+pub(crate) fn role(r: Role) -> pb::Role {
     match r {
         Role::Admin => pb::Role::Admin,
         Role::Operator => pb::Role::Operator,
@@ -95,7 +95,7 @@ pub fn role(r: Role) -> pb::Role {
     }
 }
 
-pub fn token(t: &TokenRecord) -> pb::Token {
+pub(crate) fn token(t: &TokenRecord) -> pb::Token {
     pb::Token {
         id: t.id.clone(),
         role: role(t.role) as i32,
@@ -107,7 +107,7 @@ pub fn token(t: &TokenRecord) -> pb::Token {
     }
 }
 
-pub fn job_state(s: JobState) -> pb::JobState {
+pub(crate) fn job_state(s: JobState) -> pb::JobState {
     match s {
         JobState::Pending => pb::JobState::Pending,
         JobState::Bound => pb::JobState::Bound,
@@ -156,7 +156,7 @@ fn spec(s: &JobSpec) -> pb::JobSpec {
 }
 
 /// `uuids` maps (node, GPU index) to the GPU's UUID, for the bound GPUs.
-pub fn job(j: &Job, uuids: &BTreeMap<u32, String>) -> pb::Job {
+pub(crate) fn job(j: &Job, uuids: &BTreeMap<u32, String>) -> pb::Job {
     let binding = j.binding.as_ref();
     let (exit_code, signal) = match &j.outcome {
         Some(Outcome::Exited { code }) => (Some(*code), None),
@@ -204,12 +204,12 @@ pub fn job(j: &Job, uuids: &BTreeMap<u32, String>) -> pb::Job {
 }
 
 /// Liveness as the leader sees it; `None` when this view is not the leader's.
-pub struct Liveness<'a> {
+pub(crate) struct Liveness<'a> {
     pub contacts: &'a ContactBook,
     pub reachable_within: std::time::Duration,
 }
 
-pub fn cluster_status(
+pub(crate) fn cluster_status(
     view: &RaftView,
     voter_target: usize,
     liveness: Option<Liveness<'_>>,
@@ -262,7 +262,7 @@ pub fn cluster_status(
 }
 
 /// A replica's applied index and state digest (`StateReader::applied_digest`).
-pub fn state_digest(node_id: u64, applied_index: u64, sha256: String) -> pb::StateDigest {
+pub(crate) fn state_digest(node_id: u64, applied_index: u64, sha256: String) -> pb::StateDigest {
     pb::StateDigest {
         node_id,
         applied_index,
@@ -271,7 +271,7 @@ pub fn state_digest(node_id: u64, applied_index: u64, sha256: String) -> pb::Sta
 }
 
 /// A backup file (`gpu_raft_store::backup`) read at `index`, as the API returns it.
-pub fn cluster_backup(index: u64, data: Vec<u8>, cluster_id: String) -> pb::ClusterBackup {
+pub(crate) fn cluster_backup(index: u64, data: Vec<u8>, cluster_id: String) -> pb::ClusterBackup {
     pb::ClusterBackup {
         data,
         index,
@@ -281,7 +281,7 @@ pub fn cluster_backup(index: u64, data: Vec<u8>, cluster_id: String) -> pb::Clus
 
 /// A backup file cut into pieces of at most `max` bytes, in order, each naming the index and
 /// the cluster.
-pub fn backup_pieces(
+pub(crate) fn backup_pieces(
     index: u64,
     data: &[u8],
     cluster_id: &str,
@@ -297,7 +297,7 @@ fn millis(d: std::time::Duration) -> u64 {
 }
 
 /// The scheduler's settings and queue as `SchedulerStatus`.
-pub fn scheduler_status(s: &ClusterState) -> pb::SchedulerStatus {
+pub(crate) fn scheduler_status(s: &ClusterState) -> pb::SchedulerStatus {
     let settings = &s.scheduler;
     let pending = s
         .jobs
@@ -327,7 +327,7 @@ pub fn scheduler_status(s: &ClusterState) -> pb::SchedulerStatus {
 }
 
 /// One GPU sample; `job_of` names the job a process runs for.
-pub fn gpu_telemetry(
+pub(crate) fn gpu_telemetry(
     s: crate::gpu::GpuSample,
     job_of: impl Fn(u32) -> Option<gpu_raft_store::JobId>,
 ) -> pb::GpuTelemetry {
@@ -372,7 +372,7 @@ pub fn gpu_telemetry(
     }
 }
 
-pub fn alert(a: &gpu_raft_store::Alert) -> pb::Alert {
+pub(crate) fn alert(a: &gpu_raft_store::Alert) -> pb::Alert {
     pb::Alert {
         id: a.id,
         rule: a.rule.clone(),
@@ -388,7 +388,7 @@ pub fn alert(a: &gpu_raft_store::Alert) -> pb::Alert {
 }
 
 /// A rule for listing; `source` says where it comes from.
-pub fn alert_rule(r: &gpu_raft_store::AlertRule, source: &str) -> pb::AlertRule {
+pub(crate) fn alert_rule(r: &gpu_raft_store::AlertRule, source: &str) -> pb::AlertRule {
     let flat = crate::monitor::rules::FlatRule::from_rule(r);
     let ms = |d: Option<std::time::Duration>| d.map_or(0, |d| d.as_millis() as u64);
     pb::AlertRule {
@@ -411,7 +411,7 @@ pub fn alert_rule(r: &gpu_raft_store::AlertRule, source: &str) -> pb::AlertRule 
 }
 
 /// Energy per node and per tenant (tenants summed over their jobs).
-pub fn energy(s: &ClusterState) -> pb::EnergyReport {
+pub(crate) fn energy(s: &ClusterState) -> pb::EnergyReport {
     let mut tenants: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
     for (id, mj) in &s.energy.by_job {
         if let Some(job) = s.jobs.get(id) {
@@ -446,7 +446,7 @@ pub fn energy(s: &ClusterState) -> pb::EnergyReport {
 const TENANT_JOBS_SHOWN: usize = 1000;
 
 /// Every tenant with a record or a job, by name.
-pub fn tenant_names(s: &ClusterState) -> BTreeSet<String> {
+pub(crate) fn tenant_names(s: &ClusterState) -> BTreeSet<String> {
     let mut names: BTreeSet<String> = s.tenants.keys().cloned().collect();
     names.extend(s.jobs.values().map(|j| j.spec.tenant.clone()));
     names
@@ -455,7 +455,12 @@ pub fn tenant_names(s: &ClusterState) -> BTreeSet<String> {
 /// A tenant as `Tenant`: its record (or the defaults), GPU use by type as of `now_ms`, and
 /// with `with_jobs` the GPU time of its most recent jobs. `None` when the cluster has neither
 /// a record nor a job of that name.
-pub fn tenant(s: &ClusterState, name: &str, now_ms: u64, with_jobs: bool) -> Option<pb::Tenant> {
+pub(crate) fn tenant(
+    s: &ClusterState,
+    name: &str,
+    now_ms: u64,
+    with_jobs: bool,
+) -> Option<pb::Tenant> {
     let record = s.tenants.get(name);
     let jobs: Vec<&gpu_raft_store::Job> =
         s.jobs.values().filter(|j| j.spec.tenant == name).collect();
@@ -539,7 +544,7 @@ pub fn tenant(s: &ClusterState, name: &str, now_ms: u64, with_jobs: bool) -> Opt
 }
 
 /// `explain`'s answer as `JobExplanation`.
-pub fn job_explanation(
+pub(crate) fn job_explanation(
     id: gpu_raft_store::JobId,
     e: &crate::scheduler::Explanation,
     policy: String,

@@ -16,19 +16,19 @@ use crate::raft::Cluster;
 use crate::raft::contact::ContactBook;
 
 /// How long ago the lease file was last renewed; `None` when it is missing or unreadable.
-pub fn lease_age(path: &std::path::Path) -> Option<Duration> {
+pub(crate) fn lease_age(path: &std::path::Path) -> Option<Duration> {
     let modified = std::fs::metadata(path).and_then(|m| m.modified()).ok()?;
     Some(modified.elapsed().unwrap_or_default())
 }
 
-pub struct LeaseKeeper {
+pub(crate) struct LeaseKeeper {
     pub cluster: Cluster,
     pub path: PathBuf,
     pub lease: Duration,
 }
 
 impl LeaseKeeper {
-    pub async fn run(self, cancel: CancellationToken) {
+    pub(crate) async fn run(self, cancel: CancellationToken) {
         let every = (self.lease / 4).max(Duration::from_millis(100));
         let mut held = true;
         loop {
@@ -68,7 +68,7 @@ impl LeaseKeeper {
 /// The contact the lease runs from, if it is younger than `lease`. A follower (`leader` is
 /// `None`): when it last accepted replication from a leader. The leader (`leader` is its own
 /// id): the moment by which a majority of `voters`, itself included, had last answered it.
-pub fn last_contact(
+pub(crate) fn last_contact(
     contacts: &ContactBook,
     leader: Option<u64>,
     voters: &std::collections::BTreeSet<u64>,

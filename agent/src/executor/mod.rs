@@ -9,7 +9,7 @@
 
 pub mod isolation;
 pub mod job_dir;
-pub mod lease;
+pub(crate) mod lease;
 pub mod shim;
 
 mod act;

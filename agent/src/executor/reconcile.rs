@@ -8,7 +8,7 @@ use super::job_dir::StopReason;
 
 /// A placement on this node from the replicated state.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Desired {
+pub(super) struct Desired {
     pub job: JobId,
     pub generation: u64,
     pub state: JobState,
@@ -18,7 +18,7 @@ pub struct Desired {
 
 /// A run this node knows of, from its job directories.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Observed {
+pub(super) struct Observed {
     pub job: JobId,
     pub generation: u64,
     /// The supervisor process is alive.
@@ -31,7 +31,7 @@ pub struct Observed {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Action {
+pub(super) enum Action {
     Start {
         job: JobId,
         generation: u64,
@@ -52,7 +52,7 @@ pub enum Action {
     },
 }
 
-pub fn reconcile(desired: &[Desired], observed: &[Observed]) -> Vec<Action> {
+pub(super) fn reconcile(desired: &[Desired], observed: &[Observed]) -> Vec<Action> {
     let mut actions = Vec::new();
     for d in desired {
         let (job, generation) = (d.job, d.generation);

@@ -20,7 +20,7 @@ use super::job_dir::JobDir;
 const VM_FILE: &str = "vm";
 
 /// Record the pass-through of `pci` to the job's VM (see the integration point above).
-pub fn attach(dir: &JobDir, pci: &[String]) -> std::io::Result<()> {
+pub(super) fn attach(dir: &JobDir, pci: &[String]) -> std::io::Result<()> {
     dir.create()?;
     // Hypervisor hook: hand `pci` to the VM here; on failure return the error and the run
     // fails to start (the caller reports `FailedToStart`).
@@ -38,12 +38,12 @@ pub fn attach(dir: &JobDir, pci: &[String]) -> std::io::Result<()> {
 }
 
 /// Whether this directory is a vm run.
-pub fn is_vm(dir: &JobDir) -> bool {
+pub(super) fn is_vm(dir: &JobDir) -> bool {
     dir.path.join(VM_FILE).exists()
 }
 
 /// End a vm run with `outcome` (hypervisor hook: stop the VM, release the functions).
-pub fn detach(dir: &JobDir, outcome: &Outcome) -> std::io::Result<()> {
+pub(super) fn detach(dir: &JobDir, outcome: &Outcome) -> std::io::Result<()> {
     if dir.exit().is_some() {
         return Ok(());
     }
@@ -51,7 +51,7 @@ pub fn detach(dir: &JobDir, outcome: &Outcome) -> std::io::Result<()> {
 }
 
 /// Whether a started vm job has run past its wall limit at `now_ms`.
-pub fn past_wall_limit(job: &Job, now_ms: u64) -> bool {
+pub(super) fn past_wall_limit(job: &Job, now_ms: u64) -> bool {
     match (job.started_at_ms, job.spec.wall_time_limit_s) {
         (Some(start), Some(limit)) => now_ms >= start.saturating_add(limit.saturating_mul(1000)),
         _ => false,

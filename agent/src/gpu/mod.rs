@@ -4,10 +4,10 @@
 //! Architecture invariant: nothing outside this module names NVML; the rest of the agent sees
 //! only `GpuBackend`, `GpuDevice` and `GpuSample`, whichever backend is behind them.
 
-pub mod models;
-pub mod nvml;
+pub(crate) mod models;
+pub(crate) mod nvml;
 mod nvml_mig;
-pub mod sim;
+pub(crate) mod sim;
 
 use gpu_raft_store::mig::Instance;
 use std::fmt;

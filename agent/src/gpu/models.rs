@@ -9,7 +9,7 @@
 
 /// One GPU product as the simulator models it.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct GpuModel {
+pub(crate) struct GpuModel {
     /// The spec name, e.g. `A100-80GB`; also reported as `GpuDevice::model`.
     pub name: &'static str,
     /// The family label used for scheduling, e.g. `A100`.
@@ -31,19 +31,19 @@ pub struct GpuModel {
 }
 
 /// SM clock an idle GPU drops to (P8), for every model.
-pub const IDLE_SM_CLOCK_MHZ: u32 = 210;
+pub(crate) const IDLE_SM_CLOCK_MHZ: u32 = 210;
 /// Memory clock of an idle GPU (P8), for every model.
-pub const IDLE_MEMORY_CLOCK_MHZ: u32 = 405;
+pub(crate) const IDLE_MEMORY_CLOCK_MHZ: u32 = 405;
 
 impl GpuModel {
     /// The lowest power limit the board accepts: NVIDIA boards allow about a third of TDP.
-    pub fn min_power_limit_w(&self) -> u32 {
+    pub(crate) fn min_power_limit_w(&self) -> u32 {
         (self.max_power_w / 3).max(self.idle_power_w + 1)
     }
 }
 
 /// The known models, in the order they are listed in error messages.
-pub const MODELS: &[GpuModel] = &[
+pub(crate) const MODELS: &[GpuModel] = &[
     // A100 SXM4 40 GB.
     GpuModel {
         name: "A100-40GB",
@@ -146,18 +146,18 @@ pub const MODELS: &[GpuModel] = &[
 ];
 
 /// The model with this spec name, ignoring ASCII case.
-pub fn find(name: &str) -> Option<&'static GpuModel> {
+pub(crate) fn find(name: &str) -> Option<&'static GpuModel> {
     MODELS.iter().find(|m| m.name.eq_ignore_ascii_case(name))
 }
 
 /// The known spec names, comma-separated, for error messages.
-pub fn known_names() -> String {
+pub(crate) fn known_names() -> String {
     MODELS.iter().map(|m| m.name).collect::<Vec<_>>().join(", ")
 }
 
 /// The model a real GPU corresponds to: same family and memory within 5 % (drivers report a
 /// little less than the nominal size, e.g. 81559 MiB for an 80 GB H100).
-pub fn match_real(gpu_type: &str, memory_mib: u64) -> Option<&'static GpuModel> {
+pub(crate) fn match_real(gpu_type: &str, memory_mib: u64) -> Option<&'static GpuModel> {
     MODELS
         .iter()
         .filter(|m| m.gpu_type.eq_ignore_ascii_case(gpu_type))

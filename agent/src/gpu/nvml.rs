@@ -26,7 +26,7 @@ use super::models;
 use super::{Fault, GpuBackend, GpuDevice, GpuError, GpuProcess, GpuSample};
 
 /// The NVML library as the driver installs it.
-pub const NVML_LIBRARY: &str = "libnvidia-ml.so.1";
+pub(crate) const NVML_LIBRARY: &str = "libnvidia-ml.so.1";
 /// `NVML_NVLINK_MAX_LINKS` in nvml.h (18 since Hopper); the walk stops at the first link the
 /// device does not have.
 const NVLINK_MAX_LINKS: u32 = 18;
@@ -547,7 +547,7 @@ fn numa_node_from_sysfs(pci: &PciInfo) -> Option<u32> {
 
 /// The family label from NVML's product name: `NVIDIA A100-SXM4-80GB` → `A100`,
 /// `Tesla T4` → `T4`, `NVIDIA GeForce RTX 4090` → `RTX4090`.
-pub fn gpu_type_from_name(name: &str) -> String {
+pub(crate) fn gpu_type_from_name(name: &str) -> String {
     let mut tokens = name
         .split(|c: char| c.is_whitespace() || c == '-')
         .filter(|t| !t.is_empty())

@@ -84,7 +84,11 @@ fn instances(nvml: &Nvml, device: &Device<'_>, model: &mig::MigModel) -> Result<
 }
 
 /// The MIG devices (GPU instance → `MIG-…` UUID) of `device`, or `None` with MIG mode off.
-pub fn devices(nvml: &Nvml, index: u32, model: &str) -> Result<Option<Vec<MigDevice>>, GpuError> {
+pub(super) fn devices(
+    nvml: &Nvml,
+    index: u32,
+    model: &str,
+) -> Result<Option<Vec<MigDevice>>, GpuError> {
     let nvml_err = |e: nvml_wrapper::error::NvmlError| GpuError::Nvml(e.to_string());
     let device = nvml.device_by_index(index).map_err(nvml_err)?;
     let Some(rules) = mig::model(model) else {
@@ -127,7 +131,7 @@ pub fn devices(nvml: &Nvml, index: u32, model: &str) -> Result<Option<Vec<MigDev
 }
 
 /// Make `device` hold exactly `layout` (or MIG off for `None`).
-pub fn apply(
+pub(super) fn apply(
     nvml: &Nvml,
     index: u32,
     model: &str,

@@ -12,17 +12,17 @@ use super::models::{self, GpuModel};
 use super::{Fault, GpuBackend, GpuDevice, GpuError, GpuSample, MigDevice, throttle};
 
 /// Most GPUs one simulated node may have (per spec entry and in total).
-pub const MAX_GPUS: u32 = 64;
+pub(crate) const MAX_GPUS: u32 = 64;
 /// Air temperature the GPUs cool towards.
-pub const AMBIENT_C: f64 = 30.0;
+pub(crate) const AMBIENT_C: f64 = 30.0;
 /// Time constant of the temperature's lag behind its steady state.
-pub const THERMAL_TAU_S: f64 = 20.0;
+pub(crate) const THERMAL_TAU_S: f64 = 20.0;
 /// Time constant of the power draw's approach to its target.
-pub const POWER_TAU_S: f64 = 2.0;
+pub(crate) const POWER_TAU_S: f64 = 2.0;
 /// GPU utilization while a job runs.
-pub const BUSY_UTILIZATION_PCT: f64 = 95.0;
+pub(crate) const BUSY_UTILIZATION_PCT: f64 = 95.0;
 /// Fraction of memory a running job holds.
-pub const BUSY_MEMORY_FRACTION: f64 = 0.8;
+pub(crate) const BUSY_MEMORY_FRACTION: f64 = 0.8;
 /// Steady-state temperature at full power sits this far below the slowdown threshold.
 const FULL_LOAD_MARGIN_C: f64 = 15.0;
 /// Memory-controller utilization while a job runs.
@@ -43,7 +43,7 @@ const XID_FALLEN_OFF_BUS: u32 = 79;
 /// Parses a spec into (model, count) entries: comma-separated `<count>x<model>` or `<model>`
 /// (count 1); model names ignore case. Refuses empty specs and entries, unknown models, counts
 /// of 0 and more than `MAX_GPUS` GPUs.
-pub fn parse_spec(spec: &str) -> Result<Vec<(&'static GpuModel, u32)>, GpuError> {
+pub(crate) fn parse_spec(spec: &str) -> Result<Vec<(&'static GpuModel, u32)>, GpuError> {
     let invalid = |reason: String| GpuError::InvalidSimSpec {
         spec: spec.to_owned(),
         reason,

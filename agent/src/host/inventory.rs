@@ -14,7 +14,7 @@ use crate::monitor::{Reading, Telemetry};
 use crate::raft::Cluster;
 
 /// Registers this node, then re-registers whenever its inventory changes (a GPU lost or back).
-pub struct InventoryReporter {
+pub(crate) struct InventoryReporter {
     pub cluster: Cluster,
     pub gpus: Arc<dyn GpuBackend>,
     /// Health comes from the sampler's latest readings.
@@ -28,7 +28,7 @@ pub struct InventoryReporter {
 }
 
 impl InventoryReporter {
-    pub async fn run(self, cancel: CancellationToken) {
+    pub(crate) async fn run(self, cancel: CancellationToken) {
         let mut registered: Option<Inventory> = None;
         loop {
             let inventory = collect(self.gpus.as_ref(), &self.telemetry.latest());
@@ -74,7 +74,7 @@ impl InventoryReporter {
 
 /// This host as the cluster should see it now. A GPU whose latest sample could not read it is
 /// unhealthy, so the scheduler stops placing work on it.
-pub fn collect(gpus: &dyn GpuBackend, latest: &[Reading]) -> Inventory {
+pub(crate) fn collect(gpus: &dyn GpuBackend, latest: &[Reading]) -> Inventory {
     let unhealthy: HashSet<u32> = latest
         .iter()
         .filter(|r| !r.sample.healthy)

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 /// Where notifications go, read once from the environment at start.
 #[derive(Clone, Debug, Default)]
-pub struct SdNotify {
+pub(crate) struct SdNotify {
     target: Option<Target>,
     watchdog: Option<Duration>,
 }
@@ -22,7 +22,7 @@ enum Target {
 
 impl SdNotify {
     /// From `NOTIFY_SOCKET`, `WATCHDOG_USEC` and `WATCHDOG_PID` of this process.
-    pub fn from_env() -> Self {
+    pub(crate) fn from_env() -> Self {
         let var = |k: &str| std::env::var(k).ok();
         Self::from_vars(
             var("NOTIFY_SOCKET").as_deref(),
@@ -55,17 +55,17 @@ impl SdNotify {
     }
 
     /// Whether a service manager listens.
-    pub fn enabled(&self) -> bool {
+    pub(crate) fn enabled(&self) -> bool {
         self.target.is_some()
     }
 
     /// How often to send `WATCHDOG=1` (half the manager's timeout), when it asked for them.
-    pub fn watchdog_interval(&self) -> Option<Duration> {
+    pub(crate) fn watchdog_interval(&self) -> Option<Duration> {
         self.watchdog.filter(|_| self.enabled()).map(|d| d / 2)
     }
 
     /// Send one notification (`KEY=VALUE` lines). A no-op without a manager.
-    pub fn notify(&self, message: &str) -> std::io::Result<()> {
+    pub(crate) fn notify(&self, message: &str) -> std::io::Result<()> {
         let Some(target) = &self.target else {
             return Ok(());
         };
@@ -84,19 +84,19 @@ impl SdNotify {
         Ok(())
     }
 
-    pub fn ready(&self) -> std::io::Result<()> {
+    pub(crate) fn ready(&self) -> std::io::Result<()> {
         self.notify("READY=1\nSTATUS=joined and caught up")
     }
 
-    pub fn stopping(&self) -> std::io::Result<()> {
+    pub(crate) fn stopping(&self) -> std::io::Result<()> {
         self.notify("STOPPING=1\nSTATUS=shutting down")
     }
 
-    pub fn watchdog(&self) -> std::io::Result<()> {
+    pub(crate) fn watchdog(&self) -> std::io::Result<()> {
         self.notify("WATCHDOG=1")
     }
 
-    pub fn status(&self, status: &str) -> std::io::Result<()> {
+    pub(crate) fn status(&self, status: &str) -> std::io::Result<()> {
         self.notify(&format!("STATUS={status}"))
     }
 }

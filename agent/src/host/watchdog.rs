@@ -11,7 +11,7 @@ use tracing::warn;
 
 use crate::host::sd_notify::SdNotify;
 
-pub struct Watchdog {
+pub(crate) struct Watchdog {
     pub raft: Raft,
     pub state: StateReader,
     pub notify: SdNotify,
@@ -20,7 +20,7 @@ pub struct Watchdog {
 }
 
 impl Watchdog {
-    pub async fn run(self, cancel: CancellationToken) {
+    pub(crate) async fn run(self, cancel: CancellationToken) {
         let mut tick = tokio::time::interval(self.interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {

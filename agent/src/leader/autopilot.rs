@@ -17,7 +17,7 @@ use crate::raft::{Attempt, Cluster};
 
 /// How a member looks from the leader.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Health {
+pub(crate) enum Health {
     /// Heard from recently and (for learners) close to the leader's log.
     Healthy,
     /// Silent, but not yet long enough to act on.
@@ -31,7 +31,7 @@ pub enum Health {
 
 /// The voter set to move to, or `None` to stay. Never removes a voter without a replacement,
 /// never touches the leader, prefers learners with the highest matched index.
-pub fn plan_voters(
+pub(crate) fn plan_voters(
     leader: NodeId,
     voters: &BTreeSet<NodeId>,
     learners: &BTreeMap<NodeId, (Health, u64)>,
@@ -68,7 +68,7 @@ pub fn plan_voters(
     (next != *voters).then_some(next)
 }
 
-pub struct Autopilot {
+pub(crate) struct Autopilot {
     pub cluster: Cluster,
     pub dead_voter_after: Duration,
     pub reachable_within: Duration,
@@ -79,7 +79,7 @@ pub struct Autopilot {
 const MAX_PROMOTION_LAG: u64 = 100;
 
 impl Autopilot {
-    pub async fn run(self, cancel: CancellationToken) {
+    pub(crate) async fn run(self, cancel: CancellationToken) {
         let mut leader_since: Option<Instant> = None;
         loop {
             tokio::select! {

@@ -13,7 +13,7 @@ use tracing::{info, warn};
 
 use crate::raft::{Attempt, Cluster, Proposal};
 
-pub struct Liveness {
+pub(crate) struct Liveness {
     pub cluster: Cluster,
     /// The grace of nodes that are not at an edge site.
     pub down_after: Duration,
@@ -22,7 +22,7 @@ pub struct Liveness {
 }
 
 impl Liveness {
-    pub async fn run(self, cancel: CancellationToken) {
+    pub(crate) async fn run(self, cancel: CancellationToken) {
         let mut leader_since: Option<Instant> = None;
         loop {
             tokio::select! {
@@ -79,7 +79,7 @@ impl Liveness {
 
 /// How long the leader waits before declaring `node` down: its edge site's grace, as recorded
 /// when it registered, or `default` (`jobs.down_after`).
-pub fn down_grace(node: &NodeRecord, default: Duration) -> Duration {
+pub(crate) fn down_grace(node: &NodeRecord, default: Duration) -> Duration {
     node.edge
         .as_ref()
         .map_or(default, |e| Duration::from_millis(e.down_after_ms))

@@ -20,7 +20,7 @@ use crate::scheduler::{
     EnvCache, PendingCache, Plan, Policy, Reslice, plan_pending, preemptions, reslice,
 };
 
-pub struct Scheduler {
+pub(crate) struct Scheduler {
     pub cluster: Cluster,
     /// The base policy; ordering, backfill and their knobs come from the replicated
     /// `ClusterState::scheduler` at every pass.
@@ -36,7 +36,7 @@ struct Decisions {
 }
 
 impl Scheduler {
-    pub async fn run(self, cancel: CancellationToken) {
+    pub(crate) async fn run(self, cancel: CancellationToken) {
         let mut applied = self.cluster.state.subscribe();
         // An interval, not a sleep raced against changes: under a steady stream of writes a
         // fresh sleep would never fire.

@@ -18,7 +18,7 @@ use crate::clock::now_ms;
 use crate::gpu::GpuBackend;
 use crate::raft::Cluster;
 
-pub struct Alerting {
+pub(crate) struct Alerting {
     pub cluster: Cluster,
     pub telemetry: Telemetry,
     pub gpus: Arc<dyn GpuBackend>,
@@ -29,7 +29,7 @@ pub struct Alerting {
 }
 
 impl Alerting {
-    pub async fn run(self, cancel: CancellationToken) {
+    pub(crate) async fn run(self, cancel: CancellationToken) {
         let node = self.cluster.id;
         let devices = self.gpus.devices();
         loop {

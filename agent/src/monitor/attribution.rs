@@ -7,7 +7,7 @@ use gpu_raft_store::JobId;
 const JOB_VARIABLE: &[u8] = b"GPUMESH_JOB_ID=";
 
 /// The job named by a process environment (`/proc/<pid>/environ`: NUL-separated `K=V`).
-pub fn job_from_environ(environ: &[u8]) -> Option<JobId> {
+pub(crate) fn job_from_environ(environ: &[u8]) -> Option<JobId> {
     environ
         .split(|&b| b == 0)
         .find_map(|entry| entry.strip_prefix(JOB_VARIABLE))
@@ -15,7 +15,7 @@ pub fn job_from_environ(environ: &[u8]) -> Option<JobId> {
 }
 
 /// The job process `pid` runs for, if any (`None` also when the process is gone or unreadable).
-pub fn job_of_pid(pid: u32) -> Option<JobId> {
+pub(crate) fn job_of_pid(pid: u32) -> Option<JobId> {
     let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
     job_from_environ(&environ)
 }

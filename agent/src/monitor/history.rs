@@ -9,19 +9,19 @@ use crate::gpu::GpuSample;
 
 /// One sample of one GPU, with the wall-clock time it was taken.
 #[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Reading {
+pub(crate) struct Reading {
     pub at_ms: u64,
     pub sample: GpuSample,
 }
 
-pub struct History {
+pub(crate) struct History {
     per_gpu: usize,
     gpus: BTreeMap<u32, VecDeque<Reading>>,
 }
 
 impl History {
     /// Keeps the last `per_gpu` readings of each GPU (at least one).
-    pub fn new(per_gpu: usize) -> Self {
+    pub(crate) fn new(per_gpu: usize) -> Self {
         Self {
             per_gpu: per_gpu.max(1),
             gpus: BTreeMap::new(),
@@ -30,7 +30,7 @@ impl History {
 
     /// Adds one sample of each GPU taken at `at_ms`. A reading older than the GPU's newest
     /// (the wall clock stepped back) is still kept, in arrival order.
-    pub fn record(&mut self, at_ms: u64, samples: Vec<GpuSample>) {
+    pub(crate) fn record(&mut self, at_ms: u64, samples: Vec<GpuSample>) {
         for sample in samples {
             let ring = self.gpus.entry(sample.index).or_default();
             if ring.len() == self.per_gpu {
@@ -41,12 +41,12 @@ impl History {
     }
 
     /// The newest reading of each GPU, in index order.
-    pub fn latest(&self) -> impl Iterator<Item = &Reading> {
+    pub(crate) fn latest(&self) -> impl Iterator<Item = &Reading> {
         self.gpus.values().filter_map(VecDeque::back)
     }
 
     /// GPU `index`'s readings taken at or after `from_ms`, oldest first.
-    pub fn since(&self, index: u32, from_ms: u64) -> impl Iterator<Item = &Reading> {
+    pub(crate) fn since(&self, index: u32, from_ms: u64) -> impl Iterator<Item = &Reading> {
         self.gpus
             .get(&index)
             .into_iter()
@@ -54,12 +54,14 @@ impl History {
             .filter(move |r| r.at_ms >= from_ms)
     }
 
-    /// Readings held, over all GPUs.
-    pub fn len(&self) -> usize {
+    /// Readings held, over all GPUs (tests: the memory bound).
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.gpus.values().map(VecDeque::len).sum()
     }
 
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    fn is_empty(&self) -> bool {
         self.len() == 0
     }
 }

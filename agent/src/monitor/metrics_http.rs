@@ -32,20 +32,20 @@ const HEADER_DEADLINE: Duration = Duration::from_secs(5);
 
 /// What a scrape reads.
 #[derive(Clone)]
-pub struct MetricsSource {
+pub(crate) struct MetricsSource {
     pub cluster: Cluster,
     pub telemetry: Telemetry,
     pub devices: Arc<Vec<GpuDevice>>,
     pub hostname: Arc<str>,
 }
 
-pub struct MetricsServer {
+pub(crate) struct MetricsServer {
     pub listener: TcpListener,
     pub source: MetricsSource,
 }
 
 impl MetricsServer {
-    pub async fn run(self, cancel: CancellationToken) {
+    pub(crate) async fn run(self, cancel: CancellationToken) {
         let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
         let mut connections = JoinSet::new();
         loop {
@@ -113,7 +113,7 @@ fn answer(source: &MetricsSource, req: &Request<Incoming>) -> Response<Full<Byte
 }
 
 /// The exposition as of now.
-pub fn exposition(source: &MetricsSource) -> String {
+pub(crate) fn exposition(source: &MetricsSource) -> String {
     let node_id = source.cluster.id;
     let latest = source.telemetry.latest();
     let (bound, jobs_by_state, pending_by_tenant, open_alerts) = source.cluster.state.read(|s| {
@@ -166,7 +166,7 @@ pub fn exposition(source: &MetricsSource) -> String {
 }
 
 /// This host's name, as dcgm-exporter's `Hostname` label shows it.
-pub fn hostname() -> String {
+pub(crate) fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_owned())
         .unwrap_or_default()

@@ -19,7 +19,7 @@ pub struct Green {
 }
 
 /// The limit (watts) a GPU with board maximum `max_w` should have now.
-pub fn wanted_limit(
+pub(crate) fn wanted_limit(
     max_w: u32,
     throttles: impl IntoIterator<Item = u32>,
     green: Option<Green>,
@@ -34,13 +34,17 @@ pub fn wanted_limit(
 
 /// Since when each GPU has been idle: no job bound and no utilization in its latest reading.
 #[derive(Default)]
-pub struct IdleClock {
+pub(crate) struct IdleClock {
     since: BTreeMap<u32, u64>,
 }
 
 impl IdleClock {
     /// Update from the latest readings and the GPUs jobs hold; returns each GPU's idle time.
-    pub fn observe(&mut self, latest: &[Reading], held: &BTreeSet<u32>) -> BTreeMap<u32, u64> {
+    pub(crate) fn observe(
+        &mut self,
+        latest: &[Reading],
+        held: &BTreeSet<u32>,
+    ) -> BTreeMap<u32, u64> {
         let mut idle = BTreeMap::new();
         for r in latest {
             let index = r.sample.index;
@@ -57,7 +61,7 @@ impl IdleClock {
 
 /// Energy not yet reported: the node's total, per job, and green-capped GPU time.
 #[derive(Default)]
-pub struct EnergyMeter {
+pub(crate) struct EnergyMeter {
     /// Each GPU's counter at its previous reading.
     last: BTreeMap<u32, (u64, u64)>,
     gpu_mj: u64,
@@ -69,7 +73,7 @@ impl EnergyMeter {
     /// Count the energy each GPU used since its previous reading, for the node and for the job
     /// holding it (`holders`), and the time the `capped` GPUs spent under a green cap. A counter
     /// that went backwards (a driver reload) counts nothing for that step.
-    pub fn observe(
+    pub(crate) fn observe(
         &mut self,
         latest: &[Reading],
         holders: &BTreeMap<u32, JobId>,
@@ -97,7 +101,7 @@ impl EnergyMeter {
 
     /// The report of everything counted so far (and a fresh start), or `None` if there is
     /// nothing to say.
-    pub fn report(&mut self, node: u64, seq: u64) -> Option<EnergyReport> {
+    pub(crate) fn report(&mut self, node: u64, seq: u64) -> Option<EnergyReport> {
         if self.gpu_mj == 0 && self.green_capped_ms == 0 && self.jobs.is_empty() {
             return None;
         }
@@ -111,7 +115,7 @@ impl EnergyMeter {
     }
 
     /// Put back a report that could not be delivered, to go out with the next one.
-    pub fn restore(&mut self, r: EnergyReport) {
+    pub(crate) fn restore(&mut self, r: EnergyReport) {
         self.gpu_mj += r.gpu_mj;
         self.green_capped_ms += r.green_capped_ms;
         for (job, mj) in r.jobs {

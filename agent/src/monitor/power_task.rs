@@ -19,7 +19,7 @@ use crate::clock::now_ms;
 use crate::gpu::GpuBackend;
 use crate::raft::Cluster;
 
-pub struct PowerTask {
+pub(crate) struct PowerTask {
     pub cluster: Cluster,
     pub telemetry: Telemetry,
     pub gpus: Arc<dyn GpuBackend>,
@@ -30,7 +30,7 @@ pub struct PowerTask {
 }
 
 impl PowerTask {
-    pub async fn run(self, cancel: CancellationToken) {
+    pub(crate) async fn run(self, cancel: CancellationToken) {
         let node = self.cluster.id;
         let devices = self.gpus.devices();
         // The limit this task last set per GPU; empty at start, so the first pass sets every

@@ -13,13 +13,13 @@ use crate::raft::RaftView;
 
 /// The job a GPU is bound to.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct BoundJob {
+pub(crate) struct BoundJob {
     pub id: JobId,
     pub tenant: String,
 }
 
 /// Everything one scrape shows.
-pub struct Scrape<'a> {
+pub(crate) struct Scrape<'a> {
     pub hostname: &'a str,
     pub node_id: NodeId,
     pub devices: &'a [GpuDevice],
@@ -184,7 +184,7 @@ const GPU_METRICS: &[GpuMetric] = &[
 ];
 
 /// The whole exposition.
-pub fn render(s: &Scrape) -> String {
+pub(crate) fn render(s: &Scrape) -> String {
     let mut out = String::new();
     let devices: BTreeMap<u32, &GpuDevice> = s.devices.iter().map(|d| (d.index, d)).collect();
     let gpu_labels: Vec<(u32, String, &GpuSample)> = s

@@ -15,7 +15,7 @@ use crate::gpu::GpuSample;
 
 /// A rule's verdict on one GPU now.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// The condition holds; what was seen, for humans.
     Firing(String),
     /// The condition has been false for `clear_after`.
@@ -25,7 +25,7 @@ pub enum Verdict {
 }
 
 /// The metric's value in one sample (`None`: the GPU could not be read).
-pub fn value(metric: Metric, s: &GpuSample) -> Option<f64> {
+pub(crate) fn value(metric: Metric, s: &GpuSample) -> Option<f64> {
     if !s.healthy {
         return None;
     }
@@ -48,7 +48,7 @@ pub fn value(metric: Metric, s: &GpuSample) -> Option<f64> {
 }
 
 /// How much history `rule` needs to decide, in milliseconds.
-pub fn lookback_ms(rule: &AlertRule) -> u64 {
+pub(crate) fn lookback_ms(rule: &AlertRule) -> u64 {
     let window = match &rule.condition {
         Condition::Above { for_ms, .. } => *for_ms,
         Condition::Rate { window_ms, .. } | Condition::Predict { window_ms, .. } => *window_ms,
@@ -58,7 +58,7 @@ pub fn lookback_ms(rule: &AlertRule) -> u64 {
 }
 
 /// `rule` on `readings` (one GPU, oldest first), as of the newest reading.
-pub fn evaluate(rule: &AlertRule, readings: &[Reading]) -> Verdict {
+pub(crate) fn evaluate(rule: &AlertRule, readings: &[Reading]) -> Verdict {
     let Some(now) = readings.last().map(|r| r.at_ms) else {
         return Verdict::Undecided;
     };
@@ -400,7 +400,7 @@ impl FlatRule {
 }
 
 /// `none`, `throttle:PCT`, `quarantine` or `migrate`.
-pub fn parse_action(s: &str) -> Result<Remediation, String> {
+pub(crate) fn parse_action(s: &str) -> Result<Remediation, String> {
     match s {
         "none" => Ok(Remediation::None),
         "quarantine" => Ok(Remediation::Quarantine),
@@ -414,7 +414,7 @@ pub fn parse_action(s: &str) -> Result<Remediation, String> {
     }
 }
 
-pub fn action_name(r: Remediation) -> String {
+pub(crate) fn action_name(r: Remediation) -> String {
     match r {
         Remediation::None => "none".into(),
         Remediation::Throttle { power_pct } => format!("throttle:{power_pct}"),

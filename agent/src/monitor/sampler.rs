@@ -17,7 +17,7 @@ use super::Telemetry;
 use crate::clock::now_ms;
 use crate::gpu::{GpuBackend, GpuSample};
 
-pub struct Sampler {
+pub(crate) struct Sampler {
     pub gpus: Arc<dyn GpuBackend>,
     pub telemetry: Telemetry,
     pub interval: Duration,
@@ -25,7 +25,7 @@ pub struct Sampler {
 }
 
 impl Sampler {
-    pub async fn run(self, cancel: CancellationToken) {
+    pub(crate) async fn run(self, cancel: CancellationToken) {
         let mut ticks = tokio::time::interval(self.interval);
         ticks.set_missed_tick_behavior(MissedTickBehavior::Skip);
         let mut stuck: Option<JoinHandle<Vec<GpuSample>>> = None;

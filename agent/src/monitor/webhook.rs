@@ -29,27 +29,27 @@ const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
 /// What happened to an alert.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Event {
+pub(crate) enum Event {
     Raised,
     Resolved,
 }
 
 /// The JSON body of one POST.
 #[derive(Clone, Debug, Serialize)]
-pub struct Notice {
+pub(crate) struct Notice {
     pub event: Event,
     pub alert: Alert,
 }
 
 /// The evaluator's end: never blocks.
 #[derive(Clone)]
-pub struct Notifier {
+pub(crate) struct Notifier {
     queue: Option<mpsc::Sender<Notice>>,
 }
 
 impl Notifier {
     /// A notifier and the sender task for `urls`; with no URLs, no task and notices go nowhere.
-    pub fn new(urls: Vec<Uri>) -> (Notifier, Option<WebhookSender>) {
+    pub(crate) fn new(urls: Vec<Uri>) -> (Notifier, Option<WebhookSender>) {
         if urls.is_empty() {
             return (Notifier { queue: None }, None);
         }
@@ -60,7 +60,7 @@ impl Notifier {
         )
     }
 
-    pub fn notify(&self, notice: Notice) {
+    pub(crate) fn notify(&self, notice: Notice) {
         let Some(queue) = &self.queue else { return };
         if let Err(e) = queue.try_send(notice) {
             warn!(error = %e, "webhook queue full; dropping an alert notice");
@@ -68,13 +68,13 @@ impl Notifier {
     }
 }
 
-pub struct WebhookSender {
+pub(crate) struct WebhookSender {
     urls: Vec<Uri>,
     rx: mpsc::Receiver<Notice>,
 }
 
 impl WebhookSender {
-    pub async fn run(mut self, cancel: CancellationToken) {
+    pub(crate) async fn run(mut self, cancel: CancellationToken) {
         loop {
             let notice = tokio::select! {
                 () = cancel.cancelled() => return,
@@ -162,7 +162,7 @@ async fn post(url: &Uri, body: Bytes) -> Result<(), String> {
 }
 
 /// A webhook URL from the config: `http://host[:port]/path`.
-pub fn parse_url(s: &str) -> Result<Uri, String> {
+pub(crate) fn parse_url(s: &str) -> Result<Uri, String> {
     let uri: Uri = s.parse().map_err(|e| format!("webhook {s:?}: {e}"))?;
     match (uri.scheme_str(), uri.host()) {
         (Some("http"), Some(_)) => Ok(uri),

@@ -22,7 +22,7 @@ use super::cluster::Cluster;
 /// Past the voters' lease, to absorb the gap between two followers' receipt of one heartbeat.
 const MARGIN: Duration = Duration::from_millis(10);
 
-pub struct FastFailover {
+pub(crate) struct FastFailover {
     pub cluster: Cluster,
     pub heartbeat: Duration,
     /// The voters' lease on a leader: openraft's `election_timeout_max`.
@@ -40,7 +40,7 @@ struct Silence {
 }
 
 impl FastFailover {
-    pub async fn run(self, cancel: CancellationToken) {
+    pub(crate) async fn run(self, cancel: CancellationToken) {
         loop {
             tokio::select! {
                 () = cancel.cancelled() => return,

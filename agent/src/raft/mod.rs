@@ -2,16 +2,16 @@
 //! membership), the leader's group commit, openraft's network over the peer API, outgoing peer
 //! connections, protocol negotiation, fast failover, and the chaos transport faults.
 
-pub mod cluster;
-pub mod contact;
-pub mod error;
-pub mod failover;
-pub mod network;
-pub mod peer_client;
-pub mod proposal;
-pub mod proposer;
+pub(crate) mod cluster;
+pub(crate) mod contact;
+pub(crate) mod error;
+pub(crate) mod failover;
+pub(crate) mod network;
+pub(crate) mod peer_client;
+pub(crate) mod proposal;
+pub(crate) mod proposer;
 pub mod protocol;
-pub mod transport_faults;
+pub(crate) mod transport_faults;
 
 pub use cluster::{Cluster, RaftView, retry_until};
 pub use error::{Attempt, ClusterError};

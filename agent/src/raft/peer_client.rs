@@ -65,7 +65,7 @@ fn connect_lazy(addr: &str, tls: Option<ClientTlsConfig>) -> Result<Channel, ton
 }
 
 /// A request with a deadline and our protocol version, the way every peer call is made.
-pub fn with_deadline<T>(msg: T, deadline: Duration) -> tonic::Request<T> {
+pub(crate) fn with_deadline<T>(msg: T, deadline: Duration) -> tonic::Request<T> {
     let mut req = tonic::Request::new(msg);
     req.set_timeout(deadline);
     crate::raft::protocol::stamp(&mut req);

@@ -30,7 +30,7 @@ const MAX_IN_FLIGHT: usize = 2;
 const MAX_BATCH_ENTRIES: usize = 256;
 /// Encoded bytes in one batch (a lone entry may be larger). With `config::MAX_PAYLOAD_ENTRIES`
 /// entries per AppendEntries this keeps a replication message well inside the gRPC limit.
-pub const MAX_BATCH_BYTES: usize = 256 * 1024;
+pub(crate) const MAX_BATCH_BYTES: usize = 256 * 1024;
 
 type Reply = oneshot::Sender<Result<Written, Attempt>>;
 
@@ -43,7 +43,7 @@ struct Waiting {
 
 /// The handle writers propose through; proposals are committed in the order they arrive.
 #[derive(Clone)]
-pub struct Proposer {
+pub(crate) struct Proposer {
     tx: mpsc::UnboundedSender<Waiting>,
     counts: Arc<Counts>,
 }
@@ -65,7 +65,7 @@ impl Counts {
 impl Proposer {
     /// Start the proposer of this agent's Raft node. It proposes only while the node is leader:
     /// otherwise openraft refuses, and each caller gets `Attempt::Retry`.
-    pub fn spawn(raft: Raft, state: StateReader) -> Self {
+    pub(crate) fn spawn(raft: Raft, state: StateReader) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
         let counts = Arc::new(Counts::default());
         tokio::spawn(run(raft, state, rx, counts.clone()));
@@ -73,7 +73,7 @@ impl Proposer {
     }
 
     /// (writes proposed, log entries they became) since the agent started.
-    pub fn counts(&self) -> (u64, u64) {
+    pub(crate) fn counts(&self) -> (u64, u64) {
         (
             self.counts.writes.load(Ordering::Relaxed),
             self.counts.entries.load(Ordering::Relaxed),
@@ -82,7 +82,7 @@ impl Proposer {
 
     /// Propose on this node and wait until the write is committed and applied here. The
     /// proposer stamps the entry's time as it hands it to Raft.
-    pub async fn propose(&self, proposal: Proposal) -> Result<Written, Attempt> {
+    pub(crate) async fn propose(&self, proposal: Proposal) -> Result<Written, Attempt> {
         let bytes = serde_json::to_vec(&proposal).map_or(usize::MAX, |b| b.len());
         let (reply, answer) = oneshot::channel();
         self.tx

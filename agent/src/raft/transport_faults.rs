@@ -12,7 +12,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 /// The longest delay a rule may ask for.
-pub const MAX_DELAY: Duration = Duration::from_secs(10);
+pub(crate) const MAX_DELAY: Duration = Duration::from_secs(10);
 
 /// What to do to outgoing Raft messages.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -69,7 +69,7 @@ pub enum Decision {
 }
 
 /// No fault: send once, now.
-pub const UNTOUCHED: Decision = Decision::Send {
+pub(crate) const UNTOUCHED: Decision = Decision::Send {
     delay: Duration::ZERO,
     copies: 1,
 };
@@ -77,13 +77,13 @@ pub const UNTOUCHED: Decision = Decision::Send {
 /// A rule with its seeded random stream: the same rule and seed give the same decisions for the
 /// same sequence of targets.
 #[derive(Debug)]
-pub struct FaultModel {
+pub(crate) struct FaultModel {
     rule: FaultRule,
     rng: StdRng,
 }
 
 impl FaultModel {
-    pub fn new(rule: FaultRule, seed: u64) -> FaultModel {
+    pub(crate) fn new(rule: FaultRule, seed: u64) -> FaultModel {
         FaultModel {
             rule,
             rng: StdRng::seed_from_u64(seed),
@@ -91,7 +91,7 @@ impl FaultModel {
     }
 
     /// The fate of the next message to `target`.
-    pub fn decide(&mut self, target: NodeId) -> Decision {
+    pub(crate) fn decide(&mut self, target: NodeId) -> Decision {
         let r = &self.rule;
         if !r.peers.is_empty() && !r.peers.contains(&target) {
             return UNTOUCHED;

@@ -69,7 +69,7 @@ impl PlanEnv {
 /// history are rebuilt when asked to (on the tick) or when the settings they depend on
 /// changed.
 #[derive(Default)]
-pub struct EnvCache {
+pub(crate) struct EnvCache {
     cached: Option<(EnvKey, PlanEnv)>,
 }
 
@@ -77,7 +77,7 @@ pub struct EnvCache {
 type EnvKey = (u64, bool);
 
 impl EnvCache {
-    pub fn get(
+    pub(crate) fn get(
         &mut self,
         state: &ClusterState,
         policy: &Policy,

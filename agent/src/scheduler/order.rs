@@ -124,7 +124,7 @@ struct Turns {
 }
 
 impl<'a> Queue<'a> {
-    pub fn new(
+    pub(super) fn new(
         state: &'a ClusterState,
         policy: &Policy,
         env: &PlanEnv,
@@ -191,13 +191,13 @@ impl<'a> Queue<'a> {
     }
 
     /// Whether any pending job asks for no GPUs.
-    pub fn has_cpu_only_pending(&self) -> bool {
+    pub(super) fn has_cpu_only_pending(&self) -> bool {
         self.index.has_cpu_only()
     }
 
     /// Leave out the rest of the class of the job `next` returned last: the caller knows none
     /// of them can be placed in this pass (a no-op where every job must be looked at).
-    pub fn pass_over_class(&mut self) {
+    pub(super) fn pass_over_class(&mut self) {
         if self.may_pass_over
             && let Some(c) = self.last
         {
@@ -206,13 +206,13 @@ impl<'a> Queue<'a> {
     }
 
     /// The job `next` returned last was placed (under fair share it moves its tenant's turn).
-    pub fn placed(&mut self) {
+    pub(super) fn placed(&mut self) {
         if let Draw::Turns(turns) = &mut self.draw {
             turns.placed = true;
         }
     }
 
-    pub fn next(&mut self) -> Option<&'a Job> {
+    pub(super) fn next(&mut self) -> Option<&'a Job> {
         let index: &PendingIndex = &self.index;
         loop {
             let (class, id) = match &mut self.draw {

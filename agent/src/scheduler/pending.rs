@@ -196,7 +196,7 @@ impl PendingIndex {
 
 impl Class {
     /// The member after `rank` (the first with `None`).
-    pub fn after(&self, rank: Option<Rank>) -> Option<Rank> {
+    pub(crate) fn after(&self, rank: Option<Rank>) -> Option<Rank> {
         match rank {
             None => self.members.first().copied(),
             Some(r) => self
@@ -212,10 +212,10 @@ impl Class {
 /// state's `JobLog`, and rebuilt only when the log cannot say what changed (the state was
 /// replaced by a snapshot, the log moved on too far) or the ordering changed.
 #[derive(Default)]
-pub struct PendingCache(KeptIndex<PendingIndex>);
+pub(crate) struct PendingCache(KeptIndex<PendingIndex>);
 
 impl PendingCache {
-    pub fn get(&mut self, state: &ClusterState, ordering: Ordering) -> &PendingIndex {
+    pub(crate) fn get(&mut self, state: &ClusterState, ordering: Ordering) -> &PendingIndex {
         self.0.get(
             state,
             |index| index.ordering() == ordering,

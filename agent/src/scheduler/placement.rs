@@ -32,7 +32,7 @@ pub(crate) struct Nodes<'a> {
 }
 
 impl<'a> Nodes<'a> {
-    pub fn new(state: &'a ClusterState) -> Self {
+    pub(super) fn new(state: &'a ClusterState) -> Self {
         let slots: Vec<Slot<'a>> = state
             .nodes
             .values()
@@ -60,7 +60,7 @@ impl<'a> Nodes<'a> {
     }
 
     /// The most free GPUs on any one node.
-    pub fn max_free(&self) -> usize {
+    pub(super) fn max_free(&self) -> usize {
         self.buckets
             .iter()
             .rposition(|b| !b.is_empty())
@@ -68,12 +68,17 @@ impl<'a> Nodes<'a> {
     }
 
     /// Free GPUs across all schedulable nodes.
-    pub fn total_free(&self) -> usize {
+    pub(super) fn total_free(&self) -> usize {
         self.free_total
     }
 
     /// The best placement for `spec` now, avoiding the slot `avoid` if given.
-    pub fn find(&self, spec: &JobSpec, gangs: bool, avoid: Option<usize>) -> Option<Placement> {
+    pub(super) fn find(
+        &self,
+        spec: &JobSpec,
+        gangs: bool,
+        avoid: Option<usize>,
+    ) -> Option<Placement> {
         if spec.nodes > 1 {
             return self.find_even_gang(spec, avoid);
         }
@@ -92,7 +97,7 @@ impl<'a> Nodes<'a> {
     /// `find`, taking the job's GPU types one at a time in its order of preference first.
     /// `prefer` is the types as the job listed them; `spec` may accept fewer of them (its
     /// tenant is at its quota for some) or, listing none, any (no preference then).
-    pub fn find_preferring(
+    pub(super) fn find_preferring(
         &self,
         spec: &JobSpec,
         prefer: &[String],
@@ -207,7 +212,7 @@ impl<'a> Nodes<'a> {
     }
 
     /// Eligible nodes with at least `per` matching GPUs, free or not (for a gang's nodes).
-    pub fn nodes_with_capacity(&self, spec: &JobSpec, per: usize) -> usize {
+    pub(super) fn nodes_with_capacity(&self, spec: &JobSpec, per: usize) -> usize {
         self.slots
             .iter()
             .filter(|s| selector_matches(spec, &s.labels))
@@ -216,7 +221,7 @@ impl<'a> Nodes<'a> {
     }
 
     /// The most GPUs matching `spec` that any one eligible node has, free or not.
-    pub fn largest_capacity(&self, spec: &JobSpec) -> usize {
+    pub(super) fn largest_capacity(&self, spec: &JobSpec) -> usize {
         if is_plain(spec) {
             return self.largest_node;
         }
@@ -229,7 +234,7 @@ impl<'a> Nodes<'a> {
     }
 
     /// Whether `spec` could be placed on an otherwise empty cluster.
-    pub fn could_ever_fit(&self, spec: &JobSpec, gangs: bool) -> bool {
+    pub(super) fn could_ever_fit(&self, spec: &JobSpec, gangs: bool) -> bool {
         if spec.nodes > 1 {
             let per = spec.gpus_per_node() as usize;
             return self.nodes_with_capacity(spec, per) >= spec.node_count() as usize;
@@ -252,7 +257,7 @@ impl<'a> Nodes<'a> {
     }
 
     /// Take the GPUs of `placement` out of the free pool.
-    pub fn take(&mut self, placement: &Placement) {
+    pub(super) fn take(&mut self, placement: &Placement) {
         for (i, gpus) in placement {
             let slot = &mut self.slots[*i];
             self.buckets[slot.free.len()].remove(i);

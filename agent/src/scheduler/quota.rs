@@ -32,7 +32,7 @@ pub(crate) struct QuotaBook<'a> {
 }
 
 impl<'a> QuotaBook<'a> {
-    pub fn new(state: &'a ClusterState) -> Self {
+    pub(super) fn new(state: &'a ClusterState) -> Self {
         let mut book = Self {
             tenants: &state.tenants,
             held: HashMap::new(),
@@ -63,12 +63,12 @@ impl<'a> QuotaBook<'a> {
     }
 
     /// GPUs of `gpu_type` that `tenant` holds (live jobs and this pass's placements).
-    pub fn held(&self, tenant: &str, gpu_type: &str) -> u32 {
+    pub(super) fn held(&self, tenant: &str, gpu_type: &str) -> u32 {
         self.held.get(&(tenant, gpu_type)).copied().unwrap_or(0)
     }
 
     /// Which GPU types `spec` may take now.
-    pub fn admit(&self, spec: &JobSpec) -> Admission {
+    pub(super) fn admit(&self, spec: &JobSpec) -> Admission {
         let Some(record) = self.tenants.get(&spec.tenant).filter(|_| spec.gpus > 0) else {
             return Admission::Unlimited;
         };
@@ -117,7 +117,7 @@ impl<'a> QuotaBook<'a> {
     }
 
     /// Count GPUs of these types as held by `tenant` from now on in this pass.
-    pub fn take(&mut self, tenant: &'a str, types: impl Iterator<Item = &'a str>) {
+    pub(super) fn take(&mut self, tenant: &'a str, types: impl Iterator<Item = &'a str>) {
         if self.limited(tenant) {
             for t in types {
                 *self.held.entry((tenant, t)).or_insert(0) += 1;

@@ -9,7 +9,7 @@ use super::testkit::spec;
 
 /// One step of a random history of jobs (`step_command` makes it a command).
 #[derive(Clone, Debug)]
-pub enum Step {
+pub(crate) enum Step {
     Submit(u32),
     Place,
     Cancel(usize),
@@ -18,7 +18,7 @@ pub enum Step {
     Succeed(usize),
 }
 
-pub fn job_step() -> impl Strategy<Value = Step> {
+pub(crate) fn job_step() -> impl Strategy<Value = Step> {
     prop_oneof![
         (0u32..3).prop_map(Step::Submit),
         Just(Step::Place),
@@ -30,7 +30,7 @@ pub fn job_step() -> impl Strategy<Value = Step> {
 }
 
 /// The command `step` stands for in `state` (`None` when there is nothing to do it to).
-pub fn step_command(state: &ClusterState, step: &Step) -> Option<Command> {
+pub(crate) fn step_command(state: &ClusterState, step: &Step) -> Option<Command> {
     let pick = |k: usize| {
         let ids: Vec<&Job> = state.jobs.values().collect();
         (!ids.is_empty()).then(|| ids[k % ids.len()])

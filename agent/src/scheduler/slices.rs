@@ -59,7 +59,7 @@ pub(crate) fn is_sliced(spec: &JobSpec) -> bool {
 }
 
 impl SliceBook {
-    pub fn new(state: &ClusterState, best_fit: bool) -> Self {
+    pub(super) fn new(state: &ClusterState, best_fit: bool) -> Self {
         let mut gpus = Vec::new();
         let mut labels = BTreeMap::new();
         for n in state.nodes.values().filter(|n| n.accepts_work()) {
@@ -100,7 +100,7 @@ impl SliceBook {
     }
 
     /// Anything left to place slices on.
-    pub fn has_room(&self) -> bool {
+    pub(super) fn has_room(&self) -> bool {
         self.gpus.iter().any(|g| match g.mode {
             GpuMode::Mig => !g.free_instances.is_empty(),
             GpuMode::Shared => g.share_left > 0 && g.memory_left > 0,
@@ -128,7 +128,7 @@ impl SliceBook {
     }
 
     /// The placement for `spec` now, taken out of the book; `None` when nothing fits.
-    pub fn place(&mut self, spec: &JobSpec) -> Option<SlicePlace> {
+    pub(super) fn place(&mut self, spec: &JobSpec) -> Option<SlicePlace> {
         if spec.kind == JobKind::Vm {
             return self.place_vm(spec);
         }
@@ -223,7 +223,7 @@ impl SliceBook {
     }
 
     /// Why `spec` found no room: impossible as the cluster is partitioned now, or waiting.
-    pub fn why(&self, spec: &JobSpec) -> String {
+    pub(super) fn why(&self, spec: &JobSpec) -> String {
         let any = |mode: GpuMode| self.eligible(spec).any(|(_, g)| g.mode == mode);
         if spec.kind == JobKind::Vm {
             return if any(GpuMode::Passthrough) {

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use gpu_raft_store::{
     ApplyResult, ClusterState, Command, GpuRecord, Inventory, JobSpec, LogEntry, NodeId,
 };
-pub fn gpu(index: u32, gpu_type: &str, numa: u32) -> GpuRecord {
+pub(crate) fn gpu(index: u32, gpu_type: &str, numa: u32) -> GpuRecord {
     GpuRecord {
         index,
         uuid: format!("GPU-{index}"),
@@ -18,7 +18,7 @@ pub fn gpu(index: u32, gpu_type: &str, numa: u32) -> GpuRecord {
     }
 }
 
-pub fn apply_at(s: &mut ClusterState, now_ms: u64, cmd: Command) -> ApplyResult {
+pub(crate) fn apply_at(s: &mut ClusterState, now_ms: u64, cmd: Command) -> ApplyResult {
     s.apply(&LogEntry {
         proposed_at_ms: now_ms,
         cmd,
@@ -26,11 +26,11 @@ pub fn apply_at(s: &mut ClusterState, now_ms: u64, cmd: Command) -> ApplyResult 
     })
 }
 
-pub fn apply(s: &mut ClusterState, cmd: Command) -> ApplyResult {
+pub(crate) fn apply(s: &mut ClusterState, cmd: Command) -> ApplyResult {
     apply_at(s, 1, cmd)
 }
 
-pub fn node(s: &mut ClusterState, id: NodeId, gpus: Vec<GpuRecord>) {
+pub(crate) fn node(s: &mut ClusterState, id: NodeId, gpus: Vec<GpuRecord>) {
     let inventory = Inventory {
         gpus,
         cpu_cores: 8,
@@ -49,7 +49,7 @@ pub fn node(s: &mut ClusterState, id: NodeId, gpus: Vec<GpuRecord>) {
     );
 }
 
-pub fn spec(gpus: u32, priority: i32) -> JobSpec {
+pub(crate) fn spec(gpus: u32, priority: i32) -> JobSpec {
     JobSpec {
         name: "j".into(),
         command: vec!["true".into()],
@@ -59,11 +59,11 @@ pub fn spec(gpus: u32, priority: i32) -> JobSpec {
     }
 }
 
-pub fn submit(s: &mut ClusterState, spec: JobSpec) {
+pub(crate) fn submit(s: &mut ClusterState, spec: JobSpec) {
     submit_at(s, 1, spec);
 }
 
-pub fn submit_at(s: &mut ClusterState, now_ms: u64, spec: JobSpec) {
+pub(crate) fn submit_at(s: &mut ClusterState, now_ms: u64, spec: JobSpec) {
     apply_at(
         s,
         now_ms,
@@ -75,7 +75,7 @@ pub fn submit_at(s: &mut ClusterState, now_ms: u64, spec: JobSpec) {
 }
 
 /// Every ordering with each backfill mode the property tests exercise.
-pub const POLICIES: [&str; 9] = [
+pub(crate) const POLICIES: [&str; 9] = [
     "fcfs",
     "fcfs+easy",
     "sjf",

@@ -27,7 +27,7 @@ use crate::raft::{Cluster, ClusterError};
 /// The cluster CA lives this long.
 const CA_VALIDITY: Duration = Duration::from_secs(10 * 365 * 86_400);
 /// Client certificates (people and tools) live this long; agents renew their own far sooner.
-pub const CLIENT_VALIDITY: Duration = Duration::from_secs(365 * 86_400);
+pub(crate) const CLIENT_VALIDITY: Duration = Duration::from_secs(365 * 86_400);
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Why a certificate was not issued.
@@ -137,7 +137,7 @@ impl TlsIdentity {
 }
 
 /// Material for the first agent of a new cluster: a fresh CA and this agent's certificate.
-pub fn bootstrap(node_id: NodeId, validity: Duration) -> anyhow::Result<NodeTls> {
+pub(crate) fn bootstrap(node_id: NodeId, validity: Duration) -> anyhow::Result<NodeTls> {
     let now = SystemTime::now();
     let ca = pki::new_ca(now, CA_VALIDITY)?;
     let node = pki::issue(&ca, &Subject::Node(node_id), now, validity)?;
@@ -145,7 +145,7 @@ pub fn bootstrap(node_id: NodeId, validity: Duration) -> anyhow::Result<NodeTls>
 }
 
 /// Enrol through one of `seeds` with a join token, trusting only `ca_cert_pem`.
-pub async fn join(
+pub(crate) async fn join(
     seeds: &[String],
     node_id: NodeId,
     join_token: &str,
@@ -223,7 +223,7 @@ fn accept(
 }
 
 /// Renew this agent's certificate through a peer once a third of its lifetime is left.
-pub struct Renewer {
+pub(crate) struct Renewer {
     pub identity: TlsIdentity,
     pub node_id: NodeId,
     /// Where to ask: the members' addresses, read fresh each time.
@@ -231,7 +231,7 @@ pub struct Renewer {
 }
 
 impl Renewer {
-    pub async fn run(self, cancel: CancellationToken) {
+    pub(crate) async fn run(self, cancel: CancellationToken) {
         // After a failed attempt, wait longer before the next (peers may all be down).
         let mut floor = Duration::from_secs(1);
         loop {

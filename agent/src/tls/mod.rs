@@ -3,10 +3,10 @@
 //! The per-request identity check is the API's (`api/auth/peer.rs`). How an agent gets its certificate is in `enroll`.
 
 pub mod client;
-pub mod enroll;
+pub(crate) mod enroll;
 pub mod files;
 pub mod pki;
-pub mod server;
+pub(crate) mod server;
 
 pub use enroll::TlsIdentity;
 pub use files::{NodeTls, TlsDir};

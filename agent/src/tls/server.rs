@@ -29,7 +29,7 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_HANDSHAKES: usize = 256;
 
 /// The ring provider, named explicitly (never a process default that another crate could set).
-pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+pub(crate) fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
@@ -65,12 +65,15 @@ impl ResolvesServerCert for CertSlot {
     }
 }
 
-pub fn cert_der(pem: &str) -> anyhow::Result<CertificateDer<'static>> {
+pub(crate) fn cert_der(pem: &str) -> anyhow::Result<CertificateDer<'static>> {
     CertificateDer::from_pem_slice(pem.as_bytes()).context("reading a PEM certificate")
 }
 
 /// TLS 1.2+ with h2, client certificates verified against the cluster CA when presented.
-pub fn server_config(ca_cert_pem: &str, slot: Arc<CertSlot>) -> anyhow::Result<Arc<ServerConfig>> {
+pub(crate) fn server_config(
+    ca_cert_pem: &str,
+    slot: Arc<CertSlot>,
+) -> anyhow::Result<Arc<ServerConfig>> {
     let mut roots = RootCertStore::empty();
     roots
         .add(cert_der(ca_cert_pem)?)
@@ -89,7 +92,7 @@ pub fn server_config(ca_cert_pem: &str, slot: Arc<CertSlot>) -> anyhow::Result<A
 }
 
 /// Accept connections on `listener` and yield the ones whose handshake completed.
-pub fn incoming(
+pub(crate) fn incoming(
     listener: TcpListener,
     config: Arc<ServerConfig>,
     cancel: CancellationToken,

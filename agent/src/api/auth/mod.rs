@@ -4,9 +4,9 @@
 //! soon as it applies it), the role is checked against the action, and a refusal is written to
 //! the audit log before the caller is told.
 
-pub mod limit;
-pub mod peer;
-pub mod rbac;
+pub(crate) mod limit;
+pub(crate) mod peer;
+pub(crate) mod rbac;
 pub mod token;
 
 use std::sync::{Arc, Mutex};

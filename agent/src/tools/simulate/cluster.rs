@@ -9,18 +9,18 @@ use gpu_raft_store::{ApplyResult, ClusterState, Command, GpuRecord, Inventory, L
 use crate::gpu::sim::parse_spec;
 
 /// Most nodes a simulated cluster may have.
-pub const MAX_NODES: u64 = 100_000;
+pub(crate) const MAX_NODES: u64 = 100_000;
 
 /// A cluster spec that cannot be built.
 #[derive(Debug, thiserror::Error)]
 #[error("invalid cluster {spec:?}: {reason}")]
-pub struct BadCluster {
+pub(crate) struct BadCluster {
     pub spec: String,
     pub reason: String,
 }
 
 /// The state of a cluster of idle, healthy, registered nodes, and its GPU count.
-pub fn build(spec: &str) -> Result<(ClusterState, u64), BadCluster> {
+pub(crate) fn build(spec: &str) -> Result<(ClusterState, u64), BadCluster> {
     let bad = |reason: String| BadCluster {
         spec: spec.to_owned(),
         reason,

@@ -23,7 +23,7 @@ pub enum Estimates {
 
 /// One finished job of a replay.
 #[derive(Clone, Debug)]
-pub struct JobRecord {
+pub(crate) struct JobRecord {
     pub submit_ms: u64,
     pub start_ms: u64,
     pub end_ms: u64,
@@ -36,7 +36,7 @@ pub struct JobRecord {
 
 /// What a replay produced.
 #[derive(Debug)]
-pub struct Replay {
+pub(crate) struct Replay {
     pub records: Vec<JobRecord>,
     pub tenants: Vec<String>,
     /// Jobs still pending at the end (they can never fit this cluster).
@@ -54,7 +54,7 @@ pub struct Replay {
 /// A plan that broke the rules: a bug, never a property of the trace.
 #[derive(Debug, thiserror::Error)]
 #[error("at t={at_ms} ms the plan bound GPU n{node}/{gpu} for j-{job}, which is not free")]
-pub struct DoubleBooked {
+pub(crate) struct DoubleBooked {
     pub at_ms: u64,
     pub node: NodeId,
     pub gpu: u32,
@@ -62,7 +62,7 @@ pub struct DoubleBooked {
 }
 
 /// Replay `jobs` (sorted by submission) on `cluster` under `policy`.
-pub fn replay(
+pub(crate) fn replay(
     jobs: &[TraceJob],
     cluster: &ClusterState,
     total_gpus: u64,

@@ -43,7 +43,7 @@ pub struct Summary {
 }
 
 /// Summarise a replay.
-pub fn summarize(policy: &str, r: &Replay) -> Summary {
+pub(crate) fn summarize(policy: &str, r: &Replay) -> Summary {
     let n = r.records.len().max(1) as f64;
     let mut jct: Vec<u64> = r.records.iter().map(|j| j.end_ms - j.submit_ms).collect();
     let mut queue: Vec<u64> = r.records.iter().map(|j| j.start_ms - j.submit_ms).collect();
@@ -121,7 +121,7 @@ fn percentile(sorted: &[u64], q: f64) -> f64 {
 }
 
 /// Jain's fairness index: (Σx)² / (n·Σx²).
-pub fn jain(x: &[f64]) -> f64 {
+pub(crate) fn jain(x: &[f64]) -> f64 {
     let sum: f64 = x.iter().sum();
     let squares: f64 = x.iter().map(|v| v * v).sum();
     if x.is_empty() || squares == 0.0 {

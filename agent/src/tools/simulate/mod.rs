@@ -5,13 +5,13 @@
 //! the results; `bench.rs` times one large planning pass.
 
 pub mod bench;
-pub mod cluster;
-pub mod engine;
+pub(crate) mod cluster;
+pub(crate) mod engine;
 pub mod fragmentation;
-pub mod metrics;
+pub(crate) mod metrics;
 pub mod report;
-pub mod svg;
-pub mod trace;
+pub(crate) mod svg;
+pub(crate) mod trace;
 
 use std::path::PathBuf;
 

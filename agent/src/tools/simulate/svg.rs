@@ -18,7 +18,7 @@ const BUCKETS: usize = 300;
 const CDF_POINTS: usize = 200;
 
 /// The chart of `runs` (policy name, replay) with a title.
-pub fn chart(title: &str, runs: &[(String, &Replay)]) -> String {
+pub(crate) fn chart(title: &str, runs: &[(String, &Replay)]) -> String {
     let width = 2.0 * (PANEL_W + 2.0 * MARGIN);
     let height = PANEL_H + 2.0 * MARGIN + 20.0 * runs.len().div_ceil(4) as f64 + 20.0;
     let mut s = String::new();

@@ -11,7 +11,7 @@ use std::fmt;
 
 /// One job of a trace.
 #[derive(Clone, Debug, PartialEq)]
-pub struct TraceJob {
+pub(crate) struct TraceJob {
     /// The trace line it came from (1-based, the header is line 1).
     pub line: usize,
     /// Submission time, milliseconds from the first submission of the trace.
@@ -28,14 +28,14 @@ pub struct TraceJob {
 /// A row that could not be read.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("line {line}: {message}")]
-pub struct BadRow {
+pub(crate) struct BadRow {
     pub line: usize,
     pub message: String,
 }
 
 /// Why a trace could not be read at all.
 #[derive(Debug, thiserror::Error)]
-pub enum TraceError {
+pub(crate) enum TraceError {
     #[error("the trace is empty (no header line)")]
     Empty,
     #[error("the header has no {0} column (expected {1})")]
@@ -48,7 +48,7 @@ pub enum TraceError {
 
 /// A parsed trace and the rows that were skipped.
 #[derive(Debug)]
-pub struct Trace {
+pub(crate) struct Trace {
     /// Jobs sorted by submission time (then line).
     pub jobs: Vec<TraceJob>,
     pub skipped: Vec<BadRow>,
@@ -77,7 +77,7 @@ const MAX_GPUS: u32 = 100_000;
 const MAX_SECONDS: f64 = 10.0 * 365.0 * 86_400.0;
 
 /// Parse a whole trace. Bad rows fail the parse unless `skip_bad_rows`.
-pub fn parse(text: &str, skip_bad_rows: bool) -> Result<Trace, TraceError> {
+pub(crate) fn parse(text: &str, skip_bad_rows: bool) -> Result<Trace, TraceError> {
     let mut lines = text.lines().enumerate();
     let (_, header) = lines
         .by_ref()
