@@ -7,6 +7,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use gpu_agent::config::{Config, FileConfig, Overrides};
 use gpu_agent::tools::dev::DevOptions;
+use gpu_agent::tools::footprint::Options as FootprintOptions;
 use gpu_agent::tools::restore::RestoreOptions;
 use tokio_util::sync::CancellationToken;
 
@@ -35,20 +36,7 @@ enum Cmd {
     /// Run the agent (production). Flags override keys of the config file.
     Run(RunArgs),
     /// Start a complete local mesh of agents on loopback, ready for gpuctl.
-    Dev {
-        /// Number of agents.
-        #[arg(long, default_value_t = 3)]
-        nodes: usize,
-        /// Directory for data and logs (default: a fresh temporary directory, removed on exit).
-        #[arg(long)]
-        dir: Option<PathBuf>,
-        /// First listening port; agents take consecutive ports. 0 picks free ports.
-        #[arg(long, default_value_t = 7070)]
-        base_port: u16,
-        /// Simulated GPUs for every agent (default: a mix of A100, H100+L4 and T4 nodes).
-        #[arg(long)]
-        sim_gpus: Option<String>,
-    },
+    Dev(DevOptions),
     /// Replay a workload trace on a simulated cluster under scheduling policies (offline;
     /// drives the same planner the leader uses, in virtual time).
     Simulate(SimulateArgs),
@@ -59,23 +47,11 @@ enum Cmd {
     BenchPlan(BenchPlanArgs),
     /// Measure the agent's CPU and memory while it monitors simulated GPUs, beside a baseline
     /// agent that samples hourly.
-    BenchFootprint {
-        /// Seconds to measure (after a 5 s warm-up).
-        #[arg(long, default_value_t = 60)]
-        seconds: u64,
-        #[arg(long, default_value = "8xA100-80GB")]
-        sim_gpus: String,
-        /// Sampling interval under test.
-        #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
-        interval: std::time::Duration,
-        /// Telemetry history kept (for the memory bound).
-        #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]
-        retention: std::time::Duration,
-    },
+    BenchFootprint(FootprintOptions),
     /// Build the first member of a new cluster from a backup (`gpuctl cluster snapshot save`)
     /// after the old cluster lost its majority for good; then start it with `run` (same node id,
     /// data directory and address) and join the others to it. See docs/operations.md.
-    Restore(RestoreArgs),
+    Restore(RestoreOptions),
     /// Shell completions and man pages generated from this command line (used at install).
     #[command(hide = true, subcommand)]
     Generate(Generate),
@@ -118,29 +94,6 @@ fn generate(what: Generate) -> anyhow::Result<()> {
         }
     }
     Ok(())
-}
-
-#[derive(clap::Args)]
-struct RestoreArgs {
-    /// The backup file.
-    #[arg(long)]
-    from: PathBuf,
-    /// A new, empty data directory for the restored agent.
-    #[arg(long)]
-    data_dir: PathBuf,
-    /// The restored agent's node id.
-    #[arg(long)]
-    node_id: u64,
-    /// The address the restored agent will listen on and advertise.
-    #[arg(long)]
-    advertise: String,
-    /// Where to write the new cluster CA certificate and an admin client certificate
-    /// (ca.crt, admin.crt, admin.key); the files must not exist yet.
-    #[arg(long)]
-    credentials_dir: PathBuf,
-    /// Lifetime of the restored agent's certificate.
-    #[arg(long, default_value = "30d", value_parser = humantime::parse_duration)]
-    cert_validity: std::time::Duration,
 }
 
 #[derive(clap::Args)]
@@ -323,37 +276,8 @@ async fn run(command: Cmd) -> anyhow::Result<()> {
     });
     match command {
         Cmd::Run(args) => run_agent(args, cancel).await,
-        Cmd::Dev {
-            nodes,
-            dir,
-            base_port,
-            sim_gpus,
-        } => {
-            gpu_agent::tools::dev::run(
-                DevOptions {
-                    nodes,
-                    dir,
-                    base_port,
-                    sim_gpus,
-                },
-                cancel,
-            )
-            .await
-        }
-        Cmd::BenchFootprint {
-            seconds,
-            sim_gpus,
-            interval,
-            retention,
-        } => {
-            gpu_agent::tools::footprint::run(gpu_agent::tools::footprint::Options {
-                seconds,
-                sim_gpus,
-                interval,
-                retention,
-            })
-            .await
-        }
+        Cmd::Dev(options) => gpu_agent::tools::dev::run(options, cancel).await,
+        Cmd::BenchFootprint(options) => gpu_agent::tools::footprint::run(options).await,
         Cmd::Restore(args) => restore(args).await,
         Cmd::Shim(_)
         | Cmd::Simulate(_)
@@ -385,15 +309,7 @@ async fn run_agent(args: RunArgs, cancel: CancellationToken) -> anyhow::Result<(
 }
 
 /// `gpu-agent restore`: a new first member built from a backup; prints how to start it.
-async fn restore(args: RestoreArgs) -> anyhow::Result<()> {
-    let o = RestoreOptions {
-        from: args.from,
-        data_dir: args.data_dir,
-        node_id: args.node_id,
-        advertise: args.advertise,
-        credentials_dir: args.credentials_dir,
-        cert_validity: args.cert_validity,
-    };
+async fn restore(o: RestoreOptions) -> anyhow::Result<()> {
     let r = gpu_agent::tools::restore::run(&o).await?;
     println!(
         "restored index {} of cluster {} ({} jobs, {} nodes) into {}; new CA and admin \

@@ -20,14 +20,20 @@ use tokio_util::sync::CancellationToken;
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
 const STOP_GRACE: Duration = Duration::from_secs(5);
 
-#[derive(Debug)]
+/// `gpu-agent dev`'s options (also its command line).
+#[derive(Debug, clap::Args)]
 pub struct DevOptions {
+    /// Number of agents.
+    #[arg(long, default_value_t = 3)]
     pub nodes: usize,
-    /// Where the agents keep data and logs; a fresh temporary directory when `None`.
+    /// Directory for data and logs (default: a fresh temporary directory, removed on exit).
+    #[arg(long)]
     pub dir: Option<PathBuf>,
-    /// First port; agents use consecutive ports. 0 picks free ports.
+    /// First listening port; agents take consecutive ports. 0 picks free ports.
+    #[arg(long, default_value_t = 7070)]
     pub base_port: u16,
-    /// Simulated GPUs for every agent; `None` gives each a different kind of node.
+    /// Simulated GPUs for every agent (default: a mix of A100, H100+L4 and T4 nodes).
+    #[arg(long)]
     pub sim_gpus: Option<String>,
 }
 

@@ -24,10 +24,19 @@ pub struct Cost {
     pub peak_rss_mib: f64,
 }
 
+/// `gpu-agent bench-footprint`'s options (also its command line).
+#[derive(clap::Args)]
 pub struct Options {
+    /// Seconds to measure (after a 5 s warm-up).
+    #[arg(long, default_value_t = 60)]
     pub seconds: u64,
+    #[arg(long, default_value = "8xA100-80GB")]
     pub sim_gpus: String,
+    /// Sampling interval under test.
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
     pub interval: Duration,
+    /// Telemetry history kept (for the memory bound).
+    #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]
     pub retention: Duration,
 }
 

@@ -13,17 +13,27 @@ use gpu_raft_store::NodeId;
 use crate::tls::files::write_file;
 use crate::tls::{Subject, TlsDir, enroll, pki};
 
-#[derive(Clone, Debug)]
+/// `gpu-agent restore`'s options (also its command line).
+#[derive(Clone, Debug, clap::Args)]
 pub struct RestoreOptions {
     /// The backup file.
+    #[arg(long)]
     pub from: PathBuf,
-    /// The new, empty data directory.
+    /// A new, empty data directory for the restored agent.
+    #[arg(long)]
     pub data_dir: PathBuf,
+    /// The restored agent's node id.
+    #[arg(long)]
     pub node_id: NodeId,
-    /// The address the restored agent will advertise (its `advertise` / `listen`).
+    /// The address the restored agent will listen on and advertise.
+    #[arg(long)]
     pub advertise: String,
-    /// Where the new CA certificate and an admin client certificate are written.
+    /// Where to write the new cluster CA certificate and an admin client certificate
+    /// (ca.crt, admin.crt, admin.key); the files must not exist yet.
+    #[arg(long)]
     pub credentials_dir: PathBuf,
+    /// Lifetime of the restored agent's certificate.
+    #[arg(long, default_value = "30d", value_parser = humantime::parse_duration)]
     pub cert_validity: Duration,
 }
 
