@@ -118,6 +118,17 @@ impl<'a> Nodes<'a> {
         self.find(spec, gangs, avoid)
     }
 
+    /// `want` GPUs of slot `slot` that fit `spec`, best placed (NUMA, NVLink).
+    fn pick_in(&self, slot: usize, spec: &JobSpec, want: usize) -> Vec<u32> {
+        let fitting: Vec<&GpuRecord> = self.slots[slot]
+            .free
+            .iter()
+            .copied()
+            .filter(|g| gpu_fits(g, spec))
+            .collect();
+        pick_gpus(&fitting, want)
+    }
+
     /// Best fit on one node: fewest matching free GPUs that still fit, then fewest free GPUs,
     /// then lowest node id. Buckets are scanned from the smallest hole up, so the first exact
     /// fit ends the search.
@@ -138,15 +149,7 @@ impl<'a> Nodes<'a> {
                 }
             }
         }
-        best.map(|(_, i)| {
-            let fitting: Vec<&GpuRecord> = self.slots[i]
-                .free
-                .iter()
-                .copied()
-                .filter(|g| gpu_fits(g, spec))
-                .collect();
-            (i, pick_gpus(&fitting, want))
-        })
+        best.map(|(_, i)| (i, self.pick_in(i, spec, want)))
     }
 
     /// A gang over several nodes, all or nothing: the nodes with the most matching free GPUs
@@ -198,15 +201,7 @@ impl<'a> Nodes<'a> {
         Some(
             fits.into_iter()
                 .take(k)
-                .map(|(_, i)| {
-                    let fitting: Vec<&GpuRecord> = self.slots[i]
-                        .free
-                        .iter()
-                        .copied()
-                        .filter(|g| gpu_fits(g, spec))
-                        .collect();
-                    (i, pick_gpus(&fitting, per))
-                })
+                .map(|(_, i)| (i, self.pick_in(i, spec, per)))
                 .collect(),
         )
     }

@@ -45,9 +45,7 @@ impl Auth {
         object: &str,
         action: Action<'_>,
     ) -> Result<Caller, Status> {
-        let caller = self.authenticate(req, verb, object).await?;
-        self.require(&caller, action).await?;
-        Ok(caller)
+        self.authorize(req, verb, object, action, true).await
     }
 
     /// A further check for an authenticated caller (e.g. once the job's tenant is known).
@@ -68,7 +66,18 @@ impl Auth {
         object: &str,
         action: Action<'_>,
     ) -> Result<Caller, Status> {
-        let caller = self.token(req, verb, object, false).await?;
+        self.authorize(req, verb, object, action, false).await
+    }
+
+    async fn authorize<T>(
+        &self,
+        req: &Request<T>,
+        verb: &str,
+        object: &str,
+        action: Action<'_>,
+        need_certificate: bool,
+    ) -> Result<Caller, Status> {
+        let caller = self.token(req, verb, object, need_certificate).await?;
         self.require(&caller, action).await?;
         Ok(caller)
     }
