@@ -38,8 +38,9 @@ use crate::raft::peer_client::PeerClients;
 use crate::raft::transport_faults::TransportFaults;
 use crate::scheduler::Policy;
 use crate::tls::enroll::{self, Renewer, TlsIdentity};
-use crate::tls::files::{read_public, read_secret, write_file};
+use crate::tls::files::write_file;
 use crate::tls::{NodeTls, Subject, TlsDir};
+use gpu_proto::tls::{read_public, read_secret};
 
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 

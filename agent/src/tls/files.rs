@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 
+use gpu_proto::tls::{read_public, read_secret};
+
 use super::pki::KeyedCert;
 
 /// Everything an agent needs to speak TLS as itself.
@@ -134,17 +136,6 @@ fn sync_parent(path: &Path) -> anyhow::Result<()> {
         std::fs::File::open(dir)?.sync_all()?;
     }
     Ok(())
-}
-
-/// A certificate (`gpu_proto::tls::read_public`, shared with gpuctl).
-pub fn read_public(path: &Path) -> anyhow::Result<String> {
-    Ok(gpu_proto::tls::read_public(path)?)
-}
-
-/// Read a private key, refusing one that other users may read (`gpu_proto::tls::read_secret`,
-/// shared with gpuctl).
-pub fn read_secret(path: &Path) -> anyhow::Result<String> {
-    Ok(gpu_proto::tls::read_secret(path)?)
 }
 
 #[cfg(test)]
