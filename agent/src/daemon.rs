@@ -240,35 +240,7 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
         report_every: config.monitor.energy_report_every,
     };
     tasks.spawn(power.run(cancel.clone()));
-    info!(node_id, "starting autopilot");
-    let autopilot = Autopilot {
-        cluster: cluster.clone(),
-        dead_voter_after: config.autopilot.dead_voter_after,
-        reachable_within: config.reachable_within(),
-        interval: Duration::from_millis(500),
-    };
-    tasks.spawn(autopilot.run(cancel.clone()));
-    let failover = FastFailover {
-        cluster: cluster.clone(),
-        heartbeat: config.raft.heartbeat_interval,
-        lease: config.raft.election_timeout_max,
-    };
-    tasks.spawn(failover.run(cancel.clone()));
-    info!(node_id, "starting the scheduler (active while leader)");
-    let scheduler = Scheduler {
-        cluster: cluster.clone(),
-        policy: Policy::default(),
-        tick: Duration::from_secs(1),
-    };
-    tasks.spawn(scheduler.run(cancel.clone()));
-    info!(node_id, "starting node liveness (active while leader)");
-    let liveness = Liveness {
-        cluster: cluster.clone(),
-        down_after: config.jobs.down_after,
-        reachable_within: config.reachable_within(),
-        interval: Duration::from_millis(500),
-    };
-    tasks.spawn(liveness.run(cancel.clone()));
+    start_leader_tasks(&tasks, &cluster, &config, &cancel);
     let lease_path = config.data_dir.join("lease");
     let node_lease = config.node_lease();
     info!(node_id, lease = ?node_lease, edge_site = ?config.edge.as_ref().map(|e| &e.site), "starting the node lease");
@@ -319,6 +291,46 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
         Some(why) => bail!("raft stopped on a fatal error: {why}"),
         None => Ok(()),
     }
+}
+
+/// The tasks that act only while this agent leads (each idles otherwise): autopilot, fast
+/// failover (a follower's), the scheduler and node liveness.
+fn start_leader_tasks(
+    tasks: &TaskTracker,
+    cluster: &Cluster,
+    config: &Config,
+    cancel: &CancellationToken,
+) {
+    let node_id = config.node_id;
+    info!(node_id, "starting autopilot");
+    let autopilot = Autopilot {
+        cluster: cluster.clone(),
+        dead_voter_after: config.autopilot.dead_voter_after,
+        reachable_within: config.reachable_within(),
+        interval: Duration::from_millis(500),
+    };
+    tasks.spawn(autopilot.run(cancel.clone()));
+    let failover = FastFailover {
+        cluster: cluster.clone(),
+        heartbeat: config.raft.heartbeat_interval,
+        lease: config.raft.election_timeout_max,
+    };
+    tasks.spawn(failover.run(cancel.clone()));
+    info!(node_id, "starting the scheduler (active while leader)");
+    let scheduler = Scheduler {
+        cluster: cluster.clone(),
+        policy: Policy::default(),
+        tick: Duration::from_secs(1),
+    };
+    tasks.spawn(scheduler.run(cancel.clone()));
+    info!(node_id, "starting node liveness (active while leader)");
+    let liveness = Liveness {
+        cluster: cluster.clone(),
+        down_after: config.jobs.down_after,
+        reachable_within: config.reachable_within(),
+        interval: Duration::from_millis(500),
+    };
+    tasks.spawn(liveness.run(cancel.clone()));
 }
 
 /// Stop the agent when Raft stops on a fatal error (a storage write or fsync that failed):
