@@ -198,7 +198,7 @@ pub(crate) fn job(j: &Job, uuids: &BTreeMap<u32, String>) -> pb::Job {
         started_at_ms: j.started_at_ms,
         finished_at_ms: j.finished_at_ms,
         cancel_requested: j.cancel_requested,
-        // Filled in by `job_service::job_view`, which has the state's energy book.
+        // Filled in by `api::job::job_view`, which has the state's energy book.
         energy_mj: 0,
     }
 }

@@ -1,7 +1,7 @@
 //! Application-level faults on this agent's outgoing Raft messages (chaos C11; the kernel here
 //! has no netem): a seeded, pure decision per message — delay it, lose the request, lose the
 //! reply, or send it twice — set and cleared at run time through `NodeService.InjectNetworkFault`
-//! when `raft.fault_injection` allows it. `raft_network.rs` carries the decisions out.
+//! when `raft.fault_injection` allows it. `network.rs` carries the decisions out.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
