@@ -18,20 +18,13 @@ pub use model::{
 };
 pub use storage::backup;
 
-/// Which jobs lately changed state (`JobLog`, part of every copy of the state), and `KeptIndex`,
-/// a reader's index kept up to date from it. Two modules inside (the log sits below
-/// `ClusterState`, the index above it); one path outside.
-pub mod job_log {
-    pub use crate::model::job_log::*;
-    pub use crate::model::kept_index::KeptIndex;
-}
-
 pub use model::alert::{Alert, AlertRule};
 pub use model::audit::{AuditEntry, RequestMeta};
 pub use model::auth::{Grant, Role, TokenRecord};
 pub use model::cert::CertRecord;
 pub use model::command::{Bind, Command, LogEntry, PROTOCOL_2, Preempt};
 pub use model::job::{Binding, DEFAULT_TENANT, Job, JobKind, JobSpec, JobState, Outcome, job_name};
+pub use model::kept_index::KeptIndex;
 pub use model::node::{
     EdgeTerms, GpuRecord, Inventory, NodeRecord, NodeStatus, SITE_LABEL, gpu_fits,
 };

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use gpu_raft_store::job_log::KeptIndex;
+use gpu_raft_store::KeptIndex;
 use gpu_raft_store::{ClusterState, Job, JobId, NodeId};
 
 use super::reconcile::{Desired, Observed};

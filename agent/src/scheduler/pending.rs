@@ -11,7 +11,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::hash::BuildHasherDefault;
 
-use gpu_raft_store::job_log::KeptIndex;
+use gpu_raft_store::KeptIndex;
 use gpu_raft_store::{ClusterState, Job, JobId, JobSpec, JobState};
 
 use super::history::Fnv;

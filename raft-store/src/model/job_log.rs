@@ -17,7 +17,7 @@ use crate::JobId;
 const CAPACITY: usize = 1 << 16;
 
 /// Where a reader is in a log: the log's epoch and the number of changes it has seen.
-pub type Cursor = (u64, u64);
+pub(crate) type Cursor = (u64, u64);
 
 pub struct JobLog {
     epoch: u64,
