@@ -7,12 +7,13 @@
 //! `plan_voters`.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use gpu_raft_store::NodeId;
 use openraft::ChangeMembers;
 use tokio_util::sync::CancellationToken;
 
+use super::ticks::LeaderTicks;
 use crate::raft::{Attempt, Cluster};
 
 /// How a member looks from the leader.
@@ -80,18 +81,8 @@ const MAX_PROMOTION_LAG: u64 = 100;
 
 impl Autopilot {
     pub(crate) async fn run(self, cancel: CancellationToken) {
-        let mut leader_since: Option<Instant> = None;
-        loop {
-            tokio::select! {
-                () = cancel.cancelled() => return,
-                () = tokio::time::sleep(self.interval) => {}
-            }
-            let view = self.cluster.view();
-            if !view.is_leader {
-                leader_since = None;
-                continue;
-            }
-            let since = *leader_since.get_or_insert_with(Instant::now);
+        let mut ticks = LeaderTicks::new(self.cluster.clone(), self.interval);
+        while let Some((view, since)) = ticks.next(&cancel).await {
             let health = |id: NodeId| {
                 if self.cluster.edge_site_of(id).is_some() {
                     return Health::LearnerOnly;

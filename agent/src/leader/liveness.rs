@@ -5,12 +5,13 @@
 //! exceeds the node's lease, so a silent node has fenced its own jobs before they are placed
 //! elsewhere. Verdicts are proposed by this leader only, never forwarded.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use gpu_raft_store::{Command, NodeRecord, NodeStatus};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use super::ticks::LeaderTicks;
 use crate::raft::{Attempt, Cluster, Proposal};
 
 pub(crate) struct Liveness {
@@ -23,17 +24,8 @@ pub(crate) struct Liveness {
 
 impl Liveness {
     pub(crate) async fn run(self, cancel: CancellationToken) {
-        let mut leader_since: Option<Instant> = None;
-        loop {
-            tokio::select! {
-                () = cancel.cancelled() => return,
-                () = tokio::time::sleep(self.interval) => {}
-            }
-            if !self.cluster.view().is_leader {
-                leader_since = None;
-                continue;
-            }
-            let since = *leader_since.get_or_insert_with(Instant::now);
+        let mut ticks = LeaderTicks::new(self.cluster.clone(), self.interval);
+        while let Some((_, since)) = ticks.next(&cancel).await {
             let nodes: Vec<(u64, NodeStatus, Duration)> = self.cluster.state.read(|s| {
                 s.nodes
                     .values()

@@ -4,3 +4,4 @@
 pub(crate) mod autopilot;
 pub(crate) mod liveness;
 pub(crate) mod scheduler_loop;
+pub(crate) mod ticks;
