@@ -57,9 +57,8 @@ mod tests {
 
     #[test]
     fn keys_others_can_read_are_refused() {
-        let dir = std::env::temp_dir().join(format!("gpu-proto-tls-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("mkdir");
-        let key = dir.join("client.key");
+        let dir = tempfile::tempdir().expect("scratch directory");
+        let key = dir.path().join("client.key");
         std::fs::write(&key, "secret").expect("write");
         std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o640)).expect("chmod");
         let err = read_secret(&key).expect_err("group-readable");
@@ -74,7 +73,7 @@ mod tests {
         std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).expect("chmod");
         assert_eq!(read_secret(&key).expect("private"), "secret");
 
-        let missing = dir.join("missing.crt");
+        let missing = dir.path().join("missing.crt");
         let err = read_public(&missing).expect_err("missing");
         assert_eq!(err.kind(), io::ErrorKind::NotFound);
         assert!(
@@ -82,6 +81,5 @@ mod tests {
                 .starts_with(&format!("reading {}: ", missing.display())),
             "{err}"
         );
-        std::fs::remove_dir_all(&dir).expect("cleanup");
     }
 }
