@@ -471,6 +471,7 @@ async fn write_bootstrap_token(cluster: &Cluster, path: &std::path::Path) -> any
     use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let minted = crate::api::auth::token::mint();
     let record = gpu_raft_store::TokenRecord {
+        account: None,
         id: minted.id.clone(),
         secret_sha256: minted.secret_sha256,
         role: gpu_raft_store::Role::Admin,

@@ -18,11 +18,12 @@ pub use model::{
 };
 pub use storage::backup;
 
+pub use model::account::Account;
 pub use model::alert::{Alert, AlertRule};
 pub use model::audit::{AuditEntry, RequestMeta};
 pub use model::auth::{Grant, Role, TokenRecord};
 pub use model::cert::CertRecord;
-pub use model::command::{Bind, Command, LogEntry, PROTOCOL_2, Preempt};
+pub use model::command::{Bind, Command, LogEntry, PROTOCOL_2, PROTOCOL_3, Preempt};
 pub use model::job::{Binding, DEFAULT_TENANT, Job, JobKind, JobSpec, JobState, Outcome, job_name};
 pub use model::kept_index::KeptIndex;
 pub use model::node::{

@@ -534,6 +534,7 @@ fn token(id: &str, role: Role, tenant: Option<&str>) -> TokenRecord {
         created_at_ms: 1,
         created_by: "system:test".into(),
         revoked: false,
+        account: None,
     }
 }
 

@@ -23,6 +23,7 @@ fn record() -> TenantRecord {
         default_priority: 3,
         created_at_ms: 0,
         updated_at_ms: 0,
+        account: None,
     }
 }
 

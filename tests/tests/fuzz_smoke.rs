@@ -123,6 +123,7 @@ fn log_entry() {
                 default_priority: -1,
                 created_at_ms: 0,
                 updated_at_ms: 0,
+                account: None,
             },
         }),
         entry(Command::PreemptJobs {

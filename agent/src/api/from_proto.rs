@@ -57,6 +57,8 @@ pub fn spec(p: pb::JobSpec) -> Result<JobSpec, String> {
         (true, false) => None,
     };
     Ok(JobSpec {
+        account: None,
+        retry_backoff_s: None,
         name: p.name,
         tenant: if p.tenant.is_empty() {
             DEFAULT_TENANT.to_owned()
@@ -139,6 +141,7 @@ pub fn alert_rule(p: pb::AlertRule) -> crate::monitor::rules::FlatRule {
 /// The tenant record a `CreateTenantRequest` asks for. Syntax only: `apply` validates it.
 pub fn tenant_created(req: &pb::CreateTenantRequest) -> Result<TenantRecord, String> {
     Ok(TenantRecord {
+        account: None,
         name: req.name.trim().to_owned(),
         quotas: quota_map(&req.quotas)?,
         weight: req.weight.unwrap_or(1),

@@ -48,6 +48,7 @@ impl TokenService for TokenApi {
         }
         let minted = token::mint();
         let record = TokenRecord {
+            account: None,
             id: minted.id.clone(),
             secret_sha256: minted.secret_sha256,
             role,

@@ -33,6 +33,7 @@ fn tenant(s: &mut ClusterState, name: &str, guaranteed: u32, borrow: u32) {
         s,
         Command::CreateTenant {
             tenant: TenantRecord {
+                account: None,
                 name: name.into(),
                 quotas,
                 weight: 1,

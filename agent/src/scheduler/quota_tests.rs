@@ -29,6 +29,7 @@ fn tenant(s: &mut ClusterState, name: &str, quotas: &[(&str, u32, u32)], weight:
         s,
         Command::CreateTenant {
             tenant: TenantRecord {
+                account: None,
                 name: name.into(),
                 quotas,
                 weight,

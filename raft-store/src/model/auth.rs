@@ -64,6 +64,9 @@ pub struct TokenRecord {
     pub created_by: String,
     #[serde(default)]
     pub revoked: bool,
+    /// The Unix account the holder's jobs run as (else the tenant's default account).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub account: Option<crate::model::account::Account>,
 }
 
 /// The rights a token holder has, for the grant rule.

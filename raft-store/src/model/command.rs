@@ -215,6 +215,10 @@ pub enum Command {
 /// new variants and silently drop the new fields.
 pub const PROTOCOL_2: u32 = 2;
 
+/// The internal protocol version that added job accounts (on specs, tokens and tenants),
+/// retries of failed runs and the out-of-memory outcome.
+pub const PROTOCOL_3: u32 = 3;
+
 impl Command {
     /// The oldest internal protocol whose agents apply this command correctly. A leader proposes
     /// it only once every member has registered with at least this version.
@@ -223,6 +227,21 @@ impl Command {
             Command::Batch { .. }
             | Command::SetGpuPartition { .. }
             | Command::BindSlices { .. } => PROTOCOL_2,
+            Command::SubmitJob { spec, .. }
+                if spec.account.is_some() || spec.retry_backoff_s.is_some() =>
+            {
+                PROTOCOL_3
+            }
+            Command::CreateToken { token } if token.account.is_some() => PROTOCOL_3,
+            Command::CreateTenant { tenant } | Command::UpdateTenant { tenant }
+                if tenant.account.is_some() =>
+            {
+                PROTOCOL_3
+            }
+            Command::JobFinished {
+                outcome: Outcome::OutOfMemory { .. },
+                ..
+            } => PROTOCOL_3,
             Command::SubmitJob { spec, .. } if spec.slice.is_some() || !spec.kind.is_process() => {
                 PROTOCOL_2
             }
@@ -460,6 +479,7 @@ mod tests {
                 default_priority: -1,
                 created_at_ms: 0,
                 updated_at_ms: 0,
+                account: None,
             },
         });
         expect![[r#"{"proposed_at_ms":1700000000000,"cmd":{"type":"create_tenant","tenant":{"name":"vision","quotas":{"A100":{"guaranteed":4,"borrow":2}},"weight":2,"default_priority":-1,"created_at_ms":0,"updated_at_ms":0}}}"#]]
@@ -489,6 +509,7 @@ mod tests {
                 default_priority: 0,
                 created_at_ms: 3,
                 updated_at_ms: 4,
+                account: None,
             },
         });
         expect![[r#"{"proposed_at_ms":1700000000000,"cmd":{"type":"update_tenant","tenant":{"name":"a","quotas":{},"weight":1,"default_priority":0,"created_at_ms":3,"updated_at_ms":4}}}"#]]
@@ -649,6 +670,8 @@ mod tests {
             nodes: 0,
             slice: None,
             kind: Default::default(),
+            account: None,
+            retry_backoff_s: None,
         };
         let gpu = GpuRecord {
             index: 1,
@@ -735,6 +758,7 @@ mod tests {
                     created_at_ms: 1,
                     created_by: "system:bootstrap".into(),
                     revoked: false,
+                    account: None,
                 },
             },
             Command::RevokeToken { id: "t1".into() },
@@ -812,6 +836,7 @@ mod tests {
                     default_priority: 0,
                     created_at_ms: 1,
                     updated_at_ms: 2,
+                    account: None,
                 },
             },
             Command::UpdateTenant {
@@ -822,6 +847,7 @@ mod tests {
                     default_priority: 4,
                     created_at_ms: 1,
                     updated_at_ms: 2,
+                    account: None,
                 },
             },
             Command::SetSchedulerPolicy {

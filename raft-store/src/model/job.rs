@@ -63,6 +63,14 @@ pub struct JobSpec {
     /// `process` (run by the executor) or `vm` (whole pass-through GPUs for a virtual machine).
     #[serde(default, skip_serializing_if = "JobKind::is_process")]
     pub kind: JobKind,
+    /// The Unix account the job runs as, stamped by the API from the submitting token's
+    /// mapping (else its tenant's default); absent: the executing node's `jobs.run_as`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub account: Option<crate::model::account::Account>,
+    /// Failed runs are retried (while attempts remain) after this many seconds, doubled for
+    /// each further attempt; absent: only runs lost with their node are retried.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_backoff_s: Option<u64>,
 }
 
 /// What a job is.
@@ -121,6 +129,8 @@ impl Default for JobSpec {
             nodes: 0,
             slice: None,
             kind: JobKind::default(),
+            account: None,
+            retry_backoff_s: None,
         }
     }
 }
@@ -198,6 +208,11 @@ pub enum Outcome {
         message: String,
     },
     WallTimeExceeded,
+    /// Killed by the kernel for using more memory than the job's limit.
+    OutOfMemory {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        limit_mib: Option<u64>,
+    },
     Cancelled,
     /// Stopped so the node could be drained; the job is requeued without using an attempt.
     Evicted,
@@ -215,7 +230,11 @@ impl fmt::Display for Outcome {
             Outcome::Exited { code } => write!(f, "exited with code {code}"),
             Outcome::Signaled { signal } => write!(f, "killed by signal {signal}"),
             Outcome::FailedToStart { message } => write!(f, "failed to start: {message}"),
-            Outcome::WallTimeExceeded => f.write_str("wall-time limit exceeded"),
+            Outcome::WallTimeExceeded => f.write_str("time limit exceeded"),
+            Outcome::OutOfMemory {
+                limit_mib: Some(mib),
+            } => write!(f, "out of memory (limit {mib} MiB)"),
+            Outcome::OutOfMemory { limit_mib: None } => f.write_str("out of memory"),
             Outcome::Cancelled => f.write_str("cancelled"),
             Outcome::Evicted => f.write_str("evicted"),
             Outcome::Lost { message } => write!(f, "lost: {message}"),

@@ -1,6 +1,7 @@
 //! The replicated state (`ClusterState`), the log vocabulary it applies (`Command`), and each
 //! domain's records and rules. Pure: no I/O, no clock, nothing of openraft's storage.
 
+pub(crate) mod account;
 pub mod alert;
 mod apply;
 pub mod audit;

@@ -59,6 +59,9 @@ pub struct TenantRecord {
     pub created_at_ms: u64,
     #[serde(default)]
     pub updated_at_ms: u64,
+    /// The Unix account the tenant's jobs run as when the submitting token maps to none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub account: Option<crate::model::account::Account>,
 }
 
 fn one() -> u32 {
