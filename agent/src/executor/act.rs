@@ -19,7 +19,7 @@ impl Executor {
         &self,
         action: Action,
         jobs: &HashMap<JobId, Job>,
-        children: &mut Children,
+        children: &Children,
         host: &Host,
     ) {
         match action {
@@ -50,7 +50,7 @@ impl Executor {
         job: JobId,
         generation: u64,
         jobs: &HashMap<JobId, Job>,
-        children: &mut Children,
+        children: &Children,
         host: &Host,
     ) {
         let Some(j) = jobs.get(&job) else { return };
@@ -59,7 +59,7 @@ impl Executor {
             Ok(child) => {
                 info!(job_id = job, generation, "started");
                 if let Some(child) = child {
-                    children.insert((job, generation), child);
+                    children.watch(child);
                 }
             }
             Err(message) => {

@@ -26,8 +26,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use gpu_raft_store::JobId;
 use tokio::process::Child;
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
@@ -72,43 +72,73 @@ pub struct Executor {
     pub settings: ExecutorSettings,
 }
 
-/// A supervisor this agent started (kept so it can be reaped).
-type Children = HashMap<(JobId, u64), Child>;
+/// How soon a pass looks again while a supervisor it started has not written its pid.
+const STARTING_POLL: Duration = Duration::from_millis(10);
+
+/// The supervisors this agent started. Each is reaped by a task of its own, which wakes the
+/// loop the moment it ends, so a run's outcome is reported then rather than at the next tick.
+#[derive(Default)]
+struct Children {
+    ended: Arc<Notify>,
+}
+
+impl Children {
+    fn watch(&self, mut child: Child) {
+        let ended = self.ended.clone();
+        tokio::spawn(async move {
+            child.wait().await.ok();
+            ended.notify_one();
+        });
+    }
+}
 
 impl Executor {
     pub async fn run(self, cancel: CancellationToken) {
         let host = self.prepare_host();
         let mut applied = self.cluster.state.subscribe();
-        let mut children = Children::new();
+        let children = Children::default();
         let mut mig_errors = HashMap::new();
         let mut mine = Mine::default();
+        let mut wait = self.settings.tick;
         loop {
             tokio::select! {
                 () = cancel.cancelled() => return,
                 _ = applied.changed() => {}
-                () = tokio::time::sleep(self.settings.tick) => {}
+                () = children.ended.notified() => {}
+                () = tokio::time::sleep(wait) => {}
             }
-            self.pass(&mut children, &host, &mut mig_errors, &mut mine)
+            let starting = self
+                .pass(&children, &host, &mut mig_errors, &mut mine)
                 .await;
+            // A supervisor just started writes its pid within milliseconds; look again soon so
+            // the start is reported then, not at the next tick (a job started while nothing else
+            // changed used to wait a whole tick to be reported running).
+            wait = if starting {
+                STARTING_POLL
+            } else {
+                self.settings.tick
+            };
         }
     }
 
+    /// One pass; `true` while a run it started (or found starting) has not shown its
+    /// supervisor yet.
     async fn pass(
         &self,
-        children: &mut Children,
+        children: &Children,
         host: &Host,
         mig_errors: &mut HashMap<u32, String>,
         mine: &mut Mine,
-    ) {
-        children.retain(|_, child| matches!(child.try_wait(), Ok(None)));
+    ) -> bool {
         let me = self.cluster.id;
         let observed = match self.observe() {
             Ok(o) => o,
             Err(e) => {
                 warn!(error = %e, "cannot read the jobs directory");
-                return;
+                return false;
             }
         };
+        let mut starting = observed.iter().any(|o| o.starting);
         let (desired, jobs) = self
             .cluster
             .state
@@ -120,10 +150,13 @@ impl Executor {
         let lease_fresh = lease::lease_age(&self.settings.lease_path)
             .is_some_and(|a| a < self.settings.lease / 2);
         for action in reconcile(&desired, &observed) {
-            if !lease_fresh && matches!(action, Action::Start { .. }) {
+            let start = matches!(action, Action::Start { .. });
+            if !lease_fresh && start {
                 continue;
             }
+            starting |= start;
             self.act(action, &jobs, children, host).await;
         }
+        starting
     }
 }
