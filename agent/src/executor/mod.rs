@@ -14,6 +14,8 @@ pub mod shim;
 
 mod act;
 mod desired;
+mod identity;
+mod job_env;
 mod launch;
 mod mig;
 mod observe;
@@ -32,10 +34,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use self::desired::{Mine, desired_runs};
-pub use self::launch::shim_args;
+pub use self::launch::{prepare_run, supervisor_command};
 use self::reconcile::{Action, reconcile};
 use self::setup::Host;
-use crate::config::RunAs;
+use crate::config::{RunAs, UidRange};
 use crate::gpu::GpuBackend;
 use crate::raft::Cluster;
 
@@ -57,6 +59,8 @@ pub struct ExecutorSettings {
     pub run_as_by_tenant: BTreeMap<String, RunAs>,
     /// Where job cgroups go when the node has cgroup v2 (`jobs.cgroup_root`).
     pub cgroup_root: PathBuf,
+    /// The uids a cluster-mapped account may run as here (`jobs.uid_range`).
+    pub uid_range: UidRange,
 }
 
 impl ExecutorSettings {
