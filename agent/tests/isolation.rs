@@ -104,6 +104,10 @@ fn is_root() -> bool {
     if nix::unistd::geteuid().is_root() {
         return true;
     }
+    assert!(
+        std::env::var_os("GPUMESH_REQUIRE_ROOT").is_none_or(|v| v != "1"),
+        "GPUMESH_REQUIRE_ROOT=1 but this test is not root"
+    );
     eprintln!("SKIPPED: running jobs as another user needs root, and this test is not root");
     false
 }

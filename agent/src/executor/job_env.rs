@@ -145,7 +145,7 @@ mod tests {
         fs::remove_file(path(tmp.path())).expect("rm");
         let mut f = fs::OpenOptions::new()
             .write(true)
-            .create(true)
+            .create_new(true)
             .mode(0o600)
             .open(path(tmp.path()))
             .expect("create");

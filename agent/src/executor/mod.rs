@@ -5,7 +5,9 @@
 //! This file holds the loop. One pass, in order: `observe.rs` reads the job directories,
 //! `desired.rs` reads this node's placements from the state, `mig.rs` re-applies the GPUs'
 //! MIG layouts, `reconcile.rs` diffs desired against observed (pure), and `act.rs` carries out
-//! each action, launching runs through `launch.rs`. `setup.rs` prepares the host once at start.
+//! each action, launching runs through `launch.rs` (who the job runs as: `identity.rs`; its
+//! environment, handed to the supervisor in a file: `job_env.rs`). `setup.rs` prepares the
+//! host once at start.
 
 pub mod isolation;
 pub mod job_dir;
