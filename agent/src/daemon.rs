@@ -264,6 +264,7 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
             run_as: config.jobs.run_as.clone(),
             run_as_by_tenant: config.jobs.run_as_by_tenant.clone(),
             cgroup_root: config.jobs.cgroup_root.clone(),
+            uid_range: config.jobs.uid_range,
         },
     };
     tasks.spawn(executor.run(cancel.clone()));

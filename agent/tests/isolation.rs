@@ -8,12 +8,11 @@
 use std::ffi::OsString;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use gpu_agent::config::RunAs;
 use gpu_agent::executor::job_dir::JobDir;
-use gpu_agent::executor::{ExecutorSettings, isolation, shim_args};
+use gpu_agent::executor::{ExecutorSettings, isolation, prepare_run, supervisor_command};
 use gpu_raft_store::{JobSpec, Outcome};
 
 /// A jobs directory laid out as an agent's, reachable by other users (the temporary
@@ -45,6 +44,7 @@ impl Node {
             run_as,
             run_as_by_tenant: Default::default(),
             cgroup_root,
+            uid_range: Default::default(),
         };
         Node {
             _tmp: tmp,
@@ -52,18 +52,12 @@ impl Node {
         }
     }
 
-    /// Start the supervisor for run (job, 1) of `spec` as the executor would, with `HOME` set
-    /// the executor's way.
+    /// Start the supervisor for run (job, 1) of `spec` as the executor does (on node 1).
     fn start(&self, job: u64, spec: &JobSpec, cgroup_root: Option<&Path>) -> (JobDir, Supervisor) {
         let dir = JobDir::new(&self.settings.jobs_dir, job, 1);
-        dir.create().expect("run dir");
-        let args: Vec<OsString> = shim_args(&self.settings, spec, &dir, cgroup_root);
-        let child = Command::new(&self.settings.agent_exe)
-            .args(&args)
-            .env_clear()
-            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-            .env("HOME", isolation::work_dir(&dir.path))
-            .stdin(Stdio::null())
+        let args: Vec<OsString> =
+            prepare_run(&self.settings, spec, &dir, 1, cgroup_root, &[]).expect("prepare the run");
+        let child = supervisor_command(&self.settings.agent_exe, &args)
             .spawn()
             .expect("spawn the supervisor");
         (dir, Supervisor(child))
@@ -110,6 +104,10 @@ fn is_root() -> bool {
     if nix::unistd::geteuid().is_root() {
         return true;
     }
+    assert!(
+        std::env::var_os("GPUMESH_REQUIRE_ROOT").is_none_or(|v| v != "1"),
+        "GPUMESH_REQUIRE_ROOT=1 but this test is not root"
+    );
     eprintln!("SKIPPED: running jobs as another user needs root, and this test is not root");
     false
 }

@@ -122,6 +122,8 @@ pub struct JobsSection {
     pub run_as_by_tenant: Option<BTreeMap<String, String>>,
     /// The cgroup v2 directory job cgroups are created under.
     pub cgroup_root: Option<PathBuf>,
+    /// `FIRST-LAST`: the uids a cluster-mapped account may have on this node.
+    pub uid_range: Option<String>,
 }
 
 /// `[raft]`, validated into `RaftSettings`.

@@ -24,7 +24,7 @@ pub use file::{
     RaftSection, TlsSection,
 };
 pub use flags::Overrides;
-pub use run_as::RunAs;
+pub use run_as::{RunAs, UidRange};
 pub use settings::{
     ApiSettings, AutopilotSettings, DEFAULT_CGROUP_ROOT, EdgeSettings, JobSettings,
     MAX_HISTORY_LEN, MonitorSettings, RaftSettings, TlsSettings,
@@ -387,5 +387,22 @@ mod tests {
         .expect("parses");
         let err = Config::parse_and_validate(unknown, Overrides::default()).expect_err("unknown");
         assert!(err.to_string().contains("no-such-user-here"), "{err}");
+        assert_eq!(c.jobs.uid_range, UidRange::default());
+        let range =
+            FileConfig::parse("node_id = 1\ndata_dir = \"d\"\n[jobs]\nuid_range = \"2000-2999\"\n")
+                .expect("parses");
+        let c = Config::parse_and_validate(range, Overrides::default()).expect("valid");
+        assert_eq!(
+            c.jobs.uid_range,
+            UidRange {
+                first: 2000,
+                last: 2999
+            }
+        );
+        let root =
+            FileConfig::parse("node_id = 1\ndata_dir = \"d\"\n[jobs]\nuid_range = \"0-100\"\n")
+                .expect("parses");
+        let err = Config::parse_and_validate(root, Overrides::default()).expect_err("root");
+        assert!(err.to_string().contains("uid 0"), "{err}");
     }
 }

@@ -1,5 +1,9 @@
 //! The user jobs run as (`jobs.run_as`, `jobs.run_as_by_tenant`), resolved against this
 //! host's users when the configuration is validated; never root unless asked for by name.
+//! Also the uids a cluster-mapped account may have on this node (`jobs.uid_range`).
+
+use std::fmt;
+use std::str::FromStr;
 
 use anyhow::{Context, ensure};
 
@@ -82,9 +86,92 @@ fn choose_run_as(
     })
 }
 
+/// The uids a job may run as when the cluster maps it to an account (`jobs.uid_range`,
+/// `first-last`, both included): by default the regular users of `useradd` (1000-60000), so a
+/// mapping can never make a job a system account. It never includes 0. The node's own
+/// `jobs.run_as` users are chosen by its operator and not held to it (`nobody` is 65534).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UidRange {
+    pub first: u32,
+    pub last: u32,
+}
+
+impl Default for UidRange {
+    fn default() -> Self {
+        Self {
+            first: 1000,
+            last: 60000,
+        }
+    }
+}
+
+impl UidRange {
+    pub fn contains(&self, uid: u32) -> bool {
+        (self.first..=self.last).contains(&uid)
+    }
+}
+
+impl fmt::Display for UidRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}-{}", self.first, self.last)
+    }
+}
+
+impl FromStr for UidRange {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let usage =
+            || format!("jobs.uid_range must be FIRST-LAST (e.g. \"1000-60000\"), got {s:?}");
+        let (first, last) = s.trim().split_once('-').ok_or_else(usage)?;
+        let id = |part: &str| part.trim().parse::<u32>().map_err(|_| usage());
+        let range = Self {
+            first: id(first)?,
+            last: id(last)?,
+        };
+        if range.first == 0 {
+            return Err(format!(
+                "jobs.uid_range {range} includes uid 0: jobs never run as root through the cluster"
+            ));
+        }
+        if range.first > range.last {
+            return Err(format!("jobs.uid_range {range} is empty (first > last)"));
+        }
+        Ok(range)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn uid_ranges_parse_and_refuse_root_and_empty_ranges() {
+        assert_eq!(UidRange::default().to_string(), "1000-60000");
+        let r: UidRange = " 2000 - 2999 ".parse().expect("range");
+        assert_eq!(
+            r,
+            UidRange {
+                first: 2000,
+                last: 2999
+            }
+        );
+        assert!(r.contains(2000) && r.contains(2999));
+        assert!(!r.contains(1999) && !r.contains(3000));
+        let one: UidRange = "5000-5000".parse().expect("one uid");
+        assert!(one.contains(5000));
+        for (input, says) in [
+            ("0-60000", "includes uid 0"),
+            ("3000-2000", "is empty"),
+            ("1000", "FIRST-LAST"),
+            ("a-b", "FIRST-LAST"),
+            ("-5-10", "FIRST-LAST"),
+            ("1000-99999999999", "FIRST-LAST"),
+        ] {
+            let err = input.parse::<UidRange>().expect_err(input);
+            assert!(err.contains(says), "{input:?}: {err}");
+        }
+    }
 
     fn users(name: &str) -> anyhow::Result<Option<(u32, u32)>> {
         Ok(match name {

@@ -9,10 +9,10 @@ use std::time::Duration;
 use anyhow::{Context, ensure};
 use gpu_raft_store::validate;
 
-use super::RunAs;
 use super::file::{
     ApiSection, AutopilotSection, EdgeSection, JobsSection, MonitorSection, RaftSection, TlsSection,
 };
+use super::{RunAs, UidRange};
 
 /// Raft timing. Defaults suit a LAN: heartbeat 100 ms; election timeout 200–400 ms. In openraft
 /// 0.9 a follower waits out the leader lease (= `election_timeout_max`) plus one election timeout
@@ -105,6 +105,8 @@ pub struct JobSettings {
     /// limits when this is (or can be made) a cgroup v2 directory with the `cpu` and `memory`
     /// controllers delegated; otherwise jobs run without limits (see `executor::isolation`).
     pub cgroup_root: PathBuf,
+    /// The uids a job of a cluster-mapped account (`JobSpec::account`) may run as here.
+    pub uid_range: UidRange,
 }
 
 /// Where job cgroups live by default: a cgroup of our own directly under the cgroup v2 root,
@@ -123,6 +125,10 @@ pub(super) fn jobs(j: JobsSection, raft: &RaftSettings) -> anyhow::Result<JobSet
         cgroup_root: j
             .cgroup_root
             .unwrap_or_else(|| PathBuf::from(DEFAULT_CGROUP_ROOT)),
+        uid_range: match j.uid_range {
+            Some(r) => r.parse().map_err(anyhow::Error::msg)?,
+            None => UidRange::default(),
+        },
     };
     ensure!(
         jobs.cgroup_root.is_absolute(),

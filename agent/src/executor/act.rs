@@ -55,7 +55,7 @@ impl Executor {
     ) {
         let Some(j) = jobs.get(&job) else { return };
         let dir = JobDir::new(&self.settings.jobs_dir, job, generation);
-        match self.launch(j, &dir, host) {
+        match self.launch(j, &dir, host).await {
             Ok(child) => {
                 info!(job_id = job, generation, "started");
                 if let Some(child) = child {

@@ -1,21 +1,36 @@
-//! Launching one run: a supervisor process (`gpu-agent shim`) with the job's arguments and
-//! environment (its GPUs, MIG device or MPS limits, gang rendezvous), or for a vm job the
-//! record of its pass-through GPUs.
+//! Launching one run: a supervisor process (`gpu-agent shim`) with the job's arguments, its
+//! identity and its environment (its GPUs, MIG device or MPS limits, gang rendezvous), or for a
+//! vm job the record of its pass-through GPUs.
+//!
+//! The supervisor itself starts with `job_env::SUPERVISOR_ENV` only; the job's environment is
+//! written to the run's `env.json` and applied by the supervisor to the job process alone.
+//!
+//! Working directory: the spec's `workdir`, else the user's home when it exists on this node,
+//! else the run's own `work/`. Slurm defaults to the directory `sbatch` ran in; gpumesh's
+//! submitter (`gpuctl`, the API) usually runs on another machine, whose directories mean
+//! nothing here, so the home directory is the nearest equivalent a job can count on.
 
+use std::collections::BTreeMap;
 use std::ffi::OsString;
-use std::path::Path;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
 
-use gpu_raft_store::{Binding, ClusterState, Job, JobKind, JobSpec, Slice};
+use gpu_raft_store::{Binding, ClusterState, Job, JobKind, JobSpec, NodeId, Slice};
 use tokio::process::Child;
 
+use super::identity::{self, Identity};
 use super::job_dir::JobDir;
 use super::setup::Host;
-use super::{Executor, ExecutorSettings, isolation, vm};
+use super::{Executor, ExecutorSettings, isolation, job_env, vm};
 use crate::gpu::GpuBackend;
+
+/// Variables a run gets from where it runs (placement, gang, slice).
+type RunVars = Vec<(&'static str, String)>;
 
 impl Executor {
     /// Start the run of `job` in `dir`: its supervisor, or for a vm job no process (`None`).
-    pub(super) fn launch(
+    pub(super) async fn launch(
         &self,
         job: &Job,
         dir: &JobDir,
@@ -24,14 +39,12 @@ impl Executor {
         if job.spec.kind == JobKind::Vm {
             self.start_vm(job, dir).map(|()| None)
         } else {
-            self.start(job, dir, host).map(Some)
+            self.start(job, dir, host).await.map(Some)
         }
     }
 
-    /// Launch the supervisor for one placement, with the job's environment.
-    fn start(&self, job: &Job, dir: &JobDir, host: &Host) -> Result<Child, String> {
-        dir.create()
-            .map_err(|e| format!("creating {}: {e}", dir.path.display()))?;
+    /// Launch the supervisor for one placement.
+    async fn start(&self, job: &Job, dir: &JobDir, host: &Host) -> Result<Child, String> {
         let Some((rank, binding)) = job.member_on(self.cluster.id) else {
             return Err("the job has no placement on this node".into());
         };
@@ -41,29 +54,19 @@ impl Executor {
             None => (uuids.join(","), Vec::new()),
             Some(slice) => slice_env(self.gpus.as_ref(), binding, slice, &uuids)?,
         };
-        let mut cmd = tokio::process::Command::new(&self.settings.agent_exe);
-        cmd.args(shim_args(
-            &self.settings,
-            &job.spec,
-            dir,
-            host.cgroups.as_deref(),
-        ));
-        cmd.env_clear()
-            .env(
-                "PATH",
-                std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into()),
-            )
-            .env("HOME", isolation::work_dir(&dir.path))
-            .env("LANG", "C.UTF-8")
-            .envs(&job.spec.env)
-            .envs(placement_env(job, binding, &visible))
-            .envs(gang_env)
-            .envs(slice_env)
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .process_group(0);
-        cmd.spawn()
+        let mut run_env = placement_env(job, binding, &visible);
+        run_env.extend(gang_env);
+        run_env.extend(slice_env);
+        let (settings, spec, run) = (self.settings.clone(), job.spec.clone(), dir.clone());
+        let (node, cgroups) = (self.cluster.id, host.cgroups.clone());
+        // NSS may ask a remote directory (LDAP, SSSD): never on the executor's own thread.
+        let args = tokio::task::spawn_blocking(move || {
+            prepare_run(&settings, &spec, &run, node, cgroups.as_deref(), &run_env)
+        })
+        .await
+        .map_err(|e| format!("preparing the run: {e}"))??;
+        tokio::process::Command::from(supervisor_command(&self.settings.agent_exe, &args))
+            .spawn()
             .map_err(|e| format!("spawning the supervisor: {e}"))
     }
 
@@ -98,9 +101,117 @@ impl Executor {
     }
 }
 
+/// Everything a run needs before its supervisor starts, done as the executor does it: the run
+/// directory (0711: the job may pass through to `work/`, nothing more), the job's identity
+/// (through NSS, which may block), its environment in `env.json` (`run_env`: placement, gang and
+/// slice variables), and the supervisor's arguments. `Err` is the run's failed-to-start reason.
+pub fn prepare_run(
+    settings: &ExecutorSettings,
+    spec: &JobSpec,
+    dir: &JobDir,
+    node: NodeId,
+    cgroup_root: Option<&Path>,
+    run_env: &[(&'static str, String)],
+) -> Result<Vec<OsString>, String> {
+    dir.create()
+        .and_then(|()| std::fs::set_permissions(&dir.path, std::fs::Permissions::from_mode(0o711)))
+        .map_err(|e| format!("creating {}: {e}", dir.path.display()))?;
+    let identity = match &spec.account {
+        Some(account) => identity::resolve(
+            account,
+            &identity::Nss,
+            settings.uid_range,
+            node,
+            nix::unistd::geteuid().as_raw(),
+        )?,
+        None => Identity::of_run_as(settings.user_for(&spec.tenant)),
+    };
+    let home = identity.home.as_deref().filter(|h| h.is_dir());
+    let workdir = workdir(spec.workdir.as_deref(), home)?;
+    let path = std::env::var_os("PATH").map_or_else(
+        || DEFAULT_PATH.to_owned(),
+        |p| p.to_string_lossy().into_owned(),
+    );
+    let work = isolation::work_dir(&dir.path);
+    let env = job_environment(&identity, &work, &path, &spec.env, run_env);
+    job_env::write(&dir.path, &env).map_err(|e| {
+        format!(
+            "writing the job's environment to {}: {e}",
+            job_env::path(&dir.path).display()
+        )
+    })?;
+    Ok(shim_args(
+        settings,
+        spec,
+        dir,
+        cgroup_root,
+        &identity,
+        workdir.as_deref(),
+    ))
+}
+
+/// The supervisor's command: `agent_exe` with `args`, the fixed `SUPERVISOR_ENV` and nothing
+/// else of ours, no stdio, leading a process group of its own.
+pub fn supervisor_command(agent_exe: &Path, args: &[OsString]) -> std::process::Command {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = std::process::Command::new(agent_exe);
+    cmd.args(args)
+        .env_clear()
+        .envs(job_env::SUPERVISOR_ENV)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0);
+    cmd
+}
+
+/// The job's `PATH` when the agent has none.
+const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+/// Where the job starts: the spec's `workdir` (absolute; the supervisor checks it exists), else
+/// `home` (passed only when it exists), else `None`: the run's `work/`.
+fn workdir(spec: Option<&str>, home: Option<&Path>) -> Result<Option<PathBuf>, String> {
+    match spec {
+        Some(w) if !Path::new(w).is_absolute() => {
+            Err(format!("workdir {w:?} is not an absolute path"))
+        }
+        Some(w) => Ok(Some(w.into())),
+        None => Ok(home.map(Path::to_owned)),
+    }
+}
+
+/// The job's whole environment: `PATH`, `LANG`, then who it is (`HOME`: the passwd home, or the
+/// run's `work/` for the node's own job users; `USER`, `LOGNAME`, `SHELL`), then the spec's
+/// variables (which may override those), then where it runs (which nothing overrides).
+fn job_environment(
+    identity: &Identity,
+    work: &Path,
+    path: &str,
+    spec_env: &BTreeMap<String, String>,
+    run_env: &[(&'static str, String)],
+) -> BTreeMap<String, String> {
+    let text = |p: &Path| p.to_string_lossy().into_owned();
+    let mut env = BTreeMap::from([
+        ("PATH".to_owned(), path.to_owned()),
+        ("LANG".to_owned(), "C.UTF-8".to_owned()),
+        (
+            "HOME".to_owned(),
+            text(identity.home.as_deref().unwrap_or(work)),
+        ),
+        ("USER".to_owned(), identity.name.clone()),
+        ("LOGNAME".to_owned(), identity.name.clone()),
+    ]);
+    if let Some(shell) = &identity.shell {
+        env.insert("SHELL".to_owned(), text(shell));
+    }
+    env.extend(spec_env.clone());
+    env.extend(run_env.iter().map(|(k, v)| ((*k).to_owned(), v.clone())));
+    env
+}
+
 /// The variables that tell a run where it runs: the GPUs it sees (`visible`, the value of
 /// `CUDA_VISIBLE_DEVICES`) and its job, generation, node and GPU indices.
-fn placement_env(job: &Job, binding: &Binding, visible: &str) -> Vec<(&'static str, String)> {
+fn placement_env(job: &Job, binding: &Binding, visible: &str) -> RunVars {
     vec![
         ("CUDA_VISIBLE_DEVICES", visible.to_owned()),
         (
@@ -124,9 +235,6 @@ fn placement_env(job: &Job, binding: &Binding, visible: &str) -> Vec<(&'static s
     ]
 }
 
-/// Extra environment variables of a sliced run.
-type SliceVars = Vec<(&'static str, String)>;
-
 /// `CUDA_VISIBLE_DEVICES` and the extra variables of a sliced run: the MIG device's UUID
 /// (from the backend, which created it), or the GPU's UUID with MPS limits for a share.
 fn slice_env(
@@ -134,7 +242,7 @@ fn slice_env(
     binding: &Binding,
     slice: &Slice,
     uuids: &[String],
-) -> Result<(String, SliceVars), String> {
+) -> Result<(String, RunVars), String> {
     let gpu = binding.gpus.first().copied().unwrap_or_default();
     let mut env = vec![("GPUMESH_GPU_SLICE", slice.to_string())];
     match slice {
@@ -162,12 +270,15 @@ fn slice_env(
 }
 
 /// The `gpu-agent` arguments that supervise one run: `shim`, its flags, `--`, the job's argv.
-/// `cgroup_root` is `Some` when the node can give the run a cgroup.
-pub fn shim_args(
+/// `cgroup_root` is `Some` when the node can give the run a cgroup; `identity` is who the job
+/// runs as, `workdir` where it starts (`None`: the run's `work/`).
+fn shim_args(
     settings: &ExecutorSettings,
     spec: &JobSpec,
     dir: &JobDir,
     cgroup_root: Option<&Path>,
+    identity: &Identity,
+    workdir: Option<&Path>,
 ) -> Vec<OsString> {
     let mut args: Vec<OsString> = vec![
         "shim".into(),
@@ -184,9 +295,9 @@ pub fn shim_args(
             .to_string()
             .into(),
         "--run-as-uid".into(),
-        settings.user_for(&spec.tenant).uid.to_string().into(),
+        identity.uid.to_string().into(),
         "--run-as-gid".into(),
-        settings.user_for(&spec.tenant).gid.to_string().into(),
+        identity.gid.to_string().into(),
     ];
     let mut flag = |name: &str, value: OsString| {
         args.push(name.into());
@@ -195,7 +306,11 @@ pub fn shim_args(
     if let Some(limit) = spec.wall_time_limit_s {
         flag("--wall-time", format!("{limit}s").into());
     }
-    if let Some(w) = &spec.workdir {
+    if !identity.groups.is_empty() {
+        let groups: Vec<String> = identity.groups.iter().map(u32::to_string).collect();
+        flag("--run-as-groups", groups.join(",").into());
+    }
+    if let Some(w) = workdir {
         flag("--workdir", w.into());
     }
     if let Some(root) = cgroup_root {
@@ -219,12 +334,7 @@ pub fn shim_args(
 /// read), empty for a single-node job. Every member agrees on it: the rendezvous is member 0's
 /// host and a port derived from the job id (29500 + id mod 1000); one process per node, so
 /// `RANK` is the node's first global rank and `LOCAL_RANK` 0.
-fn gang_env(
-    state: &ClusterState,
-    job: &Job,
-    rank: usize,
-    member: &Binding,
-) -> Vec<(&'static str, String)> {
+fn gang_env(state: &ClusterState, job: &Job, rank: usize, member: &Binding) -> RunVars {
     if job.gang.is_empty() {
         return Vec::new();
     }
@@ -261,7 +371,7 @@ mod tests {
     use expect_test::expect;
 
     use super::*;
-    use crate::config::RunAs;
+    use crate::config::{RunAs, UidRange};
 
     fn settings(run_as: RunAs) -> ExecutorSettings {
         ExecutorSettings {
@@ -281,6 +391,7 @@ mod tests {
                 },
             )]),
             cgroup_root: "/sys/fs/cgroup/gpumesh".into(),
+            uid_range: UidRange::default(),
         }
     }
 
@@ -291,43 +402,118 @@ mod tests {
             .join(" ")
     }
 
+    fn alice() -> Identity {
+        Identity {
+            name: "alice".into(),
+            uid: 1001,
+            gid: 1001,
+            groups: vec![44, 1001],
+            home: Some("/home/alice".into()),
+            shell: Some("/bin/bash".into()),
+        }
+    }
+
     #[test]
     fn the_supervisor_gets_the_user_and_the_limits() {
-        let s = settings(RunAs {
+        let nobody = RunAs {
             name: "nobody".into(),
             uid: 65534,
             gid: 65534,
-        });
+        };
+        let s = settings(nobody.clone());
         let dir = JobDir::new(&s.jobs_dir, 42, 3);
         let spec: JobSpec = serde_json::from_value(serde_json::json!({
             "name": "train",
             "command": ["python", "train.py"],
-            "workdir": "/srv/data",
             "wall_time_limit_s": 90,
             "cpu_millis": 1500,
             "memory_mib": 4096,
         }))
         .expect("spec");
-        expect![[r#"shim --job-dir /data/jobs/j-42-g3 --lease /data/lease --lease-timeout 10s --grace 5s --run-as-uid 65534 --run-as-gid 65534 --wall-time 90s --workdir /srv/data --cgroup /sys/fs/cgroup/gpumesh/job-42-g3 --cpu-millis 1500 --memory-mib 4096 -- python train.py"#]]
-        .assert_eq(&render(&shim_args(&s, &spec, &dir, Some(&s.cgroup_root))));
+        let args = shim_args(
+            &s,
+            &spec,
+            &dir,
+            Some(&s.cgroup_root),
+            &alice(),
+            Some(Path::new("/srv/data")),
+        );
+        expect![[r#"shim --job-dir /data/jobs/j-42-g3 --lease /data/lease --lease-timeout 10s --grace 5s --run-as-uid 1001 --run-as-gid 1001 --wall-time 90s --run-as-groups 44,1001 --workdir /srv/data --cgroup /sys/fs/cgroup/gpumesh/job-42-g3 --cpu-millis 1500 --memory-mib 4096 -- python train.py"#]]
+        .assert_eq(&render(&args));
         // Without cgroup v2 the limits still travel, so the supervisor can say they are not
-        // enforced.
+        // enforced. A node-configured user has no supplementary groups.
         let plain: JobSpec = serde_json::from_value(serde_json::json!({
             "name": "t",
             "command": ["true"],
             "cpu_millis": 500,
         }))
         .expect("spec");
+        let user = Identity::of_run_as(s.user_for(&plain.tenant));
         expect![[r#"shim --job-dir /data/jobs/j-42-g3 --lease /data/lease --lease-timeout 10s --grace 5s --run-as-uid 65534 --run-as-gid 65534 --cpu-millis 500 -- true"#]]
-        .assert_eq(&render(&shim_args(&s, &plain, &dir, None)));
+        .assert_eq(&render(&shim_args(&s, &plain, &dir, None, &user, None)));
         // A tenant with a user of its own runs as that user.
-        let vision: JobSpec = serde_json::from_value(serde_json::json!({
-            "name": "t",
-            "tenant": "vision",
-            "command": ["true"],
-        }))
-        .expect("spec");
-        expect![[r#"shim --job-dir /data/jobs/j-42-g3 --lease /data/lease --lease-timeout 10s --grace 5s --run-as-uid 2001 --run-as-gid 2001 -- true"#]]
-        .assert_eq(&render(&shim_args(&s, &vision, &dir, None)));
+        let vision = Identity::of_run_as(s.user_for("vision"));
+        assert_eq!((vision.uid, vision.gid), (2001, 2001));
+        assert_eq!(Identity::of_run_as(s.user_for("nlp")).uid, nobody.uid);
+    }
+
+    #[test]
+    fn the_workdir_is_the_specs_else_the_home_else_the_runs_own() {
+        let home = Some(Path::new("/home/alice"));
+        assert_eq!(
+            workdir(Some("/srv/data"), home),
+            Ok(Some(PathBuf::from("/srv/data")))
+        );
+        assert_eq!(workdir(None, home), Ok(Some(PathBuf::from("/home/alice"))));
+        assert_eq!(workdir(None, None), Ok(None));
+        let err = workdir(Some("data"), home).expect_err("relative");
+        assert!(err.contains("\"data\" is not an absolute path"), "{err}");
+    }
+
+    #[test]
+    fn the_job_environment_says_who_and_where_and_the_placement_wins() {
+        let spec_env = BTreeMap::from([
+            ("HOME".to_owned(), "/scratch/alice".to_owned()),
+            ("GPUMESH_JOB_ID".to_owned(), "forged".to_owned()),
+            ("SECRET".to_owned(), "s".to_owned()),
+        ]);
+        let run_env = vec![("GPUMESH_JOB_ID", "7".to_owned())];
+        let work = Path::new("/data/jobs/j-7-g1/work");
+        let env = job_environment(&alice(), work, "/usr/bin:/bin", &spec_env, &run_env);
+        let text: String = env.iter().map(|(k, v)| format!("{k}={v}\n")).collect();
+        expect![[r#"
+            GPUMESH_JOB_ID=7
+            HOME=/scratch/alice
+            LANG=C.UTF-8
+            LOGNAME=alice
+            PATH=/usr/bin:/bin
+            SECRET=s
+            SHELL=/bin/bash
+            USER=alice
+        "#]]
+        .assert_eq(&text);
+        // The node's own job user lives in the run's work/ directory.
+        let nobody = Identity::of_run_as(&RunAs {
+            name: "nobody".into(),
+            uid: 65534,
+            gid: 65534,
+        });
+        let env = job_environment(&nobody, work, "/bin", &BTreeMap::new(), &[]);
+        assert_eq!(env["HOME"], "/data/jobs/j-7-g1/work");
+        assert_eq!(env["USER"], "nobody");
+        assert!(!env.contains_key("SHELL"));
+    }
+
+    #[test]
+    fn the_supervisor_command_carries_only_path_and_lang() {
+        let cmd = supervisor_command(Path::new("/usr/bin/gpu-agent"), &["shim".into()]);
+        let env: Vec<_> = cmd
+            .get_envs()
+            .map(|(k, v)| (k.to_string_lossy().into_owned(), v.is_some()))
+            .collect();
+        assert_eq!(env, [("LANG".into(), true), ("PATH".into(), true)]);
+        // `env_clear` was called: nothing of ours is inherited.
+        let debug = format!("{cmd:?}");
+        assert!(debug.starts_with("env -i "), "{debug}");
     }
 }

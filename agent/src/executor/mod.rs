@@ -5,7 +5,9 @@
 //! This file holds the loop. One pass, in order: `observe.rs` reads the job directories,
 //! `desired.rs` reads this node's placements from the state, `mig.rs` re-applies the GPUs'
 //! MIG layouts, `reconcile.rs` diffs desired against observed (pure), and `act.rs` carries out
-//! each action, launching runs through `launch.rs`. `setup.rs` prepares the host once at start.
+//! each action, launching runs through `launch.rs` (who the job runs as: `identity.rs`; its
+//! environment, handed to the supervisor in a file: `job_env.rs`). `setup.rs` prepares the
+//! host once at start.
 
 pub mod isolation;
 pub mod job_dir;
@@ -14,6 +16,8 @@ pub mod shim;
 
 mod act;
 mod desired;
+mod identity;
+mod job_env;
 mod launch;
 mod mig;
 mod observe;
@@ -32,10 +36,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use self::desired::{Mine, desired_runs};
-pub use self::launch::shim_args;
+pub use self::launch::{prepare_run, supervisor_command};
 use self::reconcile::{Action, reconcile};
 use self::setup::Host;
-use crate::config::RunAs;
+use crate::config::{RunAs, UidRange};
 use crate::gpu::GpuBackend;
 use crate::raft::Cluster;
 
@@ -57,6 +61,8 @@ pub struct ExecutorSettings {
     pub run_as_by_tenant: BTreeMap<String, RunAs>,
     /// Where job cgroups go when the node has cgroup v2 (`jobs.cgroup_root`).
     pub cgroup_root: PathBuf,
+    /// The uids a cluster-mapped account may run as here (`jobs.uid_range`).
+    pub uid_range: UidRange,
 }
 
 impl ExecutorSettings {

@@ -1,10 +1,10 @@
 //! What this host offers jobs, found once when the executor starts: the jobs directory, the
 //! job users, and whether job cgroups are available.
 
-use std::os::unix::fs::PermissionsExt;
-use std::path::PathBuf;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
 
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 use super::{Executor, isolation};
 use crate::config::RunAs;
@@ -45,6 +45,20 @@ impl Executor {
                 info!(tenant, user = %user.name, uid = user.uid, "jobs of this tenant run as their own user");
             }
         }
+        // Jobs of cluster-mapped accounts may be any user: every directory on the way to their
+        // `work/` must let others through. Only a root agent runs jobs as other users.
+        if nix::unistd::geteuid().is_root()
+            && let Some(closed) = closed_to_others(jobs_dir)
+        {
+            error!(
+                dir = %closed.display(),
+                "the jobs directory {} is not reachable by other users ({} is not o+x): jobs of \
+                 cluster-mapped accounts cannot start on this node until it is (e.g. chmod o+x {})",
+                jobs_dir.display(),
+                closed.display(),
+                closed.display()
+            );
+        }
         if let Some(blocked) = isolation::unreachable_ancestor(jobs_dir, *uid, *gid) {
             warn!(
                 user = %name,
@@ -70,5 +84,53 @@ impl Executor {
                 Host::default()
             }
         }
+    }
+}
+
+/// Whether a user who is neither owner nor in the group may pass through a directory.
+fn others_may_search(mode: u32) -> bool {
+    mode & 0o001 != 0
+}
+
+/// The first directory on the way to `path` (itself included) that others may not pass through
+/// (or that cannot be read: a missing one is found by the first job anyway).
+fn closed_to_others(path: &Path) -> Option<PathBuf> {
+    path.ancestors()
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .find(|dir| std::fs::metadata(dir).is_ok_and(|m| !others_may_search(m.mode())))
+        .map(Path::to_owned)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_directory_closed_to_others_on_the_way_is_found() {
+        assert!(others_may_search(0o711) && others_may_search(0o755));
+        assert!(!others_may_search(0o750) && !others_may_search(0o700));
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let set = |p: &Path, mode| {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).expect("chmod");
+        };
+        let data = tmp.path().join("data");
+        let jobs = data.join("jobs");
+        std::fs::create_dir_all(&jobs).expect("mkdir");
+        set(tmp.path(), 0o755);
+        set(&data, 0o711);
+        set(&jobs, 0o711);
+        let open = closed_to_others(&jobs);
+        // Above the temporary directory nothing is ours to judge: only look below it.
+        assert!(
+            open.as_ref().is_none_or(|c| !c.starts_with(tmp.path())),
+            "{open:?}"
+        );
+        set(&data, 0o700);
+        assert_eq!(closed_to_others(&jobs), Some(data.clone()));
+        set(&data, 0o711);
+        set(&jobs, 0o750);
+        assert_eq!(closed_to_others(&jobs), Some(jobs));
     }
 }

@@ -1,11 +1,13 @@
 //! `gpu-agent shim`: the per-run supervisor. The agent starts it (as a process-group leader,
-//! with the job's environment); it starts the job in a process group of its own, waits for it,
-//! and writes how it ended to `exit.json`. Because it outlives agent restarts, a restarted agent
+//! with a fixed minimal environment); it starts the job in a process group of its own, with the
+//! job's environment from the run's `env.json` (see `job_env`), waits for it, and writes how it
+//! ended to `exit.json`. Because it outlives agent restarts, a restarted agent
 //! can still learn every run's outcome.
 //!
-//! The job runs as the configured unprivileged user, in the run's cgroup with its CPU and memory
-//! limits when the node has cgroup v2 (see `isolation`); the supervisor itself keeps the
-//! agent's user, so it can always write `exit.json` and signal the job.
+//! The job runs as the user the executor chose (its uid, gid and supplementary groups, see
+//! `identity`), in the run's cgroup with its CPU and memory limits when the node has cgroup v2
+//! (see `isolation`); the supervisor itself keeps the agent's user, so it can always write
+//! `exit.json` and signal the job.
 //!
 //! It also enforces what must hold even when the agent is gone: the wall-time limit, and
 //! self-fencing — when the agent stops renewing the node's lease file (it lost contact with the
@@ -19,12 +21,13 @@ use std::time::{Duration, Instant};
 
 use gpu_raft_store::Outcome;
 use nix::sys::signal::{Signal, kill};
-use nix::unistd::{Pid, getegid, geteuid};
+use nix::unistd::{Pid, geteuid};
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{SignalKind, signal};
 
 use super::isolation::{self, JobCgroup};
 use super::job_dir::{JobDir, Supervisor};
+use super::{identity, job_env};
 
 #[derive(Debug, clap::Args)]
 pub struct ShimArgs {
@@ -47,9 +50,12 @@ pub struct ShimArgs {
     /// Run the job (not the supervisor) as this user id.
     #[arg(long, requires = "run_as_gid")]
     pub run_as_uid: Option<u32>,
-    /// Run the job as this group id; supplementary groups are dropped.
+    /// Run the job as this group id.
     #[arg(long, requires = "run_as_uid")]
     pub run_as_gid: Option<u32>,
+    /// The job's supplementary groups (gids, comma-separated) [default: none].
+    #[arg(long, requires = "run_as_uid", value_delimiter = ',')]
+    pub run_as_groups: Vec<u32>,
     /// The run's cgroup, created here and removed when the job has ended. Absent when the node
     /// has no usable cgroup v2: limits are then noted in stderr.log as not enforced.
     #[arg(long)]
@@ -143,6 +149,16 @@ async fn supervise(dir: &JobDir, args: &ShimArgs) -> Outcome {
             ));
         }
     };
+    // Only the job gets its environment, and only the job changes user.
+    let env = match job_env::read(&dir.path, geteuid().as_raw()) {
+        Ok(env) => env,
+        Err(e) => return failed(e),
+    };
+    let target = owner.map(|(uid, gid)| (uid, gid, args.run_as_groups.as_slice()));
+    let switch = match identity::switch_for(target, geteuid().as_raw()) {
+        Ok(s) => s,
+        Err(e) => return failed(e),
+    };
     let open = |path: PathBuf| {
         std::fs::OpenOptions::new()
             .create(true)
@@ -182,27 +198,21 @@ async fn supervise(dir: &JobDir, args: &ShimArgs) -> Outcome {
     let program = &args.command[0];
     let mut cmd = Command::new(program);
     cmd.args(&args.command[1..])
-        .current_dir(&cwd)
+        .env_clear()
+        .envs(&env)
         .stdin(Stdio::null())
         .stdout(stdout)
         .stderr(stderr)
         .process_group(0);
-    // Only the job changes user. Switching uid as root also drops the supplementary groups
-    // (std calls setgroups(0) when no groups are given), so the job keeps none of ours.
-    if let Some(uid) = args.run_as_uid.filter(|u| *u != geteuid().as_raw()) {
-        cmd.uid(uid);
-    }
-    if let Some(gid) = args.run_as_gid.filter(|g| *g != getegid().as_raw()) {
-        cmd.gid(gid);
-    }
-    let mut child = match cmd.spawn() {
+    // Groups, gid, uid, then the working directory, in the child: exactly the job's groups,
+    // none of ours.
+    let prepared = identity::become_in_child(&mut cmd, switch, &cwd);
+    let mut child = match prepared.and_then(|()| {
+        cmd.spawn()
+            .map_err(|e| spawn_error(program, &e, owner, &cwd))
+    }) {
         Ok(c) => c,
-        Err(e) => {
-            let mut message = format!("{program}: {e}");
-            if e.kind() == std::io::ErrorKind::PermissionDenied {
-                let uid = args.run_as_uid.unwrap_or_else(|| geteuid().as_raw());
-                message.push_str(&format!(" (as uid {uid}, in {})", cwd.display()));
-            }
+        Err(message) => {
             if let Some(cg) = &cgroup {
                 cg.remove().await.ok();
             }
@@ -241,6 +251,21 @@ async fn supervise(dir: &JobDir, args: &ShimArgs) -> Outcome {
         writeln!(notes, "gpumesh: {e}").ok();
     }
     outcome
+}
+
+/// Why the job could not be started, with who and where when it was a permission.
+fn spawn_error(
+    program: &str,
+    e: &std::io::Error,
+    owner: Option<(u32, u32)>,
+    cwd: &std::path::Path,
+) -> String {
+    let mut message = format!("{program}: {e}");
+    if e.kind() == std::io::ErrorKind::PermissionDenied {
+        let uid = owner.map_or_else(|| geteuid().as_raw(), |(uid, _)| uid);
+        message.push_str(&format!(" (as uid {uid}, in {})", cwd.display()));
+    }
+    message
 }
 
 /// Wait for the job, stopping it on request, at its wall-time limit or when the lease expires.
