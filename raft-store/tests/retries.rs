@@ -103,52 +103,29 @@ fn failed_runs_wait_a_doubling_backoff_then_the_job_fails_when_attempts_are_used
     assert_eq!(j.reason.as_deref(), Some("failed to start: no such file"));
 
     // Every run is on record, in order, with where and how it ran.
-    let runs: Vec<(u32, u64, Vec<u64>, u64, Option<u64>, Option<u64>, String)> = j
+    let runs: Vec<String> = j
         .runs
         .iter()
         .map(|r| {
             let outcome = r.outcome.as_ref().map(ToString::to_string);
-            (
+            format!(
+                "attempt {} g{} on {:?}: bound {}, started {:?}, ended {:?}: {}",
                 r.attempt,
                 r.generation,
-                r.nodes.clone(),
+                r.nodes,
                 r.bound_at_ms,
                 r.started_at_ms,
                 r.finished_at_ms,
-                outcome.unwrap_or_default(),
+                outcome.unwrap_or_default()
             )
         })
         .collect();
     assert_eq!(
         runs,
         [
-            (
-                1,
-                1,
-                vec![1],
-                10_000,
-                Some(10_000),
-                Some(11_000),
-                "exited with code 1".into()
-            ),
-            (
-                2,
-                2,
-                vec![1],
-                21_000,
-                Some(21_000),
-                Some(22_000),
-                "killed by signal 9".into()
-            ),
-            (
-                3,
-                3,
-                vec![1],
-                42_000,
-                Some(42_000),
-                Some(43_000),
-                "failed to start: no such file".into()
-            ),
+            "attempt 1 g1 on [1]: bound 10000, started Some(10000), ended Some(11000): exited with code 1",
+            "attempt 2 g2 on [1]: bound 21000, started Some(21000), ended Some(22000): killed by signal 9",
+            "attempt 3 g3 on [1]: bound 42000, started Some(42000), ended Some(43000): failed to start: no such file",
         ]
     );
 }

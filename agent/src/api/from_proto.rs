@@ -194,3 +194,30 @@ fn quota_map(quotas: &[pb::GpuQuota]) -> Result<BTreeMap<String, Quota>, String>
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failed_runs_are_retried_by_default_only_when_attempts_allow() {
+        let spec = |max_attempts, retry_backoff_s| {
+            let p = pb::JobSpec {
+                max_attempts,
+                retry_backoff_s,
+                command: vec!["true".into()],
+                ..Default::default()
+            };
+            super::spec(p).expect("converts").retry_backoff_s
+        };
+        assert_eq!(spec(0, None), None);
+        assert_eq!(spec(1, None), None);
+        assert_eq!(spec(3, None), Some(DEFAULT_RETRY_BACKOFF_S));
+        assert_eq!(spec(3, Some(0)), Some(0), "zero: retried at once");
+        assert_eq!(
+            spec(1, Some(5)),
+            Some(5),
+            "passed on for validation to refuse"
+        );
+    }
+}

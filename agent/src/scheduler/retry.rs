@@ -35,72 +35,29 @@ fn rfc3339(ms: u64) -> String {
 
 #[cfg(test)]
 mod tests {
-    use gpu_raft_store::{Bind, ClusterState, Command, JobSpec, Outcome};
+    use gpu_raft_store::{JobSpec, JobState, Outcome};
 
     use super::*;
-    use crate::scheduler::plan::plan;
-    use crate::scheduler::testkit::{apply_at, gpu, node, spec, submit};
-    use crate::scheduler::{PlanEnv, Policy};
-
-    /// Job 1 (retried after 10 s) failed at 1 s; job 2 of the same spec waits behind it.
-    fn failed_once() -> ClusterState {
-        let mut s = ClusterState::new();
-        node(&mut s, 1, vec![gpu(0, "A100", 0)]);
-        let retried = JobSpec {
-            max_attempts: 3,
-            retry_backoff_s: Some(10),
-            ..spec(1, 0)
-        };
-        submit(&mut s, retried.clone());
-        let binds = vec![Bind {
-            job: 1,
-            node: 1,
-            gpus: vec![0],
-        }];
-        apply_at(&mut s, 500, Command::BindJobs { binds });
-        let end = Command::JobFinished {
-            job: 1,
-            generation: 1,
-            outcome: Outcome::Exited { code: 1 },
-        };
-        apply_at(&mut s, 1_000, end);
-        submit(&mut s, retried);
-        s
-    }
-
-    #[test]
-    fn a_job_is_not_placed_before_its_retry_time_and_says_until_when() {
-        let s = failed_once();
-        for name in crate::scheduler::testkit::POLICIES {
-            let policy: Policy = name.parse().expect("policy");
-            // Before its time the job behind it (same class) gets the GPU.
-            let early = plan(&s, &policy, &PlanEnv::new(10_999, &policy));
-            assert_eq!(
-                early.binds.iter().map(|b| b.job).collect::<Vec<_>>(),
-                [2],
-                "{name}"
-            );
-            assert_eq!(
-                early.unschedulable,
-                [(
-                    1,
-                    "requeued: exited with code 1; attempt 2/3 after 10 s; waiting until 1970-01-01T00:00:11Z"
-                        .to_owned()
-                )],
-                "{name}"
-            );
-            // From its time on, it is first again.
-            let due = plan(&s, &policy, &PlanEnv::new(11_000, &policy));
-            assert_eq!(due.binds.first().map(|b| b.job), Some(1), "{name}");
-        }
-    }
 
     #[test]
     fn the_reason_rounds_up_to_the_second() {
-        let mut s = failed_once();
-        s.jobs.get_mut(&1).expect("job").not_before_ms = Some(11_001);
-        let reason = waiting_reason(&s.jobs[&1], 5_000).expect("waits");
-        assert!(reason.ends_with("until 1970-01-01T00:00:12Z"), "{reason}");
-        assert_eq!(waiting_reason(&s.jobs[&1], 11_001), None);
+        let spec = JobSpec {
+            max_attempts: 3,
+            retry_backoff_s: Some(10),
+            ..JobSpec::default()
+        };
+        let mut job = Job::pending(1, spec, None, 0);
+        job.attempts = 2;
+        job.outcome = Some(Outcome::Exited { code: 1 });
+        job.not_before_ms = Some(11_001);
+        assert_eq!(
+            waiting_reason(&job, 5_000).as_deref(),
+            Some(
+                "requeued: exited with code 1; attempt 3/3 after 20 s; waiting until 1970-01-01T00:00:12Z"
+            )
+        );
+        assert_eq!(waiting_reason(&job, 11_001), None, "due");
+        job.state = JobState::Cancelled;
+        assert_eq!(waiting_reason(&job, 5_000), None, "not pending");
     }
 }
