@@ -95,6 +95,9 @@ async fn failed_runs_are_retried_and_every_run_and_rank_keeps_its_log() {
             waited >= backoff_ms,
             "run {run} placed {waited} ms after the last ended"
         );
+        eprintln!(
+            "run {run}: placed {waited} ms after the run before ended (backoff {backoff_ms} ms)"
+        );
     }
     let table = text(&gpuctl(&c, 3, &["job", "get", &format!("j-{id}")]).stdout);
     assert!(
