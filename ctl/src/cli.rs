@@ -100,6 +100,11 @@ pub(crate) enum Noun {
     /// Tenants: quotas per GPU type, fair-share weight, default priority, GPU time.
     #[command(subcommand)]
     Tenant(TenantVerb),
+    /// Run a job interactively: `gpuctl run --gpus 1 -- python eval.py`. Submits it (the flags
+    /// of `job submit`), shows progress on stderr until it runs, streams its stdout and stderr
+    /// live, cancels it on Ctrl-C (a second Ctrl-C exits at once), and exits with the job's
+    /// exit code (128+N for signal N; 1 when it failed otherwise or was cancelled).
+    Run(Box<SubmitArgs>),
 }
 
 #[derive(Subcommand, Debug)]
@@ -514,6 +519,12 @@ pub(crate) enum JobVerb {
         /// The job's stderr instead of its stdout.
         #[arg(long)]
         stderr: bool,
+        /// The gang member (node rank, 0-based) whose output to read [default: 0].
+        #[arg(long)]
+        rank: Option<u32>,
+        /// The run with this attempt number (see `job get`) [default: the latest run].
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+        attempt: Option<u32>,
     },
     /// Wait until a job has finished, then print it. Exit 0 when it succeeded, 1 when it failed
     /// or was cancelled, 2 on errors or when --timeout (the limit on the whole wait) runs out.
@@ -561,12 +572,19 @@ pub(crate) struct SubmitArgs {
     /// Expected run time (e.g. 90m), a scheduling hint; whole seconds.
     #[arg(long, value_parser = units::whole_seconds)]
     pub estimate: Option<u64>,
-    /// Stop the job after this long (e.g. 12h); whole seconds.
-    #[arg(long, value_parser = units::whole_seconds)]
+    /// Stop the job after this long (e.g. 12h): SIGTERM, then SIGKILL after the grace; it
+    /// ends "time limit exceeded" and is not retried. Whole seconds.
+    #[arg(long, visible_alias = "time-limit", value_parser = units::whole_seconds)]
     pub wall_time: Option<u64>,
-    /// Runs to try before the job counts as failed [default: 1].
+    /// Runs to try before the job counts as failed [default: 1]. A run lost with its node,
+    /// and with this above 1 a run that fails (non-zero exit, signal, failed start, out of
+    /// memory), is tried again.
     #[arg(long)]
     pub max_attempts: Option<u32>,
+    /// Wait before retrying a failed run, doubled for each further attempt, at most 1h
+    /// (e.g. 30s) [default: 10s with --max-attempts above 1].
+    #[arg(long, value_name = "DURATION", value_parser = units::whole_seconds)]
+    pub retry_backoff: Option<u64>,
     /// CPU limit in cores, at most 3 decimals: 0.5, 2, 1.25 [default: no limit].
     #[arg(long, value_name = "CORES", value_parser = cpu_millis)]
     pub cpus: Option<u32>,

@@ -1,4 +1,5 @@
-//! `gpuctl`: the gpumesh command-line client. Exit codes: 0 ok, 1 negative answer, 2 error.
+//! `gpuctl`: the gpumesh command-line client. Exit codes: 0 ok, 1 negative answer, 2 error
+//! (`run` exits with its job's code).
 //! Data goes to stdout, messages to stderr.
 
 mod args;
@@ -157,6 +158,7 @@ fn main() -> ExitCode {
             Noun::Alert(verb) => commands::alert::run(&ctx, verb).await,
             Noun::Top { interval, once } => commands::top::run(&ctx, interval, once).await,
             Noun::Tenant(verb) => commands::tenant::run(&ctx, verb).await,
+            Noun::Run(args) => commands::run::run(&ctx, *args).await,
             Noun::Generate(_) => Err(Failure::Usage("generate runs without an agent".into())),
         }
     });
@@ -169,6 +171,7 @@ fn main() -> ExitCode {
                 ExitCode::from(1)
             }
         }
+        Err(Failure::JobEnded(code)) => ExitCode::from(code),
         Err(e) => {
             eprintln!("error: {e}");
             ExitCode::from(2)

@@ -22,6 +22,13 @@ pub(crate) fn emit_bytes(bytes: &[u8]) {
     }
 }
 
+/// Write `bytes` to stderr unchanged and flush them (a job's own stderr, streamed by `run`).
+/// A closed stderr is not worth stopping for: the bytes are dropped.
+pub(crate) fn emit_err_bytes(bytes: &[u8]) {
+    let mut err = std::io::stderr().lock();
+    let _ = err.write_all(bytes).and_then(|()| err.flush());
+}
+
 pub(crate) fn json(value: &serde_json::Value) -> String {
     let mut s = serde_json::to_string_pretty(value).unwrap_or_default();
     s.push('\n');

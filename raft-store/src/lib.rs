@@ -24,7 +24,10 @@ pub use model::audit::{AuditEntry, RequestMeta};
 pub use model::auth::{Grant, Role, TokenRecord};
 pub use model::cert::CertRecord;
 pub use model::command::{Bind, Command, LogEntry, PROTOCOL_2, PROTOCOL_3, Preempt};
-pub use model::job::{Binding, DEFAULT_TENANT, Job, JobKind, JobSpec, JobState, Outcome, job_name};
+pub use model::job::{
+    Binding, DEFAULT_RETRY_BACKOFF_S, DEFAULT_TENANT, Job, JobKind, JobSpec, JobState,
+    MAX_RETRY_DELAY_S, MAX_RUNS_KEPT, Outcome, Run, job_name, retry_delay_s,
+};
 pub use model::kept_index::KeptIndex;
 pub use model::node::{
     EdgeTerms, GpuRecord, Inventory, NodeRecord, NodeStatus, SITE_LABEL, gpu_fits,

@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 use gpu_proto::v1 as pb;
 use gpu_raft_store::tenant::{Quota, TenantRecord};
 use gpu_raft_store::{
-    DEFAULT_TENANT, JobKind, JobSpec, JobState, Role, SchedulerSettings, SliceRequest,
+    DEFAULT_RETRY_BACKOFF_S, DEFAULT_TENANT, JobKind, JobSpec, JobState, Role, SchedulerSettings,
+    SliceRequest,
 };
 
 pub fn role(r: i32) -> Option<Role> {
@@ -58,7 +59,7 @@ pub fn spec(p: pb::JobSpec) -> Result<JobSpec, String> {
     };
     Ok(JobSpec {
         account: None,
-        retry_backoff_s: None,
+        retry_backoff_s: retry_backoff(p.max_attempts, p.retry_backoff_s),
         name: p.name,
         tenant: if p.tenant.is_empty() {
             DEFAULT_TENANT.to_owned()
@@ -82,6 +83,15 @@ pub fn spec(p: pb::JobSpec) -> Result<JobSpec, String> {
         slice,
         kind,
     })
+}
+
+/// A job that may be tried more than once retries failed runs, after the default backoff
+/// unless it names one. A backoff given with one attempt is passed on for `validate` to refuse.
+fn retry_backoff(max_attempts: u32, given: Option<u64>) -> Option<u64> {
+    match given {
+        None if max_attempts > 1 => Some(DEFAULT_RETRY_BACKOFF_S),
+        given => given,
+    }
 }
 
 /// The transport fault rule an `InjectNetworkFault` request asks for (not yet validated).
@@ -183,4 +193,31 @@ fn quota_map(quotas: &[pb::GpuQuota]) -> Result<BTreeMap<String, Quota>, String>
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failed_runs_are_retried_by_default_only_when_attempts_allow() {
+        let spec = |max_attempts, retry_backoff_s| {
+            let p = pb::JobSpec {
+                max_attempts,
+                retry_backoff_s,
+                command: vec!["true".into()],
+                ..Default::default()
+            };
+            super::spec(p).expect("converts").retry_backoff_s
+        };
+        assert_eq!(spec(0, None), None);
+        assert_eq!(spec(1, None), None);
+        assert_eq!(spec(3, None), Some(DEFAULT_RETRY_BACKOFF_S));
+        assert_eq!(spec(3, Some(0)), Some(0), "zero: retried at once");
+        assert_eq!(
+            spec(1, Some(5)),
+            Some(5),
+            "passed on for validation to refuse"
+        );
+    }
 }

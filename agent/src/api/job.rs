@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use gpu_proto::internal::v1::ReadRunLogRequest;
 use gpu_proto::v1 as pb;
 use gpu_proto::v1::job_service_server::JobService;
 use gpu_raft_store::{
@@ -13,7 +14,8 @@ use tonic::{Request, Response, Status};
 use crate::api::auth::rbac::Action;
 use crate::api::auth::{Auth, Caller};
 use crate::api::from_proto;
-use crate::api::logs::{self, LogStream};
+use crate::api::log_target;
+use crate::api::logs::{self, LogRequest, LogStream};
 use crate::api::status::{invalid, rejected};
 use crate::api::to_proto;
 use crate::clock::now_ms;
@@ -251,30 +253,25 @@ impl JobService for JobApi {
         self.caller_for_job(&req, "job.logs", id, Access::Read, false)
             .await?;
         let req = req.into_inner();
-        let (node, generation) = self
+        let target = self
             .cluster
             .state
             .read(|s| {
                 s.jobs
                     .get(&req.job_id)
-                    .map(|j| j.binding.as_ref().map(|b| (b.node, b.generation)))
+                    .map(|j| log_target::resolve(j, req.rank, req.attempt))
             })
-            .ok_or_else(|| rejected(Rejection::UnknownJob { job: req.job_id }))?
-            .ok_or_else(|| {
-                Status::failed_precondition(format!("job j-{} has not run yet", req.job_id))
-            })?;
-        if node == self.cluster.id {
-            return Ok(Response::new(logs::stream(
-                &self.jobs_dir,
-                self.cluster.clone(),
-                req,
-                generation,
-            )));
+            .ok_or_else(|| rejected(Rejection::UnknownJob { job: req.job_id }))??;
+        if target.node == self.cluster.id {
+            let local = LogRequest::of(&req, target.generation);
+            let stream = logs::stream(&self.jobs_dir, self.cluster.clone(), local)?;
+            return Ok(Response::new(stream));
         }
-        let addr = self
+        let node = target.node;
+        let (addr, protocol) = self
             .cluster
             .state
-            .read(|s| s.nodes.get(&node).map(|n| n.addr.clone()))
+            .read(|s| s.nodes.get(&node).map(|n| (n.addr.clone(), n.protocol)))
             .ok_or_else(|| Status::unavailable(format!("node n{node} is not registered")))?;
         let mut client = self.cluster.peers.get(&addr)?;
         let deadline = if req.follow {
@@ -282,11 +279,24 @@ impl JobService for JobApi {
         } else {
             std::time::Duration::from_secs(30)
         };
-        let upstream = client
-            .read_job_log(with_deadline(req, deadline))
-            .await?
-            .into_inner();
-        Ok(Response::new(Box::pin(upstream)))
+        // An agent from before protocol 3 serves only the rank-0 log of the latest run.
+        let upstream = if protocol >= gpu_raft_store::PROTOCOL_3 {
+            let run = ReadRunLogRequest {
+                job_id: req.job_id,
+                generation: target.generation,
+                stream: req.stream,
+                follow: req.follow,
+                offset: req.offset,
+            };
+            client.read_run_log(with_deadline(run, deadline)).await?
+        } else if target.rank == 0 && target.latest {
+            client.read_job_log(with_deadline(req, deadline)).await?
+        } else {
+            return Err(Status::failed_precondition(format!(
+                "node n{node} runs an agent too old to serve any log but the latest run's rank 0; upgrade it"
+            )));
+        };
+        Ok(Response::new(Box::pin(upstream.into_inner())))
     }
 
     async fn explain_job(

@@ -1,5 +1,6 @@
 //! Streaming a run's log file from this node: what is there now, then (with `follow`) new
-//! output as it is written, until the job has finished and the file is drained.
+//! output as it is written, until the run has ended and the file is drained. The one place
+//! that knows where a run's output lies on disk.
 
 use std::path::Path;
 use std::pin::Pin;
@@ -7,6 +8,7 @@ use std::time::Duration;
 
 use futures::Stream;
 use gpu_proto::v1 as pb;
+use gpu_raft_store::JobId;
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use tonic::Status;
 
@@ -18,23 +20,50 @@ const POLL: Duration = Duration::from_millis(200);
 
 pub(crate) type LogStream = Pin<Box<dyn Stream<Item = Result<pb::LogChunk, Status>> + Send>>;
 
+/// One member's log of one run on this node, as the API and the peer service ask for it.
+pub(crate) struct LogRequest {
+    pub job: JobId,
+    pub generation: u64,
+    /// `pb::LogStream` as sent; anything but stderr means stdout.
+    pub stream: i32,
+    pub follow: bool,
+    pub offset: u64,
+}
+
+impl LogRequest {
+    /// A public request for run `generation` (resolved by `log_target`).
+    pub(crate) fn of(req: &pb::JobLogsRequest, generation: u64) -> Self {
+        Self {
+            job: req.job_id,
+            generation,
+            stream: req.stream,
+            follow: req.follow,
+            offset: req.offset,
+        }
+    }
+}
+
 struct Cursor {
     path: std::path::PathBuf,
     offset: u64,
     follow: bool,
-    job: u64,
+    job: JobId,
     generation: u64,
     cluster: Cluster,
     done: bool,
+    /// Following: the run was seen ended (one last read follows).
+    ended: bool,
 }
 
+/// The log as a stream of chunks. `NOT_FOUND` when the run has ended and left no directory
+/// here (it never ran on this node, or its directory was removed); while the run is live an
+/// absent file is simply empty so far.
 pub(crate) fn stream(
     jobs_dir: &Path,
     cluster: Cluster,
-    req: pb::JobLogsRequest,
-    generation: u64,
-) -> LogStream {
-    let dir = JobDir::new(jobs_dir, req.job_id, generation);
+    req: LogRequest,
+) -> Result<LogStream, Status> {
+    let dir = JobDir::new(jobs_dir, req.job, req.generation);
     let path = if req.stream == pb::LogStream::Stderr as i32 {
         dir.stderr()
     } else {
@@ -44,36 +73,49 @@ pub(crate) fn stream(
         path,
         offset: req.offset,
         follow: req.follow,
-        job: req.job_id,
-        generation,
+        job: req.job,
+        generation: req.generation,
         cluster,
         done: false,
+        ended: false,
     };
-    Box::pin(futures::stream::unfold(cursor, |mut c| async move {
-        if c.done {
-            return None;
-        }
-        loop {
-            match read_chunk(&c.path, c.offset).await {
-                Ok(data) if !data.is_empty() => {
-                    c.offset += data.len() as u64;
-                    return Some((Ok(pb::LogChunk { data }), c));
-                }
-                Ok(_) if c.follow && still_running(&c) => tokio::time::sleep(POLL).await,
-                Ok(_) => return None,
-                Err(e) => {
-                    c.done = true;
-                    return Some((
-                        Err(Status::internal(format!(
-                            "reading {}: {e}",
-                            c.path.display()
-                        ))),
-                        c,
-                    ));
+    if !dir.path.is_dir() && !still_running(&cursor) {
+        return Err(Status::not_found(format!(
+            "no log of run g{} of job j-{} on node n{}: it did not run here, or its directory was removed",
+            req.generation, req.job, cursor.cluster.id
+        )));
+    }
+    Ok(Box::pin(futures::stream::unfold(
+        cursor,
+        |mut c| async move {
+            if c.done {
+                return None;
+            }
+            loop {
+                match read_chunk(&c.path, c.offset).await {
+                    Ok(data) if !data.is_empty() => {
+                        c.offset += data.len() as u64;
+                        return Some((Ok(pb::LogChunk { data }), c));
+                    }
+                    Ok(_) if c.follow && still_running(&c) => tokio::time::sleep(POLL).await,
+                    // The run may have written its last output between that read and the check:
+                    // read once more after seeing it ended.
+                    Ok(_) if c.follow && !c.ended => c.ended = true,
+                    Ok(_) => return None,
+                    Err(e) => {
+                        c.done = true;
+                        return Some((
+                            Err(Status::internal(format!(
+                                "reading {}: {e}",
+                                c.path.display()
+                            ))),
+                            c,
+                        ));
+                    }
                 }
             }
-        }
-    }))
+        },
+    )))
 }
 
 async fn read_chunk(path: &Path, offset: u64) -> std::io::Result<Vec<u8>> {

@@ -10,6 +10,7 @@ pub(crate) mod cluster;
 pub mod from_proto;
 pub(crate) mod gpu;
 pub(crate) mod job;
+mod log_target;
 pub(crate) mod logs;
 pub(crate) mod node;
 pub(crate) mod peer;

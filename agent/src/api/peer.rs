@@ -9,7 +9,7 @@ use gpu_proto::internal::v1::raft_peer_server::RaftPeer;
 use gpu_proto::internal::v1::{
     IssueCertificateRequest, IssueCertificateResponse, JoinRequest, JoinResponse,
     LeaderStatusRequest, LocalGpuTelemetryRequest, LocalGpuTelemetryResponse, RaftMessage,
-    ReadIndexRequest, ReadIndexResponse, RenewCertificateRequest,
+    ReadIndexRequest, ReadIndexResponse, ReadRunLogRequest, RenewCertificateRequest,
 };
 use gpu_proto::v1 as pb;
 use gpu_raft_store::{NodeId, TypeConfig, validate};
@@ -24,7 +24,7 @@ use crate::api::auth::peer::PeerCheck;
 use crate::api::auth::rbac::Action;
 use crate::api::cluster::status_view;
 use crate::api::gpu::{local_inject, local_stats, local_telemetry};
-use crate::api::logs::{self, LogStream};
+use crate::api::logs::{self, LogRequest, LogStream};
 use crate::api::status::{bad_payload, incompatible_peer, invalid};
 use crate::gpu::GpuBackend;
 use crate::monitor::Telemetry;
@@ -221,12 +221,36 @@ impl RaftPeer for PeerService {
             .ok_or_else(|| {
                 Status::not_found(format!("job j-{} did not run on this node", req.job_id))
             })?;
+        let req = LogRequest::of(&req, generation);
         Ok(Response::new(logs::stream(
             &self.jobs_dir,
             self.cluster.clone(),
             req,
-            generation,
-        )))
+        )?))
+    }
+
+    type ReadRunLogStream = LogStream;
+
+    /// The caller (the agent a client asked) resolved the rank and attempt to this node and
+    /// generation and authorized the client; this agent serves what it has on disk.
+    async fn read_run_log(
+        &self,
+        req: Request<ReadRunLogRequest>,
+    ) -> Result<Response<LogStream>, Status> {
+        self.peers.node(&req)?;
+        let req = req.into_inner();
+        let req = LogRequest {
+            job: req.job_id,
+            generation: req.generation,
+            stream: req.stream,
+            follow: req.follow,
+            offset: req.offset,
+        };
+        Ok(Response::new(logs::stream(
+            &self.jobs_dir,
+            self.cluster.clone(),
+            req,
+        )?))
     }
 
     async fn local_gpu_telemetry(

@@ -3,6 +3,7 @@
 use gpu_raft_store::Rejection;
 use tonic::Status;
 
+use crate::api::log_target::LogTargetError;
 use crate::raft::ClusterError;
 use crate::tls::enroll::IssueError;
 
@@ -36,6 +37,23 @@ pub(crate) fn rejected(r: Rejection) -> Status {
         Rejection::IdempotencyConflict { .. } => Status::already_exists(r.to_string()),
         Rejection::JobFinished { .. } | Rejection::Stale { .. } => {
             Status::failed_precondition(r.to_string())
+        }
+    }
+}
+
+/// A `JobLogs` request naming no run or member: a job never placed cannot be read yet; a
+/// rank or attempt that cannot exist is a bad argument; one that is not (or no longer) on
+/// record is not found.
+impl From<LogTargetError> for Status {
+    fn from(e: LogTargetError) -> Self {
+        match e {
+            LogTargetError::NotRunYet { .. } => Status::failed_precondition(e.to_string()),
+            LogTargetError::AttemptZero | LogTargetError::NoSuchRank { .. } => {
+                Status::invalid_argument(e.to_string())
+            }
+            LogTargetError::NoSuchAttempt { .. } | LogTargetError::NotKept { .. } => {
+                Status::not_found(e.to_string())
+            }
         }
     }
 }

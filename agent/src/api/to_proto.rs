@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use gpu_proto::v1 as pb;
 use gpu_raft_store::{
-    ClusterState, Job, JobKind, JobSpec, JobState, NodeRecord, NodeStatus, Outcome, Role,
+    ClusterState, Job, JobKind, JobSpec, JobState, NodeRecord, NodeStatus, Outcome, Role, Run,
     SliceRequest, TokenRecord, job_name,
 };
 
@@ -152,17 +152,14 @@ fn spec(s: &JobSpec) -> pb::JobSpec {
             JobKind::Process => String::new(),
             JobKind::Vm => "vm".to_owned(),
         },
+        retry_backoff_s: s.retry_backoff_s,
     }
 }
 
 /// `uuids` maps (node, GPU index) to the GPU's UUID, for the bound GPUs.
 pub(crate) fn job(j: &Job, uuids: &BTreeMap<u32, String>) -> pb::Job {
     let binding = j.binding.as_ref();
-    let (exit_code, signal) = match &j.outcome {
-        Some(Outcome::Exited { code }) => (Some(*code), None),
-        Some(Outcome::Signaled { signal }) => (None, Some(*signal)),
-        _ => (None, None),
-    };
+    let (exit_code, signal) = exit_of(j.outcome.as_ref());
     pb::Job {
         id: j.id,
         spec: Some(spec(&j.spec)),
@@ -200,6 +197,36 @@ pub(crate) fn job(j: &Job, uuids: &BTreeMap<u32, String>) -> pb::Job {
         cancel_requested: j.cancel_requested,
         // Filled in by `api::job::job_view`, which has the state's energy book.
         energy_mj: 0,
+        runs: j.runs.iter().map(run).collect(),
+        not_before_ms: j.not_before_ms,
+    }
+}
+
+fn run(r: &Run) -> pb::JobRun {
+    let (exit_code, signal) = exit_of(r.outcome.as_ref());
+    pb::JobRun {
+        attempt: r.attempt,
+        generation: r.generation,
+        nodes: r.nodes.clone(),
+        bound_at_ms: r.bound_at_ms,
+        started_at_ms: r.started_at_ms,
+        finished_at_ms: r.finished_at_ms,
+        outcome: r
+            .outcome
+            .as_ref()
+            .map(ToString::to_string)
+            .unwrap_or_default(),
+        exit_code,
+        signal,
+    }
+}
+
+/// The exit code or signal of an outcome that has one.
+fn exit_of(outcome: Option<&Outcome>) -> (Option<i32>, Option<i32>) {
+    match outcome {
+        Some(Outcome::Exited { code }) => (Some(*code), None),
+        Some(Outcome::Signaled { signal }) => (None, Some(*signal)),
+        _ => (None, None),
     }
 }
 

@@ -46,7 +46,8 @@ pub fn explain(
     let j = state.jobs.get(&job)?;
     let mut out = Explanation {
         state: j.state,
-        reason: j.reason.clone(),
+        // A job waiting for its retry time says until when, even before a pass noted it.
+        reason: super::retry::waiting_reason(j, env.now_ms).or_else(|| j.reason.clone()),
         position: 0,
         pending: state
             .jobs
@@ -67,6 +68,10 @@ pub fn explain(
         .map_or(0, |p| p + 1);
     (out.start_ms, out.note) = match timeline(state, policy, env, job) {
         Ok(start) if start <= env.now_ms => (Some(start), "it can start now".to_owned()),
+        Ok(start) if j.not_before_ms == Some(start) => (
+            Some(start),
+            "it waits for its retry time (the backoff after its failed run)".to_owned(),
+        ),
         Ok(start) => (
             Some(start),
             "if every running job ends at its estimate and nothing new is submitted".to_owned(),
@@ -125,7 +130,13 @@ fn timeline(
             .filter(|j| j.state.is_live())
             .filter_map(|j| Some((env.expected_end_ms(j, &policy)?, j.id, j.generation)))
             .collect();
-        let Some(next) = ends.iter().map(|(end, ..)| *end).min() else {
+        // Jobs waiting for their retry time become placeable at it.
+        let retries = s
+            .jobs
+            .values()
+            .filter(|j| j.waits_for_retry(env.now_ms))
+            .filter_map(|j| j.not_before_ms);
+        let Some(next) = ends.iter().map(|(end, ..)| *end).chain(retries).min() else {
             let live = s.jobs.values().any(|j| j.state.is_live());
             return Err(if live {
                 "no estimate: the GPUs it waits for are held by runs without a runtime estimate or wall-time limit".to_owned()
@@ -231,6 +242,37 @@ mod tests {
         assert!(
             never.note.contains("idle cluster") || never.note.contains("estimate"),
             "{never:?}"
+        );
+    }
+
+    #[test]
+    fn a_job_waiting_to_retry_starts_at_its_retry_time() {
+        let mut s = ClusterState::new();
+        node(&mut s, 1, (0..2).map(|i| gpu(i, "A100", 0)).collect());
+        submit_at(
+            &mut s,
+            0,
+            JobSpec {
+                max_attempts: 2,
+                retry_backoff_s: Some(30),
+                ..spec(1, 0)
+            },
+        );
+        bind(&mut s, 1_000, 1, vec![0]);
+        let failed = Command::JobFinished {
+            job: 1,
+            generation: 1,
+            outcome: Outcome::Exited { code: 1 },
+        };
+        apply_at(&mut s, 2_000, failed);
+        let policy = Policy::default();
+        let e = explain(&s, &policy, &PlanEnv::new(5_000, &policy), 1).expect("known");
+        assert_eq!(e.start_ms, Some(32_000), "{e:?}");
+        assert!(e.note.contains("retry time"), "{e:?}");
+        let reason = e.reason.unwrap_or_default();
+        assert!(
+            reason.ends_with("attempt 2/2 after 30 s; waiting until 1970-01-01T00:00:32Z"),
+            "{reason}"
         );
     }
 }

@@ -30,6 +30,7 @@ mod quota_tests;
 #[cfg(test)]
 pub(crate) mod random_history;
 mod reslice;
+mod retry;
 #[cfg(test)]
 mod slice_tests;
 mod slices;

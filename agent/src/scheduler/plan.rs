@@ -139,6 +139,11 @@ impl<'a> Pass<'a> {
 
     /// Place `job` if it may start now, or learn from why it cannot.
     fn consider(&mut self, job: &'a Job, queue: &mut Queue<'a>) -> Flow {
+        // Not the class: its other members have their own times (or none).
+        if let Some(reason) = super::retry::waiting_reason(job, self.env.now_ms) {
+            self.note(job, reason);
+            return Flow::Next;
+        }
         if super::preempt::waits_for_beneficiary(self.state, job) {
             let by = job.preempted_for.unwrap_or_default();
             self.note(

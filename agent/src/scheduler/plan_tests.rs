@@ -6,7 +6,7 @@ use gpu_raft_store::{ApplyResult, Bind, ClusterState, Command, JobId, JobSpec, g
 use proptest::prelude::*;
 
 use super::plan::plan_default;
-use super::testkit::{apply, gpu, node, spec, submit};
+use super::testkit::{apply, apply_at, gpu, node, spec, submit};
 
 #[test]
 fn best_fit_leaves_the_big_node_for_the_big_job() {
@@ -243,5 +243,58 @@ proptest! {
             };
             prop_assert!(bound.is_empty(), "a replayed plan must not bind again");
         }
+    }
+}
+
+/// Job 1 (retried after 10 s) failed at 1 s; job 2 of the same spec waits behind it.
+fn failed_once() -> ClusterState {
+    let mut s = ClusterState::new();
+    node(&mut s, 1, vec![gpu(0, "A100", 0)]);
+    let retried = JobSpec {
+        max_attempts: 3,
+        retry_backoff_s: Some(10),
+        ..spec(1, 0)
+    };
+    submit(&mut s, retried.clone());
+    let binds = vec![Bind {
+        job: 1,
+        node: 1,
+        gpus: vec![0],
+    }];
+    apply_at(&mut s, 500, Command::BindJobs { binds });
+    let end = Command::JobFinished {
+        job: 1,
+        generation: 1,
+        outcome: gpu_raft_store::Outcome::Exited { code: 1 },
+    };
+    apply_at(&mut s, 1_000, end);
+    submit(&mut s, retried);
+    s
+}
+
+#[test]
+fn a_job_is_not_placed_before_its_retry_time_and_says_until_when() {
+    let s = failed_once();
+    for name in super::testkit::POLICIES {
+        let policy: super::Policy = name.parse().expect("policy");
+        // Before its time the job behind it (same class) gets the GPU.
+        let early = super::plan(&s, &policy, &super::PlanEnv::new(10_999, &policy));
+        assert_eq!(
+            early.binds.iter().map(|b| b.job).collect::<Vec<_>>(),
+            [2],
+            "{name}"
+        );
+        assert_eq!(
+            early.unschedulable,
+            [(
+                1,
+                "requeued: exited with code 1; attempt 2/3 after 10 s; waiting until 1970-01-01T00:00:11Z"
+                    .to_owned()
+            )],
+            "{name}"
+        );
+        // From its time on, it is first again.
+        let due = super::plan(&s, &policy, &super::PlanEnv::new(11_000, &policy));
+        assert_eq!(due.binds.first().map(|b| b.job), Some(1), "{name}");
     }
 }

@@ -46,7 +46,11 @@ pub fn preemptions(
         }
     }
     for job in order::queue(state, policy, env, pending).take(CANDIDATES) {
-        if job.spec.gpus == 0 || job.spec.nodes > 1 || waits_for_beneficiary(state, job) {
+        if job.spec.gpus == 0
+            || job.spec.nodes > 1
+            || waits_for_beneficiary(state, job)
+            || job.waits_for_retry(env.now_ms)
+        {
             continue;
         }
         let spec = match quotas.admit(&job.spec) {

@@ -1,4 +1,5 @@
-//! `gpuctl job submit|list|get|cancel|logs|wait` (`why`: see `job_why.rs`).
+//! `gpuctl job submit|list|get|cancel|logs|wait` (`why`: see `job_why.rs`; the interactive
+//! `gpuctl run`: `run.rs`).
 //!
 //! JSON (stable):
 //! - a job (`get`, `cancel`, `wait`; `list` prints an array of them) is
@@ -14,10 +15,16 @@
 //!   "bound_gpus": [index], "gpu_uuids": [uuid], "reason" (why pending or why failed; ""),
 //!   "outcome" (how the last run ended, in words; ""), "exit_code", "signal", "bound_at_ms",
 //!   "started_at_ms", "finished_at_ms" (each null when unknown), "cancel_requested",
-//!   "energy_mj" (what its GPUs used over all its runs, reported every 30 s)}`;
+//!   "energy_mj" (what its GPUs used over all its runs, reported every 30 s),
+//!   "retry_backoff_s" (null when failed runs are not retried), "not_before_ms" (a job
+//!   requeued after a failed run waits until then; null otherwise), "runs": [{"attempt",
+//!   "generation", "nodes": [node id, by rank], "bound_at_ms", "started_at_ms",
+//!   "finished_at_ms", "outcome" ("" while it runs), "exit_code", "signal"}] (oldest first,
+//!   the latest 32)}`;
 //! - `submit` prints `{"job_id", "existing"}` (`existing`: the idempotency key had already
 //!   created this job);
-//! - `logs` writes the job's output bytes unchanged, in both output modes.
+//! - `logs` writes the job's output bytes unchanged, in both output modes (`--rank`, a gang
+//!   member's; `--attempt`, an earlier run's).
 //!
 //! Exit codes: `wait` exits 0 when the job succeeded, 1 when it failed or was cancelled;
 //! everything else exits 0 on success. Errors (and `wait` timing out) exit 2.
@@ -70,7 +77,22 @@ pub(crate) async fn run(ctx: &Ctx, verb: JobVerb) -> Result<Answer, Failure> {
             Ok(Answer::ok(render_one(ctx.output, &job)))
         }
         JobVerb::Why { id, stale } => job_why::run(ctx, id, stale, now_ms()).await,
-        JobVerb::Logs { id, follow, stderr } => job_logs::run(ctx, id, follow, stderr).await,
+        JobVerb::Logs {
+            id,
+            follow,
+            stderr,
+            rank,
+            attempt,
+        } => {
+            let source = job_logs::LogSource {
+                job_id: id,
+                stderr,
+                follow,
+                rank,
+                attempt,
+            };
+            job_logs::run(ctx, source).await
+        }
         JobVerb::Wait { id } => job_wait::run(ctx, id).await,
     }
 }

@@ -17,6 +17,15 @@ use crate::cli::{KindArg, SubmitArgs};
 const NAME_MAX: usize = 128;
 
 pub(super) async fn run(ctx: &Ctx, args: SubmitArgs) -> Result<Answer, Failure> {
+    let reply = submit(ctx, args).await?;
+    Ok(ctx.answer(
+        || json!({ "job_id": reply.job_id, "existing": reply.existing }),
+        || format!("j-{}\n", reply.job_id),
+    ))
+}
+
+/// Submit the job the flags describe (`job submit`, `run`).
+pub(super) async fn submit(ctx: &Ctx, args: SubmitArgs) -> Result<pb::SubmitJobResponse, Failure> {
     let user_key = args.idempotency_key.is_some();
     let req = request(args, random_key).map_err(Failure::Usage)?;
     let key = req.idempotency_key.clone();
@@ -33,10 +42,7 @@ pub(super) async fn run(ctx: &Ctx, args: SubmitArgs) -> Result<Answer, Failure> 
             reply.job_id, key
         );
     }
-    Ok(ctx.answer(
-        || json!({ "job_id": reply.job_id, "existing": reply.existing }),
-        || format!("j-{}\n", reply.job_id),
-    ))
+    Ok(reply)
 }
 
 /// 128 random bits, hex.
@@ -84,6 +90,7 @@ fn request(
         max_attempts: args.max_attempts.unwrap_or(0),
         cpu_millis: args.cpus,
         memory_mib: args.memory,
+        retry_backoff_s: args.retry_backoff,
     };
     Ok(pb::SubmitJobRequest {
         spec: Some(spec),
@@ -211,6 +218,35 @@ mod tests {
             .spec
             .expect("spec");
         assert_eq!((spec.cpu_millis, spec.memory_mib), (None, None));
+        assert_eq!(spec.retry_backoff_s, None, "the server picks the default");
+    }
+
+    #[test]
+    fn retries_and_time_limits_become_the_request() {
+        let spec = request(
+            args(&[
+                "--max-attempts",
+                "3",
+                "--retry-backoff",
+                "1m",
+                "--time-limit",
+                "2s",
+                "--",
+                "x",
+            ]),
+            random_key,
+        )
+        .expect("valid")
+        .spec
+        .expect("spec");
+        assert_eq!(
+            (
+                spec.max_attempts,
+                spec.retry_backoff_s,
+                spec.wall_time_limit_s
+            ),
+            (3, Some(60), Some(2))
+        );
     }
 
     #[test]

@@ -76,6 +76,7 @@ pub(super) fn job_json(j: &pb::Job) -> Value {
         "max_attempts": spec.max_attempts.max(1),
         "cpu_millis": spec.cpu_millis,
         "memory_mib": spec.memory_mib,
+        "retry_backoff_s": spec.retry_backoff_s,
     });
     let status_part = json!({
         "id": j.id,
@@ -98,11 +99,27 @@ pub(super) fn job_json(j: &pb::Job) -> Value {
         "finished_at_ms": j.finished_at_ms,
         "cancel_requested": j.cancel_requested,
         "energy_mj": j.energy_mj,
+        "not_before_ms": j.not_before_ms,
+        "runs": j.runs.iter().map(run_json).collect::<Vec<_>>(),
     });
     if let (Value::Object(all), Value::Object(status)) = (&mut spec_part, status_part) {
         all.extend(status);
     }
     spec_part
+}
+
+fn run_json(r: &pb::JobRun) -> Value {
+    json!({
+        "attempt": r.attempt,
+        "generation": r.generation,
+        "nodes": r.nodes,
+        "bound_at_ms": r.bound_at_ms,
+        "started_at_ms": r.started_at_ms,
+        "finished_at_ms": r.finished_at_ms,
+        "outcome": r.outcome,
+        "exit_code": r.exit_code,
+        "signal": r.signal,
+    })
 }
 
 /// `Running`, or `Running,cancelling` while a cancel is on its way.
@@ -190,10 +207,7 @@ pub(super) fn job_block(j: &pb::Job) -> String {
             },
         ),
         ("Bound GPUs", bound_gpus(j)),
-        (
-            "Attempts",
-            format!("{}/{}", j.attempts, spec.max_attempts.max(1)),
-        ),
+        ("Attempts", attempts(j, &spec)),
         ("Priority", spec.priority.unwrap_or(0).to_string()),
         ("Reason", or_dash(&j.reason)),
         ("Outcome", or_dash(&j.outcome)),
@@ -203,7 +217,62 @@ pub(super) fn job_block(j: &pb::Job) -> String {
         ("Finished", time(j.finished_at_ms)),
         ("GPU energy", units::energy(j.energy_mj)),
     ]);
-    fields(&lines)
+    if let Some(t) = j
+        .not_before_ms
+        .filter(|_| j.state == pb::JobState::Pending as i32)
+    {
+        lines.push(("Retry at", units::rfc3339(t)));
+    }
+    let mut out = fields(&lines);
+    if !j.runs.is_empty() {
+        out.push_str("\nRuns:\n");
+        out.push_str(&runs_table(&j.runs));
+    }
+    out
+}
+
+/// `2/3`, with the retry backoff when failed runs are retried: `2/3 (failed runs retried after
+/// 10s, doubling)`.
+fn attempts(j: &pb::Job, spec: &pb::JobSpec) -> String {
+    let mut text = format!("{}/{}", j.attempts, spec.max_attempts.max(1));
+    if let Some(b) = spec.retry_backoff_s.filter(|_| spec.max_attempts > 1) {
+        let backoff = units::format_duration(Duration::from_secs(b));
+        text.push_str(&format!(" (failed runs retried after {backoff}, doubling)"));
+    }
+    text
+}
+
+/// ATTEMPT, GENERATION, NODES (rank order), STARTED, RAN (start to end, or so far), OUTCOME.
+fn runs_table(runs: &[pb::JobRun]) -> String {
+    table_of(
+        &[
+            "ATTEMPT",
+            "GENERATION",
+            "NODES",
+            "STARTED",
+            "RAN",
+            "OUTCOME",
+        ],
+        runs,
+        |r| {
+            let nodes: Vec<String> = r.nodes.iter().map(|n| format!("n{n}")).collect();
+            let ran = match (r.started_at_ms, r.finished_at_ms) {
+                (Some(s), Some(f)) => {
+                    units::format_duration(Duration::from_secs(f.saturating_sub(s) / 1000))
+                }
+                (Some(_), None) => "running".into(),
+                (None, _) => "-".into(),
+            };
+            vec![
+                r.attempt.to_string(),
+                r.generation.to_string(),
+                nodes.join(","),
+                r.started_at_ms.map_or_else(|| "-".into(), units::rfc3339),
+                ran,
+                or_dash(&r.outcome),
+            ]
+        },
+    )
 }
 
 /// `2 (types A100,H100; at least 40 GiB each)`.
@@ -325,6 +394,8 @@ pub(super) mod tests {
             energy_mj: 5_400_000,
             gang_nodes: vec![],
             slice: String::new(),
+            runs: vec![],
+            not_before_ms: None,
         }
     }
 
@@ -471,6 +542,68 @@ pub(super) mod tests {
     }
 
     #[test]
+    fn runs_render_as_a_table_of_attempts() {
+        let run = |attempt, generation, nodes: Vec<u64>, start, end, outcome: &str| pb::JobRun {
+            attempt,
+            generation,
+            nodes,
+            bound_at_ms: start,
+            started_at_ms: Some(start),
+            finished_at_ms: end,
+            outcome: outcome.into(),
+            ..Default::default()
+        };
+        let t = 1_700_000_000_000;
+        let job = pb::Job {
+            state: pb::JobState::Pending as i32,
+            spec: Some(pb::JobSpec {
+                max_attempts: 3,
+                retry_backoff_s: Some(10),
+                ..failed().spec.unwrap_or_default()
+            }),
+            attempts: 2,
+            not_before_ms: Some(t + 95_000),
+            runs: vec![
+                run(1, 1, vec![1, 2], t, Some(t + 5_000), "exited with code 1"),
+                run(
+                    2,
+                    2,
+                    vec![2, 1],
+                    t + 20_000,
+                    Some(t + 75_000),
+                    "killed by signal 9",
+                ),
+            ],
+            ..failed()
+        };
+        let block = job_block(&job);
+        let tail = &block[block.find("Attempts").expect("attempts")..];
+        expect![[r#"
+            Attempts:    2/3 (failed runs retried after 10s, doubling)
+            Priority:    0
+            Reason:      exited with code 1?[31m
+            Outcome:     exited with code 1
+            Submitted:   2023-11-14T19:26:40Z
+            Bound:       -
+            Started:     -
+            Finished:    2023-11-14T19:27:40Z
+            GPU energy:  0 J
+            Retry at:    2023-11-14T22:14:55Z
+
+            Runs:
+            ATTEMPT  GENERATION  NODES  STARTED               RAN  OUTCOME
+            1        1           n1,n2  2023-11-14T22:13:20Z  5s   exited with code 1
+            2        2           n2,n1  2023-11-14T22:13:40Z  55s  killed by signal 9
+        "#]]
+        .assert_eq(tail);
+        let json = job_json(&job);
+        assert_eq!(json["runs"][1]["nodes"], json!([2, 1]));
+        assert_eq!(json["runs"][0]["outcome"], "exited with code 1");
+        assert_eq!(json["retry_backoff_s"], 10);
+        assert_eq!(json["not_before_ms"], t + 95_000);
+    }
+
+    #[test]
     fn json_renders() {
         expect![[r#"
             {
@@ -518,9 +651,12 @@ pub(super) mod tests {
                 "zone": "a"
               },
               "nodes": 1,
+              "not_before_ms": null,
               "outcome": "",
               "priority": -5,
               "reason": "",
+              "retry_backoff_s": null,
+              "runs": [],
               "runtime_estimate_s": 5400,
               "signal": null,
               "started_at_ms": 1700000002500,

@@ -64,7 +64,11 @@ pub(super) async fn run(ctx: &Ctx, id: u64) -> Result<Answer, Failure> {
 
 /// One `GetJob`; `None` when the deadline cut it short (also when the request's own
 /// deadline, which ends at about the same moment, got there first).
-async fn poll(ctx: &Ctx, id: u64, deadline: Option<Instant>) -> Option<Result<pb::Job, CallError>> {
+pub(super) async fn poll(
+    ctx: &Ctx,
+    id: u64,
+    deadline: Option<Instant>,
+) -> Option<Result<pb::Job, CallError>> {
     let req = pb::GetJobRequest { id, stale: false };
     let call = ctx.call(JobServiceClient::new, req, async |mut c, r| {
         c.get_job(r).await

@@ -15,6 +15,7 @@ mod job_view;
 mod job_wait;
 mod job_why;
 pub(crate) mod node;
+pub(crate) mod run;
 pub(crate) mod scheduler;
 pub(crate) mod tenant;
 pub(crate) mod token;
@@ -102,6 +103,9 @@ pub(crate) enum Failure {
     Usage(String),
     Call(CallError),
     TimedOut(String),
+    /// `run`: the job ended other than successfully; gpuctl exits with this code (the outcome
+    /// is already on stderr).
+    JobEnded(u8),
 }
 
 impl From<CallError> for Failure {
@@ -115,6 +119,7 @@ impl std::fmt::Display for Failure {
         match self {
             Failure::Usage(m) | Failure::TimedOut(m) => f.write_str(m),
             Failure::Call(e) => e.fmt(f),
+            Failure::JobEnded(code) => write!(f, "the job ended; exit code {code}"),
         }
     }
 }

@@ -13,6 +13,16 @@ pub use crate::JobId;
 /// The tenant of every job until tenants exist.
 pub const DEFAULT_TENANT: &str = "default";
 
+/// The retry backoff the API gives a job that may be tried more than once and names none.
+pub const DEFAULT_RETRY_BACKOFF_S: u64 = 10;
+
+/// The longest wait before a retry, however often the backoff has doubled (also the largest
+/// backoff a spec may ask for).
+pub const MAX_RETRY_DELAY_S: u64 = 3600;
+
+/// How many runs a job keeps in `Job::runs` (the oldest are dropped first).
+pub const MAX_RUNS_KEPT: usize = 32;
+
 /// What the user submitted. Immutable once accepted.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct JobSpec {
@@ -224,6 +234,37 @@ pub enum Outcome {
     Fenced,
 }
 
+impl Outcome {
+    /// Whether the run failed on its own (a non-zero exit, a signal, a failed start, the
+    /// memory limit): the ends `--max-attempts` retries once a retry backoff is set. A time
+    /// limit is not one of them: the user said how long a run may take, and another run would
+    /// most likely be stopped at the same point. Cancelled, evicted, lost and fenced runs have
+    /// rules of their own.
+    pub fn is_failed_run(&self) -> bool {
+        match self {
+            Outcome::Exited { code } => *code != 0,
+            Outcome::Signaled { .. }
+            | Outcome::FailedToStart { .. }
+            | Outcome::OutOfMemory { .. } => true,
+            Outcome::WallTimeExceeded
+            | Outcome::Cancelled
+            | Outcome::Evicted
+            | Outcome::Lost { .. }
+            | Outcome::Fenced => false,
+        }
+    }
+}
+
+/// Seconds to wait before the run after failed attempt `failed_attempt` (1-based) of a job
+/// whose retry backoff is `backoff_s`: the backoff, doubled for every attempt after the
+/// first, at most `MAX_RETRY_DELAY_S`.
+pub fn retry_delay_s(backoff_s: u64, failed_attempt: u32) -> u64 {
+    let doublings = failed_attempt.saturating_sub(1).min(63);
+    backoff_s
+        .saturating_mul(1u64 << doublings)
+        .min(MAX_RETRY_DELAY_S)
+}
+
 impl fmt::Display for Outcome {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -241,6 +282,26 @@ impl fmt::Display for Outcome {
             Outcome::Fenced => f.write_str("fenced: its node lost contact with the cluster"),
         }
     }
+}
+
+/// One run of a job (one placement, one generation), kept after it ended: the job's history of
+/// attempts, and where to find each run's logs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Run {
+    /// The job's attempt count when it was placed (an evicted run gives its attempt back, so
+    /// the run after it has the same number).
+    pub attempt: u32,
+    pub generation: u64,
+    /// The node of each rank (one for a single-node job).
+    pub nodes: Vec<NodeId>,
+    pub bound_at_ms: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at_ms: Option<u64>,
+    /// How it ended; none while it is live.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<Outcome>,
 }
 
 /// A job and everything the cluster knows about it.
@@ -289,6 +350,13 @@ pub struct Job {
     /// Gang members whose run of the current generation exited 0.
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     pub gang_done: BTreeSet<NodeId>,
+    /// Its runs, oldest first, at most `MAX_RUNS_KEPT`; the last is the live one while the job
+    /// is Bound or Running.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub runs: Vec<Run>,
+    /// A job requeued after a failed run is not placed before this time (its retry backoff).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_before_ms: Option<u64>,
 }
 
 impl Job {
@@ -314,7 +382,35 @@ impl Job {
             preempted_for: None,
             gang: Vec::new(),
             gang_done: Default::default(),
+            runs: Vec::new(),
+            not_before_ms: None,
         }
+    }
+
+    /// Whether it waits for its retry time at `now_ms` (pending, not before a later time).
+    pub fn waits_for_retry(&self, now_ms: u64) -> bool {
+        self.state == JobState::Pending && self.not_before_ms.is_some_and(|t| t > now_ms)
+    }
+
+    /// `attempt 2/3 after 20 s`: the retry a job requeued after a failed run waits for.
+    pub fn retry_note(&self, delay_s: u64) -> String {
+        format!(
+            "attempt {}/{} after {delay_s} s",
+            self.attempts.saturating_add(1),
+            self.spec.max_attempts
+        )
+    }
+
+    /// The record of run `generation`, if it is still kept.
+    pub fn run(&self, generation: u64) -> Option<&Run> {
+        self.runs.iter().rev().find(|r| r.generation == generation)
+    }
+
+    pub(crate) fn run_mut(&mut self, generation: u64) -> Option<&mut Run> {
+        self.runs
+            .iter_mut()
+            .rev()
+            .find(|r| r.generation == generation)
     }
 
     /// Every part of its (current or last) placement: the gang members in rank order, or the

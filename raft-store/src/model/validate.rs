@@ -197,7 +197,8 @@ pub fn idempotency_key(key: &str) -> Result<(), String> {
 pub fn job_spec(spec: &JobSpec) -> Result<(), String> {
     process(spec)?;
     placement(spec)?;
-    resource_limits(spec)
+    resource_limits(spec)?;
+    retry_backoff(spec)
 }
 
 /// What the job runs: its name and tenant, command, environment and working directory.
@@ -331,6 +332,24 @@ fn resource_limits(spec: &JobSpec) -> Result<(), String> {
         return Err(format!(
             "memory limit must be 1..={} MiB",
             limits::MEMORY_MIB
+        ));
+    }
+    Ok(())
+}
+
+/// A retry backoff: only for a job that may be tried more than once, at most the longest
+/// wait before a retry. Zero retries at once.
+fn retry_backoff(spec: &JobSpec) -> Result<(), String> {
+    let Some(backoff) = spec.retry_backoff_s else {
+        return Ok(());
+    };
+    if spec.max_attempts < 2 {
+        return Err("a retry backoff needs max attempts of 2 or more".into());
+    }
+    if backoff > crate::model::job::MAX_RETRY_DELAY_S {
+        return Err(format!(
+            "retry backoff must be at most {} s",
+            crate::model::job::MAX_RETRY_DELAY_S
         ));
     }
     Ok(())
@@ -554,6 +573,20 @@ pub(crate) mod job_tests {
                 Box::new(|s| s.workdir = Some("/srv/../etc".into())),
             ),
             ("zero attempts", Box::new(|s| s.max_attempts = 0)),
+            (
+                "retry backoff with one attempt",
+                Box::new(|s| {
+                    s.max_attempts = 1;
+                    s.retry_backoff_s = Some(10);
+                }),
+            ),
+            (
+                "retry backoff over an hour",
+                Box::new(|s| {
+                    s.max_attempts = 3;
+                    s.retry_backoff_s = Some(3601);
+                }),
+            ),
             (
                 "zero wall time",
                 Box::new(|s| s.wall_time_limit_s = Some(0)),

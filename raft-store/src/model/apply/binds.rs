@@ -2,7 +2,7 @@
 //! most one live job), then the GPUs marked held and the job Bound with a new generation.
 
 use crate::model::command::Bind;
-use crate::model::job::{Binding, Job, JobKind, JobState};
+use crate::model::job::{Binding, Job, JobKind, JobState, MAX_RUNS_KEPT, Run};
 use crate::model::node::{NodeRecord, gpu_fits};
 use crate::model::outcome::ApplyResult;
 use crate::model::partition::{GpuMode, Slice};
@@ -22,7 +22,10 @@ impl ClusterState {
                     continue;
                 }
                 let members: Vec<&Bind> = binds.iter().filter(|m| m.job == b.job).collect();
-                match self.check_gang(&members) {
+                match self
+                    .due(b.job, now)
+                    .and_then(|()| self.check_gang(&members))
+                {
                     Ok(()) => {
                         self.bind_gang(&members, now);
                         bound.push(b.job);
@@ -31,7 +34,7 @@ impl ClusterState {
                 }
                 continue;
             }
-            match self.check_bind(b) {
+            match self.due(b.job, now).and_then(|()| self.check_bind(b)) {
                 Ok(()) => {
                     self.bind(b, now);
                     bound.push(b.job);
@@ -72,6 +75,18 @@ impl ClusterState {
             check_gpu_free(b, node, index, wanted_mode, job)?;
         }
         Ok(())
+    }
+
+    /// A job requeued after a failed run is not placed before its retry time, whatever the
+    /// scheduler believed (`now` is the bind's proposal time, the leader's clock).
+    pub(crate) fn due(&self, job: JobId, now: u64) -> Result<(), String> {
+        match self.jobs.get(&job).and_then(|j| j.not_before_ms) {
+            Some(t) if t > now => Err(format!(
+                "job j-{job} waits to retry for another {} ms",
+                t - now
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// The common ground of every placement (`check_bind`, `check_slice_bind`): `job` exists
@@ -143,8 +158,10 @@ impl ClusterState {
             job.bound_at_ms = Some(now);
             job.reason = None;
             job.preempted_for = None;
+            job.not_before_ms = None;
             job.gang.clear();
             job.gang_done.clear();
+            job.record_run(node, now);
         }
     }
 }
@@ -197,4 +214,24 @@ fn check_gpu_free(
         ));
     }
     Ok(())
+}
+
+impl Job {
+    /// Start the record of the run just bound (its nodes: this one; a gang's are filled in by
+    /// `bind_gang`), dropping the oldest records beyond `MAX_RUNS_KEPT`.
+    fn record_run(&mut self, node: NodeId, now: u64) {
+        if self.runs.len() >= MAX_RUNS_KEPT {
+            let excess = self.runs.len() + 1 - MAX_RUNS_KEPT;
+            self.runs.drain(..excess);
+        }
+        self.runs.push(Run {
+            attempt: self.attempts,
+            generation: self.generation,
+            nodes: vec![node],
+            bound_at_ms: now,
+            started_at_ms: None,
+            finished_at_ms: None,
+            outcome: None,
+        });
+    }
 }

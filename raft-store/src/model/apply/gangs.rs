@@ -58,6 +58,10 @@ impl ClusterState {
                     slice: None,
                 })
                 .collect();
+            let nodes = members.iter().map(|m| m.node).collect();
+            if let Some(run) = job.run_mut(generation) {
+                run.nodes = nodes;
+            }
         }
     }
 

@@ -1,7 +1,7 @@
 //! Applying a job's life: submission (idempotent per key), cancellation, the executor's
 //! reports (started, finished: GPU time accounted, requeued or ended) and scheduler feedback.
 
-use crate::model::job::{Job, JobSpec, JobState, Outcome};
+use crate::model::job::{Job, JobSpec, JobState, Outcome, retry_delay_s};
 use crate::model::outcome::{ApplyResult, Rejection, invalid};
 use crate::model::partition;
 use crate::model::state::ClusterState;
@@ -60,6 +60,7 @@ impl ClusterState {
             JobState::Pending => {
                 j.state = JobState::Cancelled;
                 j.outcome = Some(Outcome::Cancelled);
+                j.not_before_ms = None;
                 j.finished_at_ms = Some(now);
                 j.reason = None;
                 self.job_log.record(job);
@@ -81,6 +82,9 @@ impl ClusterState {
             JobState::Bound if j.generation == generation => {
                 j.state = JobState::Running;
                 j.started_at_ms = Some(now);
+                if let Some(run) = j.run_mut(generation) {
+                    run.started_at_ms = Some(now);
+                }
                 self.job_log.record(job);
                 Ok(ApplyResult::Ok)
             }
@@ -149,6 +153,11 @@ impl ClusterState {
             *j.gpu_ms.entry(t).or_insert(0) += held_ms.saturating_mul(num) / den.max(1);
         }
         j.outcome = Some(outcome.clone());
+        if let Some(run) = j.run_mut(generation) {
+            run.outcome = Some(outcome.clone());
+            run.finished_at_ms = Some(now);
+        }
+        let retry = retry_after(j, outcome);
         j.cancel_requested = false;
         j.evict_requested = false;
         let requeue = match outcome {
@@ -159,6 +168,7 @@ impl ClusterState {
                 None
             }
             Outcome::Lost { .. } | Outcome::Fenced if j.attempts < j.spec.max_attempts => None,
+            _ if retry.is_some() => None,
             _ => Some(JobState::Failed),
         };
         match requeue {
@@ -169,8 +179,12 @@ impl ClusterState {
             }
             None => {
                 j.state = JobState::Pending;
-                j.reason = Some(match (outcome, j.preempted_for) {
-                    (Outcome::Evicted, Some(by)) => format!("requeued: preempted for j-{by}"),
+                j.reason = Some(match (outcome, j.preempted_for, retry) {
+                    (Outcome::Evicted, Some(by), _) => format!("requeued: preempted for j-{by}"),
+                    (_, _, Some(delay_s)) => {
+                        j.not_before_ms = Some(now.saturating_add(delay_s.saturating_mul(1000)));
+                        format!("requeued: {outcome}; {}", j.retry_note(delay_s))
+                    }
                     _ => format!("requeued: {outcome}"),
                 });
             }
@@ -192,4 +206,14 @@ impl ClusterState {
         }
         ApplyResult::Ok
     }
+}
+
+/// The wait in seconds before the job's next run, when the run that just ended with `outcome`
+/// is to be retried: it failed on its own (`Outcome::is_failed_run`), the job has a retry
+/// backoff and attempts left, and nobody asked to cancel it. A whole gang is retried as one:
+/// the failed member's report ends every member's run.
+fn retry_after(j: &Job, outcome: &Outcome) -> Option<u64> {
+    let backoff = j.spec.retry_backoff_s?;
+    let retry = outcome.is_failed_run() && !j.cancel_requested && j.attempts < j.spec.max_attempts;
+    retry.then(|| retry_delay_s(backoff, j.attempts))
 }

@@ -137,7 +137,7 @@ impl ClusterState {
         let mut bound = Vec::new();
         let mut rejected = Vec::new();
         for b in binds {
-            match self.check_slice_bind(b) {
+            match self.due(b.job, now).and_then(|()| self.check_slice_bind(b)) {
                 Ok(()) => {
                     if let Some(node) = self.nodes.get_mut(&b.node) {
                         node.slices
