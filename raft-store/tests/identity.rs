@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use gpu_raft_store::testing::{at, spec};
 use gpu_raft_store::{
-    Account, ApplyResult, ClusterState, Command, JobSpec, LogEntry, RequestMeta, Role,
+    Account, ApplyResult, ClusterState, Command, JobSpec, LogEntry, Rejection, RequestMeta, Role,
     TenantRecord, TokenRecord,
 };
 
@@ -361,7 +361,14 @@ fn bad_submissions_are_refused_and_change_nothing() {
         refused(&mut s, &submit(bad), why);
         assert!(s.jobs.is_empty() && s.idempotency.is_empty());
     }
-    // The same key with a sound spec then creates the job, carrying its account.
+    // The same key with a sound spec then creates the job, carrying its token's account.
+    s.apply(&at(
+        2,
+        Command::SetTokenAccount {
+            id: "u".into(),
+            account: Some(account("alice:research")),
+        },
+    ));
     let good = JobSpec {
         account: Some(account("alice:research")),
         wall_time_limit_s: Some(3600),
@@ -375,4 +382,80 @@ fn bad_submissions_are_refused_and_change_nothing() {
         }
         other => panic!("{other:?}"),
     }
+}
+
+#[test]
+fn a_stale_stamp_is_refused_and_a_retry_finds_its_job() {
+    let mut s = cluster();
+    s.apply(&at(
+        2,
+        Command::CreateTenant {
+            tenant: tenant("a", Some(account("bob:research"))),
+        },
+    ));
+    let submit = |actor: &str, a: Option<&str>, key: &str| {
+        by(
+            actor,
+            Command::SubmitJob {
+                spec: JobSpec {
+                    tenant: "a".into(),
+                    account: a.map(account),
+                    ..spec(1)
+                },
+                idempotency_key: Some(key.into()),
+            },
+        )
+    };
+    // Stamped from a replica that had not seen the tenant's default yet: refused, typed, with
+    // the account the state names now; nothing but the audit entry changes.
+    refused(
+        &mut s,
+        &submit("u", None, "k1"),
+        "the Unix account for this submission changed while it was submitted (now bob:research)",
+    );
+    let before = s.clone();
+    let stale = s.apply(&submit("u", Some("mallory"), "k1"));
+    assert_eq!(
+        stale,
+        ApplyResult::Rejected {
+            reason: Rejection::AccountChanged {
+                now: Some(account("bob:research"))
+            }
+        }
+    );
+    assert_eq!((s.jobs.len(), s.idempotency.len()), (0, 0));
+    assert_eq!(s.tokens, before.tokens);
+    // Stamped right, it is queued.
+    let ApplyResult::JobSubmitted { job, .. } = s.apply(&submit("u", Some("bob:research"), "k1"))
+    else {
+        panic!("submitted");
+    };
+    // The admin maps the token to alice; a retry of the same request (same key), stamped
+    // with the new mapping, is still that request: it finds its job, which keeps its account.
+    s.apply(&by(
+        "root",
+        Command::SetTokenAccount {
+            id: "u".into(),
+            account: Some(account("alice")),
+        },
+    ));
+    assert_eq!(
+        s.apply(&submit("u", Some("alice"), "k1")),
+        ApplyResult::JobSubmitted {
+            job,
+            existing: true
+        }
+    );
+    assert_eq!(s.jobs[&job].spec.account, Some(account("bob:research")));
+    // Submissions of the system carry what they carry.
+    assert!(matches!(
+        s.apply(&at(
+            5,
+            Command::SubmitJob {
+                spec: spec(1),
+                idempotency_key: None
+            }
+        )),
+        ApplyResult::JobSubmitted { .. }
+    ));
 }

@@ -120,7 +120,7 @@ impl ClusterState {
             Command::SubmitJob {
                 spec,
                 idempotency_key,
-            } => self.submit(spec, idempotency_key.as_deref(), now),
+            } => self.submit(spec, idempotency_key.as_deref(), now, meta),
             Command::CancelJob { job } => self.cancel(*job, now),
             Command::BindJobs { binds } => Ok(self.bind_all(binds, now)),
             Command::JobStarted { job, generation } => self.started(*job, *generation, now),
