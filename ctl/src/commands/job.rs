@@ -14,7 +14,9 @@
 //!   "bound_gpus": [index], "gpu_uuids": [uuid], "reason" (why pending or why failed; ""),
 //!   "outcome" (how the last run ended, in words; ""), "exit_code", "signal", "bound_at_ms",
 //!   "started_at_ms", "finished_at_ms" (each null when unknown), "cancel_requested",
-//!   "energy_mj" (what its GPUs used over all its runs, reported every 30 s)}`;
+//!   "energy_mj" (what its GPUs used over all its runs, reported every 30 s), "account" (the Unix
+//!   account it runs as, decided at submission from the token's or the tenant's mapping: null
+//!   (the node's own `jobs.run_as`), or `{"user", "group" (null: the user's own), "groups"}`)}`;
 //! - `submit` prints `{"job_id", "existing"}` (`existing`: the idempotency key had already
 //!   created this job);
 //! - `logs` writes the job's output bytes unchanged, in both output modes.
