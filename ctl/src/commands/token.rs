@@ -3,8 +3,8 @@
 //! JSON (stable): a token is `{"id", "role" ("admin"|"operator"|"tenant-admin"|"user"|"viewer"),
 //! "tenant" (null when cluster-wide), "description", "created_at_ms", "created_by", "revoked",
 //! "account" (the Unix account its jobs run as: null, or `{"user", "group", "groups"}`)}`;
-//! `list` prints an array of them; `create` prints `{"token": <token>, "bearer": "<id>.<secret>"}`;
-//! `set-account`, `revoke` and `whoami` print the token.
+//! `list`, `set-account`, `revoke` and `whoami` print an array of them (one for the last
+//! three); `create` prints `{"token": <token>, "bearer": "<id>.<secret>"}`.
 
 use gpu_proto::v1 as pb;
 use gpu_proto::v1::token_service_client::TokenServiceClient;
