@@ -9,6 +9,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/gpumesh/v1/scheduler.proto",
         "proto/gpumesh/v1/alert.proto",
         "proto/gpumesh/v1/tenant.proto",
+        "proto/gpumesh/v1/account.proto",
         "proto/gpumesh/internal/v1/peer.proto",
     ];
     let mut config = prost_build::Config::new();

@@ -32,6 +32,30 @@ pub(crate) fn quota(s: &str) -> Result<(String, u32, u32), String> {
     Ok((t.to_owned(), whole(g)?, whole(b)?))
 }
 
+/// A Unix account as typed: `USER` or `USER:GROUP` (names or numeric ids). Only the shape is
+/// checked here; the server judges the names (and refuses root) with the rules it applies.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct AccountArg {
+    pub user: String,
+    pub group: Option<String>,
+}
+
+pub(crate) fn account(s: &str) -> Result<AccountArg, String> {
+    let (user, group) = match s.split_once(':') {
+        Some((u, g)) => (u, Some(g)),
+        None => (s, None),
+    };
+    if user.is_empty() || group.is_some_and(str::is_empty) {
+        return Err(format!(
+            "expected USER or USER:GROUP (names or numeric ids), got {s:?}"
+        ));
+    }
+    Ok(AccountArg {
+        user: user.to_owned(),
+        group: group.map(str::to_owned),
+    })
+}
+
 /// A word that must not be empty (e.g. one item of a comma-separated list).
 pub(crate) fn non_empty(s: &str) -> Result<String, String> {
     if s.is_empty() {

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::args::{self, Fault};
+use crate::args::{self, AccountArg, Fault};
 use crate::{ids, units};
 
 /// Per-request deadline when `--timeout` is not given.
@@ -187,8 +187,10 @@ pub(crate) enum TenantVerb {
         /// Priority of this tenant's jobs submitted without --priority (default 0).
         #[arg(long, allow_negative_numbers = true)]
         default_priority: Option<i32>,
+        #[command(flatten)]
+        account: AccountArgs,
     },
-    /// Change a tenant's quotas, weight or default priority (admins).
+    /// Change a tenant's quotas, weight, default priority or default account (admins).
     Update {
         name: String,
         /// Set or replace the quota of a GPU type; repeatable.
@@ -201,6 +203,12 @@ pub(crate) enum TenantVerb {
         weight: Option<u32>,
         #[arg(long, allow_negative_numbers = true)]
         default_priority: Option<i32>,
+        #[command(flatten)]
+        account: AccountArgs,
+        /// Remove the tenant's default account (its jobs then run as each node's own
+        /// jobs.run_as, unless their token maps to an account).
+        #[arg(long, conflicts_with = "account")]
+        clear_account: bool,
     },
     /// One tenant: quotas, GPUs held and GPU time by type, and per job.
     Get {
@@ -280,13 +288,45 @@ pub(crate) enum TokenVerb {
         tenant: Option<String>,
         #[arg(long, default_value = "")]
         description: String,
+        #[command(flatten)]
+        account: AccountArgs,
     },
     /// Tokens you may manage.
     List,
+    /// Map a token to the Unix account its holder's jobs run as, or --clear the mapping
+    /// (admins). Jobs submitted before keep the account they were given.
+    SetAccount {
+        id: String,
+        /// USER or USER:GROUP (names or numeric ids; never root).
+        #[arg(
+            value_name = "USER[:GROUP]",
+            value_parser = args::account,
+            required_unless_present = "clear"
+        )]
+        account: Option<AccountArg>,
+        /// Supplementary groups, comma-separated (names or gids).
+        #[arg(long, value_name = "G1,G2", value_delimiter = ',', value_parser = args::non_empty, conflicts_with = "clear")]
+        groups: Vec<String>,
+        /// Remove the mapping: the token's jobs run as its tenant's default account, if any.
+        #[arg(long, conflicts_with = "account")]
+        clear: bool,
+    },
     /// Revoke a token by id; it stops working as soon as each agent applies the revocation.
     Revoke { id: String },
     /// The token this gpuctl uses.
     Whoami,
+}
+
+/// `--account USER[:GROUP] [--groups G1,G2]`: who the jobs of a token or tenant run as.
+#[derive(Args, Debug)]
+pub(crate) struct AccountArgs {
+    /// The Unix account the jobs run as: USER or USER:GROUP (names or numeric ids; never
+    /// root). Admins only.
+    #[arg(long, value_name = "USER[:GROUP]", value_parser = args::account)]
+    pub account: Option<AccountArg>,
+    /// Supplementary groups of the account, comma-separated (names or gids).
+    #[arg(long, value_name = "G1,G2", value_delimiter = ',', value_parser = args::non_empty, requires = "account")]
+    pub groups: Vec<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -572,9 +612,16 @@ pub(crate) struct SubmitArgs {
     /// Expected run time (e.g. 90m), a scheduling hint; whole seconds.
     #[arg(long, value_parser = units::whole_seconds)]
     pub estimate: Option<u64>,
-    /// Stop the job after this long (e.g. 12h): SIGTERM, then SIGKILL after the grace; it
-    /// ends "time limit exceeded" and is not retried. Whole seconds.
-    #[arg(long, visible_alias = "time-limit", value_parser = units::whole_seconds)]
+    /// Time limit: the job is stopped (SIGTERM, grace, SIGKILL) and ends "time limit
+    /// exceeded" after running this long, e.g. 90m, 12h, 2days, 1h30m; whole seconds, at most
+    /// 366 days; not retried. `--wall-time` is the same flag.
+    #[arg(
+        long = "time-limit",
+        visible_alias = "wall-time",
+        value_name = "DURATION",
+        value_parser = units::time_limit,
+        allow_hyphen_values = true
+    )]
     pub wall_time: Option<u64>,
     /// Runs to try before the job counts as failed [default: 1]. A run lost with its node,
     /// and with this above 1 a run that fails (non-zero exit, signal, failed start, out of
@@ -588,8 +635,9 @@ pub(crate) struct SubmitArgs {
     /// CPU limit in cores, at most 3 decimals: 0.5, 2, 1.25 [default: no limit].
     #[arg(long, value_name = "CORES", value_parser = cpu_millis)]
     pub cpus: Option<u32>,
-    /// Memory limit: 4GiB, 512M, 8192MiB; a plain number is MiB [default: no limit].
-    #[arg(long, value_name = "SIZE", value_parser = units::size_mib)]
+    /// Memory limit: 4GiB, 512M, 8192MiB; a plain number is MiB; at least 16MiB [default:
+    /// no limit]. A job that goes past it ends "out of memory". `--mem` is the same flag.
+    #[arg(long, visible_alias = "mem", value_name = "SIZE", value_parser = units::size_mib)]
     pub memory: Option<u64>,
     /// One MIG instance of this profile (e.g. 1g.10gb) on a GPU in MIG mode, instead of whole
     /// GPUs; the profile must be one the GPU type's model supports.
@@ -777,7 +825,10 @@ mod tests {
             &["--selector", "zone", "--", "x"],
             &["--env", "=1", "--", "x"],
             &["--estimate", "500ms", "--", "x"],
-            &["--wall-time", "1.5h", "--", "x"],
+            &["--wall-time", "1.5s", "--", "x"],
+            &["--time-limit", "-5m", "--", "x"],
+            &["--time-limit", "soon", "--", "x"],
+            &["--mem", "4GB", "--", "x"],
             &["--max-attempts", "-1", "--", "x"],
             &["--memory", "4GB", "--", "x"],
             &["--memory", "1.5G", "--", "x"],
@@ -812,6 +863,108 @@ mod tests {
         let a = submit(&["--cpus", "1.5", "--memory", "4GiB", "--", "x"]).expect("parses");
         assert_eq!((a.cpus, a.memory), (Some(1500), Some(4096)));
         assert!(submit(&["--cpus", "-1", "--", "x"]).is_err());
+    }
+
+    #[test]
+    fn time_limit_and_mem_are_the_old_flags_too() {
+        let new = submit(&["--time-limit", "1h30m", "--mem", "512M", "--", "x"]).expect("parses");
+        let old = submit(&["--wall-time", "90m", "--memory", "512MiB", "--", "x"]).expect("old");
+        assert_eq!((new.wall_time, new.memory), (Some(5400), Some(512)));
+        assert_eq!((old.wall_time, old.memory), (new.wall_time, new.memory));
+        // Zero and a year and more are the server's to refuse, with the rule it applies.
+        assert_eq!(
+            submit(&["--time-limit", "0s", "--", "x"])
+                .expect("0")
+                .wall_time,
+            Some(0)
+        );
+        let err = submit(&["--time-limit", "-5m", "--", "x"])
+            .expect_err("negative")
+            .to_string();
+        assert!(err.contains("cannot be negative"), "{err}");
+    }
+
+    #[test]
+    fn accounts_on_tokens_and_tenants() {
+        let alice = |group: Option<&str>| AccountArg {
+            user: "alice".into(),
+            group: group.map(str::to_owned),
+        };
+        let Noun::Token(TokenVerb::Create { account, .. }) = parse(&[
+            "token",
+            "create",
+            "--role",
+            "user",
+            "--tenant",
+            "a",
+            "--account",
+            "alice:research",
+            "--groups",
+            "video,1007",
+        ])
+        .expect("parses")
+        .command
+        else {
+            panic!("not token create");
+        };
+        assert_eq!(account.account, Some(alice(Some("research"))));
+        assert_eq!(account.groups, ["video", "1007"]);
+        let Noun::Token(TokenVerb::SetAccount {
+            id, account, clear, ..
+        }) = parse(&["token", "set-account", "t1", "alice"])
+            .expect("parses")
+            .command
+        else {
+            panic!("not set-account");
+        };
+        assert_eq!(
+            (id.as_str(), account, clear),
+            ("t1", Some(alice(None)), false)
+        );
+        let Noun::Token(TokenVerb::SetAccount { account, clear, .. }) =
+            parse(&["token", "set-account", "t1", "--clear"])
+                .expect("parses")
+                .command
+        else {
+            panic!("not set-account");
+        };
+        assert_eq!((account, clear), (None, true));
+        let Noun::Tenant(TenantVerb::Update { clear_account, .. }) =
+            parse(&["tenant", "update", "b", "--clear-account"])
+                .expect("parses")
+                .command
+        else {
+            panic!("not tenant update");
+        };
+        assert!(clear_account);
+        for bad in [
+            &["token", "set-account", "t1"][..],
+            &["token", "set-account", "t1", "alice", "--clear"],
+            &["token", "set-account", "t1", "--clear", "--groups", "video"],
+            &["token", "set-account", "t1", ":research"],
+            &["token", "set-account", "t1", "alice:"],
+            &["token", "create", "--role", "user", "--groups", "video"],
+            &["tenant", "create", "b", "--account", ""],
+            &[
+                "tenant",
+                "update",
+                "b",
+                "--account",
+                "bob",
+                "--clear-account",
+            ],
+            &[
+                "tenant",
+                "create",
+                "b",
+                "--account",
+                "bob",
+                "--groups",
+                "a,,b",
+            ],
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

@@ -56,6 +56,22 @@ pub(crate) fn whole_seconds(s: &str) -> Result<u64, String> {
     Ok(d.as_secs())
 }
 
+/// clap parser for `--time-limit`: a humantime duration (`90m`, `12h`, `2days`, `1h 30m`) in
+/// whole seconds. A negative or unparsable value is refused with why; whether zero or a year
+/// and more makes sense is the server's call (the rule lives beside the other job rules).
+pub(crate) fn time_limit(s: &str) -> Result<u64, String> {
+    const HINT: &str = "expected a duration like 90m, 12h, 2days or 1h30m";
+    let t = s.trim();
+    if t.starts_with('-') {
+        return Err(format!("a time limit cannot be negative, got {s:?}"));
+    }
+    let d = humantime::parse_duration(t).map_err(|e| format!("{HINT}: {e}"))?;
+    if d.subsec_nanos() != 0 {
+        return Err("must be a whole number of seconds (e.g. 90s or 2m)".into());
+    }
+    Ok(d.as_secs())
+}
+
 /// clap parser for memory sizes, in MiB: `40GiB`, `80G`, `40960MiB`, `1TiB`; a plain number is
 /// MiB. Units are binary (G means GiB), as in nvidia-smi and Slurm's `--mem`; MB/GB/TB are
 /// refused because they are read both ways.
@@ -197,6 +213,36 @@ mod tests {
         assert_eq!(whole_seconds("0s"), Ok(0));
         for bad in ["500ms", "1500ms", "1", "-5s", "", "18446744073709551616s"] {
             assert!(whole_seconds(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn time_limits_are_humantime_in_whole_seconds() {
+        for (input, secs) in [
+            ("90s", 90),
+            ("90m", 5400),
+            ("12h", 43_200),
+            ("2days", 172_800),
+            ("1h30m", 5400),
+            ("1h 30m", 5400),
+            ("3000ms", 3),
+            ("0s", 0),
+            ("400d", 34_560_000),
+            ("1.5h", 5400),
+        ] {
+            assert_eq!(time_limit(input), Ok(secs), "{input}");
+        }
+        for (bad, says) in [
+            ("-5m", "cannot be negative"),
+            ("-1", "cannot be negative"),
+            ("forever", "expected a duration"),
+            ("", "expected a duration"),
+            ("90", "expected a duration"),
+            ("500ms", "whole number of seconds"),
+            ("1.5s", "whole number of seconds"),
+        ] {
+            let err = time_limit(bad).expect_err(bad);
+            assert!(err.contains(says), "{bad:?}: {err}");
         }
     }
 

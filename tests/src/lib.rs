@@ -489,6 +489,7 @@ impl Cluster {
                 role: pb::Role::Node as i32,
                 tenant: String::new(),
                 description: "test harness join token".into(),
+                account: None,
             })
             .await
             .expect("mint a join token")

@@ -45,6 +45,7 @@ async fn mint(c: &Cluster, role: pb::Role) -> String {
         role: role as i32,
         tenant: String::new(),
         description: "test".into(),
+        account: None,
     };
     client
         .create_token(req)

@@ -25,6 +25,7 @@ async fn mint(
         role: role as i32,
         tenant: tenant.into(),
         description: "test".into(),
+        account: None,
     };
     Ok(client.create_token(req).await?.into_inner().bearer)
 }

@@ -74,6 +74,7 @@ async fn mint(c: &Cluster, role: pb::Role, tenant: &str) -> String {
         role: role as i32,
         tenant: tenant.into(),
         description: "test".into(),
+        account: None,
     };
     client
         .create_token(req)
@@ -169,6 +170,7 @@ async fn a_tenant_is_held_at_its_quota_and_bad_input_changes_nothing() {
         }],
         weight: None,
         default_priority: None,
+        account: None,
     };
     let refusals = [
         api.create_tenant(huge.clone()).await.map(drop),

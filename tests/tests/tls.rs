@@ -272,6 +272,7 @@ async fn enrolment_needs_a_valid_join_token_and_the_ca() {
             role: pb::Role::Viewer as i32,
             tenant: String::new(),
             description: "not a join token".into(),
+            account: None,
         })
         .await
         .expect("viewer")
@@ -406,6 +407,7 @@ async fn a_token_holder_gets_a_client_certificate_of_their_own() {
             role: pb::Role::User as i32,
             tenant: "vision".into(),
             description: "alice".into(),
+            account: None,
         })
         .await
         .expect("user token")

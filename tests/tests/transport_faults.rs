@@ -71,6 +71,7 @@ async fn a_leader_that_loses_every_message_is_replaced_and_healing_restores_writ
             role: pb::Role::Operator as i32,
             tenant: String::new(),
             description: "test".into(),
+            account: None,
         })
         .await
         .expect("mint")

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use gpu_proto::v1 as pb;
 use gpu_raft_store::tenant::{Quota, TenantRecord};
 use gpu_raft_store::{
-    DEFAULT_RETRY_BACKOFF_S, DEFAULT_TENANT, JobKind, JobSpec, JobState, Role, SchedulerSettings,
-    SliceRequest,
+    Account, DEFAULT_RETRY_BACKOFF_S, DEFAULT_TENANT, JobKind, JobSpec, JobState, Role,
+    SchedulerSettings, SliceRequest,
 };
 
 pub fn role(r: i32) -> Option<Role> {
@@ -148,10 +148,31 @@ pub fn alert_rule(p: pb::AlertRule) -> crate::monitor::rules::FlatRule {
     }
 }
 
+/// An account as the API received it. Syntax only (an empty group is "the user's own");
+/// `validate::account` judges the names, both at the edge and in `apply`.
+pub fn account(p: &pb::Account) -> Account {
+    Account {
+        user: p.user.clone(),
+        group: (!p.group.is_empty()).then(|| p.group.clone()),
+        groups: p.groups.clone(),
+    }
+}
+
+/// The account a `SetTokenAccountRequest` asks for: `Some` to set, `None` to clear (only with
+/// `clear`, so a request that simply lacks the account is refused rather than read as a clear).
+pub fn token_account(req: &pb::SetTokenAccountRequest) -> Result<Option<Account>, String> {
+    match (&req.account, req.clear) {
+        (Some(a), false) => Ok(Some(account(a))),
+        (None, true) => Ok(None),
+        (Some(_), true) => Err("give an account or clear, not both".into()),
+        (None, false) => Err("an account is required (or clear, to remove the mapping)".into()),
+    }
+}
+
 /// The tenant record a `CreateTenantRequest` asks for. Syntax only: `apply` validates it.
 pub fn tenant_created(req: &pb::CreateTenantRequest) -> Result<TenantRecord, String> {
     Ok(TenantRecord {
-        account: None,
+        account: req.account.as_ref().map(account),
         name: req.name.trim().to_owned(),
         quotas: quota_map(&req.quotas)?,
         weight: req.weight.unwrap_or(1),
@@ -173,7 +194,14 @@ pub fn tenant_updated(
         }
     }
     quotas.extend(quota_map(&req.quotas)?);
+    let account = match (&req.account, req.clear_account) {
+        (Some(_), true) => return Err("give an account or clear it, not both".into()),
+        (Some(a), false) => Some(account(a)),
+        (None, true) => None,
+        (None, false) => current.account.clone(),
+    };
     Ok(TenantRecord {
+        account,
         quotas,
         weight: req.weight.unwrap_or(current.weight),
         default_priority: req.default_priority.unwrap_or(current.default_priority),

@@ -7,7 +7,8 @@ use gpu_proto::internal::v1::ReadRunLogRequest;
 use gpu_proto::v1 as pb;
 use gpu_proto::v1::job_service_server::JobService;
 use gpu_raft_store::{
-    ApplyResult, ClusterState, Command, Job, JobId, JobState, Rejection, slice_fit, validate,
+    ApplyResult, ClusterState, Command, Job, JobId, JobSpec, JobState, Rejection, slice_fit,
+    validate,
 };
 use tonic::{Request, Response, Status};
 
@@ -124,15 +125,21 @@ impl JobService for JobApi {
         let wire = r.spec.ok_or_else(|| invalid("spec is required"))?;
         let priority_unset = wire.priority.is_none();
         let mut spec = from_proto::spec(wire).map_err(invalid)?;
-        if priority_unset {
-            // A job without a priority of its own gets its tenant's default (0 without a
-            // record), decided here so the log carries the value the job runs with.
-            spec.priority = self.cluster.state.read(|s| {
-                s.tenants
+        self.cluster.state.read(|s| {
+            if priority_unset {
+                // A job without a priority of its own gets its tenant's default (0 without a
+                // record), decided here so the log carries the value the job runs with.
+                spec.priority = s
+                    .tenants
                     .get(&spec.tenant)
-                    .map_or(0, |t| t.default_priority)
-            });
-        }
+                    .map_or(0, |t| t.default_priority);
+            }
+            // Who it runs as is the cluster's decision, never the client's (the wire spec has
+            // no such field): the token's mapping, else the tenant's default, else none (the
+            // executing node's own `jobs.run_as`). Stamped here, so the log carries it and
+            // every node runs the job as the same account.
+            spec.account = s.account_for(&caller.identity.token_id, &spec.tenant);
+        });
         validate::job_spec(&spec).map_err(invalid)?;
         // A slice no GPU of the cluster (of the requested type) can hold would wait forever.
         self.cluster
@@ -152,17 +159,31 @@ impl JobService for JobApi {
         self.auth
             .require(&caller, Action::WriteJob(&spec.tenant))
             .await?;
-        match self
+        let submit = |spec: JobSpec| Command::SubmitJob {
+            spec,
+            idempotency_key: key.clone(),
+        };
+        let written = match self
             .cluster
-            .write_as(
-                Command::SubmitJob {
-                    spec,
-                    idempotency_key: key,
-                },
-                Some(caller.meta),
-            )
-            .await?
+            .write_as(submit(spec.clone()), Some(caller.meta.clone()))
+            .await
         {
+            // This replica lagged behind a change of the account mapping: `apply` stamps
+            // nothing itself but refuses a stale stamp, so stamp again from the leader's
+            // state (a linearizable read) and submit once more.
+            Err(ClusterError::Rejected(Rejection::AccountChanged { .. })) => {
+                self.cluster.linearizable_read().await?;
+                spec.account = self
+                    .cluster
+                    .state
+                    .read(|s| s.account_for(&caller.identity.token_id, &spec.tenant));
+                self.cluster
+                    .write_as(submit(spec), Some(caller.meta))
+                    .await?
+            }
+            other => other?,
+        };
+        match written {
             ApplyResult::JobSubmitted { job, existing } => {
                 Ok(Response::new(pb::SubmitJobResponse {
                     job_id: job,

@@ -35,9 +35,9 @@ pub(crate) fn rejected(r: Rejection) -> Status {
         Rejection::Invalid { .. } => Status::invalid_argument(r.to_string()),
         Rejection::PermissionDenied { .. } => Status::permission_denied(r.to_string()),
         Rejection::IdempotencyConflict { .. } => Status::already_exists(r.to_string()),
-        Rejection::JobFinished { .. } | Rejection::Stale { .. } => {
-            Status::failed_precondition(r.to_string())
-        }
+        Rejection::JobFinished { .. }
+        | Rejection::Stale { .. }
+        | Rejection::AccountChanged { .. } => Status::failed_precondition(r.to_string()),
     }
 }
 

@@ -43,6 +43,9 @@ impl TenantService for TenantApi {
             .auth
             .check(&req, "tenant.create", &object, Action::ManageTenants)
             .await?;
+        if req.get_ref().account.is_some() {
+            self.auth.require(&caller, Action::MapAccounts).await?;
+        }
         let record = from_proto::tenant_created(req.get_ref()).map_err(invalid)?;
         // Early, friendly errors; apply re-checks.
         tenant::validate(&record).map_err(invalid)?;
@@ -62,6 +65,9 @@ impl TenantService for TenantApi {
             .auth
             .check(&req, "tenant.update", &object, Action::ManageTenants)
             .await?;
+        if req.get_ref().account.is_some() || req.get_ref().clear_account {
+            self.auth.require(&caller, Action::MapAccounts).await?;
+        }
         // Start from the leader's latest record, so an update is not built on a stale one.
         self.cluster.linearizable_read().await?;
         let name = req.get_ref().name.trim().to_owned();

@@ -7,7 +7,8 @@ use std::time::Instant;
 
 use gpu_proto::v1 as pb;
 use gpu_raft_store::{
-    ClusterState, Job, JobKind, JobSpec, JobState, NodeRecord, NodeStatus, Outcome, Role, Run,
+    Account, ClusterState, Job, JobKind, JobSpec, JobState, NodeRecord, NodeStatus, Outcome, Role,
+    Run,
     SliceRequest, TokenRecord, job_name,
 };
 
@@ -95,8 +96,17 @@ pub(crate) fn role(r: Role) -> pb::Role {
     }
 }
 
+pub(crate) fn account(a: &Account) -> pb::Account {
+    pb::Account {
+        user: a.user.clone(),
+        group: a.group.clone().unwrap_or_default(),
+        groups: a.groups.clone(),
+    }
+}
+
 pub(crate) fn token(t: &TokenRecord) -> pb::Token {
     pb::Token {
+        account: t.account.as_ref().map(account),
         id: t.id.clone(),
         role: role(t.role) as i32,
         tenant: t.tenant.clone().unwrap_or_default(),
@@ -199,6 +209,7 @@ pub(crate) fn job(j: &Job, uuids: &BTreeMap<u32, String>) -> pb::Job {
         energy_mj: 0,
         runs: j.runs.iter().map(run).collect(),
         not_before_ms: j.not_before_ms,
+        account: j.spec.account.as_ref().map(account),
     }
 }
 
@@ -567,6 +578,7 @@ pub(crate) fn tenant(
         warnings,
         pending_jobs: jobs.iter().filter(|j| j.state == JobState::Pending).count() as u64,
         live_jobs: jobs.iter().filter(|j| j.state.is_live()).count() as u64,
+        account: record.and_then(|r| r.account.as_ref()).map(account),
     })
 }
 

@@ -1,9 +1,10 @@
-//! Public `TokenService`: mint, list and revoke bearer tokens. The secret exists only in the
-//! reply to `CreateToken`; the cluster stores its SHA-256.
+//! Public `TokenService`: mint, list and revoke bearer tokens, and map them to the Unix
+//! accounts their holders' jobs run as (admins only). The secret exists only in the reply to
+//! `CreateToken`; the cluster stores its SHA-256.
 
 use gpu_proto::v1 as pb;
 use gpu_proto::v1::token_service_server::TokenService;
-use gpu_raft_store::{Command, Grant, Rejection, TokenRecord, auth::can_grant};
+use gpu_raft_store::{Command, Grant, Rejection, TokenRecord, auth::can_grant, validate};
 use tonic::{Request, Response, Status};
 
 use crate::api::auth::rbac::Action;
@@ -32,7 +33,12 @@ impl TokenService for TokenApi {
         let r = req.into_inner();
         let role = from_proto::role(r.role).ok_or_else(|| invalid("role is required"))?;
         let tenant = (!r.tenant.is_empty()).then_some(r.tenant);
-        gpu_raft_store::validate::free_text("description", &r.description).map_err(invalid)?;
+        validate::free_text("description", &r.description).map_err(invalid)?;
+        let account = r.account.as_ref().map(from_proto::account);
+        if let Some(a) = &account {
+            self.auth.require(&caller, Action::MapAccounts).await?;
+            validate::account(a).map_err(invalid)?;
+        }
         let wanted = Grant {
             role,
             tenant: tenant.clone(),
@@ -48,7 +54,7 @@ impl TokenService for TokenApi {
         }
         let minted = token::mint();
         let record = TokenRecord {
-            account: None,
+            account,
             id: minted.id.clone(),
             secret_sha256: minted.secret_sha256,
             role,
@@ -120,6 +126,40 @@ impl TokenService for TokenApi {
             .await?;
         self.cluster
             .write_as(Command::RevokeToken { id: id.clone() }, Some(caller.meta))
+            .await?;
+        self.cluster
+            .state
+            .read(|s| s.tokens.get(&id).map(to_proto::token))
+            .map(Response::new)
+            .ok_or_else(|| rejected(Rejection::UnknownToken { id: id.to_owned() }))
+    }
+
+    async fn set_token_account(
+        &self,
+        req: Request<pb::SetTokenAccountRequest>,
+    ) -> Result<Response<pb::Token>, Status> {
+        let id = req.get_ref().id.clone();
+        let caller = self
+            .auth
+            .check(
+                &req,
+                "token.set-account",
+                &format!("token/{id}"),
+                Action::MapAccounts,
+            )
+            .await?;
+        let account = from_proto::token_account(req.get_ref()).map_err(invalid)?;
+        if let Some(a) = &account {
+            validate::account(a).map_err(invalid)?;
+        }
+        self.cluster
+            .write_as(
+                Command::SetTokenAccount {
+                    id: id.clone(),
+                    account,
+                },
+                Some(caller.meta),
+            )
             .await?;
         self.cluster
             .state

@@ -217,6 +217,7 @@ async fn mint_join_token(addr: &str, creds: &Creds) -> anyhow::Result<()> {
         role: pb::Role::Node as i32,
         tenant: String::new(),
         description: "gpu-agent dev: join token".into(),
+        account: None,
     });
     req.metadata_mut().insert("authorization", creds.bearer()?);
     let minted = client

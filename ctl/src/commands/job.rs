@@ -20,7 +20,9 @@
 //!   requeued after a failed run waits until then; null otherwise), "runs": [{"attempt",
 //!   "generation", "nodes": [node id, by rank], "bound_at_ms", "started_at_ms",
 //!   "finished_at_ms", "outcome" ("" while it runs), "exit_code", "signal"}] (oldest first,
-//!   the latest 32)}`;
+//!   the latest 32), "account" (the Unix account it runs as, decided at submission from the
+//!   token's or the tenant's mapping: null (the node's own `jobs.run_as`), or `{"user", "group"
+//!   (null: the user's own), "groups"}`)}`;
 //! - `submit` prints `{"job_id", "existing"}` (`existing`: the idempotency key had already
 //!   created this job);
 //! - `logs` writes the job's output bytes unchanged, in both output modes (`--rank`, a gang

@@ -8,6 +8,7 @@ use std::time::Duration;
 use gpu_proto::v1 as pb;
 use serde_json::{Value, json};
 
+use super::account;
 use crate::cli::Output;
 use crate::output::{self, fields, table_of, truncate};
 use crate::units;
@@ -101,6 +102,7 @@ pub(super) fn job_json(j: &pb::Job) -> Value {
         "energy_mj": j.energy_mj,
         "not_before_ms": j.not_before_ms,
         "runs": j.runs.iter().map(run_json).collect::<Vec<_>>(),
+        "account": account::json(j.account.as_ref()),
     });
     if let (Value::Object(all), Value::Object(status)) = (&mut spec_part, status_part) {
         all.extend(status);
@@ -181,6 +183,13 @@ pub(super) fn job_block(j: &pb::Job) -> String {
         ("ID", format!("j-{}", j.id)),
         ("Name", spec.name.clone()),
         ("Tenant", tenant(&spec).into()),
+        (
+            "Account",
+            j.account.as_ref().map_or_else(
+                || "- (the node's jobs.run_as)".into(),
+                |a| account::text(Some(a)),
+            ),
+        ),
         ("State", state),
         ("Command", command.join(" ")),
     ];
@@ -396,6 +405,11 @@ pub(super) mod tests {
             slice: String::new(),
             runs: vec![],
             not_before_ms: None,
+            account: Some(pb::Account {
+                user: "alice".into(),
+                group: "research".into(),
+                groups: vec![],
+            }),
         }
     }
 
@@ -500,6 +514,7 @@ pub(super) mod tests {
             ID:          j-42
             Name:        train
             Tenant:      vision
+            Account:     alice:research
             State:       Running (cancel requested)
             Command:     python train.py --note 'it'\''s a test' ''
             Workdir:     /data/run
@@ -523,6 +538,7 @@ pub(super) mod tests {
             ID:          j-43
             Name:        eval
             Tenant:      default
+            Account:     - (the node's jobs.run_as)
             State:       Pending
             Command:     ./eval
             GPUs:        8
@@ -607,6 +623,11 @@ pub(super) mod tests {
     fn json_renders() {
         expect![[r#"
             {
+              "account": {
+                "group": "research",
+                "groups": [],
+                "user": "alice"
+              },
               "attempts": 1,
               "bound_at_ms": 1700000001000,
               "bound_gpus": [

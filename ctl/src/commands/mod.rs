@@ -1,5 +1,6 @@
 //! One module per noun. Each verb resolves its arguments, calls the API, and renders the answer.
 
+mod account;
 pub(crate) mod alert;
 pub(crate) mod audit;
 pub(crate) mod cert;

@@ -2,6 +2,7 @@
 //!
 //! JSON (stable): a tenant is `{"name", "has_record" (false: known only from its jobs, so
 //! unlimited), "quotas": [{"gpu_type", "guaranteed", "borrow"}], "weight", "default_priority",
+//! "account" (the default Unix account of its jobs: null, or `{"user", "group", "groups"}`),
 //! "created_at_ms", "updated_at_ms", "pending_jobs", "live_jobs", "usage": [{"gpu_type",
 //! "gpus_held", "gpu_seconds", "cluster_gpus"}], "warnings": [string]}`; `get` adds
 //! `"jobs": [{"job_id", "gpu_type", "gpu_seconds"}]` (its 1000 most recent jobs). `create`,
@@ -12,7 +13,7 @@ use gpu_proto::v1 as pb;
 use gpu_proto::v1::tenant_service_client::TenantServiceClient;
 use serde_json::{Value, json};
 
-use super::{Answer, Ctx, Failure};
+use super::{Answer, Ctx, Failure, account};
 use crate::cli::TenantVerb;
 use crate::output::{fields, table, table_of};
 
@@ -24,12 +25,14 @@ pub(crate) async fn run(ctx: &Ctx, verb: TenantVerb) -> Result<Answer, Failure> 
             quotas,
             weight,
             default_priority,
+            account,
         } => {
             let req = pb::CreateTenantRequest {
                 name,
                 quotas: quotas_pb(quotas),
                 weight,
                 default_priority,
+                account: account::from_args(account),
             };
             ctx.call(new, req, async |mut c, r| c.create_tenant(r).await)
                 .await?
@@ -40,6 +43,8 @@ pub(crate) async fn run(ctx: &Ctx, verb: TenantVerb) -> Result<Answer, Failure> 
             remove_quotas,
             weight,
             default_priority,
+            account,
+            clear_account,
         } => {
             let req = pb::UpdateTenantRequest {
                 name,
@@ -47,6 +52,8 @@ pub(crate) async fn run(ctx: &Ctx, verb: TenantVerb) -> Result<Answer, Failure> 
                 remove_quotas,
                 weight,
                 default_priority,
+                account: account::from_args(account),
+                clear_account,
             };
             ctx.call(new, req, async |mut c, r| c.update_tenant(r).await)
                 .await?
@@ -94,6 +101,7 @@ fn tenant_json(t: &pb::Tenant) -> Value {
         })).collect::<Vec<_>>(),
         "weight": t.weight,
         "default_priority": t.default_priority,
+        "account": account::json(t.account.as_ref()),
         "created_at_ms": t.created_at_ms,
         "updated_at_ms": t.updated_at_ms,
         "pending_jobs": t.pending_jobs,
@@ -137,6 +145,7 @@ fn list_table(list: &[pb::Tenant]) -> String {
             "QUOTAS (TYPE=G:B)",
             "WEIGHT",
             "PRIORITY",
+            "ACCOUNT",
             "GPUS",
             "PENDING",
             "GPU-HOURS",
@@ -159,6 +168,7 @@ fn list_table(list: &[pb::Tenant]) -> String {
                 },
                 t.weight.to_string(),
                 t.default_priority.to_string(),
+                account::text(t.account.as_ref()),
                 held.to_string(),
                 t.pending_jobs.to_string(),
                 gpu_hours(ms),
@@ -180,6 +190,7 @@ fn tenant_text(t: &pb::Tenant) -> String {
         ),
         ("Weight", t.weight.to_string()),
         ("Default priority", t.default_priority.to_string()),
+        ("Default account", account::text(t.account.as_ref())),
         ("Pending jobs", t.pending_jobs.to_string()),
         ("Live jobs", t.live_jobs.to_string()),
     ]);

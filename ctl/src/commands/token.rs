@@ -1,14 +1,16 @@
-//! `gpuctl token create|list|revoke|whoami`.
+//! `gpuctl token create|list|set-account|revoke|whoami`.
 //!
 //! JSON (stable): a token is `{"id", "role" ("admin"|"operator"|"tenant-admin"|"user"|"viewer"),
-//! "tenant" (null when cluster-wide), "description", "created_at_ms", "created_by", "revoked"}`;
-//! `list` prints an array of them; `create` prints `{"token": <token>, "bearer": "<id>.<secret>"}`.
+//! "tenant" (null when cluster-wide), "description", "created_at_ms", "created_by", "revoked",
+//! "account" (the Unix account its jobs run as: null, or `{"user", "group", "groups"}`)}`;
+//! `list`, `set-account`, `revoke` and `whoami` print an array of them (one for the last
+//! three); `create` prints `{"token": <token>, "bearer": "<id>.<secret>"}`.
 
 use gpu_proto::v1 as pb;
 use gpu_proto::v1::token_service_client::TokenServiceClient;
 use serde_json::{Value, json};
 
-use super::{Answer, Ctx, Failure};
+use super::{Answer, Ctx, Failure, account};
 use crate::cli::{RoleArg, TokenVerb};
 use crate::output::table_of;
 
@@ -19,11 +21,13 @@ pub(crate) async fn run(ctx: &Ctx, verb: TokenVerb) -> Result<Answer, Failure> {
             role,
             tenant,
             description,
+            account,
         } => {
             let req = pb::CreateTokenRequest {
                 role: role_pb(role) as i32,
                 tenant: tenant.unwrap_or_default(),
                 description,
+                account: account::from_args(account),
             };
             let reply = ctx
                 .call(new, req, async |mut c, r| c.create_token(r).await)
@@ -48,6 +52,20 @@ pub(crate) async fn run(ctx: &Ctx, verb: TokenVerb) -> Result<Answer, Failure> {
                 .await?
                 .tokens;
             return Ok(render(ctx, &tokens));
+        }
+        TokenVerb::SetAccount {
+            id,
+            account: user,
+            groups,
+            clear,
+        } => {
+            let req = pb::SetTokenAccountRequest {
+                id,
+                account: user.map(|u| account::to_pb(u, groups)),
+                clear,
+            };
+            ctx.call(new, req, async |mut c, r| c.set_token_account(r).await)
+                .await?
         }
         TokenVerb::Revoke { id } => {
             let req = pb::RevokeTokenRequest { id };
@@ -95,6 +113,7 @@ fn token_json(t: &pb::Token) -> Value {
         "created_at_ms": t.created_at_ms,
         "created_by": t.created_by,
         "revoked": t.revoked,
+        "account": account::json(t.account.as_ref()),
     })
 }
 
@@ -105,7 +124,15 @@ fn render(ctx: &Ctx, tokens: &[pb::Token]) -> Answer {
 
 fn tokens_table(tokens: &[pb::Token]) -> String {
     table_of(
-        &["ID", "ROLE", "TENANT", "STATE", "CREATED BY", "DESCRIPTION"],
+        &[
+            "ID",
+            "ROLE",
+            "TENANT",
+            "ACCOUNT",
+            "STATE",
+            "CREATED BY",
+            "DESCRIPTION",
+        ],
         tokens,
         |t| {
             vec![
@@ -116,6 +143,7 @@ fn tokens_table(tokens: &[pb::Token]) -> String {
                 } else {
                     t.tenant.clone()
                 },
+                account::text(t.account.as_ref()),
                 if t.revoked {
                     "revoked".into()
                 } else {

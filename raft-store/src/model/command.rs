@@ -8,6 +8,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use crate::model::account::Account;
 use crate::model::alert::{AlertRule, Remediation, Severity};
 use crate::model::audit::RequestMeta;
 use crate::model::auth::TokenRecord;
@@ -116,6 +117,15 @@ pub enum Command {
     },
     RevokeToken {
         id: String,
+    },
+    /// Map token `id` to the Unix account its holder's jobs run as; `None` removes the
+    /// mapping (the tenant's default account applies again). Admins only: `apply` re-checks
+    /// the actor and the account. Jobs already submitted keep the account they were stamped
+    /// with.
+    SetTokenAccount {
+        id: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        account: Option<Account>,
     },
     /// A certificate the cluster CA just issued (for listing and revocation by serial).
     RecordCertificate {
@@ -233,6 +243,7 @@ impl Command {
                 PROTOCOL_3
             }
             Command::CreateToken { token } if token.account.is_some() => PROTOCOL_3,
+            Command::SetTokenAccount { .. } => PROTOCOL_3,
             Command::CreateTenant { tenant } | Command::UpdateTenant { tenant }
                 if tenant.account.is_some() =>
             {
@@ -342,6 +353,10 @@ impl fmt::Display for Command {
                 write!(f, "token create {} {}", token.id, token.role)
             }
             Command::RevokeToken { id } => write!(f, "token revoke {id}"),
+            Command::SetTokenAccount { id, account } => match account {
+                Some(a) => write!(f, "token account {id} = {a}"),
+                None => write!(f, "token account {id} cleared"),
+            },
             Command::RecordCertificate { cert } => {
                 write!(f, "certificate issued {} {}", cert.serial, cert.subject)
             }
@@ -762,6 +777,14 @@ mod tests {
                 },
             },
             Command::RevokeToken { id: "t1".into() },
+            Command::SetTokenAccount {
+                id: "t1".into(),
+                account: Some(Account {
+                    user: "bob".into(),
+                    group: Some("research".into()),
+                    groups: vec!["video".into()],
+                }),
+            },
             Command::RecordCertificate {
                 cert: crate::model::cert::CertRecord {
                     serial: "0a".into(),
@@ -911,9 +934,14 @@ mod tests {
     #[test]
     fn only_what_protocol_2_added_waits_for_protocol_2() {
         let added = ["batch", "set_gpu_partition", "bind_slices"];
+        // Commands protocol 3 added (tested in `accounts_wait_for_protocol_3`).
+        let added_by_3 = ["set_token_account"];
         for cmd in every_command() {
             let tag = serde_json::to_value(&cmd).expect("encode")["type"].clone();
             let is_new = added.iter().any(|t| tag == *t);
+            if added_by_3.iter().any(|t| tag == *t) {
+                continue;
+            }
             assert_eq!(cmd.protocol(), if is_new { PROTOCOL_2 } else { 1 }, "{cmd}");
         }
         let Some(Command::SubmitJob { spec, .. }) = every_command()
@@ -934,6 +962,93 @@ mod tests {
         vm.kind = crate::model::job::JobKind::Vm;
         assert_eq!(submit(sliced).protocol(), PROTOCOL_2);
         assert_eq!(submit(vm).protocol(), PROTOCOL_2);
+    }
+
+    /// A version 2 agent would drop an account it cannot read (and run the job as its own
+    /// `jobs.run_as`): every command that carries one, or changes one, waits for protocol 3.
+    #[test]
+    fn accounts_wait_for_protocol_3() {
+        let alice = Some(Account::user("alice"));
+        let mut carrying = Vec::new();
+        let mut plain = Vec::new();
+        for cmd in every_command() {
+            match cmd {
+                Command::CreateToken { mut token } => {
+                    plain.push(Command::CreateToken {
+                        token: token.clone(),
+                    });
+                    token.account.clone_from(&alice);
+                    carrying.push(Command::CreateToken { token });
+                }
+                Command::CreateTenant { mut tenant } => {
+                    plain.push(Command::CreateTenant {
+                        tenant: tenant.clone(),
+                    });
+                    tenant.account.clone_from(&alice);
+                    carrying.push(Command::UpdateTenant {
+                        tenant: tenant.clone(),
+                    });
+                    carrying.push(Command::CreateTenant { tenant });
+                }
+                Command::SubmitJob {
+                    mut spec,
+                    idempotency_key,
+                } => {
+                    plain.push(Command::SubmitJob {
+                        spec: spec.clone(),
+                        idempotency_key: idempotency_key.clone(),
+                    });
+                    spec.account.clone_from(&alice);
+                    carrying.push(Command::SubmitJob {
+                        spec,
+                        idempotency_key,
+                    });
+                }
+                _ => {}
+            }
+        }
+        carrying.push(Command::SetTokenAccount {
+            id: "t1".into(),
+            account: alice,
+        });
+        carrying.push(Command::SetTokenAccount {
+            id: "t1".into(),
+            account: None,
+        });
+        assert_eq!((carrying.len(), plain.len()), (6, 3));
+        for cmd in carrying {
+            assert_eq!(cmd.protocol(), PROTOCOL_3, "{cmd}");
+        }
+        for cmd in plain {
+            assert_eq!(cmd.protocol(), 1, "{cmd}");
+        }
+    }
+
+    #[test]
+    fn account_encodings_are_frozen() {
+        let bytes: Vec<String> = every_command()
+            .into_iter()
+            .filter(|c| matches!(c, Command::SetTokenAccount { .. }))
+            .chain([Command::SetTokenAccount {
+                id: "t2".into(),
+                account: None,
+            }])
+            .map(|c| serde_json::to_string(&entry(c)).unwrap_or_default())
+            .collect();
+        expect![[r#"
+            {"proposed_at_ms":1700000000000,"cmd":{"type":"set_token_account","id":"t1","account":{"user":"bob","group":"research","groups":["video"]}}}
+            {"proposed_at_ms":1700000000000,"cmd":{"type":"set_token_account","id":"t2"}}"#]]
+        .assert_eq(&bytes.join("\n"));
+        let set = every_command()
+            .into_iter()
+            .find(|c| matches!(c, Command::SetTokenAccount { .. }))
+            .expect("a set_token_account");
+        assert_eq!(set.to_string(), "token account t1 = bob:research (+video)");
+        let cleared = Command::SetTokenAccount {
+            id: "t2".into(),
+            account: None,
+        };
+        assert_eq!(cleared.to_string(), "token account t2 cleared");
     }
 
     #[test]

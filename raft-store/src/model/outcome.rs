@@ -64,6 +64,12 @@ pub enum Rejection {
     UnknownTenant { name: String },
     #[error("token {id} does not exist")]
     UnknownToken { id: String },
+    /// A submission stamped with another account than the submitting token's mapping (else
+    /// its tenant's default) names now: the mapping changed after the API read it.
+    #[error("the Unix account for this submission changed while it was submitted (now {}); submit again", .now.as_ref().map_or_else(|| "none".to_owned(), ToString::to_string))]
+    AccountChanged {
+        now: Option<crate::model::account::Account>,
+    },
     #[error(
         "report for job j-{job} generation {generation} is stale (current generation {current}, {state})"
     )]

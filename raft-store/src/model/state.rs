@@ -120,7 +120,7 @@ impl ClusterState {
             Command::SubmitJob {
                 spec,
                 idempotency_key,
-            } => self.submit(spec, idempotency_key.as_deref(), now),
+            } => self.submit(spec, idempotency_key.as_deref(), now, meta),
             Command::CancelJob { job } => self.cancel(*job, now),
             Command::BindJobs { binds } => Ok(self.bind_all(binds, now)),
             Command::JobStarted { job, generation } => self.started(*job, *generation, now),
@@ -138,13 +138,16 @@ impl ClusterState {
             Command::PreemptJobs { preemptions } => Ok(self.preempt_all(preemptions)),
             Command::CreateToken { token } => self.create_token(token, meta),
             Command::RevokeToken { id } => self.revoke_token(id, meta),
+            Command::SetTokenAccount { id, account } => {
+                self.set_token_account(id, account.as_ref(), meta)
+            }
             Command::AuditDenied { .. } | Command::RecordAction { .. } => Ok(ApplyResult::Ok),
             Command::RecordCertificate { cert } => self.record_certificate(cert),
             Command::RevokeCertificate { serial, reason } => {
                 self.revoke_certificate(serial, reason)
             }
-            Command::CreateTenant { tenant } => self.put_tenant(tenant, false, now),
-            Command::UpdateTenant { tenant } => self.put_tenant(tenant, true, now),
+            Command::CreateTenant { tenant } => self.put_tenant(tenant, false, now, meta),
+            Command::UpdateTenant { tenant } => self.put_tenant(tenant, true, now, meta),
             Command::SetSchedulerPolicy { settings } => self.set_scheduler_policy(settings),
             Command::SetAlertRule { rule } => self.set_alert_rule(rule),
             Command::DeleteAlertRule { name } => self.delete_alert_rule(name),

@@ -106,6 +106,9 @@ pub fn validate(t: &TenantRecord) -> Result<(), String> {
             t.default_priority
         ));
     }
+    if let Some(a) = &t.account {
+        validate::account(a).map_err(|e| format!("tenant {}: {e}", t.name))?;
+    }
     Ok(())
 }
 

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::model::account::Account;
 use crate::model::job::{JobKind, JobSpec};
 use crate::model::mig;
 use crate::model::partition::{FULL_SHARE, SliceRequest};
@@ -142,6 +143,37 @@ pub mod limits {
     pub const IDEMPOTENCY_KEY_LEN: usize = 128;
     pub const CPU_MILLIS: u32 = 1024 * 1000;
     pub const MEMORY_MIB: u64 = 64 * 1024 * 1024;
+    /// The smallest memory limit a job may ask for: below it not even a shell and the
+    /// runtime's libraries fit, so the job could only die at once "out of memory".
+    pub const MIN_MEMORY_MIB: u64 = 16;
+    /// The longest time limit (a leap year): anything longer is a typo (`--time-limit 30000d`)
+    /// rather than a wish, and would overflow the deadline arithmetic downstream.
+    pub const WALL_TIME_S: u64 = 366 * 24 * 3600;
+    /// Most supplementary groups one account may list (NSS adds a named user's own).
+    pub const ACCOUNT_GROUPS: usize = 64;
+}
+
+/// An account a token, a tenant or a job carries: `Account::validate` (names, ids, never
+/// root), and a bounded list of distinct supplementary groups.
+pub fn account(a: &Account) -> Result<(), String> {
+    a.validate()?;
+    if a.groups.len() > limits::ACCOUNT_GROUPS {
+        return Err(format!(
+            "account {}: at most {} supplementary groups, got {}",
+            a.user,
+            limits::ACCOUNT_GROUPS,
+            a.groups.len()
+        ));
+    }
+    for (i, g) in a.groups.iter().enumerate() {
+        if a.groups[..i].contains(g) {
+            return Err(format!(
+                "account {}: supplementary group {g} is listed twice",
+                a.user
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Environment variables the executor sets itself; a job may not override them.
@@ -198,7 +230,11 @@ pub fn job_spec(spec: &JobSpec) -> Result<(), String> {
     process(spec)?;
     placement(spec)?;
     resource_limits(spec)?;
-    retry_backoff(spec)
+    retry_backoff(spec)?;
+    if let Some(a) = &spec.account {
+        account(a)?;
+    }
+    Ok(())
 }
 
 /// What the job runs: its name and tenant, command, environment and working directory.
@@ -258,18 +294,27 @@ fn process(spec: &JobSpec) -> Result<(), String> {
         }
     }
     if let Some(dir) = &spec.workdir {
-        let bad_component = std::path::Path::new(dir)
-            .components()
-            .any(|c| matches!(c, std::path::Component::ParentDir));
-        if !dir.starts_with('/')
-            || dir.len() > limits::PATH_LEN
-            || dir.contains('\0')
-            || bad_component
-        {
-            return Err(format!(
-                "workdir {dir:?} must be an absolute path without '..'"
-            ));
-        }
+        workdir(dir)?;
+    }
+    Ok(())
+}
+
+/// A working directory: absolute (the node resolves nothing against its own current
+/// directory), without `..`, bounded. Whether it exists only the node can tell.
+fn workdir(dir: &str) -> Result<(), String> {
+    if !dir.starts_with('/') {
+        return Err(format!(
+            "workdir {dir:?} is a relative path: give an absolute one (e.g. /home/alice/run)"
+        ));
+    }
+    let bad_component = std::path::Path::new(dir)
+        .components()
+        .any(|c| matches!(c, std::path::Component::ParentDir));
+    if dir.len() > limits::PATH_LEN || dir.contains('\0') || bad_component {
+        return Err(format!(
+            "workdir {dir:?} must be an absolute path without '..', NUL, at most {} bytes",
+            limits::PATH_LEN
+        ));
     }
     Ok(())
 }
@@ -319,20 +364,41 @@ fn resource_limits(spec: &JobSpec) -> Result<(), String> {
     if spec.max_attempts == 0 || spec.max_attempts > limits::MAX_ATTEMPTS {
         return Err(format!("max attempts must be 1..={}", limits::MAX_ATTEMPTS));
     }
-    if spec.wall_time_limit_s == Some(0) {
-        return Err("wall-time limit must be positive".into());
+    match spec.wall_time_limit_s {
+        Some(0) => return Err("time limit must be more than zero".into()),
+        Some(s) if s > limits::WALL_TIME_S => {
+            return Err(format!(
+                "time limit of {s} s is more than {} days (at most {} s)",
+                limits::WALL_TIME_S / 86_400,
+                limits::WALL_TIME_S
+            ));
+        }
+        _ => {}
     }
-    if spec.cpu_millis == Some(0) || spec.cpu_millis.is_some_and(|m| m > limits::CPU_MILLIS) {
-        return Err(format!(
-            "CPU limit must be 1..={} millicores",
-            limits::CPU_MILLIS
-        ));
+    match spec.cpu_millis {
+        Some(0) => return Err("CPU limit must be more than zero".into()),
+        Some(m) if m > limits::CPU_MILLIS => {
+            return Err(format!(
+                "CPU limit of {m} millicores is more than {} cores",
+                limits::CPU_MILLIS / 1000
+            ));
+        }
+        _ => {}
     }
-    if spec.memory_mib == Some(0) || spec.memory_mib.is_some_and(|m| m > limits::MEMORY_MIB) {
-        return Err(format!(
-            "memory limit must be 1..={} MiB",
-            limits::MEMORY_MIB
-        ));
+    match spec.memory_mib {
+        Some(m) if m < limits::MIN_MEMORY_MIB => {
+            return Err(format!(
+                "memory limit of {m} MiB is below the minimum of {} MiB",
+                limits::MIN_MEMORY_MIB
+            ));
+        }
+        Some(m) if m > limits::MEMORY_MIB => {
+            return Err(format!(
+                "memory limit of {m} MiB is more than {} TiB",
+                limits::MEMORY_MIB / (1024 * 1024)
+            ));
+        }
+        _ => {}
     }
     Ok(())
 }
@@ -524,6 +590,134 @@ pub(crate) mod job_tests {
             ..spec()
         };
         assert!(job_spec(&vm0).expect_err("vm 0").contains("at least one"));
+    }
+
+    /// Each resource limit at, just inside and just outside its bounds, with the reason.
+    #[test]
+    fn resource_limits_are_bounded_with_reasons() {
+        type Mutation = fn(&mut JobSpec);
+        let accepted: [(&str, Mutation); 6] = [
+            ("1 s", |s| s.wall_time_limit_s = Some(1)),
+            ("366 days", |s| {
+                s.wall_time_limit_s = Some(limits::WALL_TIME_S)
+            }),
+            ("16 MiB", |s| s.memory_mib = Some(limits::MIN_MEMORY_MIB)),
+            ("64 TiB", |s| s.memory_mib = Some(limits::MEMORY_MIB)),
+            ("1 millicore", |s| s.cpu_millis = Some(1)),
+            ("1024 cores", |s| s.cpu_millis = Some(limits::CPU_MILLIS)),
+        ];
+        for (what, mutate) in accepted {
+            let mut s = spec();
+            mutate(&mut s);
+            assert_eq!(job_spec(&s), Ok(()), "{what}");
+        }
+        let refused: [(Mutation, &str); 8] = [
+            (
+                |s| s.wall_time_limit_s = Some(0),
+                "time limit must be more than zero",
+            ),
+            (
+                |s| s.wall_time_limit_s = Some(limits::WALL_TIME_S + 1),
+                "time limit of 31622401 s is more than 366 days",
+            ),
+            (
+                |s| s.wall_time_limit_s = Some(u64::MAX),
+                "is more than 366 days",
+            ),
+            (
+                |s| s.memory_mib = Some(15),
+                "memory limit of 15 MiB is below the minimum of 16 MiB",
+            ),
+            (
+                |s| s.memory_mib = Some(0),
+                "memory limit of 0 MiB is below the minimum of 16 MiB",
+            ),
+            (
+                |s| s.memory_mib = Some(limits::MEMORY_MIB + 1),
+                "is more than 64 TiB",
+            ),
+            (
+                |s| s.cpu_millis = Some(0),
+                "CPU limit must be more than zero",
+            ),
+            (
+                |s| s.cpu_millis = Some(limits::CPU_MILLIS + 1),
+                "is more than 1024 cores",
+            ),
+        ];
+        for (mutate, why) in refused {
+            let mut s = spec();
+            mutate(&mut s);
+            let err = job_spec(&s).expect_err(why);
+            assert!(err.contains(why), "{err} should say {why}");
+        }
+    }
+
+    #[test]
+    fn workdirs_must_be_absolute() {
+        let with = |dir: &str| JobSpec {
+            workdir: Some(dir.into()),
+            ..spec()
+        };
+        assert_eq!(job_spec(&with("/home/alice/run")), Ok(()));
+        for (dir, why) in [
+            ("run", "\"run\" is a relative path: give an absolute one"),
+            ("./run", "is a relative path"),
+            ("", "is a relative path"),
+            ("/srv/../etc", "without '..'"),
+            ("/a\0b", "without '..', NUL"),
+        ] {
+            let err = job_spec(&with(dir)).expect_err(dir);
+            assert!(err.contains(why), "{dir:?}: {err}");
+        }
+        let long = format!("/{}", "d".repeat(limits::PATH_LEN));
+        assert!(job_spec(&with(&long)).is_err());
+    }
+
+    #[test]
+    fn accounts_follow_the_shared_rules() {
+        let a = |user: &str, group: Option<&str>, groups: &[&str]| Account {
+            user: user.into(),
+            group: group.map(str::to_owned),
+            groups: groups.iter().map(|g| (*g).to_owned()).collect(),
+        };
+        assert_eq!(account(&a("alice", None, &[])), Ok(()));
+        assert_eq!(
+            account(&a("bob", Some("research"), &["video", "1007"])),
+            Ok(())
+        );
+        assert_eq!(account(&a("1001", Some("1001"), &[])), Ok(()));
+        let many: Vec<String> = (0..=limits::ACCOUNT_GROUPS)
+            .map(|i| format!("g{i}"))
+            .collect();
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        for (bad, why) in [
+            (a("root", None, &[]), "never run as root"),
+            (a("0", Some("100"), &[]), "never run as root"),
+            (a("", None, &[]), "must not be empty"),
+            (a("al ice", None, &[]), "not a valid user or group name"),
+            (a("alice", Some("a:b"), &[]), "not a valid"),
+            (
+                a("alice", None, &["video", "video"]),
+                "video is listed twice",
+            ),
+            (a("alice", None, &many), "at most 64 supplementary groups"),
+            (a("alice", None, &["4294967295"]), "out of range"),
+        ] {
+            let err = account(&bad).expect_err(why);
+            assert!(err.contains(why), "{bad:?}: {err}");
+            // A job carrying it is refused for the same reason.
+            let job = JobSpec {
+                account: Some(bad.clone()),
+                ..spec()
+            };
+            assert_eq!(job_spec(&job), Err(err));
+        }
+        let mapped = JobSpec {
+            account: Some(a("alice", Some("research"), &[])),
+            ..spec()
+        };
+        assert_eq!(job_spec(&mapped), Ok(()));
     }
 
     #[test]

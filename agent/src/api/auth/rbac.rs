@@ -40,6 +40,8 @@ pub enum Action<'a> {
     ReadTenant(&'a str),
     /// Take a backup of the whole replicated state (token hashes, audit log included): admins only.
     Backup,
+    /// Map tokens and tenants to the Unix accounts jobs run as: admins only.
+    MapAccounts,
 }
 
 impl Identity {
@@ -102,6 +104,7 @@ fn describe(action: Action<'_>) -> String {
         Action::ManageTenants => "create or update tenants".into(),
         Action::ReadTenant(t) => format!("read tenant {t}"),
         Action::Backup => "back up the cluster state".into(),
+        Action::MapAccounts => "map tokens or tenants to Unix accounts".into(),
     }
 }
 
@@ -173,6 +176,11 @@ mod tests {
             (&tviewer, Action::ReadTenant("b"), false),
             (&id(Role::Node, None), Action::ReadTenant("a"), false),
             (&user, Action::JoinNode, false),
+            (&admin, Action::MapAccounts, true),
+            (&op, Action::MapAccounts, false),
+            (&ta, Action::MapAccounts, false),
+            (&user, Action::MapAccounts, false),
+            (&viewer, Action::MapAccounts, false),
         ];
         for (who, action, want) in cases {
             assert_eq!(who.may(action).is_ok(), want, "{:?} {:?}", who.role, action);

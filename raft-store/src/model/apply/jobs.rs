@@ -1,6 +1,7 @@
 //! Applying a job's life: submission (idempotent per key), cancellation, the executor's
 //! reports (started, finished: GPU time accounted, requeued or ended) and scheduler feedback.
 
+use crate::model::audit::RequestMeta;
 use crate::model::job::{Job, JobSpec, JobState, Outcome, retry_delay_s};
 use crate::model::outcome::{ApplyResult, Rejection, invalid};
 use crate::model::partition;
@@ -14,6 +15,7 @@ impl ClusterState {
         spec: &JobSpec,
         key: Option<&str>,
         now: u64,
+        meta: Option<&RequestMeta>,
     ) -> Result<ApplyResult, Rejection> {
         validate::job_spec(spec).map_err(invalid)?;
         let scoped = match key {
@@ -21,7 +23,15 @@ impl ClusterState {
                 validate::idempotency_key(k).map_err(invalid)?;
                 let scoped = format!("{}/{k}", spec.tenant);
                 if let Some(&existing) = self.idempotency.get(&scoped) {
-                    let same = self.jobs.get(&existing).is_some_and(|j| j.spec == *spec);
+                    // The account is the cluster's part of the spec, not the client's: a retry
+                    // stamped after the mapping changed is still the same request.
+                    let same = self.jobs.get(&existing).is_some_and(|j| {
+                        j.spec
+                            == JobSpec {
+                                account: j.spec.account.clone(),
+                                ..spec.clone()
+                            }
+                    });
                     return if same {
                         Ok(ApplyResult::JobSubmitted {
                             job: existing,
@@ -38,6 +48,7 @@ impl ClusterState {
             }
             None => None,
         };
+        self.check_stamped_account(spec, meta)?;
         let id = self.next_job_id.max(1);
         self.next_job_id = id + 1;
         if let Some(scoped) = scoped {
@@ -52,6 +63,25 @@ impl ClusterState {
             job: id,
             existing: false,
         })
+    }
+
+    /// An API submission runs as the account the state maps its token (else its tenant) to
+    /// at this entry, whatever the API edge read from a replica that may lag: a stamp that
+    /// differs is refused, and the edge stamps again from the leader's state. Submissions of
+    /// the system (no request, or a `system:` actor) carry what they carry.
+    fn check_stamped_account(
+        &self,
+        spec: &JobSpec,
+        meta: Option<&RequestMeta>,
+    ) -> Result<(), Rejection> {
+        let Some(meta) = meta.filter(|m| !m.actor.starts_with("system:")) else {
+            return Ok(());
+        };
+        let now = self.account_for(&meta.actor, &spec.tenant);
+        if spec.account != now {
+            return Err(Rejection::AccountChanged { now });
+        }
+        Ok(())
     }
 
     pub(crate) fn cancel(&mut self, job: JobId, now: u64) -> Result<ApplyResult, Rejection> {

@@ -1,7 +1,9 @@
-//! Applying API tokens: minting and revoking, each re-checked against what the actor may grant.
+//! Applying API tokens: minting and revoking, each re-checked against what the actor may grant;
+//! mapping a token to the Unix account its holder's jobs run as (admins only).
 
+use crate::model::account::Account;
 use crate::model::audit::RequestMeta;
-use crate::model::auth::{self, Grant, TokenRecord};
+use crate::model::auth::{self, Grant, Role, TokenRecord};
 use crate::model::outcome::{ApplyResult, Rejection, invalid};
 use crate::model::state::ClusterState;
 use crate::model::validate;
@@ -22,6 +24,52 @@ impl ClusterState {
                 message: format!("token {} is not valid", meta.actor),
             }),
         }
+    }
+
+    /// Refused unless the actor behind `meta` is an admin (or the system): mapping users to
+    /// Unix accounts decides who jobs run as on every node, so no weaker role may do it.
+    pub(crate) fn require_admin(
+        &self,
+        meta: Option<&RequestMeta>,
+        what: &str,
+    ) -> Result<(), Rejection> {
+        match self.actor_grant(meta)? {
+            Some(holder) if holder.role != Role::Admin => Err(Rejection::PermissionDenied {
+                message: format!("a {} token may not {what}: admins only", holder.role),
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// The account a job submitted with token `token_id` to `tenant` runs as: the token's
+    /// mapping, else the tenant record's default, else none (the executing node's own
+    /// `jobs.run_as`). The API stamps it on the spec, so the log carries what the job runs as.
+    pub fn account_for(&self, token_id: &str, tenant: &str) -> Option<Account> {
+        self.tokens
+            .get(token_id)
+            .and_then(|t| t.account.clone())
+            .or_else(|| self.tenants.get(tenant).and_then(|t| t.account.clone()))
+    }
+
+    pub(crate) fn set_token_account(
+        &mut self,
+        id: &str,
+        account: Option<&Account>,
+        meta: Option<&RequestMeta>,
+    ) -> Result<ApplyResult, Rejection> {
+        self.require_admin(meta, "set a token's account")?;
+        if let Some(a) = account {
+            validate::account(a).map_err(invalid)?;
+        }
+        let token = self
+            .tokens
+            .get_mut(id)
+            .ok_or_else(|| Rejection::UnknownToken { id: id.to_owned() })?;
+        if token.revoked {
+            return Err(invalid(format!("token {id} is revoked")));
+        }
+        token.account = account.cloned();
+        Ok(ApplyResult::Ok)
     }
 
     pub(crate) fn create_token(
@@ -47,6 +95,10 @@ impl ClusterState {
             return Err(invalid("token secret hash must be 64 hex digits".into()));
         }
         validate::name("token id", &token.id).map_err(invalid)?;
+        if let Some(a) = &token.account {
+            self.require_admin(meta, "set a token's account")?;
+            validate::account(a).map_err(invalid)?;
+        }
         if self.tokens.contains_key(&token.id) {
             return Err(invalid(format!("token {} already exists", token.id)));
         }
