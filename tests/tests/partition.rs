@@ -382,7 +382,7 @@ async fn vm_jobs_get_pass_through_gpus_by_pci_address_and_run_no_process() {
         .wait_job(timed, Duration::from_secs(60), is_terminal)
         .await;
     assert!(
-        j.outcome.contains("wall"),
+        j.outcome.contains("time limit"),
         "ended by its wall limit: {} {}",
         j.state,
         j.outcome

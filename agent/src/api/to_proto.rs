@@ -8,8 +8,7 @@ use std::time::Instant;
 use gpu_proto::v1 as pb;
 use gpu_raft_store::{
     Account, ClusterState, Job, JobKind, JobSpec, JobState, NodeRecord, NodeStatus, Outcome, Role,
-    Run,
-    SliceRequest, TokenRecord, job_name,
+    Run, SliceRequest, TokenRecord, job_name,
 };
 
 use crate::raft::RaftView;

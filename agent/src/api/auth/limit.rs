@@ -7,11 +7,15 @@ use std::time::{Duration, Instant};
 /// Buckets idle this long are forgotten (the map cannot grow without bound).
 const FORGET_AFTER: Duration = Duration::from_secs(60);
 
+/// A key's refusals are audited at most once per this long: a flood is one audit entry even
+/// when the bucket lets a request through now and then in the middle of it.
+const AUDIT_EVERY: Duration = Duration::from_secs(10);
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
     Allowed,
-    /// Over the limit; `first` is true for the first refusal since the key was last allowed
-    /// (so a flood is audited once, not once per request).
+    /// Over the limit; `first` is true for the first refusal of the key in `AUDIT_EVERY` (so a
+    /// flood is audited once, not once per request).
     Limited {
         first: bool,
     },
@@ -29,7 +33,8 @@ pub struct RateLimiter {
 struct Bucket {
     tokens: f64,
     at: Instant,
-    refusing: bool,
+    /// When a refusal of this key was last reported as `first`.
+    audited_at: Option<Instant>,
 }
 
 impl RateLimiter {
@@ -52,18 +57,21 @@ impl RateLimiter {
         let bucket = self.buckets.entry(key.to_owned()).or_insert(Bucket {
             tokens: burst,
             at: now,
-            refusing: false,
+            audited_at: None,
         });
         let elapsed = now.saturating_duration_since(bucket.at).as_secs_f64();
         bucket.tokens = (bucket.tokens + elapsed * per_second).min(burst);
         bucket.at = now;
         if bucket.tokens >= 1.0 {
             bucket.tokens -= 1.0;
-            bucket.refusing = false;
             Verdict::Allowed
         } else {
-            let first = !bucket.refusing;
-            bucket.refusing = true;
+            let first = bucket
+                .audited_at
+                .is_none_or(|t| now.saturating_duration_since(t) >= AUDIT_EVERY);
+            if first {
+                bucket.audited_at = Some(now);
+            }
             Verdict::Limited { first }
         }
     }
@@ -95,12 +103,18 @@ mod tests {
         assert_eq!(l.check("a", t0), Verdict::Limited { first: true });
         assert_eq!(l.check("a", t0), Verdict::Limited { first: false });
         assert_eq!(l.check("b", t0), Verdict::Allowed, "keys are independent");
-        // 10/s: one more request every 100 ms.
+        // 10/s: one more request every 100 ms; the refusals around it are the same flood.
         let t1 = t0 + Duration::from_millis(100);
         assert_eq!(l.check("a", t1), Verdict::Allowed);
-        assert_eq!(l.check("a", t1), Verdict::Limited { first: true });
+        assert_eq!(l.check("a", t1), Verdict::Limited { first: false });
+        // Once `AUDIT_EVERY` has passed, a refusal is audited again.
+        let later = t0 + AUDIT_EVERY;
+        for _ in 0..5 {
+            assert_eq!(l.check("a", later), Verdict::Allowed);
+        }
+        assert_eq!(l.check("a", later), Verdict::Limited { first: true });
         // Refilling never exceeds the burst.
-        let t2 = t1 + Duration::from_secs(60);
+        let t2 = later + Duration::from_secs(60);
         for _ in 0..5 {
             assert_eq!(l.check("a", t2), Verdict::Allowed);
         }
