@@ -122,6 +122,16 @@ pub struct JobsSection {
     pub run_as_by_tenant: Option<BTreeMap<String, String>>,
     /// The cgroup v2 directory job cgroups are created under.
     pub cgroup_root: Option<PathBuf>,
+    /// CPU limit of a CPU-only job that asked for none, thousandths of a core.
+    pub default_cpu_millis: Option<u32>,
+    /// Memory limit of a CPU-only job that asked for none, MiB.
+    pub default_memory_mib: Option<u64>,
+    /// Most tasks (processes and threads) of every job.
+    pub default_tasks_max: Option<u64>,
+    /// Device nodes every job may open besides the usual ones and its GPUs'.
+    pub extra_devices: Option<Vec<String>>,
+    /// `report` (default) or `kill` a process on a job's GPU that is not the job's.
+    pub foreign_processes: Option<super::confine::ForeignPolicy>,
 }
 
 /// `[raft]`, validated into `RaftSettings`.

@@ -10,6 +10,7 @@ use anyhow::{Context, ensure};
 use gpu_raft_store::validate;
 
 use super::RunAs;
+use super::confine::Confine;
 use super::file::{
     ApiSection, AutopilotSection, EdgeSection, JobsSection, MonitorSection, RaftSection, TlsSection,
 };
@@ -105,6 +106,8 @@ pub struct JobSettings {
     /// limits when this is (or can be made) a cgroup v2 directory with the `cpu` and `memory`
     /// controllers delegated; otherwise jobs run without limits (see `executor::isolation`).
     pub cgroup_root: PathBuf,
+    /// Default limits, extra devices and the foreign-process policy (`config::confine`).
+    pub confine: Confine,
 }
 
 /// Where job cgroups live by default: a cgroup of our own directly under the cgroup v2 root,
@@ -114,7 +117,9 @@ pub const DEFAULT_CGROUP_ROOT: &str = "/sys/fs/cgroup/gpumesh";
 /// `[jobs]`, checked against the Raft timing: a node's lease outlasts an election, and the
 /// leader's grace outlasts the lease.
 pub(super) fn jobs(j: JobsSection, raft: &RaftSettings) -> anyhow::Result<JobSettings> {
+    let confine = super::confine::confine(&j)?;
     let jobs = JobSettings {
+        confine,
         lease: j.lease.unwrap_or(Duration::from_secs(10)),
         down_after: j.down_after.unwrap_or(Duration::from_secs(20)),
         stop_grace: j.stop_grace.unwrap_or(Duration::from_secs(10)),

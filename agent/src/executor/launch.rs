@@ -3,11 +3,13 @@
 //! record of its pass-through GPUs.
 
 use std::ffi::OsString;
-use std::path::Path;
 
 use gpu_raft_store::{Binding, ClusterState, Job, JobKind, JobSpec, Slice};
 use tokio::process::Child;
+use tracing::warn;
 
+use super::confine::{Confinement, Limits};
+use super::device_fence;
 use super::job_dir::JobDir;
 use super::setup::Host;
 use super::{Executor, ExecutorSettings, isolation, vm};
@@ -41,13 +43,9 @@ impl Executor {
             None => (uuids.join(","), Vec::new()),
             Some(slice) => slice_env(self.gpus.as_ref(), binding, slice, &uuids)?,
         };
+        let confinement = self.confinement(&job.spec, binding, host);
         let mut cmd = tokio::process::Command::new(&self.settings.agent_exe);
-        cmd.args(shim_args(
-            &self.settings,
-            &job.spec,
-            dir,
-            host.cgroups.as_deref(),
-        ));
+        cmd.args(shim_args(&self.settings, &job.spec, dir, &confinement));
         cmd.env_clear()
             .env(
                 "PATH",
@@ -65,6 +63,31 @@ impl Executor {
             .process_group(0);
         cmd.spawn()
             .map_err(|e| format!("spawning the supervisor: {e}"))
+    }
+
+    /// What confines the run: its limits, and a device fence letting it open its own GPUs'
+    /// nodes (and the configured extras, resolved now) but no other GPU's.
+    fn confinement(&self, spec: &JobSpec, binding: &Binding, host: &Host) -> Confinement {
+        let devices = self.gpus.devices();
+        let nodes: Vec<_> = binding
+            .gpus
+            .iter()
+            .map(|g| {
+                devices
+                    .iter()
+                    .find(|d| d.index == *g)
+                    .and_then(|d| d.device_node.clone())
+            })
+            .collect();
+        let (extra, problems) = device_fence::resolve_extra(&self.settings.confine.extra_devices);
+        for problem in problems {
+            warn!(%problem, "jobs.extra_devices: cannot read a device directory");
+        }
+        Confinement {
+            cgroups: host.cgroups.clone(),
+            limits: Limits::for_job(spec, &self.settings.confine),
+            devices: device_fence::allow_list(&nodes, &device_fence::host_majors(), &extra),
+        }
     }
 
     /// Start a vm job: its pass-through GPUs' PCI addresses go to the VM (see `vm.rs`).
@@ -162,12 +185,11 @@ fn slice_env(
 }
 
 /// The `gpu-agent` arguments that supervise one run: `shim`, its flags, `--`, the job's argv.
-/// `cgroup_root` is `Some` when the node can give the run a cgroup.
 pub fn shim_args(
     settings: &ExecutorSettings,
     spec: &JobSpec,
     dir: &JobDir,
-    cgroup_root: Option<&Path>,
+    confinement: &Confinement,
 ) -> Vec<OsString> {
     let mut args: Vec<OsString> = vec![
         "shim".into(),
@@ -198,18 +220,7 @@ pub fn shim_args(
     if let Some(w) = &spec.workdir {
         flag("--workdir", w.into());
     }
-    if let Some(root) = cgroup_root {
-        flag(
-            "--cgroup",
-            isolation::job_cgroup(root, dir.job, dir.generation).into(),
-        );
-    }
-    if let Some(m) = spec.cpu_millis {
-        flag("--cpu-millis", m.to_string().into());
-    }
-    if let Some(m) = spec.memory_mib {
-        flag("--memory-mib", m.to_string().into());
-    }
+    args.extend(confinement.flags());
     args.push("--".into());
     args.extend(spec.command.iter().map(OsString::from));
     args
@@ -261,7 +272,9 @@ mod tests {
     use expect_test::expect;
 
     use super::*;
-    use crate::config::RunAs;
+    use crate::config::{Confine, RunAs};
+    use crate::executor::cgroups::CgroupLayout;
+    use crate::executor::device_fence::DeviceRule;
 
     fn settings(run_as: RunAs) -> ExecutorSettings {
         ExecutorSettings {
@@ -281,6 +294,16 @@ mod tests {
                 },
             )]),
             cgroup_root: "/sys/fs/cgroup/gpumesh".into(),
+            confine: Confine::default(),
+        }
+    }
+
+    /// The plan for `spec` on a node with `cgroups`, fenced to GPU 3's node.
+    fn plan(s: &ExecutorSettings, spec: &JobSpec, cgroups: CgroupLayout) -> Confinement {
+        Confinement {
+            cgroups,
+            limits: Limits::for_job(spec, &s.confine),
+            devices: vec![DeviceRule::char(195, 3)],
         }
     }
 
@@ -306,20 +329,27 @@ mod tests {
             "wall_time_limit_s": 90,
             "cpu_millis": 1500,
             "memory_mib": 4096,
+            "gpus": 1,
         }))
         .expect("spec");
-        expect![[r#"shim --job-dir /data/jobs/j-42-g3 --lease /data/lease --lease-timeout 10s --grace 5s --run-as-uid 65534 --run-as-gid 65534 --wall-time 90s --workdir /srv/data --cgroup /sys/fs/cgroup/gpumesh/job-42-g3 --cpu-millis 1500 --memory-mib 4096 -- python train.py"#]]
-        .assert_eq(&render(&shim_args(&s, &spec, &dir, Some(&s.cgroup_root))));
-        // Without cgroup v2 the limits still travel, so the supervisor can say they are not
-        // enforced.
+        let v2 = CgroupLayout::V2 {
+            root: s.cgroup_root.clone(),
+        };
+        expect![[r#"shim --job-dir /data/jobs/j-42-g3 --lease /data/lease --lease-timeout 10s --grace 5s --run-as-uid 65534 --run-as-gid 65534 --wall-time 90s --workdir /srv/data --cgroup-v2 /sys/fs/cgroup/gpumesh --cpu-millis 1500 --memory-mib 4096 --tasks-max 4096 --allow-device c 195:3 rwm -- python train.py"#]]
+        .assert_eq(&render(&shim_args(&s, &spec, &dir, &plan(&s, &spec, v2))));
+        // Without cgroups the limits still travel, so the supervisor can say they are not
+        // enforced; a CPU-only job gets the defaults for what it did not ask.
         let plain: JobSpec = serde_json::from_value(serde_json::json!({
             "name": "t",
             "command": ["true"],
             "cpu_millis": 500,
         }))
         .expect("spec");
-        expect![[r#"shim --job-dir /data/jobs/j-42-g3 --lease /data/lease --lease-timeout 10s --grace 5s --run-as-uid 65534 --run-as-gid 65534 --cpu-millis 500 -- true"#]]
-        .assert_eq(&render(&shim_args(&s, &plain, &dir, None)));
+        let none = CgroupLayout::None {
+            reason: "none".into(),
+        };
+        expect![[r#"shim --job-dir /data/jobs/j-42-g3 --lease /data/lease --lease-timeout 10s --grace 5s --run-as-uid 65534 --run-as-gid 65534 --cpu-millis 500 --memory-mib 4096 --tasks-max 4096 --allow-device c 195:3 rwm -- true"#]]
+        .assert_eq(&render(&shim_args(&s, &plain, &dir, &plan(&s, &plain, none.clone()))));
         // A tenant with a user of its own runs as that user.
         let vision: JobSpec = serde_json::from_value(serde_json::json!({
             "name": "t",
@@ -327,7 +357,13 @@ mod tests {
             "command": ["true"],
         }))
         .expect("spec");
-        expect![[r#"shim --job-dir /data/jobs/j-42-g3 --lease /data/lease --lease-timeout 10s --grace 5s --run-as-uid 2001 --run-as-gid 2001 -- true"#]]
-        .assert_eq(&render(&shim_args(&s, &vision, &dir, None)));
+        let v1 = CgroupLayout::V1 {
+            roots: BTreeMap::from([(
+                crate::executor::cgroup_v1::Controller::Pids,
+                "/sys/fs/cgroup/pids/gpumesh".into(),
+            )]),
+        };
+        expect![[r#"shim --job-dir /data/jobs/j-42-g3 --lease /data/lease --lease-timeout 10s --grace 5s --run-as-uid 2001 --run-as-gid 2001 --cgroup-v1 pids=/sys/fs/cgroup/pids/gpumesh --cpu-millis 1000 --memory-mib 4096 --tasks-max 4096 --allow-device c 195:3 rwm -- true"#]]
+        .assert_eq(&render(&shim_args(&s, &vision, &dir, &plan(&s, &vision, v1))));
     }
 }

@@ -6,7 +6,15 @@
 //! `desired.rs` reads this node's placements from the state, `mig.rs` re-applies the GPUs'
 //! MIG layouts, `reconcile.rs` diffs desired against observed (pure), and `act.rs` carries out
 //! each action, launching runs through `launch.rs`. `setup.rs` prepares the host once at start.
+//!
+//! What confines a run (`confine.rs`: limits, device fence) is decided here and carried out by
+//! its supervisor (`shim.rs`) in job cgroups (`cgroups.rs`, over `isolation.rs` for v2 and
+//! `cgroup_v1.rs`), which the job enters before it execs (`pre_exec.rs`).
 
+pub mod cgroup_v1;
+pub mod cgroups;
+pub mod confine;
+pub mod device_fence;
 pub mod isolation;
 pub mod job_dir;
 pub(crate) mod lease;
@@ -17,6 +25,7 @@ mod desired;
 mod launch;
 mod mig;
 mod observe;
+mod pre_exec;
 mod reconcile;
 mod setup;
 mod vm;
@@ -34,8 +43,8 @@ use tracing::warn;
 use self::desired::{Mine, desired_runs};
 pub use self::launch::shim_args;
 use self::reconcile::{Action, reconcile};
-use self::setup::Host;
-use crate::config::RunAs;
+pub use self::setup::Host;
+use crate::config::{Confine, RunAs};
 use crate::gpu::GpuBackend;
 use crate::raft::Cluster;
 
@@ -55,8 +64,11 @@ pub struct ExecutorSettings {
     pub run_as: RunAs,
     /// Per-tenant users (`jobs.run_as_by_tenant`).
     pub run_as_by_tenant: BTreeMap<String, RunAs>,
-    /// Where job cgroups go when the node has cgroup v2 (`jobs.cgroup_root`).
+    /// Where job cgroups go when the node has cgroup v2 (`jobs.cgroup_root`; on cgroup v1, its
+    /// last component names the directory in each hierarchy).
     pub cgroup_root: PathBuf,
+    /// Default limits, extra devices, foreign-process policy (`jobs.*`).
+    pub confine: Confine,
 }
 
 impl ExecutorSettings {
@@ -70,6 +82,8 @@ pub struct Executor {
     pub cluster: Cluster,
     pub gpus: Arc<dyn GpuBackend>,
     pub settings: ExecutorSettings,
+    /// What this host offers jobs (`Host::prepare`, once at start).
+    pub host: Host,
 }
 
 /// A supervisor this agent started (kept so it can be reaped).
@@ -77,7 +91,7 @@ type Children = HashMap<(JobId, u64), Child>;
 
 impl Executor {
     pub async fn run(self, cancel: CancellationToken) {
-        let host = self.prepare_host();
+        let host = &self.host;
         let mut applied = self.cluster.state.subscribe();
         let mut children = Children::new();
         let mut mig_errors = HashMap::new();
@@ -88,7 +102,7 @@ impl Executor {
                 _ = applied.changed() => {}
                 () = tokio::time::sleep(self.settings.tick) => {}
             }
-            self.pass(&mut children, &host, &mut mig_errors, &mut mine)
+            self.pass(&mut children, host, &mut mig_errors, &mut mine)
                 .await;
         }
     }
