@@ -83,6 +83,9 @@ impl DevicePattern {
         else {
             return Err(format!("{text:?} names no device"));
         };
+        if !dir.starts_with("/dev") {
+            return Err(format!("{text:?} names no device"));
+        }
         if dir.to_string_lossy().contains('*') {
             return Err(format!(
                 "{text:?}: a wildcard may stand only in the last component"

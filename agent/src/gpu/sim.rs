@@ -611,6 +611,47 @@ mod tests {
     }
 
     #[test]
+    fn a_process_holding_a_gpu_node_is_reported_on_that_gpu() {
+        use std::os::unix::fs::OpenOptionsExt;
+        if !nix::unistd::geteuid().is_root() {
+            assert!(
+                std::env::var_os("GPUMESH_REQUIRE_ROOT").is_none(),
+                "GPUMESH_REQUIRE_ROOT is set but this test is not root"
+            );
+            eprintln!("SKIPPED: mknod needs root, and this test is not root");
+            return;
+        }
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let sim = SimBackend::from_spec("2xT4-16GB", 9)
+            .expect("spec")
+            .with_device_nodes(&tmp.path().join("dev"), 9);
+        let node = sim.devices()[1]
+            .device_node
+            .clone()
+            .expect("a node as root");
+        assert_eq!(node.minor, sim_nodes::sim_minor(9, 1));
+        let me = std::process::id();
+        let holds =
+            |samples: &[GpuSample], gpu: usize| samples[gpu].processes.iter().any(|p| p.pid == me);
+        assert!(!holds(&sim.sample(), 1));
+        // With no driver only an O_PATH descriptor can be held on the node.
+        let held = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(nix::libc::O_PATH)
+            .open(&node.path)
+            .expect("O_PATH open");
+        let samples = sim.sample();
+        assert!(holds(&samples, 1), "{:?}", samples[1].processes);
+        assert!(!holds(&samples, 0), "{:?}", samples[0].processes);
+        drop(held);
+        assert!(!holds(&sim.sample(), 1));
+        // Without nodes nothing is scanned.
+        let plain = SimBackend::from_spec("2xT4-16GB", 9).expect("spec");
+        assert!(plain.devices().iter().all(|d| d.device_node.is_none()));
+        assert!(plain.sample().iter().all(|s| s.processes.is_empty()));
+    }
+
+    #[test]
     fn every_gpu_a_node_may_have_gets_a_minor_of_its_own() {
         assert!(sim_nodes::MINORS_PER_NODE >= MAX_GPUS);
     }

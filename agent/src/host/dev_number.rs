@@ -41,7 +41,7 @@ mod tests {
         }
         // As the kernel and glibc lay them out.
         assert_eq!(makedev(195, 0), 0xc300);
-        assert_eq!(makedev(195, 300), 0x1_c32c);
+        assert_eq!(makedev(195, 300), 0x10_c32c);
         assert_eq!(makedev(195, 300), nix::sys::stat::makedev(195, 300));
     }
 
