@@ -14,7 +14,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
 use crate::api::router::{Services, serve};
-use crate::config::Config;
+use crate::config::{Config, ForeignPolicy};
 use crate::executor::lease::LeaseKeeper;
 use crate::executor::{Executor, ExecutorSettings, Host};
 use crate::gpu::{self, GpuBackend};
@@ -277,7 +277,7 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
         cluster: cluster.clone(),
         telemetry: telemetry.clone(),
         notifier,
-        policy: config.jobs.confine.foreign_processes,
+        kill: config.jobs.confine.foreign_processes == ForeignPolicy::Kill,
         job_cgroups: host.cgroups.has_job_cgroups(),
         interval: config.monitor.interval,
     };

@@ -18,9 +18,10 @@ use std::time::{Duration, Instant};
 use gpu_agent::config::{Confine, RunAs};
 use gpu_agent::executor::cgroup_v1::Controller;
 use gpu_agent::executor::cgroups::CgroupLayout;
-use gpu_agent::executor::confine::{Confinement, Limits};
+use gpu_agent::executor::confine::Confinement;
 use gpu_agent::executor::device_fence;
 use gpu_agent::executor::job_dir::JobDir;
+use gpu_agent::executor::limits::Limits;
 use gpu_agent::executor::{ExecutorSettings, isolation, shim_args};
 use gpu_agent::gpu::{DeviceNode, GpuBackend, SimBackend};
 use gpu_raft_store::{JobSpec, Outcome};
@@ -38,16 +39,16 @@ fn root(why: &str) -> bool {
     false
 }
 
-/// This test process's job cgroups: the layout `CgroupLayout::detect` finds under a root name
-/// of its own, removed (with anything a failed test left in it) when dropped.
+/// One test's job cgroups: the layout `CgroupLayout::detect` finds under a root name of its
+/// own (tests run in parallel), removed (with anything a failed test left in it) when dropped.
 struct Cgroups {
     layout: CgroupLayout,
 }
 
 impl Cgroups {
-    fn detect() -> Cgroups {
+    fn detect(test: &str) -> Cgroups {
         let root = PathBuf::from(format!(
-            "/sys/fs/cgroup/gpumesh-test-{}",
+            "/sys/fs/cgroup/gpumesh-test-{}-{test}",
             std::process::id()
         ));
         Cgroups {
@@ -273,7 +274,7 @@ fn a_job_opens_its_own_gpu_node_but_not_another() {
         );
         return;
     }
-    let cgroups = Cgroups::detect();
+    let cgroups = Cgroups::detect("fence");
     if let Some(why) = cgroups.layout.unfenced_reason() {
         eprintln!(
             "SKIPPED: {why}: this host cannot fence devices ({})",
@@ -406,7 +407,7 @@ fn the_requested_limits_are_in_the_jobs_cgroups() {
         return;
     }
     let node = Node::new();
-    let cgroups = Cgroups::detect();
+    let cgroups = Cgroups::detect("limits");
     if !cgroups.layout.has_job_cgroups() {
         eprintln!(
             "SKIPPED: no job cgroups here ({})",
@@ -457,7 +458,7 @@ fn a_cpu_only_job_without_a_request_gets_the_defaults() {
         return;
     }
     let node = Node::new();
-    let cgroups = Cgroups::detect();
+    let cgroups = Cgroups::detect("defaults");
     let CgroupLayout::V1 { roots } = &cgroups.layout else {
         eprintln!(
             "SKIPPED: checked on cgroup v1 hosts (this one: {})",
@@ -489,7 +490,7 @@ fn a_job_past_its_memory_limit_ends_out_of_memory() {
         return;
     }
     let node = Node::new();
-    let cgroups = Cgroups::detect();
+    let cgroups = Cgroups::detect("oom");
     if !cgroups.layout.has_job_cgroups() {
         eprintln!(
             "SKIPPED: no job cgroups here ({})",
@@ -530,7 +531,7 @@ fn a_fork_bomb_stops_at_the_task_limit() {
         return;
     }
     let node = Node::new();
-    let cgroups = Cgroups::detect();
+    let cgroups = Cgroups::detect("tasks");
     let enforced = match &cgroups.layout {
         CgroupLayout::V1 { roots } => roots.contains_key(&Controller::Pids),
         CgroupLayout::V2 { root } => root.join("cgroup.subtree_control").exists(),

@@ -13,8 +13,9 @@ use std::time::{Duration, Instant};
 
 use gpu_agent::config::{Confine, RunAs};
 use gpu_agent::executor::cgroups::CgroupLayout;
-use gpu_agent::executor::confine::{Confinement, Limits};
+use gpu_agent::executor::confine::Confinement;
 use gpu_agent::executor::job_dir::JobDir;
+use gpu_agent::executor::limits::Limits;
 use gpu_agent::executor::{ExecutorSettings, isolation, shim_args};
 use gpu_raft_store::{JobSpec, Outcome};
 

@@ -5,7 +5,6 @@
 use std::path::{Component, Path, PathBuf};
 
 use anyhow::{bail, ensure};
-use serde::Deserialize;
 
 use super::file::JobsSection;
 
@@ -47,8 +46,7 @@ const MIN_CPU_MILLIS: u32 = 10;
 const MIN_TASKS: u64 = 16;
 
 /// A process on a job's GPU that is not the job's.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ForeignPolicy {
     /// Raise the `foreign-process` alert on the GPU.
     #[default]
@@ -137,7 +135,13 @@ pub(super) fn confine(j: &JobsSection) -> anyhow::Result<Confine> {
                 .collect::<anyhow::Result<_>>()
                 .map_err(|e| e.context("jobs.extra_devices"))?,
         },
-        foreign_processes: j.foreign_processes.unwrap_or_default(),
+        foreign_processes: match j.foreign_processes.as_deref() {
+            None | Some("report") => ForeignPolicy::Report,
+            Some("kill") => ForeignPolicy::Kill,
+            Some(other) => {
+                bail!("jobs.foreign_processes must be \"report\" or \"kill\", got {other:?}")
+            }
+        },
     };
     let cpu = gpu_raft_store::validate::limits::CPU_MILLIS;
     ensure!(

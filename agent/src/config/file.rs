@@ -131,7 +131,7 @@ pub struct JobsSection {
     /// Device nodes every job may open besides the usual ones and its GPUs'.
     pub extra_devices: Option<Vec<String>>,
     /// `report` (default) or `kill` a process on a job's GPU that is not the job's.
-    pub foreign_processes: Option<super::confine::ForeignPolicy>,
+    pub foreign_processes: Option<String>,
 }
 
 /// `[raft]`, validated into `RaftSettings`.

@@ -15,9 +15,9 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use super::confine::{Limits, OomEvidence};
 use super::device_fence::DeviceRule;
 use super::isolation::CPU_PERIOD_US;
+use super::limits::{Limits, OomEvidence};
 
 /// The v1 controllers a job cgroup uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -13,9 +13,9 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use super::cgroup_v1::{self, Controller, JobCgroups};
-use super::confine::{Enforced, Limits, OomEvidence};
 use super::device_fence::DeviceRule;
 use super::isolation::{self, JobCgroup};
+use super::limits::{Enforced, Limits, OomEvidence};
 
 /// Where this host's job cgroups go.
 #[derive(Clone, Debug, PartialEq, Eq)]

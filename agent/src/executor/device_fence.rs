@@ -15,8 +15,7 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::str::FromStr;
 
 use crate::config::DevicePattern;
-use crate::gpu::{DeviceNode, NVIDIA_MAJOR, NVIDIACTL_MINOR};
-use crate::host::dev_number;
+use crate::gpu::{DeviceNode, NVIDIA_MAJOR, NVIDIACTL_MINOR, dev_number};
 
 /// One devices-cgroup rule, `c 195:0 rwm`: a kind, a major and a minor (`None`: any).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use super::confine::{Limits, OomEvidence};
+use super::limits::{Limits, OomEvidence};
 
 /// The controllers a job cgroup needs.
 pub const CONTROLLERS: [&str; 2] = ["cpu", "memory"];

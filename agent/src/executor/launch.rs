@@ -8,9 +8,10 @@ use gpu_raft_store::{Binding, ClusterState, Job, JobKind, JobSpec, Slice};
 use tokio::process::Child;
 use tracing::warn;
 
-use super::confine::{Confinement, Limits};
+use super::confine::Confinement;
 use super::device_fence;
 use super::job_dir::JobDir;
+use super::limits::Limits;
 use super::setup::Host;
 use super::{Executor, ExecutorSettings, isolation, vm};
 use crate::gpu::GpuBackend;

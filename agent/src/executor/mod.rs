@@ -7,7 +7,7 @@
 //! MIG layouts, `reconcile.rs` diffs desired against observed (pure), and `act.rs` carries out
 //! each action, launching runs through `launch.rs`. `setup.rs` prepares the host once at start.
 //!
-//! What confines a run (`confine.rs`: limits, device fence) is decided here and carried out by
+//! What confines a run (`confine.rs`: `limits.rs`, `device_fence.rs`) is decided here and carried out by
 //! its supervisor (`shim.rs`) in job cgroups (`cgroups.rs`, over `isolation.rs` for v2 and
 //! `cgroup_v1.rs`), which the job enters before it execs (`pre_exec.rs`).
 
@@ -18,6 +18,7 @@ pub mod device_fence;
 pub mod isolation;
 pub mod job_dir;
 pub(crate) mod lease;
+pub mod limits;
 pub mod shim;
 
 mod act;

@@ -25,9 +25,9 @@ use tokio::process::{Child, Command};
 use tokio::signal::unix::{SignalKind, signal};
 
 use super::cgroups::{CgroupLayout, RunCgroups, V1Root, cgroup_name};
-use super::confine::{self, Enforced, Limits};
 use super::device_fence::DeviceRule;
 use super::job_dir::{JobDir, Supervisor};
+use super::limits::{self, Enforced, Limits};
 use super::{isolation, pre_exec};
 
 #[derive(Debug, clap::Args)]
@@ -192,12 +192,12 @@ async fn supervise(dir: &JobDir, args: &ShimArgs) -> Outcome {
         CgroupLayout::V1 { .. } => "this node's cgroup v1 lacks a hierarchy",
         _ => "this node has no job cgroups",
     };
-    if let Some(notice) = confine::unenforced_notice(&limits, enforced, why) {
+    if let Some(notice) = limits::unenforced_notice(&limits, enforced, why) {
         notes.write_all(notice.as_bytes()).ok();
     }
     if let Some(why) = layout.unfenced_reason() {
         notes
-            .write_all(confine::unfenced_notice(&why).as_bytes())
+            .write_all(limits::unfenced_notice(&why).as_bytes())
             .ok();
     }
     let program = &args.command[0];
@@ -246,7 +246,7 @@ async fn supervise(dir: &JobDir, args: &ShimArgs) -> Outcome {
     };
     let outcome = watch(&mut child, group, dir, args, &mut term).await;
     let evidence = cgroups.as_ref().and_then(RunCgroups::oom_evidence);
-    let outcome = confine::judge_oom(outcome, evidence, limits.memory_mib);
+    let outcome = limits::judge_oom(outcome, evidence, limits.memory_mib);
     if let Some(cg) = &cgroups
         && let Err(e) = cg.remove().await
     {

@@ -4,6 +4,7 @@
 //! Architecture invariant: nothing outside this module names NVML; the rest of the agent sees
 //! only `GpuBackend`, `GpuDevice` and `GpuSample`, whichever backend is behind them.
 
+pub(crate) mod dev_number;
 pub(crate) mod models;
 pub(crate) mod nvml;
 mod nvml_mig;

@@ -17,6 +17,8 @@ use super::{
 
 /// Most GPUs one simulated node may have (per spec entry and in total).
 pub(crate) const MAX_GPUS: u32 = 64;
+// Each of them gets a device node minor of its own.
+const _: () = assert!(sim_nodes::MINORS_PER_NODE >= MAX_GPUS);
 /// Air temperature the GPUs cool towards.
 pub(crate) const AMBIENT_C: f64 = 30.0;
 /// Time constant of the temperature's lag behind its steady state.
@@ -649,11 +651,6 @@ mod tests {
         let plain = SimBackend::from_spec("2xT4-16GB", 9).expect("spec");
         assert!(plain.devices().iter().all(|d| d.device_node.is_none()));
         assert!(plain.sample().iter().all(|s| s.processes.is_empty()));
-    }
-
-    #[test]
-    fn every_gpu_a_node_may_have_gets_a_minor_of_its_own() {
-        assert!(sim_nodes::MINORS_PER_NODE >= MAX_GPUS);
     }
 
     #[test]

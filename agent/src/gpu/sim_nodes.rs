@@ -16,8 +16,7 @@ use std::path::{Path, PathBuf};
 
 use nix::sys::stat::{Mode, SFlag, mknod};
 
-use super::{DeviceNode, NVIDIA_MAJOR};
-use crate::host::dev_number;
+use super::{DeviceNode, NVIDIA_MAJOR, dev_number};
 
 /// The first minor simulated GPUs use, above every real driver's.
 const FIRST_MINOR: u32 = 256;

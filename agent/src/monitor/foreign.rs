@@ -22,7 +22,6 @@ use tracing::{info, warn};
 use super::Telemetry;
 use super::attribution::owner_of_pid;
 use super::webhook::{Event, Notice, Notifier};
-use crate::config::ForeignPolicy;
 use crate::raft::Cluster;
 
 /// The alert's rule name (the agent's own: no configured rule of that name is needed, and the
@@ -33,7 +32,8 @@ pub(crate) struct ForeignProcesses {
     pub cluster: Cluster,
     pub telemetry: Telemetry,
     pub notifier: Notifier,
-    pub policy: ForeignPolicy,
+    /// Kill foreign processes (`jobs.foreign_processes = "kill"`), not only report them.
+    pub kill: bool,
     /// Runs have cgroups of their own on this host (so attribution is proof).
     pub job_cgroups: bool,
     pub interval: Duration,
@@ -91,7 +91,7 @@ pub(crate) fn message(
 impl ForeignProcesses {
     pub(crate) async fn run(self, cancel: CancellationToken) {
         let node = self.cluster.id;
-        let kill_them = self.policy == ForeignPolicy::Kill && self.job_cgroups;
+        let kill_them = self.kill && self.job_cgroups;
         // Each foreign process is logged once.
         let mut logged: BTreeSet<u32> = BTreeSet::new();
         loop {
