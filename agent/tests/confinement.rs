@@ -3,7 +3,8 @@
 //! machines, v2 elsewhere): the device fence (a job opens its own simulated GPU's node and gets
 //! ENXIO, no driver being there, and EPERM for another's; without the fence both give ENXIO),
 //! the limits written into its cgroups (its request, or the defaults for a CPU-only job),
-//! "out of memory" for a job killed by its memory cgroup, and cgroups removed after each run.
+//! "out of memory" for a job killed by its memory cgroup, a job without the agent's OOM shield,
+//! and cgroups removed after each run.
 //!
 //! Cgroups and device nodes need root: without it these tests say why and return, unless
 //! `GPUMESH_REQUIRE_ROOT=1` (CI), which makes them fail instead.
@@ -561,4 +562,47 @@ fn a_fork_bomb_stops_at_the_task_limit() {
     assert!(stderr.to_lowercase().contains("fork"), "{stderr}");
     assert_ne!(outcome, Outcome::Exited { code: 0 });
     assert!(cgroups.left_of(7).is_empty());
+}
+
+/// Puts this process's `oom_score_adj` back when dropped.
+struct OomScore(String);
+
+impl Drop for OomScore {
+    fn drop(&mut self) {
+        std::fs::write("/proc/self/oom_score_adj", &self.0).ok();
+    }
+}
+
+#[test]
+fn a_job_gives_up_the_agents_oom_shield() {
+    if !root("lowering an OOM score") {
+        return;
+    }
+    let node = Node::new();
+    let cgroups = Cgroups::detect("oom-score");
+    // As the agent does at start (`Host::prepare`); its supervisors inherit it.
+    let _restore = OomScore(
+        std::fs::read_to_string("/proc/self/oom_score_adj")
+            .expect("our OOM score")
+            .trim()
+            .to_owned(),
+    );
+    // Root in a sandbox without CAP_SYS_RESOURCE may not lower its score (nor may the agent,
+    // which says so at start): a raised score, which anyone may set, shows the reset instead.
+    let shield = ["-1000", "300"]
+        .into_iter()
+        .find(|score| std::fs::write("/proc/self/oom_score_adj", score).is_ok())
+        .expect("an OOM score of 300 may always be set");
+    let spec = shell(
+        "cat /proc/self/oom_score_adj > job; cat /proc/$PPID/oom_score_adj > supervisor",
+        serde_json::json!({}),
+    );
+    let (dir, shim) = node.start(8, &spec, &node.plan(&spec, &cgroups.layout, false));
+    assert_eq!(shim.wait(&dir), Outcome::Exited { code: 0 });
+    assert_eq!(
+        read_work(&dir, "supervisor").trim(),
+        shield,
+        "the supervisor keeps the agent's score"
+    );
+    assert_eq!(read_work(&dir, "job").trim(), "0", "the job does not");
 }

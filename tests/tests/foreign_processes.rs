@@ -186,6 +186,16 @@ async fn a_foreign_process_is_reported_and_killed() {
         "{}",
         alert.message
     );
+    // The agent is shielded from the OOM killer, or (root without CAP_SYS_RESOURCE, in some
+    // sandboxes) says why not.
+    let agent = c.pid(1).expect("agent 1 runs");
+    let score = std::fs::read_to_string(format!("/proc/{agent}/oom_score_adj")).expect("score");
+    assert!(
+        score.trim() == "-1000"
+            || c.log_of(1)
+                .contains("cannot shield the agent from the OOM killer"),
+        "oom_score_adj {score}"
+    );
     // The job's own process, holding the same node, is untouched.
     let j = c.job(1, job).await.expect("job");
     assert_eq!(j.state, pb::JobState::Running as i32, "{j:?}");
