@@ -174,14 +174,14 @@ async fn supervise(dir: &JobDir, args: &ShimArgs) -> Outcome {
         Ok(f) => f,
         Err(e) => return failed(format!("opening log files: {e}")),
     };
-    let limits = Limits {
+    let asked = Limits {
         cpu_millis: args.cpu_millis,
         memory_mib: args.memory_mib,
         tasks_max: args.tasks_max,
     };
     let layout = CgroupLayout::from_flags(args.cgroup_v2.as_deref(), &args.cgroup_v1);
     let name = cgroup_name(dir.job, dir.generation, std::process::id());
-    let cgroups = match RunCgroups::create(&layout, &name, &limits, &args.allow_device) {
+    let cgroups = match RunCgroups::create(&layout, &name, &asked, &args.allow_device) {
         Ok(c) => c,
         Err(e) => return failed(e),
     };
@@ -192,7 +192,7 @@ async fn supervise(dir: &JobDir, args: &ShimArgs) -> Outcome {
         CgroupLayout::V1 { .. } => "this node's cgroup v1 lacks a hierarchy",
         _ => "this node has no job cgroups",
     };
-    if let Some(notice) = limits::unenforced_notice(&limits, enforced, why) {
+    if let Some(notice) = limits::unenforced_notice(&asked, enforced, why) {
         notes.write_all(notice.as_bytes()).ok();
     }
     if let Some(why) = layout.unfenced_reason() {
@@ -246,7 +246,7 @@ async fn supervise(dir: &JobDir, args: &ShimArgs) -> Outcome {
     };
     let outcome = watch(&mut child, group, dir, args, &mut term).await;
     let evidence = cgroups.as_ref().and_then(RunCgroups::oom_evidence);
-    let outcome = limits::judge_oom(outcome, evidence, limits.memory_mib);
+    let outcome = limits::judge_oom(outcome, evidence, asked.memory_mib);
     if let Some(cg) = &cgroups
         && let Err(e) = cg.remove().await
     {
