@@ -14,9 +14,9 @@ use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
 use crate::api::router::{Services, serve};
-use crate::config::Config;
+use crate::config::{Config, ForeignPolicy};
 use crate::executor::lease::LeaseKeeper;
-use crate::executor::{Executor, ExecutorSettings};
+use crate::executor::{Executor, ExecutorSettings, Host};
 use crate::gpu::{self, GpuBackend};
 use crate::host::inventory::InventoryReporter;
 use crate::host::sd_notify::SdNotify;
@@ -26,6 +26,7 @@ use crate::leader::liveness::Liveness;
 use crate::leader::scheduler_loop::Scheduler;
 use crate::monitor::Telemetry;
 use crate::monitor::alerting::Alerting;
+use crate::monitor::foreign::ForeignProcesses;
 use crate::monitor::metrics_http::{self, MetricsServer, MetricsSource};
 use crate::monitor::power_task::PowerTask;
 use crate::monitor::sampler::Sampler;
@@ -53,8 +54,12 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
     let committed = log.committed_index();
 
     info!(node_id, backend = %config.gpu_backend, "opening the GPU backend");
-    let gpus: Arc<dyn GpuBackend> =
-        Arc::from(gpu::open(config.gpu_backend, &config.sim_gpus, node_id)?);
+    let gpus: Arc<dyn GpuBackend> = Arc::from(gpu::open(
+        config.gpu_backend,
+        &config.sim_gpus,
+        node_id,
+        Some(&config.data_dir.join("dev")),
+    )?);
     let telemetry = Telemetry::new(config.monitor.history_len());
     let metrics_listener = match config.monitor.metrics_listen {
         Some(addr) => Some(
@@ -227,7 +232,7 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
         gpus: gpus.clone(),
         configured: config.monitor.rules.clone(),
         interval: config.monitor.interval,
-        notifier,
+        notifier: notifier.clone(),
     };
     tasks.spawn(alerting.run(cancel.clone()));
     info!(node_id, green = ?config.monitor.green, "starting power management");
@@ -250,22 +255,40 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
         lease: node_lease,
     };
     tasks.spawn(lease.run(cancel.clone()));
+    let settings = ExecutorSettings {
+        jobs_dir: jobs_dir.clone(),
+        lease_path,
+        lease: node_lease,
+        stop_grace: config.jobs.stop_grace,
+        agent_exe: std::env::current_exe().context("locating the gpu-agent binary")?,
+        tick: Duration::from_secs(1),
+        run_as: config.jobs.run_as.clone(),
+        run_as_by_tenant: config.jobs.run_as_by_tenant.clone(),
+        cgroup_root: config.jobs.cgroup_root.clone(),
+        uid_range: config.jobs.uid_range,
+        confine: config.jobs.confine.clone(),
+    };
+    info!(
+        node_id,
+        "preparing this host for jobs (cgroups, device fence, OOM shield)"
+    );
+    let host = Host::prepare(&settings);
+    info!(node_id, policy = ?config.jobs.confine.foreign_processes, "watching jobs' GPUs for foreign processes");
+    let foreign = ForeignProcesses {
+        cluster: cluster.clone(),
+        telemetry: telemetry.clone(),
+        notifier,
+        kill: config.jobs.confine.foreign_processes == ForeignPolicy::Kill,
+        job_cgroups: host.cgroups.has_job_cgroups(),
+        interval: config.monitor.interval,
+    };
+    tasks.spawn(foreign.run(cancel.clone()));
     info!(node_id, jobs_dir = %jobs_dir.display(), "starting the executor");
     let executor = Executor {
         cluster: cluster.clone(),
         gpus,
-        settings: ExecutorSettings {
-            jobs_dir,
-            lease_path,
-            lease: node_lease,
-            stop_grace: config.jobs.stop_grace,
-            agent_exe: std::env::current_exe().context("locating the gpu-agent binary")?,
-            tick: Duration::from_secs(1),
-            run_as: config.jobs.run_as.clone(),
-            run_as_by_tenant: config.jobs.run_as_by_tenant.clone(),
-            cgroup_root: config.jobs.cgroup_root.clone(),
-            uid_range: config.jobs.uid_range,
-        },
+        settings,
+        host,
     };
     tasks.spawn(executor.run(cancel.clone()));
     if systemd.enabled() {

@@ -22,8 +22,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use gpu_agent::config::{RunAs, UidRange};
+use gpu_agent::config::{Confine, RunAs, UidRange};
+use gpu_agent::executor::cgroups::CgroupLayout;
+use gpu_agent::executor::confine::Confinement;
 use gpu_agent::executor::job_dir::JobDir;
+use gpu_agent::executor::limits::Limits;
 use gpu_agent::executor::{ExecutorSettings, prepare_run, supervisor_command};
 use gpu_raft_store::{Account, JobSpec, Outcome};
 use nix::sys::signal::{Signal, kill};
@@ -185,6 +188,7 @@ impl Node {
             run_as_by_tenant: Default::default(),
             cgroup_root: "/nonexistent/cgroup".into(),
             uid_range: UidRange::default(),
+            confine: Confine::default(),
         };
         Self { tmp, settings }
     }
@@ -193,7 +197,15 @@ impl Node {
     /// the executor would record.
     fn start(&self, job: u64, spec: &JobSpec) -> Result<(JobDir, Supervisor), String> {
         let dir = JobDir::new(&self.settings.jobs_dir, job, 1);
-        let args: Vec<OsString> = prepare_run(&self.settings, spec, &dir, 1, None, &[])?;
+        // Without job cgroups: limits and the device fence are `confinement.rs`'s.
+        let plan = Confinement {
+            cgroups: CgroupLayout::None {
+                reason: "not these tests'".into(),
+            },
+            limits: Limits::for_job(spec, &self.settings.confine),
+            devices: Vec::new(),
+        };
+        let args: Vec<OsString> = prepare_run(&self.settings, spec, &dir, 1, &plan, &[])?;
         let child = supervisor_command(&self.settings.agent_exe, &args)
             .spawn()
             .expect("spawn the supervisor");

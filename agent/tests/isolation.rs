@@ -1,17 +1,20 @@
 //! Job isolation through the real `gpu-agent shim`, started with the arguments the executor
 //! builds: the job runs as `nobody` in its own `work/` directory and cannot write the run's
-//! records; its CPU/memory limits are enforced in a cgroup where this host has cgroup v2 with
-//! delegation, and reported as not enforced where it has not; a missing workdir fails the start.
+//! records; a missing workdir fails the start. (Limits, cgroups and the device fence:
+//! `confinement.rs`.)
 //!
 //! Changing user needs root: those tests say why and return early when not run as root.
 
 use std::ffi::OsString;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use gpu_agent::config::RunAs;
+use gpu_agent::config::{Confine, RunAs};
+use gpu_agent::executor::cgroups::CgroupLayout;
+use gpu_agent::executor::confine::Confinement;
 use gpu_agent::executor::job_dir::JobDir;
+use gpu_agent::executor::limits::Limits;
 use gpu_agent::executor::{ExecutorSettings, isolation, prepare_run, supervisor_command};
 use gpu_raft_store::{JobSpec, Outcome};
 
@@ -45,6 +48,7 @@ impl Node {
             run_as_by_tenant: Default::default(),
             cgroup_root,
             uid_range: Default::default(),
+            confine: Confine::default(),
         };
         Node {
             _tmp: tmp,
@@ -52,11 +56,19 @@ impl Node {
         }
     }
 
-    /// Start the supervisor for run (job, 1) of `spec` as the executor does (on node 1).
-    fn start(&self, job: u64, spec: &JobSpec, cgroup_root: Option<&Path>) -> (JobDir, Supervisor) {
+    /// Start the supervisor for run (job, 1) of `spec` as the executor does (on node 1, without
+    /// job cgroups: limits and the device fence are `confinement.rs`'s).
+    fn start(&self, job: u64, spec: &JobSpec) -> (JobDir, Supervisor) {
         let dir = JobDir::new(&self.settings.jobs_dir, job, 1);
+        let plan = Confinement {
+            cgroups: CgroupLayout::None {
+                reason: "not these tests'".into(),
+            },
+            limits: Limits::for_job(spec, &self.settings.confine),
+            devices: Vec::new(),
+        };
         let args: Vec<OsString> =
-            prepare_run(&self.settings, spec, &dir, 1, cgroup_root, &[]).expect("prepare the run");
+            prepare_run(&self.settings, spec, &dir, 1, &plan, &[]).expect("prepare the run");
         let child = supervisor_command(&self.settings.agent_exe, &args)
             .spawn()
             .expect("spawn the supervisor");
@@ -135,7 +147,7 @@ fn the_job_runs_as_the_job_user_in_its_own_directory() {
          touch ../planted 2>/dev/null; echo forged > ../exit.json 2>/dev/null; exit 0",
         serde_json::json!({}),
     );
-    let (dir, shim) = node.start(1, &spec, None);
+    let (dir, shim) = node.start(1, &spec);
     assert_eq!(shim.wait(&dir), Outcome::Exited { code: 0 });
 
     let work = isolation::work_dir(&dir.path);
@@ -193,7 +205,7 @@ fn a_tenant_with_a_user_of_its_own_runs_as_that_user() {
     let ids = |tenant: &str, job: u64| {
         let mut spec = shell("id -u > out", serde_json::json!({}));
         spec.tenant = tenant.into();
-        let (dir, shim) = node.start(job, &spec, None);
+        let (dir, shim) = node.start(job, &spec);
         assert_eq!(shim.wait(&dir), Outcome::Exited { code: 0 });
         std::fs::read_to_string(isolation::work_dir(&dir.path).join("out")).expect("out")
     };
@@ -206,71 +218,6 @@ fn a_tenant_with_a_user_of_its_own_runs_as_that_user() {
 }
 
 #[test]
-fn limits_are_enforced_by_cgroup_v2_or_reported_as_not_enforced() {
-    if !is_root() {
-        return;
-    }
-    // A root of our own beside the agent's default, removed at the end.
-    let root = PathBuf::from(format!(
-        "/sys/fs/cgroup/gpumesh-test-{}",
-        std::process::id()
-    ));
-    let node = Node::new(nobody(), root.clone());
-    let available = isolation::prepare_root(&root);
-    let spec = shell(
-        "sleep 0.2; cat /proc/self/cgroup > cgroup; touch started; \
-         i=0; while [ ! -e release ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done",
-        serde_json::json!({"cpu_millis": 500, "memory_mib": 256}),
-    );
-    let (dir, shim) = node.start(2, &spec, available.as_ref().ok().map(|()| root.as_path()));
-    let work = isolation::work_dir(&dir.path);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !work.join("started").exists() {
-        assert!(
-            Instant::now() < deadline,
-            "the job did not start; stderr.log: {:?}",
-            std::fs::read_to_string(dir.stderr())
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let cgroup = isolation::job_cgroup(&root, 2, 1);
-    match &available {
-        Ok(()) => {
-            println!("cgroup v2 is available at {}", root.display());
-            let read = |f: &str| std::fs::read_to_string(cgroup.join(f)).expect(f);
-            assert_eq!(read("memory.max").trim(), (256u64 << 20).to_string());
-            assert_eq!(read("cpu.max").trim(), "50000 100000");
-            let own = std::fs::read_to_string(work.join("cgroup")).expect("job's cgroup");
-            assert!(own.contains("/job-2-g1"), "the job is in its cgroup: {own}");
-        }
-        Err(reason) => {
-            println!("cgroup v2 is not available here ({reason}): checking the notice");
-            assert!(!cgroup.exists());
-        }
-    }
-    std::fs::write(work.join("release"), "").expect("release the job");
-    assert_eq!(shim.wait(&dir), Outcome::Exited { code: 0 });
-    let stderr = std::fs::read_to_string(dir.stderr()).expect("stderr.log");
-    match available {
-        Ok(()) => {
-            assert!(!stderr.contains("not enforced"), "{stderr}");
-            assert!(!cgroup.exists(), "the run's cgroup is removed when it ends");
-            std::fs::remove_dir(&root).expect("remove the test's cgroup root");
-        }
-        Err(_) => {
-            let notice = stderr
-                .lines()
-                .find(|l| l.contains("not enforced"))
-                .unwrap_or_else(|| panic!("no notice in stderr.log: {stderr:?}"));
-            assert!(
-                notice.contains("cpu 0.500 cores") && notice.contains("memory 256 MiB"),
-                "{notice}"
-            );
-        }
-    }
-}
-
-#[test]
 fn a_missing_workdir_fails_the_start_clearly() {
     let me = RunAs {
         name: "me".into(),
@@ -280,7 +227,7 @@ fn a_missing_workdir_fails_the_start_clearly() {
     let node = Node::new(me, "/nonexistent/cgroup".into());
     let mut spec = shell("touch ran", serde_json::json!({}));
     spec.workdir = Some("/no/such/dir".into());
-    let (dir, shim) = node.start(3, &spec, None);
+    let (dir, shim) = node.start(3, &spec);
     match shim.wait(&dir) {
         Outcome::FailedToStart { message } => {
             assert!(

@@ -124,6 +124,16 @@ pub struct JobsSection {
     pub cgroup_root: Option<PathBuf>,
     /// `FIRST-LAST`: the uids a cluster-mapped account may have on this node.
     pub uid_range: Option<String>,
+    /// CPU limit of a CPU-only job that asked for none, thousandths of a core.
+    pub default_cpu_millis: Option<u32>,
+    /// Memory limit of a CPU-only job that asked for none, MiB.
+    pub default_memory_mib: Option<u64>,
+    /// Most tasks (processes and threads) of every job.
+    pub default_tasks_max: Option<u64>,
+    /// Device nodes every job may open besides the usual ones and its GPUs'.
+    pub extra_devices: Option<Vec<String>>,
+    /// `report` (default) or `kill` a process on a job's GPU that is not the job's.
+    pub foreign_processes: Option<String>,
 }
 
 /// `[raft]`, validated into `RaftSettings`.

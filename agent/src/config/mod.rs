@@ -2,6 +2,7 @@
 //! `Overrides` laid over it → `Config::parse_and_validate`, the only place defaults and rules
 //! live: one step per section, each in `settings` beside the struct it fills.
 
+mod confine;
 mod file;
 mod flags;
 mod run_as;
@@ -19,6 +20,7 @@ use crate::gpu::BackendKind;
 use crate::raft::cluster::ClusterSettings;
 
 // One flat path, `config::X`, for everything the configuration is made of.
+pub use confine::{Confine, DevicePattern, ForeignPolicy};
 pub use file::{
     ApiSection, AutopilotSection, EdgeSection, FileConfig, JobsSection, MonitorSection,
     RaftSection, TlsSection,

@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::{Context, ensure};
 use gpu_raft_store::validate;
 
+use super::confine::Confine;
 use super::file::{
     ApiSection, AutopilotSection, EdgeSection, JobsSection, MonitorSection, RaftSection, TlsSection,
 };
@@ -107,6 +108,8 @@ pub struct JobSettings {
     pub cgroup_root: PathBuf,
     /// The uids a job of a cluster-mapped account (`JobSpec::account`) may run as here.
     pub uid_range: UidRange,
+    /// Default limits, extra devices and the foreign-process policy (`config::confine`).
+    pub confine: Confine,
 }
 
 /// Where job cgroups live by default: a cgroup of our own directly under the cgroup v2 root,
@@ -116,7 +119,9 @@ pub const DEFAULT_CGROUP_ROOT: &str = "/sys/fs/cgroup/gpumesh";
 /// `[jobs]`, checked against the Raft timing: a node's lease outlasts an election, and the
 /// leader's grace outlasts the lease.
 pub(super) fn jobs(j: JobsSection, raft: &RaftSettings) -> anyhow::Result<JobSettings> {
+    let confine = super::confine::confine(&j)?;
     let jobs = JobSettings {
+        confine,
         lease: j.lease.unwrap_or(Duration::from_secs(10)),
         down_after: j.down_after.unwrap_or(Duration::from_secs(20)),
         stop_grace: j.stop_grace.unwrap_or(Duration::from_secs(10)),

@@ -1,11 +1,13 @@
-//! Job isolation on the host: the job's own directory (owned by the user the job runs as) and a
-//! cgroup v2 per run carrying its CPU and memory limits.
+//! Job isolation on the host: the job's own directory (owned by the user the job runs as) and,
+//! on cgroup v2 hosts, a cgroup per run carrying its CPU, memory and task limits (cgroup v1
+//! hosts: `cgroup_v1`; which one a host has: `cgroups`).
 //!
 //! Layout: the agent manages one cgroup, `jobs.cgroup_root` (default `/sys/fs/cgroup/gpumesh`),
-//! with `cpu` and `memory` enabled in its `cgroup.subtree_control`; each run's supervisor
-//! creates `<root>/job-<id>-g<generation>/`, writes `cpu.max` and `memory.max`, moves the job
-//! into it and removes it when the job has ended. The root holds no processes itself (cgroup v2
-//! allows controllers to be delegated only from cgroups without processes).
+//! with `cpu` and `memory` (and `pids` where available) enabled in its `cgroup.subtree_control`;
+//! each run's supervisor creates `<root>/<run's cgroup name>/`, writes `cpu.max`, `memory.max`
+//! and `pids.max`, the job enters it before it execs, and the supervisor removes it when the
+//! job has ended. The root holds no processes itself (cgroup v2 allows controllers to be
+//! delegated only from cgroups without processes).
 //!
 //! The decisions (which limits to write, whether a hierarchy can be used and what to enable)
 //! are pure functions of file contents; the I/O around them is kept thin.
@@ -19,10 +21,13 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use crate::host::proc_stat::ProcStat;
+use super::limits::{Limits, OomEvidence};
 
 /// The controllers a job cgroup needs.
 pub const CONTROLLERS: [&str; 2] = ["cpu", "memory"];
+
+/// Enabled where the hierarchy has it, for the task limit (`pids.max`).
+const OPTIONAL_CONTROLLER: &str = "pids";
 
 /// The `cpu.max` period, µs (the kernel's default).
 pub const CPU_PERIOD_US: u64 = 100_000;
@@ -39,11 +44,6 @@ pub fn work_dir(run_dir: &Path) -> PathBuf {
     run_dir.join(WORK_DIR)
 }
 
-/// A run's cgroup under `root`.
-pub fn job_cgroup(root: &Path, job: u64, generation: u64) -> PathBuf {
-    root.join(format!("job-{job}-g{generation}"))
-}
-
 /// `cpu.max` for `millis` thousandths of a core: `"<quota> <period>"`. The quota is raised to
 /// the kernel's minimum (1 ms per period, i.e. 10 millicores) when the limit is below it.
 pub fn cpu_max(millis: u32) -> String {
@@ -57,21 +57,11 @@ pub fn memory_max(mib: u64) -> String {
         .map_or_else(|| "max".into(), |bytes| bytes.to_string())
 }
 
-/// The one-line note written to a job's `stderr.log` when it asked for limits the node cannot
-/// enforce.
-pub fn not_enforced_notice(cpu_millis: Option<u32>, memory_mib: Option<u64>) -> Option<String> {
-    let mut asked = Vec::new();
-    if let Some(m) = cpu_millis {
-        asked.push(format!("cpu {}.{:03} cores", m / 1000, m % 1000));
-    }
-    if let Some(m) = memory_mib {
-        asked.push(format!("memory {m} MiB"));
-    }
-    (!asked.is_empty()).then(|| {
-        format!(
-            "gpumesh: this node has no cgroup v2 with cpu/memory delegation: the job's limits ({}) are not enforced\n",
-            asked.join(", ")
-        )
+/// The OOM killer's kills in a cgroup, from its `memory.events`.
+pub fn oom_kills(memory_events: &str) -> Option<u64> {
+    memory_events.lines().find_map(|l| {
+        let (key, value) = l.split_once(' ')?;
+        (key == "oom_kill").then(|| value.trim().parse().ok())?
     })
 }
 
@@ -169,6 +159,14 @@ fn enable_for_children(cgroup: &Path) -> Result<(), String> {
         fs::write(&subtree_path, &line)
             .map_err(|e| format!("writing {line:?} to {}: {e}", subtree_path.display()))?;
     }
+    // The task limit where the hierarchy can give it; without, it is reported per run.
+    let optional = controllers
+        .as_deref()
+        .is_some_and(|c| c.split_whitespace().any(|c| c == OPTIONAL_CONTROLLER))
+        && !subtree.split_whitespace().any(|c| c == OPTIONAL_CONTROLLER);
+    if optional {
+        fs::write(&subtree_path, format!("+{OPTIONAL_CONTROLLER}")).ok();
+    }
     Ok(())
 }
 
@@ -194,32 +192,30 @@ pub fn prepare_work_dir(dir: &Path, owner: Option<(u32, u32)>) -> std::io::Resul
     fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
 }
 
-/// One run's cgroup, created by its supervisor.
+/// One run's cgroup v2, created by its supervisor.
 #[derive(Debug)]
 pub struct JobCgroup {
     pub path: PathBuf,
+    /// It has `pids.max`, so the task limit holds.
+    pub pids: bool,
 }
 
 impl JobCgroup {
-    /// Create the cgroup and write the limits the job asked for (the others stay `max`).
-    pub fn create(
-        path: &Path,
-        cpu_millis: Option<u32>,
-        memory_mib: Option<u64>,
-    ) -> Result<Self, String> {
-        match fs::create_dir(path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(format!("creating cgroup {}: {e}", path.display())),
-        }
+    /// Create the cgroup and write the run's limits (the others stay `max`). A cgroup of that
+    /// name already there belongs to someone else: never shared.
+    pub fn create(path: &Path, limits: &Limits) -> Result<Self, String> {
+        fs::create_dir(path).map_err(|e| format!("creating cgroup {}: {e}", path.display()))?;
         let cgroup = Self {
             path: path.to_owned(),
+            pids: path.join("pids.max").exists(),
         };
-        let limits = [
-            ("cpu.max", cpu_millis.map(cpu_max)),
-            ("memory.max", memory_mib.map(memory_max)),
+        let tasks = limits.tasks_max.filter(|_| cgroup.pids);
+        let values = [
+            ("cpu.max", limits.cpu_millis.map(cpu_max)),
+            ("memory.max", limits.memory_mib.map(memory_max)),
+            ("pids.max", tasks.map(|n| n.to_string())),
         ];
-        for (file, value) in limits {
+        for (file, value) in values {
             if let Some(value) = value {
                 let target = path.join(file);
                 if let Err(e) = fs::write(&target, &value) {
@@ -231,25 +227,9 @@ impl JobCgroup {
         Ok(cgroup)
     }
 
-    /// Move a process into this cgroup.
-    pub fn add(&self, pid: u32) -> std::io::Result<()> {
-        fs::write(self.path.join("cgroup.procs"), pid.to_string())
-    }
-
-    /// Move every process of process group `pgid` into this cgroup, best effort: the job may
-    /// have forked between its spawn and `add`.
-    pub fn adopt_group(&self, pgid: u32) {
-        let Ok(entries) = fs::read_dir("/proc") else {
-            return;
-        };
-        for pid in entries
-            .filter_map(Result::ok)
-            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        {
-            if ProcStat::of(pid).is_some_and(|s| s.pgrp == pgid) {
-                self.add(pid).ok();
-            }
-        }
+    pub fn oom_evidence(&self) -> Option<OomEvidence> {
+        let events = fs::read_to_string(self.path.join("memory.events")).ok()?;
+        oom_kills(&events).map(OomEvidence::Kills)
     }
 
     /// The processes still in the cgroup.
@@ -336,16 +316,11 @@ mod tests {
     }
 
     #[test]
-    fn the_notice_names_the_unenforced_limits() {
-        assert_eq!(not_enforced_notice(None, None), None);
-        let n = not_enforced_notice(Some(1500), Some(4096)).expect("notice");
-        assert!(
-            n.contains("(cpu 1.500 cores, memory 4096 MiB) are not enforced"),
-            "{n}"
-        );
-        assert!(n.ends_with('\n') && n.lines().count() == 1, "{n:?}");
-        let n = not_enforced_notice(Some(5), None).expect("notice");
-        assert!(n.contains("(cpu 0.005 cores)"), "{n}");
+    fn oom_kills_are_read_from_memory_events() {
+        let events = "low 0\nhigh 0\nmax 12\noom 1\noom_kill 1\noom_group_kill 0\n";
+        assert_eq!(oom_kills(events), Some(1));
+        assert_eq!(oom_kills("low 0\noom 0\n"), None, "kernels before 4.13");
+        assert_eq!(oom_kills("oom_kill x\n"), None);
     }
 
     #[test]
@@ -364,10 +339,6 @@ mod tests {
 
     #[test]
     fn names_and_paths() {
-        assert_eq!(
-            job_cgroup(Path::new("/sys/fs/cgroup/gpumesh"), 42, 3),
-            Path::new("/sys/fs/cgroup/gpumesh/job-42-g3")
-        );
         assert_eq!(
             work_dir(Path::new("/d/j-1-g1")),
             Path::new("/d/j-1-g1/work")

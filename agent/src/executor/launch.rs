@@ -18,9 +18,13 @@ use std::process::Stdio;
 
 use gpu_raft_store::{Binding, ClusterState, Job, JobKind, JobSpec, NodeId, Slice};
 use tokio::process::Child;
+use tracing::warn;
 
+use super::confine::Confinement;
+use super::device_fence;
 use super::identity::{self, Identity};
 use super::job_dir::JobDir;
+use super::limits::Limits;
 use super::setup::Host;
 use super::{Executor, ExecutorSettings, isolation, job_env, vm};
 use crate::gpu::GpuBackend;
@@ -57,17 +61,43 @@ impl Executor {
         let mut run_env = placement_env(job, binding, &visible);
         run_env.extend(gang_env);
         run_env.extend(slice_env);
+        let confinement = self.confinement(&job.spec, binding, host);
         let (settings, spec, run) = (self.settings.clone(), job.spec.clone(), dir.clone());
-        let (node, cgroups) = (self.cluster.id, host.cgroups.clone());
+        let node = self.cluster.id;
         // NSS may ask a remote directory (LDAP, SSSD): never on the executor's own thread.
         let args = tokio::task::spawn_blocking(move || {
-            prepare_run(&settings, &spec, &run, node, cgroups.as_deref(), &run_env)
+            prepare_run(&settings, &spec, &run, node, &confinement, &run_env)
         })
         .await
         .map_err(|e| format!("preparing the run: {e}"))??;
         tokio::process::Command::from(supervisor_command(&self.settings.agent_exe, &args))
             .spawn()
             .map_err(|e| format!("spawning the supervisor: {e}"))
+    }
+
+    /// What confines the run: its limits, and a device fence letting it open its own GPUs'
+    /// nodes (and the configured extras, resolved now) but no other GPU's.
+    fn confinement(&self, spec: &JobSpec, binding: &Binding, host: &Host) -> Confinement {
+        let devices = self.gpus.devices();
+        let nodes: Vec<_> = binding
+            .gpus
+            .iter()
+            .map(|g| {
+                devices
+                    .iter()
+                    .find(|d| d.index == *g)
+                    .and_then(|d| d.device_node.clone())
+            })
+            .collect();
+        let (extra, problems) = device_fence::resolve_extra(&self.settings.confine.extra_devices);
+        for problem in problems {
+            warn!(%problem, "jobs.extra_devices: cannot read a device directory");
+        }
+        Confinement {
+            cgroups: host.cgroups.clone(),
+            limits: Limits::for_job(spec, &self.settings.confine),
+            devices: device_fence::allow_list(&nodes, &device_fence::host_majors(), &extra),
+        }
     }
 
     /// Start a vm job: its pass-through GPUs' PCI addresses go to the VM (see `vm.rs`).
@@ -110,7 +140,7 @@ pub fn prepare_run(
     spec: &JobSpec,
     dir: &JobDir,
     node: NodeId,
-    cgroup_root: Option<&Path>,
+    confinement: &Confinement,
     run_env: &[(&'static str, String)],
 ) -> Result<Vec<OsString>, String> {
     dir.create()
@@ -144,7 +174,7 @@ pub fn prepare_run(
         settings,
         spec,
         dir,
-        cgroup_root,
+        confinement,
         &identity,
         workdir.as_deref(),
     ))
@@ -276,7 +306,7 @@ fn shim_args(
     settings: &ExecutorSettings,
     spec: &JobSpec,
     dir: &JobDir,
-    cgroup_root: Option<&Path>,
+    confinement: &Confinement,
     identity: &Identity,
     workdir: Option<&Path>,
 ) -> Vec<OsString> {
@@ -313,18 +343,7 @@ fn shim_args(
     if let Some(w) = workdir {
         flag("--workdir", w.into());
     }
-    if let Some(root) = cgroup_root {
-        flag(
-            "--cgroup",
-            isolation::job_cgroup(root, dir.job, dir.generation).into(),
-        );
-    }
-    if let Some(m) = spec.cpu_millis {
-        flag("--cpu-millis", m.to_string().into());
-    }
-    if let Some(m) = spec.memory_mib {
-        flag("--memory-mib", m.to_string().into());
-    }
+    args.extend(confinement.flags());
     args.push("--".into());
     args.extend(spec.command.iter().map(OsString::from));
     args
@@ -371,7 +390,9 @@ mod tests {
     use expect_test::expect;
 
     use super::*;
-    use crate::config::{RunAs, UidRange};
+    use crate::config::{Confine, RunAs, UidRange};
+    use crate::executor::cgroups::CgroupLayout;
+    use crate::executor::device_fence::DeviceRule;
 
     fn settings(run_as: RunAs) -> ExecutorSettings {
         ExecutorSettings {
@@ -392,6 +413,16 @@ mod tests {
             )]),
             cgroup_root: "/sys/fs/cgroup/gpumesh".into(),
             uid_range: UidRange::default(),
+            confine: Confine::default(),
+        }
+    }
+
+    /// The plan for `spec` on a node with `cgroups`, fenced to GPU 3's node.
+    fn plan(s: &ExecutorSettings, spec: &JobSpec, cgroups: CgroupLayout) -> Confinement {
+        Confinement {
+            cgroups,
+            limits: Limits::for_job(spec, &s.confine),
+            devices: vec![DeviceRule::char(195, 3)],
         }
     }
 
@@ -428,20 +459,25 @@ mod tests {
             "wall_time_limit_s": 90,
             "cpu_millis": 1500,
             "memory_mib": 4096,
+            "gpus": 1,
         }))
         .expect("spec");
+        let v2 = CgroupLayout::V2 {
+            root: s.cgroup_root.clone(),
+        };
         let args = shim_args(
             &s,
             &spec,
             &dir,
-            Some(&s.cgroup_root),
+            &plan(&s, &spec, v2),
             &alice(),
             Some(Path::new("/srv/data")),
         );
-        expect![[r#"shim --job-dir /data/jobs/j-42-g3 --lease /data/lease --lease-timeout 10s --grace 5s --run-as-uid 1001 --run-as-gid 1001 --wall-time 90s --run-as-groups 44,1001 --workdir /srv/data --cgroup /sys/fs/cgroup/gpumesh/job-42-g3 --cpu-millis 1500 --memory-mib 4096 -- python train.py"#]]
+        expect!["shim --job-dir /data/jobs/j-42-g3 --lease /data/lease --lease-timeout 10s --grace 5s --run-as-uid 1001 --run-as-gid 1001 --wall-time 90s --run-as-groups 44,1001 --workdir /srv/data --cgroup-v2 /sys/fs/cgroup/gpumesh --cpu-millis 1500 --memory-mib 4096 --tasks-max 4096 --allow-device c 195:3 rwm -- python train.py"]
         .assert_eq(&render(&args));
-        // Without cgroup v2 the limits still travel, so the supervisor can say they are not
-        // enforced. A node-configured user has no supplementary groups.
+        // Without cgroups the limits still travel, so the supervisor can say they are not
+        // enforced; a CPU-only job gets the defaults for what it did not ask. A
+        // node-configured user has no supplementary groups.
         let plain: JobSpec = serde_json::from_value(serde_json::json!({
             "name": "t",
             "command": ["true"],
@@ -449,8 +485,12 @@ mod tests {
         }))
         .expect("spec");
         let user = Identity::of_run_as(s.user_for(&plain.tenant));
-        expect![[r#"shim --job-dir /data/jobs/j-42-g3 --lease /data/lease --lease-timeout 10s --grace 5s --run-as-uid 65534 --run-as-gid 65534 --cpu-millis 500 -- true"#]]
-        .assert_eq(&render(&shim_args(&s, &plain, &dir, None, &user, None)));
+        let none = CgroupLayout::None {
+            reason: "none".into(),
+        };
+        let plain_plan = plan(&s, &plain, none);
+        expect!["shim --job-dir /data/jobs/j-42-g3 --lease /data/lease --lease-timeout 10s --grace 5s --run-as-uid 65534 --run-as-gid 65534 --cpu-millis 500 --memory-mib 4096 --tasks-max 4096 --allow-device c 195:3 rwm -- true"]
+        .assert_eq(&render(&shim_args(&s, &plain, &dir, &plain_plan, &user, None)));
         // A tenant with a user of its own runs as that user.
         let vision = Identity::of_run_as(s.user_for("vision"));
         assert_eq!((vision.uid, vision.gid), (2001, 2001));

@@ -8,10 +8,19 @@
 //! each action, launching runs through `launch.rs` (who the job runs as: `identity.rs`; its
 //! environment, handed to the supervisor in a file: `job_env.rs`). `setup.rs` prepares the
 //! host once at start.
+//!
+//! What confines a run (`confine.rs`: `limits.rs`, `device_fence.rs`) is decided here and carried out by
+//! its supervisor (`shim.rs`) in job cgroups (`cgroups.rs`, over `isolation.rs` for v2 and
+//! `cgroup_v1.rs`), which the job enters before it execs (`pre_exec.rs`).
 
+pub mod cgroup_v1;
+pub mod cgroups;
+pub mod confine;
+pub mod device_fence;
 pub mod isolation;
 pub mod job_dir;
 pub(crate) mod lease;
+pub mod limits;
 pub mod shim;
 
 mod act;
@@ -21,6 +30,7 @@ mod job_env;
 mod launch;
 mod mig;
 mod observe;
+mod pre_exec;
 mod reconcile;
 mod setup;
 mod vm;
@@ -38,8 +48,8 @@ use tracing::warn;
 use self::desired::{Mine, desired_runs};
 pub use self::launch::{prepare_run, supervisor_command};
 use self::reconcile::{Action, reconcile};
-use self::setup::Host;
-use crate::config::{RunAs, UidRange};
+pub use self::setup::Host;
+use crate::config::{Confine, RunAs, UidRange};
 use crate::gpu::GpuBackend;
 use crate::raft::Cluster;
 
@@ -59,10 +69,13 @@ pub struct ExecutorSettings {
     pub run_as: RunAs,
     /// Per-tenant users (`jobs.run_as_by_tenant`).
     pub run_as_by_tenant: BTreeMap<String, RunAs>,
-    /// Where job cgroups go when the node has cgroup v2 (`jobs.cgroup_root`).
+    /// Where job cgroups go when the node has cgroup v2 (`jobs.cgroup_root`; on cgroup v1, its
+    /// last component names the directory in each hierarchy).
     pub cgroup_root: PathBuf,
     /// The uids a cluster-mapped account may run as here (`jobs.uid_range`).
     pub uid_range: UidRange,
+    /// Default limits, extra devices, foreign-process policy (`jobs.*`).
+    pub confine: Confine,
 }
 
 impl ExecutorSettings {
@@ -76,6 +89,8 @@ pub struct Executor {
     pub cluster: Cluster,
     pub gpus: Arc<dyn GpuBackend>,
     pub settings: ExecutorSettings,
+    /// What this host offers jobs (`Host::prepare`, once at start).
+    pub host: Host,
 }
 
 /// How soon a pass looks again while a supervisor it started has not written its pid.
@@ -100,7 +115,7 @@ impl Children {
 
 impl Executor {
     pub async fn run(self, cancel: CancellationToken) {
-        let host = self.prepare_host();
+        let host = &self.host;
         let mut applied = self.cluster.state.subscribe();
         let children = Children::default();
         let mut mig_errors = HashMap::new();
@@ -113,9 +128,7 @@ impl Executor {
                 () = children.ended.notified() => {}
                 () = tokio::time::sleep(wait) => {}
             }
-            let starting = self
-                .pass(&children, &host, &mut mig_errors, &mut mine)
-                .await;
+            let starting = self.pass(&children, host, &mut mig_errors, &mut mine).await;
             // A supervisor just started writes its pid within milliseconds; look again soon so
             // the start is reported then, not at the next tick (a job started while nothing else
             // changed used to wait a whole tick to be reported running).

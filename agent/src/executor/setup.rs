@@ -1,26 +1,31 @@
-//! What this host offers jobs, found once when the executor starts: the jobs directory, the
-//! job users, and whether job cgroups are available.
+//! What this host offers jobs, found once when the agent starts: the jobs directory, the
+//! job users, which job cgroups (and so limits and device fence) are available, and the
+//! agent's own shield from the OOM killer.
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use tracing::{error, info, warn};
 
-use super::{Executor, isolation};
-use crate::config::RunAs;
+use super::cgroups::CgroupLayout;
+use super::{ExecutorSettings, isolation};
+use crate::config::{ForeignPolicy, RunAs};
 
 /// What this host offers jobs, found once at start.
-#[derive(Clone, Debug, Default)]
-pub(super) struct Host {
-    /// `cgroup_root`, ready for job cgroups; `None`: jobs run without CPU/memory limits.
-    pub(super) cgroups: Option<PathBuf>,
+#[derive(Clone, Debug)]
+pub struct Host {
+    /// Where job cgroups go (and whether there are any).
+    pub cgroups: CgroupLayout,
 }
 
-impl Executor {
-    /// Create the jobs directory, check the job user can reach it, and set up job cgroups,
-    /// saying once what jobs will and will not get on this host.
-    pub(super) fn prepare_host(&self) -> Host {
-        let s = &self.settings;
+/// The kernel's OOM score adjustment that exempts a process from the OOM killer.
+const OOM_NEVER: &str = "-1000";
+
+impl Host {
+    /// Create the jobs directory, check the job user can reach it, set up job cgroups and
+    /// shield the agent from the OOM killer, saying once what jobs will and will not get on
+    /// this host.
+    pub fn prepare(s: &ExecutorSettings) -> Self {
         let jobs_dir = &s.jobs_dir;
         // Jobs pass through to their own `work/` directories but cannot list the runs.
         let created = std::fs::create_dir_all(jobs_dir).and_then(|()| {
@@ -68,22 +73,35 @@ impl Executor {
                 blocked.display()
             );
         }
-        let root = &s.cgroup_root;
-        match isolation::prepare_root(root) {
-            Ok(()) => {
-                info!(cgroup_root = %root.display(), "each job runs in a cgroup of its own with its CPU/memory limits");
-                Host {
-                    cgroups: Some(root.clone()),
-                }
-            }
-            Err(reason) => {
-                warn!(
-                    "cgroup v2 with cpu/memory delegation not available at {}: {reason}: jobs run without CPU/memory limits",
-                    root.display()
-                );
-                Host::default()
-            }
+        // The agent (and the supervisors it starts) must outlive any job that runs the host
+        // out of memory; each job resets its own score before it execs.
+        match std::fs::write("/proc/self/oom_score_adj", OOM_NEVER) {
+            Ok(()) => info!("the agent is shielded from the OOM killer (oom_score_adj -1000)"),
+            Err(e) => warn!(error = %e, "cannot shield the agent from the OOM killer (needs root)"),
         }
+        let cgroups = CgroupLayout::detect(&s.cgroup_root);
+        let layout = cgroups.describe();
+        let confine = &s.confine;
+        if cgroups.has_job_cgroups() {
+            info!(cgroups = %layout, tasks_max = confine.default_tasks_max, "each job runs in cgroups of its own with its limits");
+        } else {
+            warn!(cgroups = %layout, "jobs run without CPU, memory or task limits");
+        }
+        match cgroups.unfenced_reason() {
+            None => info!(
+                extra_devices = confine.extra_devices.len(),
+                "each job can open only its own GPUs' device nodes (devices cgroup)"
+            ),
+            Some(why) => warn!(
+                "{why}: jobs' devices are not fenced (any job can open every GPU's device node)"
+            ),
+        }
+        if confine.foreign_processes == ForeignPolicy::Kill && !cgroups.has_job_cgroups() {
+            warn!(
+                "jobs.foreign_processes = \"kill\" needs job cgroups to tell a job's processes apart: foreign processes are only reported"
+            );
+        }
+        Host { cgroups }
     }
 }
 

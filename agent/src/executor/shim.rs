@@ -1,13 +1,14 @@
 //! `gpu-agent shim`: the per-run supervisor. The agent starts it (as a process-group leader,
 //! with a fixed minimal environment); it starts the job in a process group of its own, with the
 //! job's environment from the run's `env.json` (see `job_env`), waits for it, and writes how it
-//! ended to `exit.json`. Because it outlives agent restarts, a restarted agent
-//! can still learn every run's outcome.
+//! ended to `exit.json`. Because it outlives agent restarts, a restarted agent can still learn
+//! every run's outcome.
 //!
 //! The job runs as the user the executor chose (its uid, gid and supplementary groups, see
-//! `identity`), in the run's cgroup with its CPU and memory limits when the node has cgroup v2
-//! (see `isolation`); the supervisor itself keeps the agent's user, so it can always write
-//! `exit.json` and signal the job.
+//! `identity`), in the run's cgroups with its CPU, memory
+//! and task limits and its device fence, entered before it execs (see `cgroups`); the
+//! supervisor itself keeps the agent's user and cgroups, so it can always write `exit.json` and
+//! signal the job. A job the memory cgroup's OOM killer ended is "out of memory".
 //!
 //! It also enforces what must hold even when the agent is gone: the wall-time limit, and
 //! self-fencing — when the agent stops renewing the node's lease file (it lost contact with the
@@ -25,9 +26,11 @@ use nix::unistd::{Pid, geteuid};
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{SignalKind, signal};
 
-use super::isolation::{self, JobCgroup};
+use super::cgroups::{CgroupLayout, RunCgroups, V1Root, cgroup_name};
+use super::device_fence::DeviceRule;
 use super::job_dir::{JobDir, Supervisor};
-use super::{identity, job_env};
+use super::limits::{self, Enforced, Limits};
+use super::{identity, isolation, job_env, pre_exec};
 
 #[derive(Debug, clap::Args)]
 pub struct ShimArgs {
@@ -56,16 +59,28 @@ pub struct ShimArgs {
     /// The job's supplementary groups (gids, comma-separated) [default: none].
     #[arg(long, requires = "run_as_uid", value_delimiter = ',')]
     pub run_as_groups: Vec<u32>,
-    /// The run's cgroup, created here and removed when the job has ended. Absent when the node
-    /// has no usable cgroup v2: limits are then noted in stderr.log as not enforced.
+    /// The cgroup v2 directory the run's cgroup is created in (and removed from when the job
+    /// has ended).
+    #[arg(long, conflicts_with = "cgroup_v1")]
+    pub cgroup_v2: Option<PathBuf>,
+    /// `CONTROLLER=DIR`, once per cgroup v1 hierarchy: where the run's cgroup of that
+    /// controller is created. With neither flag, limits and the device fence are noted in
+    /// stderr.log as not enforced.
     #[arg(long)]
-    pub cgroup: Option<PathBuf>,
+    pub cgroup_v1: Vec<V1Root>,
     /// CPU limit, thousandths of a core.
     #[arg(long)]
     pub cpu_millis: Option<u32>,
     /// Memory limit, MiB.
     #[arg(long)]
     pub memory_mib: Option<u64>,
+    /// Most processes and threads.
+    #[arg(long)]
+    pub tasks_max: Option<u64>,
+    /// A device the job may open (`c 195:0 rwm`), once per rule: with a devices cgroup, all
+    /// others are denied.
+    #[arg(long)]
+    pub allow_device: Vec<DeviceRule>,
     /// The job's argv.
     #[arg(last = true, required = true)]
     pub command: Vec<String>,
@@ -174,27 +189,32 @@ async fn supervise(dir: &JobDir, args: &ShimArgs) -> Outcome {
         Ok(f) => f,
         Err(e) => return failed(format!("opening log files: {e}")),
     };
-    let limited = args.cpu_millis.is_some() || args.memory_mib.is_some();
-    let cgroup = match &args.cgroup {
-        Some(path) => match JobCgroup::create(path, args.cpu_millis, args.memory_mib) {
-            Ok(cg) => Some(cg),
-            Err(e) if limited => return failed(e),
-            Err(e) => {
-                writeln!(
-                    notes,
-                    "gpumesh: {e}; the job runs without a cgroup of its own"
-                )
-                .ok();
-                None
-            }
-        },
-        None => {
-            if let Some(notice) = isolation::not_enforced_notice(args.cpu_millis, args.memory_mib) {
-                notes.write_all(notice.as_bytes()).ok();
-            }
-            None
-        }
+    let asked = Limits {
+        cpu_millis: args.cpu_millis,
+        memory_mib: args.memory_mib,
+        tasks_max: args.tasks_max,
     };
+    let layout = CgroupLayout::from_flags(args.cgroup_v2.as_deref(), &args.cgroup_v1);
+    let name = cgroup_name(dir.job, dir.generation, std::process::id());
+    let cgroups = match RunCgroups::create(&layout, &name, &asked, &args.allow_device) {
+        Ok(c) => c,
+        Err(e) => return failed(e),
+    };
+    let enforced = cgroups
+        .as_ref()
+        .map_or(Enforced::default(), RunCgroups::enforced);
+    let why = match &layout {
+        CgroupLayout::V1 { .. } => "this node's cgroup v1 lacks a hierarchy",
+        _ => "this node has no job cgroups",
+    };
+    if let Some(notice) = limits::unenforced_notice(&asked, enforced, why) {
+        notes.write_all(notice.as_bytes()).ok();
+    }
+    if let Some(why) = layout.unfenced_reason() {
+        notes
+            .write_all(limits::unfenced_notice(&why).as_bytes())
+            .ok();
+    }
     let program = &args.command[0];
     let mut cmd = Command::new(program);
     cmd.args(&args.command[1..])
@@ -204,48 +224,39 @@ async fn supervise(dir: &JobDir, args: &ShimArgs) -> Outcome {
         .stdout(stdout)
         .stderr(stderr)
         .process_group(0);
-    // Groups, gid, uid, then the working directory, in the child: exactly the job's groups,
-    // none of ours.
+    // The job enters its cgroups before it execs, while still root: no process of it ever runs
+    // outside them. This hook must stay ahead of the one that switches user.
+    let procs = cgroups
+        .as_ref()
+        .map(RunCgroups::procs_files)
+        .unwrap_or_default();
+    if let Err(e) = pre_exec::enter_cgroups(&mut cmd, &procs) {
+        return ended(cgroups, failed(e)).await;
+    }
+    // Then groups, gid, uid and the working directory, in the child: exactly the job's
+    // groups, none of ours.
     let prepared = identity::become_in_child(&mut cmd, switch, &cwd);
     let mut child = match prepared.and_then(|()| {
         cmd.spawn()
             .map_err(|e| spawn_error(program, &e, owner, &cwd))
     }) {
         Ok(c) => c,
-        Err(message) => {
-            if let Some(cg) = &cgroup {
-                cg.remove().await.ok();
-            }
-            return failed(message);
-        }
+        Err(message) => return ended(cgroups, failed(message)).await,
     };
     let Some(pid) = child.id() else {
-        if let Some(cg) = &cgroup {
-            cg.remove().await.ok();
-        }
-        return failed("the job exited before it could be supervised".into());
+        return ended(
+            cgroups,
+            failed("the job exited before it could be supervised".into()),
+        )
+        .await;
     };
     let Ok(group) = i32::try_from(pid).map(|p| Pid::from_raw(-p)) else {
-        return failed(format!("pid {pid} out of range"));
+        return ended(cgroups, failed(format!("pid {pid} out of range"))).await;
     };
-    if let Some(cg) = &cgroup {
-        // The job runs from the moment spawn returns, so a process it forks at once starts in
-        // our cgroup; sweeping its process group right after moving it catches those. Still
-        // uncovered: a child that leaves the process group within that first moment. (Closing
-        // the gap needs clone3(CLONE_INTO_CGROUP) or a pre_exec hook.)
-        if let Err(e) = cg.add(pid) {
-            kill(group, Signal::SIGKILL).ok();
-            child.wait().await.ok();
-            cg.remove().await.ok();
-            return failed(format!(
-                "moving the job into its cgroup {}: {e}",
-                cg.path.display()
-            ));
-        }
-        cg.adopt_group(pid);
-    }
     let outcome = watch(&mut child, group, dir, args, &mut term).await;
-    if let Some(cg) = &cgroup
+    let evidence = cgroups.as_ref().and_then(RunCgroups::oom_evidence);
+    let outcome = limits::judge_oom(outcome, evidence, asked.memory_mib);
+    if let Some(cg) = &cgroups
         && let Err(e) = cg.remove().await
     {
         writeln!(notes, "gpumesh: {e}").ok();
@@ -266,6 +277,14 @@ fn spawn_error(
         message.push_str(&format!(" (as uid {uid}, in {})", cwd.display()));
     }
     message
+}
+
+/// Remove the run's cgroups (when there are any) and end with `outcome`.
+async fn ended(cgroups: Option<RunCgroups>, outcome: Outcome) -> Outcome {
+    if let Some(cg) = cgroups {
+        cg.remove().await.ok();
+    }
+    outcome
 }
 
 /// Wait for the job, stopping it on request, at its wall-time limit or when the lease expires.

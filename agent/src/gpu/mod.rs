@@ -4,13 +4,16 @@
 //! Architecture invariant: nothing outside this module names NVML; the rest of the agent sees
 //! only `GpuBackend`, `GpuDevice` and `GpuSample`, whichever backend is behind them.
 
+pub(crate) mod dev_number;
 pub(crate) mod models;
 pub(crate) mod nvml;
 mod nvml_mig;
 pub(crate) mod sim;
+pub(crate) mod sim_nodes;
 
 use gpu_raft_store::mig::Instance;
 use std::fmt;
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
@@ -38,6 +41,35 @@ pub struct GpuDevice {
     pub mig_capable: bool,
     /// Default board power limit (TDP).
     pub max_power_w: u32,
+    /// The character device a process opens to use this GPU (`/dev/nvidia<minor>`; the
+    /// simulator's own nodes under its data directory). `None`: unknown, or the simulator
+    /// could not create one (that needs root); such a GPU cannot be fenced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_node: Option<DeviceNode>,
+}
+
+/// NVIDIA's character device major: `/dev/nvidia<N>` is `195:N`, `/dev/nvidiactl` `195:255`.
+pub const NVIDIA_MAJOR: u32 = 195;
+/// `/dev/nvidiactl`'s minor (every CUDA process opens it).
+pub const NVIDIACTL_MINOR: u32 = 255;
+
+/// A GPU's device node: its path and device number.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceNode {
+    pub path: PathBuf,
+    pub major: u32,
+    pub minor: u32,
+}
+
+impl DeviceNode {
+    /// The real driver's node for minor `minor`: `/dev/nvidia<minor>`, `195:<minor>`.
+    pub fn nvidia(minor: u32) -> Self {
+        Self {
+            path: PathBuf::from(format!("/dev/nvidia{minor}")),
+            major: NVIDIA_MAJOR,
+            minor,
+        }
+    }
 }
 
 /// One reading of one GPU. Both backends fill the same fields; a field the GPU does not support
@@ -288,19 +320,29 @@ impl FromStr for BackendKind {
 
 /// Opens the GPU backend. `sim_spec` (e.g. `4xA100-80GB,2xT4-16GB`) is used only by the
 /// simulator; `node_id` seeds the simulated UUIDs so that every simulated node's GPUs differ.
+/// `sim_dev_dir`: where the simulator creates its GPUs' device nodes (see `sim_nodes`); `None`
+/// for none.
 pub fn open(
     kind: BackendKind,
     sim_spec: &str,
     node_id: u64,
+    sim_dev_dir: Option<&Path>,
 ) -> Result<Box<dyn GpuBackend>, GpuError> {
+    let sim = || -> Result<Box<dyn GpuBackend>, GpuError> {
+        let sim = SimBackend::from_spec(sim_spec, node_id)?;
+        Ok(Box::new(match sim_dev_dir {
+            Some(dir) => sim.with_device_nodes(dir, node_id),
+            None => sim,
+        }))
+    };
     let backend: Box<dyn GpuBackend> = match kind {
         BackendKind::Nvml => Box::new(NvmlBackend::open()?),
-        BackendKind::Sim => Box::new(SimBackend::from_spec(sim_spec, node_id)?),
+        BackendKind::Sim => sim()?,
         BackendKind::Auto => match NvmlBackend::open() {
             Ok(nvml) => Box::new(nvml),
             Err(GpuError::DriverUnavailable(why)) => {
                 info!(%why, "NVIDIA driver not available, simulating GPUs");
-                Box::new(SimBackend::from_spec(sim_spec, node_id)?)
+                sim()?
             }
             Err(e) => return Err(e),
         },
@@ -335,12 +377,12 @@ mod tests {
 
     #[test]
     fn open_sim_uses_the_spec_and_node_id() {
-        let a = open(BackendKind::Sim, "2xT4-16GB", 1).expect("sim opens");
-        let b = open(BackendKind::Sim, "2xT4-16GB", 2).expect("sim opens");
+        let a = open(BackendKind::Sim, "2xT4-16GB", 1, None).expect("sim opens");
+        let b = open(BackendKind::Sim, "2xT4-16GB", 2, None).expect("sim opens");
         assert_eq!(a.name(), "sim");
         assert_eq!(a.devices().len(), 2);
         assert_ne!(a.devices()[0].uuid, b.devices()[0].uuid);
-        let err = open(BackendKind::Sim, "", 1)
+        let err = open(BackendKind::Sim, "", 1, None)
             .err()
             .expect("empty spec is refused");
         assert!(matches!(err, GpuError::InvalidSimSpec { .. }), "{err}");
@@ -350,8 +392,8 @@ mod tests {
     /// checks the other branch: NVML opens and `Auto` picks it.
     #[test]
     fn nvml_without_driver_is_refused_and_auto_falls_back_to_sim() {
-        let auto = open(BackendKind::Auto, "4xA100-80GB", 7).expect("auto always opens here");
-        match open(BackendKind::Nvml, "4xA100-80GB", 7) {
+        let auto = open(BackendKind::Auto, "4xA100-80GB", 7, None).expect("auto always opens here");
+        match open(BackendKind::Nvml, "4xA100-80GB", 7, None) {
             Err(GpuError::DriverUnavailable(why)) => {
                 assert!(why.contains("libnvidia-ml.so.1"), "{why}");
                 let shown = GpuError::DriverUnavailable(why).to_string();

@@ -23,7 +23,7 @@ use nvml_wrapper::sys_exports::field_id as fi;
 use tracing::{error, info, warn};
 
 use super::models;
-use super::{Fault, GpuBackend, GpuDevice, GpuError, GpuProcess, GpuSample};
+use super::{DeviceNode, Fault, GpuBackend, GpuDevice, GpuError, GpuProcess, GpuSample};
 
 /// The NVML library as the driver installs it.
 pub(crate) const NVML_LIBRARY: &str = "libnvidia-ml.so.1";
@@ -460,6 +460,14 @@ fn describe(nvml: &Nvml, index: u32) -> Result<(GpuDevice, PciKey), NvmlError> {
         nvlink_peers: Vec::new(),
         mig_capable,
         max_power_w,
+        // The driver names each GPU's node after its minor number, not its index.
+        device_node: match device.minor_number() {
+            Ok(minor) => Some(DeviceNode::nvidia(minor)),
+            Err(e) => {
+                warn!(gpu = index, error = %e, "cannot read the GPU's device minor: it cannot be fenced");
+                None
+            }
+        },
     };
     Ok((gpu, pci_key(&pci)))
 }

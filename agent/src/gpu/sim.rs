@@ -2,6 +2,7 @@
 //! power and thermal model driven by `set_busy`, and injectable faults. Deterministic for a given
 //! spec, seed and sequence of sample instants.
 
+use std::path::Path;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
@@ -9,10 +10,15 @@ use gpu_raft_store::mig::{self, Instance};
 use sha2::Digest;
 
 use super::models::{self, GpuModel};
-use super::{Fault, GpuBackend, GpuDevice, GpuError, GpuSample, MigDevice, throttle};
+use super::{
+    DeviceNode, Fault, GpuBackend, GpuDevice, GpuError, GpuProcess, GpuSample, MigDevice,
+    sim_nodes, throttle,
+};
 
 /// Most GPUs one simulated node may have (per spec entry and in total).
 pub(crate) const MAX_GPUS: u32 = 64;
+// Each of them gets a device node minor of its own.
+const _: () = assert!(sim_nodes::MINORS_PER_NODE >= MAX_GPUS);
 /// Air temperature the GPUs cool towards.
 pub(crate) const AMBIENT_C: f64 = 30.0;
 /// Time constant of the temperature's lag behind its steady state.
@@ -100,11 +106,14 @@ pub(crate) fn parse_spec(spec: &str) -> Result<Vec<(&'static GpuModel, u32)>, Gp
     Ok(entries)
 }
 
-/// Simulated GPUs. All state sits behind one mutex; every method is cheap.
+/// Simulated GPUs. All state sits behind one mutex; every method is cheap (but `sample`,
+/// which scans `/proc` for the processes holding the GPUs' device nodes when there are any).
 pub struct SimBackend {
     devices: Vec<GpuDevice>,
     models: Vec<&'static GpuModel>,
     state: Mutex<SimState>,
+    /// Each GPU's device node (see `sim_nodes`); all `None` without `with_device_nodes`.
+    nodes: Vec<Option<DeviceNode>>,
 }
 
 struct SimState {
@@ -167,6 +176,7 @@ impl SimBackend {
             })
             .collect();
         Ok(Self {
+            nodes: vec![None; devices.len()],
             devices,
             models,
             state: Mutex::new(SimState {
@@ -175,6 +185,29 @@ impl SimBackend {
                 mig_created: 0,
             }),
         })
+    }
+
+    /// Give every GPU a real device node in `dir` (see `sim_nodes`), so the executor can fence
+    /// it and `sample` reports the processes holding it. Needs root; without, the GPUs stay
+    /// without nodes and the log says so once.
+    pub fn with_device_nodes(mut self, dir: &Path, node_id: u64) -> Self {
+        match sim_nodes::create(dir, node_id, self.devices.len() as u32) {
+            Ok(nodes) => {
+                if sim_nodes::on_nodev_mount(dir) {
+                    tracing::warn!(dir = %dir.display(), "the simulated GPUs' device nodes are on a nodev mount: opening them fails with EACCES whatever the fence says");
+                }
+                tracing::info!(dir = %dir.display(), first_minor = nodes.first().map(|n| n.minor), "simulated GPUs have device nodes (major 195)");
+                for (device, node) in self.devices.iter_mut().zip(&nodes) {
+                    device.device_node = Some(node.clone());
+                }
+                self.nodes = nodes.into_iter().map(Some).collect();
+            }
+            Err(e) => tracing::warn!(
+                error = %e,
+                "simulated GPUs without device nodes (making them needs root): their device fence and foreign-process detection are not exercised"
+            ),
+        }
+        self
     }
 
     /// Advances the model to `now` and reads every GPU. `sample()` is `sample_at(Instant::now())`;
@@ -282,7 +315,17 @@ impl GpuBackend for SimBackend {
     }
 
     fn sample(&self) -> Vec<GpuSample> {
-        self.sample_at(Instant::now())
+        let mut samples = self.sample_at(Instant::now());
+        if self.nodes.iter().any(Option::is_some) {
+            let held = sim_nodes::holders(&self.nodes);
+            for (sample, pids) in samples.iter_mut().zip(held) {
+                sample.processes = pids
+                    .into_iter()
+                    .map(|pid| GpuProcess { pid, used_mib: 0 })
+                    .collect();
+            }
+        }
+        samples
     }
 
     fn set_busy(&self, index: u32, busy: bool) {
@@ -459,6 +502,7 @@ fn build_devices(models: &[&'static GpuModel], seed: u64) -> Vec<GpuDevice> {
                 nvlink_peers,
                 mig_capable: model.mig_capable,
                 max_power_w: model.max_power_w,
+                device_node: None,
             }
         })
         .collect()
@@ -566,6 +610,47 @@ mod tests {
                 r#"invalid simulated GPU spec "xT4-16GB": unknown GPU model "xT4-16GB" (known models: A100-40GB, A100-80GB, H100-80GB, H200-141GB, V100-32GB, T4-16GB, L4-24GB)"#
             ]],
         );
+    }
+
+    #[test]
+    fn a_process_holding_a_gpu_node_is_reported_on_that_gpu() {
+        use std::os::unix::fs::OpenOptionsExt;
+        if !nix::unistd::geteuid().is_root() {
+            assert!(
+                std::env::var_os("GPUMESH_REQUIRE_ROOT").is_none(),
+                "GPUMESH_REQUIRE_ROOT is set but this test is not root"
+            );
+            eprintln!("SKIPPED: mknod needs root, and this test is not root");
+            return;
+        }
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let sim = SimBackend::from_spec("2xT4-16GB", 9)
+            .expect("spec")
+            .with_device_nodes(&tmp.path().join("dev"), 9);
+        let node = sim.devices()[1]
+            .device_node
+            .clone()
+            .expect("a node as root");
+        assert_eq!(node.minor, sim_nodes::sim_minor(9, 1));
+        let me = std::process::id();
+        let holds =
+            |samples: &[GpuSample], gpu: usize| samples[gpu].processes.iter().any(|p| p.pid == me);
+        assert!(!holds(&sim.sample(), 1));
+        // With no driver only an O_PATH descriptor can be held on the node.
+        let held = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(nix::libc::O_PATH)
+            .open(&node.path)
+            .expect("O_PATH open");
+        let samples = sim.sample();
+        assert!(holds(&samples, 1), "{:?}", samples[1].processes);
+        assert!(!holds(&samples, 0), "{:?}", samples[0].processes);
+        drop(held);
+        assert!(!holds(&sim.sample(), 1));
+        // Without nodes nothing is scanned.
+        let plain = SimBackend::from_spec("2xT4-16GB", 9).expect("spec");
+        assert!(plain.devices().iter().all(|d| d.device_node.is_none()));
+        assert!(plain.sample().iter().all(|s| s.processes.is_empty()));
     }
 
     #[test]

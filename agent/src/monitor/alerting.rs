@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::Telemetry;
+use super::foreign;
 use super::rules::{Verdict, evaluate, lookback_ms};
 use super::webhook::{Event, Notice, Notifier};
 use crate::clock::now_ms;
@@ -68,10 +69,11 @@ impl Alerting {
                 }
             }
             // A rule deleted or switched off resolves its open alerts: nothing would otherwise
-            // ever clear them (or return a GPU they quarantined).
+            // ever clear them (or return a GPU they quarantined). The foreign-process check
+            // raises and resolves its own.
             for a in open
                 .iter()
-                .filter(|a| !rules.iter().any(|r| r.name == a.rule))
+                .filter(|a| !rules.iter().any(|r| r.name == a.rule) && a.rule != foreign::RULE)
             {
                 self.resolve(node, a.gpu, &a.rule).await;
             }

@@ -4,6 +4,7 @@
 
 pub(crate) mod alerting;
 pub(crate) mod attribution;
+pub(crate) mod foreign;
 pub(crate) mod history;
 pub(crate) mod metrics_http;
 pub(crate) mod power;
