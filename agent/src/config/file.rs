@@ -122,6 +122,15 @@ pub struct JobsSection {
     pub run_as_by_tenant: Option<BTreeMap<String, String>>,
     /// The cgroup v2 directory job cgroups are created under.
     pub cgroup_root: Option<PathBuf>,
+    /// Where run directories (scratch, logs, records) live.
+    pub dir: Option<PathBuf>,
+    /// Each log file is rotated at this size.
+    pub log_max: Option<super::size::ByteSize>,
+    /// No run starts while the jobs filesystem has less free space.
+    pub min_free: Option<super::size::ByteSize>,
+    /// How long an ended, reported run's directory is kept.
+    #[serde(default, with = "humantime_serde")]
+    pub keep_finished_runs: Option<Duration>,
 }
 
 /// `[raft]`, validated into `RaftSettings`.

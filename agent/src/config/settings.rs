@@ -3,13 +3,14 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, ensure};
 use gpu_raft_store::validate;
 
 use super::RunAs;
+use super::jobs_disk::{self, JobDiskSettings};
 use super::file::{
     ApiSection, AutopilotSection, EdgeSection, JobsSection, MonitorSection, RaftSection, TlsSection,
 };
@@ -105,6 +106,8 @@ pub struct JobSettings {
     /// limits when this is (or can be made) a cgroup v2 directory with the `cpu` and `memory`
     /// controllers delegated; otherwise jobs run without limits (see `executor::isolation`).
     pub cgroup_root: PathBuf,
+    /// Where run directories live and how their disk use is bounded.
+    pub disk: JobDiskSettings,
 }
 
 /// Where job cgroups live by default: a cgroup of our own directly under the cgroup v2 root,
@@ -113,7 +116,12 @@ pub const DEFAULT_CGROUP_ROOT: &str = "/sys/fs/cgroup/gpumesh";
 
 /// `[jobs]`, checked against the Raft timing: a node's lease outlasts an election, and the
 /// leader's grace outlasts the lease.
-pub(super) fn jobs(j: JobsSection, raft: &RaftSettings) -> anyhow::Result<JobSettings> {
+pub(super) fn jobs(
+    j: JobsSection,
+    raft: &RaftSettings,
+    data_dir: &Path,
+) -> anyhow::Result<JobSettings> {
+    let disk = jobs_disk::settings(j.dir, j.log_max, j.min_free, j.keep_finished_runs, data_dir)?;
     let jobs = JobSettings {
         lease: j.lease.unwrap_or(Duration::from_secs(10)),
         down_after: j.down_after.unwrap_or(Duration::from_secs(20)),
@@ -123,6 +131,7 @@ pub(super) fn jobs(j: JobsSection, raft: &RaftSettings) -> anyhow::Result<JobSet
         cgroup_root: j
             .cgroup_root
             .unwrap_or_else(|| PathBuf::from(DEFAULT_CGROUP_ROOT)),
+        disk,
     };
     ensure!(
         jobs.cgroup_root.is_absolute(),
