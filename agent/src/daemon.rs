@@ -16,7 +16,8 @@ use tracing::{info, warn};
 use crate::api::router::{Services, serve};
 use crate::config::Config;
 use crate::executor::lease::LeaseKeeper;
-use crate::executor::{Executor, ExecutorSettings};
+use crate::executor::retention::Retention;
+use crate::executor::{DiskLimits, Executor, ExecutorSettings};
 use crate::gpu::{self, GpuBackend};
 use crate::host::inventory::InventoryReporter;
 use crate::host::sd_notify::SdNotify;
@@ -143,7 +144,7 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
         };
         tasks.spawn(metrics.run(cancel.clone()));
     }
-    let jobs_dir = config.data_dir.join("jobs");
+    let jobs_dir = config.jobs.disk.dir.clone();
     let services = Services {
         cluster: cluster.clone(),
         reachable_within: config.reachable_within(),
@@ -251,6 +252,7 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
     };
     tasks.spawn(lease.run(cancel.clone()));
     info!(node_id, jobs_dir = %jobs_dir.display(), "starting the executor");
+    crate::executor::setup::check_jobs_dir(&config.jobs.disk, &config.data_dir);
     let executor = Executor {
         cluster: cluster.clone(),
         gpus,
@@ -264,9 +266,17 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
             run_as: config.jobs.run_as.clone(),
             run_as_by_tenant: config.jobs.run_as_by_tenant.clone(),
             cgroup_root: config.jobs.cgroup_root.clone(),
+            disk: DiskLimits::from(&config.jobs.disk),
         },
     };
     tasks.spawn(executor.run(cancel.clone()));
+    info!(node_id, keep = ?config.jobs.disk.keep_finished_runs, "removing ended runs' directories after jobs.keep_finished_runs");
+    let retention = Retention {
+        cluster: cluster.clone(),
+        jobs_dir: config.jobs.disk.dir.clone(),
+        keep: config.jobs.disk.keep_finished_runs,
+    };
+    tasks.spawn(retention.run(cancel.clone()));
     if systemd.enabled() {
         info!(
             node_id,

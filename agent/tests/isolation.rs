@@ -45,6 +45,7 @@ impl Node {
             run_as,
             run_as_by_tenant: Default::default(),
             cgroup_root,
+            disk: Default::default(),
         };
         Node {
             _tmp: tmp,

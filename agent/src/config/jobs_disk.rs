@@ -49,6 +49,19 @@ pub enum DirOrigin {
     Legacy,
 }
 
+impl JobDiskSettings {
+    /// The defaults, for a directory chosen elsewhere (tests).
+    pub fn defaults() -> Self {
+        Self {
+            dir: PathBuf::new(),
+            dir_origin: DirOrigin::Configured,
+            log_max: DEFAULT_LOG_MAX,
+            min_free: DEFAULT_MIN_FREE,
+            keep_finished_runs: DEFAULT_KEEP_FINISHED_RUNS,
+        }
+    }
+}
+
 pub(crate) const DEFAULT_LOG_MAX: ByteSize = ByteSize(64 << 20);
 pub(crate) const DEFAULT_MIN_FREE: ByteSize = ByteSize(64 << 20);
 pub(crate) const DEFAULT_KEEP_FINISHED_RUNS: Duration = Duration::from_secs(7 * 86_400);
@@ -151,7 +164,11 @@ mod tests {
         assert_eq!(s.dir_origin, DirOrigin::Default);
         assert_eq!(
             (s.log_max, s.min_free, s.keep_finished_runs),
-            (DEFAULT_LOG_MAX, DEFAULT_MIN_FREE, DEFAULT_KEEP_FINISHED_RUNS)
+            (
+                DEFAULT_LOG_MAX,
+                DEFAULT_MIN_FREE,
+                DEFAULT_KEEP_FINISHED_RUNS
+            )
         );
         // Two agents of one host, two data directories: two jobs directories.
         let other = with_dir(None, &tmp.path().join("node-2")).expect("valid");
@@ -172,7 +189,10 @@ mod tests {
         let data = tmp.path().join("d");
         std::fs::create_dir_all(data.join("jobs")).expect("old jobs dir");
         let s = with_dir(None, &data).expect("valid");
-        assert_eq!((s.dir, s.dir_origin), (data.join("jobs"), DirOrigin::Legacy));
+        assert_eq!(
+            (s.dir, s.dir_origin),
+            (data.join("jobs"), DirOrigin::Legacy)
+        );
         // Named explicitly it is allowed too.
         let explicit = data.join("jobs");
         let s = with_dir(explicit.to_str(), &data).expect("valid");

@@ -26,13 +26,14 @@ pub use file::{
     RaftSection, TlsSection,
 };
 pub use flags::Overrides;
+pub(crate) use jobs_disk::DEFAULT_LOG_MAX;
 pub use jobs_disk::{DirOrigin, JobDiskSettings};
 pub use run_as::RunAs;
-pub use size::ByteSize;
 pub use settings::{
     ApiSettings, AutopilotSettings, DEFAULT_CGROUP_ROOT, EdgeSettings, JobSettings,
     MAX_HISTORY_LEN, MonitorSettings, RaftSettings, TlsSettings,
 };
+pub use size::ByteSize;
 
 /// The validated configuration the agent runs with.
 #[derive(Clone, Debug)]

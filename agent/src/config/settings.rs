@@ -10,10 +10,10 @@ use anyhow::{Context, ensure};
 use gpu_raft_store::validate;
 
 use super::RunAs;
-use super::jobs_disk::{self, JobDiskSettings};
 use super::file::{
     ApiSection, AutopilotSection, EdgeSection, JobsSection, MonitorSection, RaftSection, TlsSection,
 };
+use super::jobs_disk::{self, JobDiskSettings};
 
 /// Raft timing. Defaults suit a LAN: heartbeat 100 ms; election timeout 200–400 ms. In openraft
 /// 0.9 a follower waits out the leader lease (= `election_timeout_max`) plus one election timeout

@@ -90,7 +90,15 @@ mod tests {
         ] {
             assert_eq!(ByteSize::parse(text), Ok(ByteSize(want)), "{text:?}");
         }
-        for bad in ["", "MiB", "-1", "1.5GiB", "10MB", "10 mib", "99999999999TiB"] {
+        for bad in [
+            "",
+            "MiB",
+            "-1",
+            "1.5GiB",
+            "10MB",
+            "10 mib",
+            "99999999999TiB",
+        ] {
             assert!(ByteSize::parse(bad).is_err(), "{bad:?}");
         }
         assert_eq!(ByteSize(64 << 20).to_string(), "64MiB");

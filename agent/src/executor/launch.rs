@@ -10,7 +10,7 @@ use tokio::process::Child;
 
 use super::job_dir::JobDir;
 use super::setup::Host;
-use super::{Executor, ExecutorSettings, isolation, vm};
+use super::{Executor, ExecutorSettings, disk_space, isolation, vm};
 use crate::gpu::GpuBackend;
 
 impl Executor {
@@ -21,6 +21,7 @@ impl Executor {
         dir: &JobDir,
         host: &Host,
     ) -> Result<Option<Child>, String> {
+        self.check_free_space()?;
         if job.spec.kind == JobKind::Vm {
             self.start_vm(job, dir).map(|()| None)
         } else {
@@ -65,6 +66,21 @@ impl Executor {
             .process_group(0);
         cmd.spawn()
             .map_err(|e| format!("spawning the supervisor: {e}"))
+    }
+
+    /// A run fails to start, with the reason, on a jobs filesystem below `jobs.min_free`: it
+    /// could not be supervised reliably there (and a job that filled the disk must not make
+    /// every later run on the node fail in some less clear way).
+    fn check_free_space(&self) -> Result<(), String> {
+        let dir = &self.settings.jobs_dir;
+        match disk_space::available(dir) {
+            Ok(free) => match disk_space::too_full(dir, free, self.settings.disk.min_free) {
+                Some(why) => Err(why),
+                None => Ok(()),
+            },
+            // Left to the start itself, which says what is wrong with the directory.
+            Err(_) => Ok(()),
+        }
     }
 
     /// Start a vm job: its pass-through GPUs' PCI addresses go to the VM (see `vm.rs`).
@@ -198,6 +214,11 @@ pub fn shim_args(
     if let Some(w) = &spec.workdir {
         flag("--workdir", w.into());
     }
+    // Only when not the supervisor's own default (the same constant), which keeps the common
+    // command line short.
+    if settings.disk.log_max != crate::config::DEFAULT_LOG_MAX.0 {
+        flag("--log-max", settings.disk.log_max.to_string().into());
+    }
     if let Some(root) = cgroup_root {
         flag(
             "--cgroup",
@@ -281,6 +302,7 @@ mod tests {
                 },
             )]),
             cgroup_root: "/sys/fs/cgroup/gpumesh".into(),
+            disk: crate::executor::DiskLimits::default(),
         }
     }
 

@@ -7,18 +7,22 @@
 //! MIG layouts, `reconcile.rs` diffs desired against observed (pure), and `act.rs` carries out
 //! each action, launching runs through `launch.rs`. `setup.rs` prepares the host once at start.
 
+mod disk_space;
 pub mod isolation;
 pub mod job_dir;
 pub(crate) mod lease;
+pub(crate) mod log_files;
 pub mod shim;
 
 mod act;
 mod desired;
 mod launch;
+mod log_writer;
 mod mig;
 mod observe;
 mod reconcile;
-mod setup;
+pub mod retention;
+pub(crate) mod setup;
 mod vm;
 
 use std::collections::{BTreeMap, HashMap};
@@ -57,6 +61,35 @@ pub struct ExecutorSettings {
     pub run_as_by_tenant: BTreeMap<String, RunAs>,
     /// Where job cgroups go when the node has cgroup v2 (`jobs.cgroup_root`).
     pub cgroup_root: PathBuf,
+    /// Bounds on the runs' disk use.
+    pub disk: DiskLimits,
+}
+
+/// How much disk runs may use: `jobs.log_max`, `jobs.min_free`, `jobs.keep_finished_runs`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DiskLimits {
+    /// Each log file is rotated at this size (a stream keeps at most twice this).
+    pub log_max: u64,
+    /// No run starts while the jobs filesystem has less space available.
+    pub min_free: u64,
+    /// An ended, reported run's directory is removed this long after it was reported.
+    pub keep_finished_runs: Duration,
+}
+
+impl Default for DiskLimits {
+    fn default() -> Self {
+        Self::from(&crate::config::JobDiskSettings::defaults())
+    }
+}
+
+impl From<&crate::config::JobDiskSettings> for DiskLimits {
+    fn from(s: &crate::config::JobDiskSettings) -> Self {
+        Self {
+            log_max: s.log_max.0,
+            min_free: s.min_free.0,
+            keep_finished_runs: s.keep_finished_runs,
+        }
+    }
 }
 
 impl ExecutorSettings {

@@ -1,13 +1,49 @@
-//! What this host offers jobs, found once when the executor starts: the jobs directory, the
-//! job users, and whether job cgroups are available.
+//! What this host offers jobs, found once when the executor starts: the jobs directory (and
+//! whether it shares the Raft data's filesystem), the job users, and whether job cgroups are
+//! available.
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use tracing::{info, warn};
 
-use super::{Executor, isolation};
-use crate::config::RunAs;
+use super::{Executor, disk_space, isolation};
+use crate::config::{DirOrigin, JobDiskSettings, RunAs};
+
+/// Say where runs live, and warn when that is the Raft data's filesystem: a job can fill it,
+/// and the agent stops (by design) when its Raft log cannot be written.
+pub(crate) fn check_jobs_dir(disk: &JobDiskSettings, data_dir: &Path) {
+    let dir = &disk.dir;
+    if let Err(e) = std::fs::create_dir_all(dir) {
+        warn!(error = %e, dir = %dir.display(), "cannot create the jobs directory");
+        return;
+    }
+    if disk.dir_origin == DirOrigin::Legacy {
+        warn!(
+            dir = %dir.display(),
+            "runs are kept inside the data directory, where earlier versions put them, because that directory exists: set jobs.dir (and move or remove it once no run is left in it)"
+        );
+    }
+    let free = disk_space::available(dir).unwrap_or(0);
+    match disk_space::same_filesystem(dir, data_dir) {
+        Some(true) => warn!(
+            jobs_dir = %dir.display(),
+            data_dir = %data_dir.display(),
+            "the jobs directory is on the Raft data's filesystem: a job that fills it also stops this agent's Raft writes; give jobs.dir a filesystem of its own"
+        ),
+        Some(false) => {
+            info!(jobs_dir = %dir.display(), "the jobs directory has a filesystem of its own")
+        }
+        None => {}
+    }
+    info!(
+        jobs_dir = %dir.display(),
+        available_mib = free >> 20,
+        min_free = %disk.min_free,
+        log_max = %disk.log_max,
+        "runs start while the jobs filesystem has at least jobs.min_free available; each log file rotates at jobs.log_max"
+    );
+}
 
 /// What this host offers jobs, found once at start.
 #[derive(Clone, Debug, Default)]

@@ -1,6 +1,8 @@
 //! `gpu-agent shim`: the per-run supervisor. The agent starts it (as a process-group leader,
-//! with the job's environment); it starts the job in a process group of its own, waits for it,
-//! and writes how it ended to `exit.json`. Because it outlives agent restarts, a restarted agent
+//! with the job's environment); it starts the job in a process group of its own, writes the
+//! job's output to its logs (`log_writer`: capped, rotated, never blocking the job), waits for
+//! it, and writes how it ended to `exit.json` (space reserved first, so a full disk cannot
+//! lose it). Because it outlives agent restarts, a restarted agent
 //! can still learn every run's outcome.
 //!
 //! The job runs as the configured unprivileged user, in the run's cgroup with its CPU and memory
@@ -25,6 +27,7 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use super::isolation::{self, JobCgroup};
 use super::job_dir::{JobDir, Supervisor};
+use super::log_writer::JobLogs;
 
 #[derive(Debug, clap::Args)]
 pub struct ShimArgs {
@@ -54,6 +57,9 @@ pub struct ShimArgs {
     /// has no usable cgroup v2: limits are then noted in stderr.log as not enforced.
     #[arg(long)]
     pub cgroup: Option<PathBuf>,
+    /// Each log file (stdout.log, stderr.log) is rotated at this many bytes.
+    #[arg(long, default_value_t = crate::config::DEFAULT_LOG_MAX.0)]
+    pub log_max: u64,
     /// CPU limit, thousandths of a core.
     #[arg(long)]
     pub cpu_millis: Option<u32>,
@@ -87,7 +93,15 @@ pub fn run(args: ShimArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let outcome = runtime.block_on(supervise(&dir, &args));
+    // First, while there is room: the outcome must be recordable even once the job has filled
+    // the disk. Without the reservation it is still written, if there is room then.
+    let reserved = dir.reserve_exit();
+    let outcome = match reserved {
+        Ok(()) => runtime.block_on(supervise(&dir, &args)),
+        Err(e) => Outcome::FailedToStart {
+            message: format!("reserving {}: {e}", dir.path.join("exit.json").display()),
+        },
+    };
     match dir.write_exit(&outcome) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -143,21 +157,15 @@ async fn supervise(dir: &JobDir, args: &ShimArgs) -> Outcome {
             ));
         }
     };
-    let open = |path: PathBuf| {
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-    };
-    let (stdout, stderr) = match (open(dir.stdout()), open(dir.stderr())) {
-        (Ok(o), Ok(e)) => (o, e),
-        (Err(e), _) | (_, Err(e)) => return failed(format!("opening log files: {e}")),
-    };
-    // The supervisor's own notices go to the job's stderr.log, where its user looks.
-    let mut notes = match stderr.try_clone() {
-        Ok(f) => f,
+    // The job writes into pipes; the supervisor writes the logs, capped and rotated, and
+    // finishes them (waiting for the job's last output) when `logs` is dropped, before the
+    // outcome is recorded.
+    let (logs, pipes) = match JobLogs::start(&dir.stdout(), &dir.stderr(), args.log_max) {
+        Ok(started) => started,
         Err(e) => return failed(format!("opening log files: {e}")),
     };
+    // The supervisor's own notices go to the job's stderr.log, where its user looks.
+    let mut notes = logs.notes();
     let limited = args.cpu_millis.is_some() || args.memory_mib.is_some();
     let cgroup = match &args.cgroup {
         Some(path) => match JobCgroup::create(path, args.cpu_millis, args.memory_mib) {
@@ -184,8 +192,8 @@ async fn supervise(dir: &JobDir, args: &ShimArgs) -> Outcome {
     cmd.args(&args.command[1..])
         .current_dir(&cwd)
         .stdin(Stdio::null())
-        .stdout(stdout)
-        .stderr(stderr)
+        .stdout(pipes.stdout)
+        .stderr(pipes.stderr)
         .process_group(0);
     // Only the job changes user. Switching uid as root also drops the supplementary groups
     // (std calls setgroups(0) when no groups are given), so the job keeps none of ours.
@@ -195,7 +203,10 @@ async fn supervise(dir: &JobDir, args: &ShimArgs) -> Outcome {
     if let Some(gid) = args.run_as_gid.filter(|g| *g != getegid().as_raw()) {
         cmd.gid(gid);
     }
-    let mut child = match cmd.spawn() {
+    let spawned = cmd.spawn();
+    // Close our copies of the pipes' write ends, or the log readers never see the output end.
+    drop(cmd);
+    let mut child = match spawned {
         Ok(c) => c,
         Err(e) => {
             let mut message = format!("{program}: {e}");

@@ -1,7 +1,8 @@
 //! `gpuctl job logs`: copy the job's output stream to stdout chunk by chunk, as it arrives.
 //!
 //! If the agent serving the stream goes away mid-way, the stream is reopened through the
-//! endpoint list at the byte offset already written, so nothing is repeated or lost.
+//! endpoint list at the stream offset already reached, so nothing is repeated or lost. Output
+//! the node no longer keeps (rotated away at `jobs.log_max`) is skipped with a note on stderr.
 
 use gpu_proto::v1 as pb;
 use gpu_proto::v1::job_service_client::JobServiceClient;
@@ -42,8 +43,17 @@ pub(super) async fn run(
         loop {
             match chunks.message().await {
                 Ok(Some(chunk)) => {
+                    if chunk.skipped > 0 {
+                        // To stderr: stdout stays the job's output, byte for byte.
+                        eprintln!(
+                            "gpuctl: {} bytes of output were rotated away on the node (jobs.log_max) and are not shown",
+                            chunk.skipped
+                        );
+                    }
                     output::emit_bytes(&chunk.data);
-                    offset = offset.saturating_add(chunk.data.len() as u64);
+                    offset = offset
+                        .saturating_add(chunk.skipped)
+                        .saturating_add(chunk.data.len() as u64);
                     fruitless = 0;
                 }
                 Ok(None) => return Ok(Answer::ok(String::new())),

@@ -1,0 +1,441 @@
+//! The supervisor's log writer: the job's stdout and stderr arrive through pipes and are written
+//! to the run's `stdout.log` / `stderr.log`, each rotated at `jobs.log_max` (the layout and the
+//! meaning of offsets are in `log_files.rs`).
+//!
+//! Each stream has a reader thread and a writer thread joined by a bounded queue. The reader
+//! always drains the pipe: when the writer falls behind (a slow disk) and the queue is full, the
+//! output is dropped and counted, so a job never blocks on its own logging. The writer never
+//! gives up: output it cannot write (ENOSPC) is dropped and counted, and one notice saying how
+//! much was lost is written once writing works again. The supervisor's own notices go into the
+//! stderr queue (`Notes`), so they are rotated and capped like the job's output.
+
+use std::fs::{File, OpenOptions};
+use std::io::{ErrorKind, PipeReader, PipeWriter, Read, Write};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::log_files::{self, BaseRecord};
+
+/// How much one pipe read takes, and so the largest queued chunk.
+const CHUNK: usize = 64 * 1024;
+/// Queued chunks per stream: up to 4 MiB of output waits for a slow disk before any is dropped.
+const QUEUE: usize = 64;
+/// After the job has ended, how long its output may take to drain (a process it left behind
+/// may hold the pipe open; what it writes later is not kept).
+const DRAIN: Duration = Duration::from_secs(2);
+
+/// What the rotation rule says to do next with `pending` bytes for a file holding `len` bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// Write this many bytes to the current file.
+    Write(usize),
+    /// The current file is full: rotate first.
+    Rotate,
+}
+
+/// Pure: a file is filled exactly to `cap`, then rotated before the next byte.
+pub(crate) fn step(len: u64, cap: u64, pending: usize) -> Step {
+    if len >= cap {
+        Step::Rotate
+    } else {
+        let room = usize::try_from(cap - len).unwrap_or(usize::MAX);
+        Step::Write(pending.min(room))
+    }
+}
+
+/// One stream's files, as its writer keeps them.
+pub(crate) struct LogFile {
+    path: PathBuf,
+    file: File,
+    /// Bytes in the current file.
+    len: u64,
+    /// Stream offset of the current file's first byte.
+    base: u64,
+    cap: u64,
+    /// Output dropped since writing last worked, and why.
+    lost: Option<Lost>,
+}
+
+struct Lost {
+    bytes: u64,
+    why: String,
+}
+
+impl LogFile {
+    /// Open (or create) the stream whose current file is `path`.
+    pub(crate) fn open(path: &Path, cap: u64) -> std::io::Result<Self> {
+        let file = OpenOptions::new().create(true).append(true).open(path)?;
+        let meta = file.metadata()?;
+        let base = std::fs::read_to_string(log_files::base_record(path))
+            .ok()
+            .and_then(|t| BaseRecord::parse(&t))
+            .filter(|r| r.ino == meta.ino())
+            .map_or(0, |r| r.base);
+        Ok(Self {
+            path: path.to_owned(),
+            file,
+            len: meta.len(),
+            base,
+            cap,
+            lost: None,
+        })
+    }
+
+    /// Append `data`; what cannot be written is counted, and said once writing works again.
+    pub(crate) fn write(&mut self, data: &[u8]) {
+        if let Some(lost) = &self.lost {
+            let notice = format!(
+                "\ngpumesh: {} bytes of output were not kept: {}\n",
+                lost.bytes, lost.why
+            );
+            if self.append(notice.as_bytes()).is_err() {
+                self.drop_output(data.len(), None);
+                return;
+            }
+            self.lost = None;
+        }
+        if let Err((unwritten, e)) = self.append(data) {
+            self.drop_output(unwritten, Some(&e));
+        }
+    }
+
+    /// Output dropped before it reached the writer (`why`), said with the next write.
+    pub(crate) fn dropped(&mut self, bytes: u64, why: &str) {
+        match &mut self.lost {
+            Some(lost) => lost.bytes += bytes,
+            None => {
+                self.lost = Some(Lost {
+                    bytes,
+                    why: why.to_owned(),
+                });
+            }
+        }
+    }
+
+    fn drop_output(&mut self, bytes: usize, error: Option<&std::io::Error>) {
+        let why = error.map_or_else(
+            || "the log could not be written".to_owned(),
+            |e| format!("the log could not be written ({e})"),
+        );
+        self.dropped(bytes as u64, &why);
+    }
+
+    /// Write all of `data`, rotating at the cap. On an error, how much was not written.
+    fn append(&mut self, mut data: &[u8]) -> Result<(), (usize, std::io::Error)> {
+        while !data.is_empty() {
+            match step(self.len, self.cap, data.len()) {
+                Step::Rotate => self.rotate().map_err(|e| (data.len(), e))?,
+                Step::Write(n) => match self.file.write(&data[..n]) {
+                    Ok(0) => return Err((data.len(), ErrorKind::WriteZero.into())),
+                    Ok(written) => {
+                        self.len += written as u64;
+                        data = &data[written..];
+                    }
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    Err(e) => return Err((data.len(), e)),
+                },
+            }
+        }
+        Ok(())
+    }
+
+    /// Start a new current file; the full one becomes `.1`, replacing the one before. The
+    /// order is the one readers rely on (see `log_files.rs`). Nothing is renamed unless the new
+    /// file and its record could be written.
+    fn rotate(&mut self) -> std::io::Result<()> {
+        let next = log_files::next(&self.path);
+        let file = OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(true)
+            .open(&next)?;
+        let base = self.base + self.len;
+        let record = BaseRecord {
+            ino: file.metadata()?.ino(),
+            base,
+        };
+        let written = write_record(&self.path, record)
+            .and_then(|()| std::fs::rename(&self.path, log_files::rotated(&self.path)))
+            .and_then(|()| std::fs::rename(&next, &self.path));
+        if let Err(e) = written {
+            std::fs::remove_file(&next).ok();
+            return Err(e);
+        }
+        self.file = file;
+        self.base = base;
+        self.len = 0;
+        Ok(())
+    }
+}
+
+/// Replace `<current>.base` in one step (a reader sees the old record or the new).
+fn write_record(current: &Path, record: BaseRecord) -> std::io::Result<()> {
+    let path = log_files::base_record(current);
+    let tmp = log_files::next(&path);
+    std::fs::write(&tmp, record.encode())?;
+    std::fs::rename(&tmp, &path)
+}
+
+enum Msg {
+    Data(Vec<u8>),
+    /// The reader dropped this many bytes: the queue was full.
+    Dropped(u64),
+    Stop,
+}
+
+/// One stream: its pipe's reader thread, its file's writer thread, and the queue between.
+struct Stream {
+    reader: Option<JoinHandle<()>>,
+    writer: Option<JoinHandle<()>>,
+    queue: SyncSender<Msg>,
+}
+
+impl Stream {
+    fn start(name: &str, file: LogFile) -> std::io::Result<(Self, PipeWriter)> {
+        let (pipe_out, pipe_in) = std::io::pipe()?;
+        let (queue, rx) = sync_channel(QUEUE);
+        let writer = std::thread::Builder::new()
+            .name(format!("{name}-writer"))
+            .spawn(move || write_queue(file, &rx))?;
+        let tx = queue.clone();
+        let reader = std::thread::Builder::new()
+            .name(format!("{name}-reader"))
+            .spawn(move || drain_pipe(pipe_out, &tx))?;
+        Ok((
+            Self {
+                reader: Some(reader),
+                writer: Some(writer),
+                queue,
+            },
+            pipe_in,
+        ))
+    }
+}
+
+/// The writer thread: write what arrives until told to stop.
+fn write_queue(mut file: LogFile, rx: &Receiver<Msg>) {
+    while let Ok(msg) = rx.recv() {
+        match msg {
+            Msg::Data(data) => file.write(&data),
+            Msg::Dropped(n) => file.dropped(n, "the log writer could not keep up"),
+            Msg::Stop => break,
+        }
+    }
+    // Say what was lost at the very end too, if it can be written now.
+    if file.lost.is_some() {
+        file.write(b"");
+    }
+}
+
+/// The reader thread: read the pipe until every writer of it has closed it, never waiting for
+/// the file writer.
+fn drain_pipe(mut pipe: PipeReader, queue: &SyncSender<Msg>) {
+    let mut buf = vec![0; CHUNK];
+    let mut dropped = 0u64;
+    loop {
+        let n = match pipe.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        };
+        if dropped > 0 {
+            match queue.try_send(Msg::Dropped(dropped)) {
+                Ok(()) => dropped = 0,
+                Err(TrySendError::Full(_)) => {
+                    dropped += n as u64;
+                    continue;
+                }
+                Err(TrySendError::Disconnected(_)) => return,
+            }
+        }
+        match queue.try_send(Msg::Data(buf[..n].to_vec())) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) => dropped += n as u64,
+            Err(TrySendError::Disconnected(_)) => return,
+        }
+    }
+    if dropped > 0 {
+        queue.send(Msg::Dropped(dropped)).ok();
+    }
+}
+
+/// The write ends of the job's stdout and stderr pipes, for its `Command`. They must be closed
+/// in the supervisor once the job has them (drop the `Command`), or the readers never see the
+/// end of the output.
+pub(crate) struct Pipes {
+    pub stdout: PipeWriter,
+    pub stderr: PipeWriter,
+}
+
+/// A run's two log streams. Dropping it finishes them: it waits (at most `DRAIN`) for the job's
+/// output to end, then for everything queued to be written.
+pub(crate) struct JobLogs {
+    stdout: Stream,
+    stderr: Stream,
+}
+
+impl JobLogs {
+    /// Open `stdout` and `stderr` (the current files' paths) and start their threads.
+    pub(crate) fn start(stdout: &Path, stderr: &Path, cap: u64) -> std::io::Result<(Self, Pipes)> {
+        let (out_file, err_file) = (LogFile::open(stdout, cap)?, LogFile::open(stderr, cap)?);
+        let (out, out_pipe) = Stream::start("stdout", out_file)?;
+        let (err, err_pipe) = Stream::start("stderr", err_file)?;
+        Ok((
+            Self {
+                stdout: out,
+                stderr: err,
+            },
+            Pipes {
+                stdout: out_pipe,
+                stderr: err_pipe,
+            },
+        ))
+    }
+
+    /// A writer into stderr.log for the supervisor's own notices.
+    pub(crate) fn notes(&self) -> Notes {
+        Notes(self.stderr.queue.clone())
+    }
+}
+
+impl Drop for JobLogs {
+    fn drop(&mut self) {
+        let deadline = Instant::now() + DRAIN;
+        for stream in [&mut self.stdout, &mut self.stderr] {
+            if let Some(reader) = stream.reader.take() {
+                while !reader.is_finished() && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                if reader.is_finished() {
+                    reader.join().ok();
+                }
+                // Otherwise it is left blocked on a pipe that something else holds open; it
+                // ends with the process.
+            }
+            stream.queue.send(Msg::Stop).ok();
+            if let Some(writer) = stream.writer.take() {
+                writer.join().ok();
+            }
+        }
+    }
+}
+
+/// The supervisor's notices, written into stderr.log in order with the job's output.
+pub(crate) struct Notes(SyncSender<Msg>);
+
+impl Write for Notes {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .send(Msg::Data(buf.to_vec()))
+            .map_err(|_| std::io::Error::other("the log writer has stopped"))?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::executor::log_files::read_at;
+
+    #[test]
+    fn a_file_fills_to_the_cap_then_rotates() {
+        assert_eq!(step(0, 10, 4), Step::Write(4));
+        assert_eq!(step(8, 10, 4), Step::Write(2));
+        assert_eq!(step(10, 10, 4), Step::Rotate);
+        assert_eq!(step(11, 10, 1), Step::Rotate, "a file found over the cap");
+        assert_eq!(step(0, 10, 0), Step::Write(0));
+    }
+
+    /// Everything in the stream's files, read by offset as `job logs` does.
+    fn read_all(path: &Path) -> (u64, Vec<u8>) {
+        let (mut offset, mut skipped, mut out) = (0, 0, Vec::new());
+        loop {
+            let chunk = read_at(path, offset, 7).expect("read");
+            if chunk.data.is_empty() {
+                return (skipped, out);
+            }
+            skipped += chunk.skipped;
+            offset += chunk.skipped + chunk.data.len() as u64;
+            out.extend(chunk.data);
+        }
+    }
+
+    #[test]
+    fn at_most_two_files_within_the_cap_and_offsets_survive_rotation() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let path = tmp.path().join("stdout.log");
+        let mut log = LogFile::open(&path, 10).expect("open");
+        let text: Vec<u8> = (0..47u8).map(|i| b'a' + i % 26).collect();
+        for piece in text.chunks(6) {
+            log.write(piece);
+        }
+        // 47 bytes, cap 10: 40..47 in the current file, 30..40 in .1; 0..30 rotated away.
+        assert_eq!(std::fs::read(&path).expect("current"), &text[40..]);
+        assert_eq!(
+            std::fs::read(log_files::rotated(&path)).expect("rotated"),
+            &text[30..40]
+        );
+        let mut names: Vec<String> = std::fs::read_dir(tmp.path())
+            .expect("list")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["stdout.log", "stdout.log.1", "stdout.log.base"]);
+        assert_eq!(read_all(&path), (30, text[30..].to_vec()));
+        assert_eq!(read_at(&path, 35, 100).expect("read").data, &text[35..40]);
+        assert_eq!(read_at(&path, 41, 100).expect("read").data, &text[41..]);
+        // Reopened (the offsets carry on from the record).
+        drop(log);
+        let mut log = LogFile::open(&path, 10).expect("reopen");
+        log.write(b"0123");
+        // One read returns bytes of one file: 47..50 close the file, 50 starts the next.
+        assert_eq!(read_at(&path, 47, 100).expect("read").data, b"012");
+        assert_eq!(read_at(&path, 50, 100).expect("read").data, b"3");
+        assert_eq!(read_all(&path), (40, b"opqrstu0123".to_vec()));
+    }
+
+    #[test]
+    fn output_that_cannot_be_written_is_counted_and_said_once() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let path = tmp.path().join("stderr.log");
+        let mut log = LogFile::open(&path, 1 << 20).expect("open");
+        log.write(b"before\n");
+        log.dropped(100, "the log writer could not keep up");
+        log.dropped(20, "ignored: the first reason is kept");
+        log.write(b"after\n");
+        assert_eq!(
+            std::fs::read_to_string(&path).expect("read"),
+            "before\n\ngpumesh: 120 bytes of output were not kept: the log writer could not keep up\nafter\n"
+        );
+    }
+
+    #[test]
+    fn the_threads_drain_the_pipes_and_keep_notices_in_order() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let (out, err) = (tmp.path().join("stdout.log"), tmp.path().join("stderr.log"));
+        let (logs, mut pipes) = JobLogs::start(&out, &err, 4096).expect("start");
+        let mut notes = logs.notes();
+        notes.write_all(b"gpumesh: a notice\n").expect("note");
+        let big = vec![b'x'; 100_000];
+        pipes.stdout.write_all(&big).expect("write");
+        pipes.stderr.write_all(b"oops\n").expect("write");
+        drop(pipes);
+        drop(notes);
+        drop(logs);
+        let (skipped, tail) = read_all(&out);
+        assert_eq!(skipped + tail.len() as u64, 100_000);
+        assert!(tail.len() <= 2 * 4096);
+        assert_eq!(
+            std::fs::read_to_string(&err).expect("stderr"),
+            "gpumesh: a notice\noops\n"
+        );
+    }
+}
