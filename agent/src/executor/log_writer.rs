@@ -6,8 +6,9 @@
 //! always drains the pipe: when the writer falls behind (a slow disk) and the queue is full, the
 //! output is dropped and counted, so a job never blocks on its own logging. The writer never
 //! gives up: output it cannot write (ENOSPC) is dropped and counted, and one notice saying how
-//! much was lost is written once writing works again. The supervisor's own notices go into the
-//! stderr queue (`Notes`), so they are rotated and capped like the job's output.
+//! much was lost is written once writing works again (or when the run ends), in stderr.log:
+//! stdout.log holds only what the job wrote. The supervisor's own notices go into the stderr
+//! queue too (`Notes`), so they are rotated and capped like the job's output.
 
 use std::fs::{File, OpenOptions};
 use std::io::{ErrorKind, PipeReader, PipeWriter, Read, Write};
@@ -26,6 +27,8 @@ const QUEUE: usize = 64;
 /// After the job has ended, how long its output may take to drain (a process it left behind
 /// may hold the pipe open; what it writes later is not kept).
 const DRAIN: Duration = Duration::from_secs(2);
+/// At most one notice of lost output per stream this often (and one at the end).
+const NOTICE_EVERY: Duration = Duration::from_secs(10);
 
 /// What the rotation rule says to do next with `pending` bytes for a file holding `len` bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,6 +60,10 @@ pub(crate) struct LogFile {
     cap: u64,
     /// Output dropped since writing last worked, and why.
     lost: Option<Lost>,
+    /// Where the notice of lost output goes: stderr's queue for stdout (stdout.log holds only
+    /// what the job wrote), the file itself for stderr.
+    notices: Option<SyncSender<Msg>>,
+    noticed_at: Option<Instant>,
 }
 
 struct Lost {
@@ -81,25 +88,57 @@ impl LogFile {
             base,
             cap,
             lost: None,
+            notices: None,
+            noticed_at: None,
         })
+    }
+
+    /// Send the notices of lost output to another stream's queue.
+    fn notices_to(mut self, queue: SyncSender<Msg>) -> Self {
+        self.notices = Some(queue);
+        self
     }
 
     /// Append `data`; what cannot be written is counted, and said once writing works again.
     pub(crate) fn write(&mut self, data: &[u8]) {
-        if let Some(lost) = &self.lost {
-            let notice = format!(
-                "\ngpumesh: {} bytes of output were not kept: {}\n",
-                lost.bytes, lost.why
-            );
-            if self.append(notice.as_bytes()).is_err() {
-                self.drop_output(data.len(), None);
-                return;
-            }
-            self.lost = None;
-        }
         if let Err((unwritten, e)) = self.append(data) {
             self.drop_output(unwritten, Some(&e));
+            return;
         }
+        self.say_lost(false);
+    }
+
+    /// Say how much output was lost since the last notice: at most every `NOTICE_EVERY` (a
+    /// writer that keeps falling behind would otherwise say it every few chunks), and at the
+    /// end (`last`).
+    fn say_lost(&mut self, last: bool) {
+        let Some(lost) = &self.lost else { return };
+        if !last && self.noticed_at.is_some_and(|t| t.elapsed() < NOTICE_EVERY) {
+            return;
+        }
+        let stream = self
+            .path
+            .file_stem()
+            .map_or_else(String::new, |s| s.to_string_lossy().into_owned());
+        let notice = format!(
+            "\ngpumesh: {} bytes of {stream} were not kept: {}\n",
+            lost.bytes, lost.why
+        );
+        match &self.notices {
+            Some(queue) if last => {
+                queue.send(Msg::Data(notice.into_bytes())).ok();
+            }
+            Some(queue) => {
+                queue.try_send(Msg::Data(notice.into_bytes())).ok();
+            }
+            None => {
+                if self.append(notice.as_bytes()).is_err() {
+                    return;
+                }
+            }
+        }
+        self.lost = None;
+        self.noticed_at = Some(Instant::now());
     }
 
     /// Output dropped before it reached the writer (`why`), said with the next write.
@@ -225,9 +264,7 @@ fn write_queue(mut file: LogFile, rx: &Receiver<Msg>) {
         }
     }
     // Say what was lost at the very end too, if it can be written now.
-    if file.lost.is_some() {
-        file.write(b"");
-    }
+    file.say_lost(true);
 }
 
 /// The reader thread: read the pipe until every writer of it has closed it, never waiting for
@@ -282,8 +319,9 @@ impl JobLogs {
     /// Open `stdout` and `stderr` (the current files' paths) and start their threads.
     pub(crate) fn start(stdout: &Path, stderr: &Path, cap: u64) -> std::io::Result<(Self, Pipes)> {
         let (out_file, err_file) = (LogFile::open(stdout, cap)?, LogFile::open(stderr, cap)?);
-        let (out, out_pipe) = Stream::start("stdout", out_file)?;
         let (err, err_pipe) = Stream::start("stderr", err_file)?;
+        let out_file = out_file.notices_to(err.queue.clone());
+        let (out, out_pipe) = Stream::start("stdout", out_file)?;
         Ok((
             Self {
                 stdout: out,
@@ -411,9 +449,28 @@ mod tests {
         log.dropped(100, "the log writer could not keep up");
         log.dropped(20, "ignored: the first reason is kept");
         log.write(b"after\n");
+        // Lost again at once: said at the end, not every time writing resumes.
+        log.dropped(5, "the log writer could not keep up");
+        log.write(b"again\n");
+        log.say_lost(true);
         assert_eq!(
             std::fs::read_to_string(&path).expect("read"),
-            "before\n\ngpumesh: 120 bytes of output were not kept: the log writer could not keep up\nafter\n"
+            "before\nafter\n\ngpumesh: 120 bytes of stderr were not kept: the log writer could not keep up\n\
+             again\n\ngpumesh: 5 bytes of stderr were not kept: the log writer could not keep up\n"
+        );
+        // stdout's notices go to another queue (stderr's), not into stdout.log.
+        let out = tmp.path().join("stdout.log");
+        let (tx, rx) = sync_channel(4);
+        let mut log = LogFile::open(&out, 1 << 20).expect("open").notices_to(tx);
+        log.dropped(7, "the log writer could not keep up");
+        log.write(b"data\n");
+        assert_eq!(std::fs::read_to_string(&out).expect("read"), "data\n");
+        let Ok(Msg::Data(notice)) = rx.try_recv() else {
+            panic!("no notice sent");
+        };
+        assert_eq!(
+            String::from_utf8_lossy(&notice),
+            "\ngpumesh: 7 bytes of stdout were not kept: the log writer could not keep up\n"
         );
     }
 
