@@ -14,7 +14,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{ErrorKind, PipeReader, PipeWriter, Read, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -22,8 +22,8 @@ use super::log_files::{self, BaseRecord};
 
 /// How much one pipe read takes, and so the largest queued chunk.
 const CHUNK: usize = 64 * 1024;
-/// Queued chunks per stream: up to 4 MiB of output waits for a slow disk before any is dropped.
-const QUEUE: usize = 64;
+/// Up to this much output per stream waits for a slow disk before any is dropped.
+const QUEUE_BYTES: usize = 4 << 20;
 /// After the job has ended, how long its output may take to drain (a process it left behind
 /// may hold the pipe open; what it writes later is not kept).
 const DRAIN: Duration = Duration::from_secs(2);
@@ -62,7 +62,7 @@ pub(crate) struct LogFile {
     lost: Option<Lost>,
     /// Where the notice of lost output goes: stderr's queue for stdout (stdout.log holds only
     /// what the job wrote), the file itself for stderr.
-    notices: Option<SyncSender<Msg>>,
+    notices: Option<Queue>,
     noticed_at: Option<Instant>,
 }
 
@@ -94,7 +94,7 @@ impl LogFile {
     }
 
     /// Send the notices of lost output to another stream's queue.
-    fn notices_to(mut self, queue: SyncSender<Msg>) -> Self {
+    fn notices_to(mut self, queue: Queue) -> Self {
         self.notices = Some(queue);
         self
     }
@@ -125,12 +125,7 @@ impl LogFile {
             lost.bytes, lost.why
         );
         match &self.notices {
-            Some(queue) if last => {
-                queue.send(Msg::Data(notice.into_bytes())).ok();
-            }
-            Some(queue) => {
-                queue.try_send(Msg::Data(notice.into_bytes())).ok();
-            }
+            Some(queue) => queue.push(notice.as_bytes()),
             None => {
                 if self.append(notice.as_bytes()).is_err() {
                     return;
@@ -218,24 +213,80 @@ fn write_record(current: &Path, record: BaseRecord) -> std::io::Result<()> {
     std::fs::rename(&tmp, &path)
 }
 
-enum Msg {
-    Data(Vec<u8>),
-    /// The reader dropped this many bytes: the queue was full.
-    Dropped(u64),
-    Stop,
+/// Output waiting for a stream's writer, bounded in bytes: many small writes (a job printing
+/// line by line) take little room and are written together.
+#[derive(Clone)]
+struct Queue(Arc<(Mutex<Pending>, Condvar)>);
+
+#[derive(Default)]
+struct Pending {
+    data: Vec<u8>,
+    /// Bytes of the job's output refused because `data` was full.
+    dropped: u64,
+    /// Nothing more will come.
+    closed: bool,
+}
+
+impl Queue {
+    fn new() -> Self {
+        Self(Arc::new((Mutex::new(Pending::default()), Condvar::new())))
+    }
+
+    fn pending(&self) -> MutexGuard<'_, Pending> {
+        self.0.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The job's output: kept if there is room, otherwise counted as dropped. Never waits.
+    fn offer(&self, bytes: &[u8]) {
+        let mut p = self.pending();
+        if p.data.len() + bytes.len() <= QUEUE_BYTES {
+            p.data.extend_from_slice(bytes);
+        } else {
+            p.dropped += bytes.len() as u64;
+        }
+        self.0.1.notify_one();
+    }
+
+    /// The supervisor's notices: always kept (they are few and short).
+    fn push(&self, bytes: &[u8]) {
+        self.pending().data.extend_from_slice(bytes);
+        self.0.1.notify_one();
+    }
+
+    fn close(&self) {
+        self.pending().closed = true;
+        self.0.1.notify_one();
+    }
+
+    /// Wait for output: what is queued and how much was dropped since, or `None` once closed
+    /// and empty.
+    fn take(&self) -> Option<(Vec<u8>, u64)> {
+        let mut p = self.pending();
+        loop {
+            if !p.data.is_empty() || p.dropped > 0 {
+                let taken = (std::mem::take(&mut p.data), p.dropped);
+                p.dropped = 0;
+                return Some(taken);
+            }
+            if p.closed {
+                return None;
+            }
+            p = self.0.1.wait(p).unwrap_or_else(PoisonError::into_inner);
+        }
+    }
 }
 
 /// One stream: its pipe's reader thread, its file's writer thread, and the queue between.
 struct Stream {
     reader: Option<JoinHandle<()>>,
     writer: Option<JoinHandle<()>>,
-    queue: SyncSender<Msg>,
+    queue: Queue,
 }
 
 impl Stream {
-    fn start(name: &str, file: LogFile) -> std::io::Result<(Self, PipeWriter)> {
+    fn start(name: &str, file: LogFile, queue: Queue) -> std::io::Result<(Self, PipeWriter)> {
         let (pipe_out, pipe_in) = std::io::pipe()?;
-        let (queue, rx) = sync_channel(QUEUE);
+        let rx = queue.clone();
         let writer = std::thread::Builder::new()
             .name(format!("{name}-writer"))
             .spawn(move || write_queue(file, &rx))?;
@@ -252,15 +303,33 @@ impl Stream {
             pipe_in,
         ))
     }
+
+    /// Wait (until `deadline`) for the job's output to end, then for the writer to write all
+    /// that was queued.
+    fn finish(&mut self, deadline: Instant) {
+        if let Some(reader) = self.reader.take() {
+            while !reader.is_finished() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            if reader.is_finished() {
+                reader.join().ok();
+            }
+            // Otherwise it is left blocked on a pipe that something else holds open; it ends
+            // with the process.
+        }
+        self.queue.close();
+        if let Some(writer) = self.writer.take() {
+            writer.join().ok();
+        }
+    }
 }
 
-/// The writer thread: write what arrives until told to stop.
-fn write_queue(mut file: LogFile, rx: &Receiver<Msg>) {
-    while let Ok(msg) = rx.recv() {
-        match msg {
-            Msg::Data(data) => file.write(&data),
-            Msg::Dropped(n) => file.dropped(n, "the log writer could not keep up"),
-            Msg::Stop => break,
+/// The writer thread: write what arrives until the queue is closed and empty.
+fn write_queue(mut file: LogFile, queue: &Queue) {
+    while let Some((data, dropped)) = queue.take() {
+        file.write(&data);
+        if dropped > 0 {
+            file.dropped(dropped, "the log writer could not keep up");
         }
     }
     // Say what was lost at the very end too, if it can be written now.
@@ -269,34 +338,15 @@ fn write_queue(mut file: LogFile, rx: &Receiver<Msg>) {
 
 /// The reader thread: read the pipe until every writer of it has closed it, never waiting for
 /// the file writer.
-fn drain_pipe(mut pipe: PipeReader, queue: &SyncSender<Msg>) {
+fn drain_pipe(mut pipe: PipeReader, queue: &Queue) {
     let mut buf = vec![0; CHUNK];
-    let mut dropped = 0u64;
     loop {
-        let n = match pipe.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-            Err(_) => break,
-        };
-        if dropped > 0 {
-            match queue.try_send(Msg::Dropped(dropped)) {
-                Ok(()) => dropped = 0,
-                Err(TrySendError::Full(_)) => {
-                    dropped += n as u64;
-                    continue;
-                }
-                Err(TrySendError::Disconnected(_)) => return,
-            }
+        match pipe.read(&mut buf) {
+            Ok(0) => return,
+            Ok(n) => queue.offer(&buf[..n]),
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(_) => return,
         }
-        match queue.try_send(Msg::Data(buf[..n].to_vec())) {
-            Ok(()) => {}
-            Err(TrySendError::Full(_)) => dropped += n as u64,
-            Err(TrySendError::Disconnected(_)) => return,
-        }
-    }
-    if dropped > 0 {
-        queue.send(Msg::Dropped(dropped)).ok();
     }
 }
 
@@ -319,9 +369,10 @@ impl JobLogs {
     /// Open `stdout` and `stderr` (the current files' paths) and start their threads.
     pub(crate) fn start(stdout: &Path, stderr: &Path, cap: u64) -> std::io::Result<(Self, Pipes)> {
         let (out_file, err_file) = (LogFile::open(stdout, cap)?, LogFile::open(stderr, cap)?);
-        let (err, err_pipe) = Stream::start("stderr", err_file)?;
-        let out_file = out_file.notices_to(err.queue.clone());
-        let (out, out_pipe) = Stream::start("stdout", out_file)?;
+        let err_queue = Queue::new();
+        let out_file = out_file.notices_to(err_queue.clone());
+        let (err, err_pipe) = Stream::start("stderr", err_file, err_queue)?;
+        let (out, out_pipe) = Stream::start("stdout", out_file, Queue::new())?;
         Ok((
             Self {
                 stdout: out,
@@ -343,33 +394,18 @@ impl JobLogs {
 impl Drop for JobLogs {
     fn drop(&mut self) {
         let deadline = Instant::now() + DRAIN;
-        for stream in [&mut self.stdout, &mut self.stderr] {
-            if let Some(reader) = stream.reader.take() {
-                while !reader.is_finished() && Instant::now() < deadline {
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-                if reader.is_finished() {
-                    reader.join().ok();
-                }
-                // Otherwise it is left blocked on a pipe that something else holds open; it
-                // ends with the process.
-            }
-            stream.queue.send(Msg::Stop).ok();
-            if let Some(writer) = stream.writer.take() {
-                writer.join().ok();
-            }
-        }
+        // stdout first: its writer may still queue a notice into stderr.
+        self.stdout.finish(deadline);
+        self.stderr.finish(deadline);
     }
 }
 
 /// The supervisor's notices, written into stderr.log in order with the job's output.
-pub(crate) struct Notes(SyncSender<Msg>);
+pub(crate) struct Notes(Queue);
 
 impl Write for Notes {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .send(Msg::Data(buf.to_vec()))
-            .map_err(|_| std::io::Error::other("the log writer has stopped"))?;
+        self.0.push(buf);
         Ok(buf.len())
     }
 
@@ -460,18 +496,36 @@ mod tests {
         );
         // stdout's notices go to another queue (stderr's), not into stdout.log.
         let out = tmp.path().join("stdout.log");
-        let (tx, rx) = sync_channel(4);
-        let mut log = LogFile::open(&out, 1 << 20).expect("open").notices_to(tx);
+        let queue = Queue::new();
+        let mut log = LogFile::open(&out, 1 << 20)
+            .expect("open")
+            .notices_to(queue.clone());
         log.dropped(7, "the log writer could not keep up");
         log.write(b"data\n");
         assert_eq!(std::fs::read_to_string(&out).expect("read"), "data\n");
-        let Ok(Msg::Data(notice)) = rx.try_recv() else {
+        let Some((notice, 0)) = queue.take() else {
             panic!("no notice sent");
         };
         assert_eq!(
             String::from_utf8_lossy(&notice),
             "\ngpumesh: 7 bytes of stdout were not kept: the log writer could not keep up\n"
         );
+    }
+
+    #[test]
+    fn the_queue_is_bounded_in_bytes_and_never_refuses_a_notice() {
+        let q = Queue::new();
+        for _ in 0..10_000 {
+            q.offer(b"a short line of output\n");
+        }
+        q.offer(&vec![b'x'; QUEUE_BYTES]);
+        q.push(b"notice\n");
+        q.close();
+        let (data, dropped) = q.take().expect("queued");
+        assert_eq!(data.len(), 10_000 * 23 + 7, "small writes are all kept, together");
+        assert!(data.ends_with(b"notice\n"));
+        assert_eq!(dropped, QUEUE_BYTES as u64, "what did not fit is counted");
+        assert!(q.take().is_none(), "closed and empty");
     }
 
     #[test]
