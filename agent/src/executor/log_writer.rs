@@ -522,7 +522,11 @@ mod tests {
         q.push(b"notice\n");
         q.close();
         let (data, dropped) = q.take().expect("queued");
-        assert_eq!(data.len(), 10_000 * 23 + 7, "small writes are all kept, together");
+        assert_eq!(
+            data.len(),
+            10_000 * 23 + 7,
+            "small writes are all kept, together"
+        );
         assert!(data.ends_with(b"notice\n"));
         assert_eq!(dropped, QUEUE_BYTES as u64, "what did not fit is counted");
         assert!(q.take().is_none(), "closed and empty");

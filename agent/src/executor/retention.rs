@@ -261,6 +261,86 @@ mod tests {
         assert_eq!(standing(&state, id, 1), Standing::Past, "requeued");
     }
 
+    /// The `reported` marker may fail to be written (a full disk): the run is then reported
+    /// again only while its job still wants it, the cluster ignores the repeat, and once the
+    /// job has moved on the run counts as settled for retention all the same.
+    #[test]
+    fn a_missing_reported_marker_only_repeats_a_report() {
+        use gpu_raft_store::{ApplyResult, Bind, Command, JobState, Outcome};
+
+        use crate::executor::reconcile::{Action, Desired, Observed, reconcile};
+        use crate::scheduler::testkit::apply;
+
+        let mut state = ClusterState::new();
+        node(&mut state, 1, vec![gpu(0, "A100", 0)]);
+        submit(&mut state, spec(1, 0));
+        let job = *state.jobs.keys().next().expect("job");
+        let bind = Command::BindJobs {
+            binds: vec![Bind {
+                job,
+                node: 1,
+                gpus: vec![0],
+            }],
+        };
+        assert!(
+            matches!(apply(&mut state, bind), ApplyResult::Bound { rejected, .. } if rejected.is_empty())
+        );
+        assert_eq!(
+            apply(&mut state, Command::JobStarted { job, generation: 1 }),
+            ApplyResult::Ok
+        );
+        let ended = Observed {
+            job,
+            generation: 1,
+            alive: false,
+            starting: false,
+            exit: Some(Outcome::Exited { code: 0 }),
+            stop_requested: false,
+            reported: false,
+        };
+        let desired = |s: &ClusterState| -> Vec<Desired> {
+            s.jobs
+                .values()
+                .filter(|j| j.state.is_live())
+                .map(|j| Desired {
+                    job: j.id,
+                    generation: j.generation,
+                    state: j.state,
+                    cancel: false,
+                    evict: false,
+                })
+                .collect()
+        };
+        let finished = Command::JobFinished {
+            job,
+            generation: 1,
+            outcome: Outcome::Exited { code: 0 },
+        };
+        let report = Action::ReportFinished {
+            job,
+            generation: 1,
+            outcome: Outcome::Exited { code: 0 },
+        };
+        assert_eq!(
+            reconcile(&desired(&state), std::slice::from_ref(&ended)),
+            vec![report]
+        );
+        assert_eq!(apply(&mut state, finished.clone()), ApplyResult::Ok);
+        assert_eq!(state.jobs[&job].state, JobState::Succeeded);
+        // The marker could not be written: the job is no longer wanted, nothing is repeated; a
+        // repeat that raced with the apply is rejected as stale, which the executor counts as
+        // settled.
+        assert_eq!(reconcile(&desired(&state), &[ended]), vec![]);
+        assert!(matches!(
+            apply(&mut state, finished),
+            ApplyResult::Rejected {
+                reason: gpu_raft_store::Rejection::Stale { .. }
+            }
+        ));
+        assert_eq!(state.jobs[&job].state, JobState::Succeeded, "unchanged");
+        assert_eq!(standing(&state, job, 1), Standing::Past);
+    }
+
     #[test]
     fn a_sweep_removes_ended_runs_and_keeps_running_ones() {
         let tmp = tempfile::tempdir().expect("tempdir");
