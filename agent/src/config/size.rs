@@ -52,7 +52,7 @@ impl fmt::Display for ByteSize {
         let (name, scale) = UNITS
             .iter()
             .rev()
-            .find(|(_, scale)| self.0 != 0 && self.0 % scale == 0)
+            .find(|(_, scale)| self.0 != 0 && self.0.is_multiple_of(*scale))
             .copied()
             .unwrap_or(("B", 1));
         write!(f, "{}{name}", self.0 / scale)

@@ -10,7 +10,7 @@ use crate::config::ByteSize;
 /// Bytes an unprivileged process can still write on the filesystem holding `path`.
 pub(crate) fn available(path: &Path) -> std::io::Result<u64> {
     let st = nix::sys::statvfs::statvfs(path).map_err(std::io::Error::from)?;
-    Ok(u64::from(st.blocks_available()).saturating_mul(st.fragment_size()))
+    Ok(st.blocks_available().saturating_mul(st.fragment_size()))
 }
 
 /// Pure: why no run may start when `available` bytes are left on `dir`'s filesystem, or `None`.
