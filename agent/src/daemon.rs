@@ -252,7 +252,8 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
     };
     tasks.spawn(lease.run(cancel.clone()));
     info!(node_id, jobs_dir = %jobs_dir.display(), "starting the executor");
-    crate::executor::setup::check_jobs_dir(&config.jobs.disk, &config.data_dir);
+    crate::executor::setup::check_jobs_dir(&config.jobs.disk, &config.data_dir)
+        .context("checking the jobs directory")?;
     let executor = Executor {
         cluster: cluster.clone(),
         gpus,

@@ -170,12 +170,15 @@ impl JobDir {
     /// outcome already there is kept.
     pub fn reserve_exit(&self) -> std::io::Result<()> {
         let path = self.exit_path();
-        if fs::metadata(&path).is_ok_and(|m| m.len() >= EXIT_RESERVED as u64) {
+        if fs::metadata(&path).is_ok_and(|m| m.len() >= EXIT_RESERVED as u64)
+            || self.exit().is_some()
+        {
             return Ok(());
         }
         let mut f = fs::OpenOptions::new()
-            .create_new(true)
+            .create(true)
             .write(true)
+            .truncate(true)
             .open(&path)?;
         // Written, not fallocated: blocks that hold data are not given back or copied on the
         // overwrite by ext4, xfs or tmpfs (copy-on-write filesystems such as btrfs may still

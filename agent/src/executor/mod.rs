@@ -16,6 +16,7 @@ pub mod shim;
 
 mod act;
 mod desired;
+mod jobs_owner;
 mod launch;
 mod log_writer;
 mod mig;

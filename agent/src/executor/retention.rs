@@ -341,6 +341,23 @@ mod tests {
         assert_eq!(standing(&state, job, 1), Standing::Past);
     }
 
+    /// A sweep over many runs that are not old enough yet costs one `stat` each.
+    #[test]
+    fn a_sweep_over_thousands_of_runs_is_cheap() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        for job in 0..5000 {
+            let d = JobDir::new(tmp.path(), job, 1);
+            d.create().expect("create");
+            d.mark_reported().expect("reported");
+        }
+        let started = std::time::Instant::now();
+        let old = old_enough(tmp.path(), Duration::from_secs(3600)).expect("scan");
+        let took = started.elapsed();
+        eprintln!("a sweep over 5000 runs took {took:?}");
+        assert!(old.is_empty());
+        assert!(took < Duration::from_secs(5), "{took:?}");
+    }
+
     #[test]
     fn a_sweep_removes_ended_runs_and_keeps_running_ones() {
         let tmp = tempfile::tempdir().expect("tempdir");

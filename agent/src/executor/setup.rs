@@ -7,16 +7,25 @@ use std::path::{Path, PathBuf};
 
 use tracing::{info, warn};
 
-use super::{Executor, disk_space, isolation};
+use super::{Executor, disk_space, isolation, jobs_owner};
 use crate::config::{DirOrigin, JobDiskSettings, RunAs};
 
-/// Say where runs live, and warn when that is the Raft data's filesystem: a job can fill it,
-/// and the agent stops (by design) when its Raft log cannot be written.
-pub(crate) fn check_jobs_dir(disk: &JobDiskSettings, data_dir: &Path) {
+/// Make sure the jobs directory is this agent's (`jobs_owner`), say where runs live, and warn
+/// when that is the Raft data's filesystem: a job can fill it, and the agent stops (by design)
+/// when its Raft log cannot be written. An error when another agent may be using it.
+pub(crate) fn check_jobs_dir(disk: &JobDiskSettings, data_dir: &Path) -> anyhow::Result<()> {
     let dir = &disk.dir;
     if let Err(e) = std::fs::create_dir_all(dir) {
         warn!(error = %e, dir = %dir.display(), "cannot create the jobs directory");
-        return;
+        return Ok(());
+    }
+    match jobs_owner::claim(dir, data_dir).map_err(anyhow::Error::msg)? {
+        jobs_owner::Claimed::Ours => {}
+        jobs_owner::Claimed::SetAside { runs, to } => warn!(
+            runs,
+            to = %to.display(),
+            "the jobs directory held runs of another data directory (this one was wiped or replaced): set them aside, where they are neither run nor removed"
+        ),
     }
     if disk.dir_origin == DirOrigin::Legacy {
         warn!(
@@ -43,6 +52,7 @@ pub(crate) fn check_jobs_dir(disk: &JobDiskSettings, data_dir: &Path) {
         log_max = %disk.log_max,
         "runs start while the jobs filesystem has at least jobs.min_free available; each log file rotates at jobs.log_max"
     );
+    Ok(())
 }
 
 /// What this host offers jobs, found once at start.
