@@ -219,7 +219,7 @@ async fn logs_stay_within_the_cap_and_ended_runs_are_removed() {
         .expect("submit")
         .job_id;
     let running = c
-        .wait_job(sleeper, Duration::from_secs(30), |j| {
+        .wait_job(sleeper, Duration::from_secs(60), |j| {
             j.state == pb::JobState::Running as i32
         })
         .await;
@@ -307,6 +307,6 @@ async fn logs_stay_within_the_cap_and_ended_runs_are_removed() {
     assert_eq!(err.code(), tonic::Code::NotFound, "{err}");
     assert!(err.message().contains("jobs.keep_finished_runs"), "{err}");
     c.cancel(1, sleeper).await.expect("cancel");
-    c.wait_job(sleeper, Duration::from_secs(30), is_terminal)
+    c.wait_job(sleeper, Duration::from_secs(60), is_terminal)
         .await;
 }
