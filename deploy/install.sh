@@ -14,7 +14,7 @@
 # --no-enable  do not enable the unit (it is never started: configure /etc/gpumesh/agent.toml
 #            first, then `systemctl start gpu-agent`)
 # --uninstall  stop and disable the unit, remove what was installed; keeps /etc/gpumesh and
-#            /var/lib/gpumesh (cluster state!) unless --purge
+#            /var/lib/gpumesh (cluster state!) and /var/lib/gpumesh-jobs unless --purge
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -68,11 +68,11 @@ if [ "$uninstall" = 1 ]; then
   rmdir "$root/usr/share/doc/gpumesh" 2>/dev/null || true
   if systemd_running; then systemctl daemon-reload; fi
   if [ "$purge" = 1 ]; then
-    rm -rf "$root/etc/gpumesh" "$root/var/lib/gpumesh" "$root/var/log/gpumesh"
+    rm -rf "$root/etc/gpumesh" "$root/var/lib/gpumesh" "$root/var/lib/gpumesh-jobs" "$root/var/log/gpumesh"
     if [ -z "$root" ] && id gpumesh >/dev/null 2>&1; then userdel gpumesh; fi
     say "removed gpumesh, its configuration, its data and the gpumesh user"
   else
-    say "removed gpumesh; kept /etc/gpumesh and /var/lib/gpumesh (--purge removes them)"
+    say "removed gpumesh; kept /etc/gpumesh, /var/lib/gpumesh and /var/lib/gpumesh-jobs (--purge removes them)"
   fi
   exit 0
 fi
@@ -111,10 +111,12 @@ for page in "$man_tmp"/*.1; do
 done
 chmod 0644 "$root"/usr/share/man/man1/*.1.gz "$root"/usr/share/*-completion*/completions/* 2>/dev/null || true
 
-# Configuration: root-only (it names token files); data: the agent's, passable by job users
-# (they must reach <data_dir>/jobs/<run>/work, which the agent creates 0711 and chowns).
+# Configuration: root-only (it names token files); data: the agent's, passable by job users;
+# runs (jobs.dir, beside the data): passable by job users, who must reach
+# /var/lib/gpumesh-jobs/<run>/work, which the agent creates and chowns.
 install -d -m 0750 "$root/etc/gpumesh"
 install -d -m 0711 "$root/var/lib/gpumesh"
+install -d -m 0711 "$root/var/lib/gpumesh-jobs"
 install -d -m 0750 "$root/var/log/gpumesh"
 if [ ! -e "$root/etc/gpumesh/agent.toml" ]; then
   sed -e 's/^# run_as = "nobody"/run_as = "gpumesh"/' \

@@ -16,7 +16,8 @@ use tracing::{info, warn};
 use crate::api::router::{Services, serve};
 use crate::config::{Config, ForeignPolicy};
 use crate::executor::lease::LeaseKeeper;
-use crate::executor::{Executor, ExecutorSettings, Host};
+use crate::executor::retention::Retention;
+use crate::executor::{DiskLimits, Executor, ExecutorSettings, Host};
 use crate::gpu::{self, GpuBackend};
 use crate::host::inventory::InventoryReporter;
 use crate::host::sd_notify::SdNotify;
@@ -148,7 +149,7 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
         };
         tasks.spawn(metrics.run(cancel.clone()));
     }
-    let jobs_dir = config.data_dir.join("jobs");
+    let jobs_dir = config.jobs.disk.dir.clone();
     let services = Services {
         cluster: cluster.clone(),
         reachable_within: config.reachable_within(),
@@ -267,7 +268,10 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
         cgroup_root: config.jobs.cgroup_root.clone(),
         uid_range: config.jobs.uid_range,
         confine: config.jobs.confine.clone(),
+        disk: DiskLimits::from(&config.jobs.disk),
     };
+    crate::executor::setup::check_jobs_dir(&config.jobs.disk, &config.data_dir)
+        .context("checking the jobs directory")?;
     info!(
         node_id,
         "preparing this host for jobs (cgroups, device fence, OOM shield)"
@@ -291,6 +295,13 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
         host,
     };
     tasks.spawn(executor.run(cancel.clone()));
+    info!(node_id, keep = ?config.jobs.disk.keep_finished_runs, "removing ended runs' directories after jobs.keep_finished_runs");
+    let retention = Retention {
+        cluster: cluster.clone(),
+        jobs_dir: config.jobs.disk.dir.clone(),
+        keep: config.jobs.disk.keep_finished_runs,
+    };
+    tasks.spawn(retention.run(cancel.clone()));
     if systemd.enabled() {
         info!(
             node_id,

@@ -136,6 +136,7 @@ impl Node {
             run_as_by_tenant: BTreeMap::new(),
             cgroup_root: "/nonexistent".into(),
             uid_range: Default::default(),
+            disk: Default::default(),
             confine: Confine {
                 default_tasks_max: 64,
                 ..Confine::default()

@@ -189,6 +189,7 @@ impl Node {
             cgroup_root: "/nonexistent/cgroup".into(),
             uid_range: UidRange::default(),
             confine: Confine::default(),
+            disk: Default::default(),
         };
         Self { tmp, settings }
     }

@@ -49,6 +49,7 @@ impl Node {
             cgroup_root,
             uid_range: Default::default(),
             confine: Confine::default(),
+            disk: Default::default(),
         };
         Node {
             _tmp: tmp,

@@ -83,12 +83,10 @@ async fn an_isolated_node_fences_its_runs_before_they_are_placed_again() {
 /// killed with SIGKILL records nothing itself).
 fn ended_at(c: &Cluster, run: &records::RunRecord) -> Option<u128> {
     run.end_ns.or_else(|| {
+        // exit.json is reserved (blank) when the run starts: only a recorded outcome counts.
+        c.run_outcome(run.node, run.job_id, run.generation)?;
         let exit = c
-            .root
-            .path()
-            .join(format!("node-{}", run.node))
-            .join("jobs")
-            .join(format!("j-{}-g{}", run.job_id, run.generation))
+            .run_dir(run.node, run.job_id, run.generation)
             .join("exit.json");
         let modified = std::fs::metadata(exit).and_then(|m| m.modified()).ok()?;
         Some(

@@ -150,7 +150,12 @@ impl JobService for Fake {
             .min(LOG.len());
         let chunks: Vec<Result<pb::LogChunk, Status>> = LOG[skip..]
             .chunks(6)
-            .map(|c| Ok(pb::LogChunk { data: c.to_vec() }))
+            .map(|c| {
+                Ok(pb::LogChunk {
+                    data: c.to_vec(),
+                    skipped: 0,
+                })
+            })
             .collect();
         if req.job_id == 4 && first_read {
             // The stream's task dies mid-way: the client sees the HTTP/2 stream reset.

@@ -56,6 +56,7 @@ if [ "$1" = configure ]; then
   id gpumesh >/dev/null 2>&1 || useradd --system --no-create-home --home-dir /nonexistent \
     --shell /usr/sbin/nologin gpumesh
   install -d -m 0711 /var/lib/gpumesh
+  install -d -m 0711 /var/lib/gpumesh-jobs
   install -d -m 0750 /var/log/gpumesh
   chmod 0750 /etc/gpumesh
   chmod 0640 /etc/gpumesh/agent.toml
@@ -77,7 +78,7 @@ cat >"$stage/DEBIAN/postrm" <<'SCRIPT'
 #!/bin/sh
 set -e
 if [ "$1" = purge ]; then
-  rm -rf /var/lib/gpumesh /var/log/gpumesh /etc/gpumesh
+  rm -rf /var/lib/gpumesh /var/lib/gpumesh-jobs /var/log/gpumesh /etc/gpumesh
   if id gpumesh >/dev/null 2>&1; then userdel gpumesh || true; fi
 fi
 if [ -d /run/systemd/system ]; then systemctl daemon-reload || true; fi

@@ -645,6 +645,28 @@ impl Cluster {
         );
     }
 
+    /// Agent `id`'s jobs directory: `jobs.dir`'s default, `<data_dir>-jobs`.
+    pub fn jobs_dir(&self, id: u64) -> PathBuf {
+        self.root.path().join(format!("node-{id}-jobs"))
+    }
+
+    /// The directory of run `generation` of `job` on agent `id` (in its default jobs directory).
+    pub fn run_dir(&self, id: u64, job: u64, generation: u64) -> PathBuf {
+        self.jobs_dir(id).join(format!("j-{job}-g{generation}"))
+    }
+
+    /// The outcome the supervisor of that run recorded, once it has (`exit.json` exists, blank,
+    /// from the run's start).
+    pub fn run_outcome(
+        &self,
+        id: u64,
+        job: u64,
+        generation: u64,
+    ) -> Option<gpu_raft_store::Outcome> {
+        let bytes = std::fs::read(self.run_dir(id, job, generation).join("exit.json")).ok()?;
+        serde_json::from_slice(&bytes).ok()
+    }
+
     /// Everything agent `id` has logged so far (all its runs).
     pub fn log_of(&self, id: u64) -> String {
         self.agents

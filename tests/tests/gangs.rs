@@ -24,10 +24,7 @@ fn gang(name: &str, script: &str) -> pb::JobSpec {
 
 /// `KEY=VALUE` lines of a member's stdout.
 fn member_env(c: &Cluster, node: u64, job: u64) -> BTreeMap<String, String> {
-    let path = c
-        .root
-        .path()
-        .join(format!("node-{node}/jobs/j-{job}-g1/stdout.log"));
+    let path = c.run_dir(node, job, 1).join("stdout.log");
     let out = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
     out.lines()
         .filter_map(|l| l.split_once('='))
@@ -89,13 +86,9 @@ async fn a_gang_runs_on_two_nodes_with_the_training_environment_and_fails_as_one
     assert_eq!(failed.state, pb::JobState::Failed as i32, "{failed:?}");
     assert_eq!(failed.exit_code, Some(3), "{failed:?}");
     let rank0 = failed.gang_nodes[0];
-    let exit = c
-        .root
-        .path()
-        .join(format!("node-{rank0}/jobs/j-{id}-g1/exit.json"));
-    c.wait_for("rank 0's process to be stopped", WAIT, |_| {
-        let exit = exit.clone();
-        async move { exit.exists() }
+    c.wait_for("rank 0's process to be stopped", WAIT, |c| {
+        let stopped = c.run_outcome(rank0, id, 1).is_some();
+        async move { stopped }
     })
     .await;
 }

@@ -206,7 +206,7 @@ async fn a_restarted_agent_adopts_its_running_job() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reused_supervisor_pid_is_never_signalled() {
     let c = Cluster::start(1, 1, "").await;
-    let jobs = c.root.path().join("node-1/jobs");
+    let jobs = c.jobs_dir(1);
     let sleep = || {
         Command::new("sleep")
             .arg("300")

@@ -88,6 +88,11 @@ fn install_script_installs_and_uninstalls_in_a_scratch_root() {
     assert_eq!(mode(&r.join("etc/gpumesh")), 0o750);
     assert_eq!(mode(&r.join("etc/gpumesh/agent.toml")), 0o640);
     assert_eq!(mode(&r.join("var/lib/gpumesh")), 0o711);
+    assert_eq!(
+        mode(&r.join("var/lib/gpumesh-jobs")),
+        0o711,
+        "job users pass through"
+    );
     let config = std::fs::read_to_string(r.join("etc/gpumesh/agent.toml")).expect("config");
     assert!(
         config.contains("\nrun_as = \"gpumesh\""),

@@ -439,12 +439,8 @@ async fn vm_jobs_get_pass_through_gpus_by_pci_address_and_run_no_process() {
     );
     // The run's stdout names the PCI address it was given (read while it runs).
     let j = c.job(1, held).await.expect("job");
-    let logs = std::fs::read_to_string(
-        c.root
-            .path()
-            .join(format!("node-1/jobs/j-{held}-g{}/stdout.log", j.generation)),
-    )
-    .expect("the vm run's stdout");
+    let logs = std::fs::read_to_string(c.run_dir(1, held, j.generation).join("stdout.log"))
+        .expect("the vm run's stdout");
     assert!(logs.starts_with("vm: pass-through GPUs at "), "{logs:?}");
     assert_eq!(logs.lines().count(), 1, "attached once: {logs:?}");
     let pci = logs

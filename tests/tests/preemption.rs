@@ -72,10 +72,7 @@ async fn a_higher_priority_job_preempts_a_lower_one_which_is_requeued_and_runs_a
     assert_eq!(again.attempts, 1, "the preemption did not use an attempt");
     assert_eq!(again.spec.as_ref().map(|s| s.max_attempts), Some(1));
     // Its first run was asked to stop with SIGTERM and saw it.
-    let log = c
-        .root
-        .path()
-        .join(format!("node-1/jobs/j-{low}-g1/stdout.log"));
+    let log = c.run_dir(1, low, 1).join("stdout.log");
     let out = std::fs::read_to_string(&log).unwrap_or_else(|e| panic!("{log:?}: {e}"));
     assert!(out.contains("got SIGTERM"), "first run's output: {out:?}");
     // The high job's GPUs were the ones the low job held (all four A100s of n1).

@@ -1,6 +1,7 @@
-//! Streaming a run's log file from this node: what is there now, then (with `follow`) new
-//! output as it is written, until the run has ended and the file is drained. The one place
-//! that knows where a run's output lies on disk.
+//! Streaming a run's log from this node: what is there now, then (with `follow`) new output as
+//! it is written, until the run has ended and the log is drained. The one place that knows
+//! where a run's output lies on disk. Offsets are stream offsets that hold across log rotation
+//! (`executor::log_files`).
 
 use std::path::Path;
 use std::pin::Pin;
@@ -9,10 +10,10 @@ use std::time::Duration;
 use futures::Stream;
 use gpu_proto::v1 as pb;
 use gpu_raft_store::JobId;
-use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use tonic::Status;
 
 use crate::executor::job_dir::JobDir;
+use crate::executor::log_files;
 use crate::raft::Cluster;
 
 const CHUNK: usize = 64 * 1024;
@@ -81,7 +82,7 @@ pub(crate) fn stream(
     };
     if !dir.path.is_dir() && !still_running(&cursor) {
         return Err(Status::not_found(format!(
-            "no log of run g{} of job j-{} on node n{}: it did not run here, or its directory was removed",
+            "no log of run g{} of job j-{} on node n{}: it did not run here, or its directory was removed (jobs.keep_finished_runs)",
             req.generation, req.job, cursor.cluster.id
         )));
     }
@@ -93,9 +94,10 @@ pub(crate) fn stream(
             }
             loop {
                 match read_chunk(&c.path, c.offset).await {
-                    Ok(data) if !data.is_empty() => {
-                        c.offset += data.len() as u64;
-                        return Some((Ok(pb::LogChunk { data }), c));
+                    Ok(chunk) if !chunk.data.is_empty() => {
+                        c.offset += chunk.skipped + chunk.data.len() as u64;
+                        let (data, skipped) = (chunk.data, chunk.skipped);
+                        return Some((Ok(pb::LogChunk { data, skipped }), c));
                     }
                     Ok(_) if c.follow && still_running(&c) => tokio::time::sleep(POLL).await,
                     // The run may have written its last output between that read and the check:
@@ -118,24 +120,25 @@ pub(crate) fn stream(
     )))
 }
 
-async fn read_chunk(path: &Path, offset: u64) -> std::io::Result<Vec<u8>> {
-    let mut file = match tokio::fs::File::open(path).await {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(e),
-    };
-    file.seek(std::io::SeekFrom::Start(offset)).await?;
-    let mut buf = vec![0; CHUNK];
-    let n = file.read(&mut buf).await?;
-    buf.truncate(n);
-    Ok(buf)
+/// Up to `CHUNK` bytes of the stream from `offset`, across its rotated and current files
+/// (`log_files`): a reader whose offset was rotated away resumes at the oldest byte kept and is
+/// told how much it missed.
+async fn read_chunk(path: &Path, offset: u64) -> std::io::Result<log_files::Chunk> {
+    let path = path.to_owned();
+    tokio::task::spawn_blocking(move || log_files::read_at(&path, offset, CHUNK))
+        .await
+        .map_err(std::io::Error::other)?
 }
 
 /// The placement is still live (its output may grow).
 fn still_running(c: &Cursor) -> bool {
-    c.cluster.state.read(|s| {
+    is_live(&c.cluster, c.job, c.generation)
+}
+
+fn is_live(cluster: &Cluster, job: u64, generation: u64) -> bool {
+    cluster.state.read(|s| {
         s.jobs
-            .get(&c.job)
-            .is_some_and(|j| j.state.is_live() && j.generation == c.generation)
+            .get(&job)
+            .is_some_and(|j| j.state.is_live() && j.generation == generation)
     })
 }

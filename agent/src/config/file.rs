@@ -134,6 +134,15 @@ pub struct JobsSection {
     pub extra_devices: Option<Vec<String>>,
     /// `report` (default) or `kill` a process on a job's GPU that is not the job's.
     pub foreign_processes: Option<String>,
+    /// Where run directories (scratch, logs, records) live.
+    pub dir: Option<PathBuf>,
+    /// Each log file is rotated at this size.
+    pub log_max: Option<super::size::ByteSize>,
+    /// No run starts while the jobs filesystem has less free space.
+    pub min_free: Option<super::size::ByteSize>,
+    /// How long an ended, reported run's directory is kept.
+    #[serde(default, with = "humantime_serde")]
+    pub keep_finished_runs: Option<Duration>,
 }
 
 /// `[raft]`, validated into `RaftSettings`.

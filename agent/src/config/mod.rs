@@ -5,8 +5,10 @@
 mod confine;
 mod file;
 mod flags;
+mod jobs_disk;
 mod run_as;
 mod settings;
+mod size;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -26,11 +28,14 @@ pub use file::{
     RaftSection, TlsSection,
 };
 pub use flags::Overrides;
+pub(crate) use jobs_disk::DEFAULT_LOG_MAX;
+pub use jobs_disk::{DirOrigin, JobDiskSettings};
 pub use run_as::{RunAs, UidRange};
 pub use settings::{
     ApiSettings, AutopilotSettings, DEFAULT_CGROUP_ROOT, EdgeSettings, JobSettings,
     MAX_HISTORY_LEN, MonitorSettings, RaftSettings, TlsSettings,
 };
+pub use size::ByteSize;
 
 /// The validated configuration the agent runs with.
 #[derive(Clone, Debug)]
@@ -91,7 +96,7 @@ impl Config {
         } = identity(&file)?;
         let raft = settings::raft(file.raft)?;
         let autopilot = settings::autopilot(file.autopilot, &raft)?;
-        let jobs = settings::jobs(file.jobs, &raft)?;
+        let jobs = settings::jobs(file.jobs, &raft, &data_dir)?;
         let edge = settings::edge(file.edge, &labels, bootstrap, &jobs, &raft)?;
         let tls = settings::tls(file.tls, listen, &advertise)?;
         let api = settings::api(file.api)?;

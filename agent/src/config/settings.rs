@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, ensure};
@@ -13,6 +13,7 @@ use super::confine::Confine;
 use super::file::{
     ApiSection, AutopilotSection, EdgeSection, JobsSection, MonitorSection, RaftSection, TlsSection,
 };
+use super::jobs_disk::{self, JobDiskSettings};
 use super::{RunAs, UidRange};
 
 /// Raft timing. Defaults suit a LAN: heartbeat 100 ms; election timeout 200–400 ms. In openraft
@@ -110,6 +111,8 @@ pub struct JobSettings {
     pub uid_range: UidRange,
     /// Default limits, extra devices and the foreign-process policy (`config::confine`).
     pub confine: Confine,
+    /// Where run directories live and how their disk use is bounded.
+    pub disk: JobDiskSettings,
 }
 
 /// Where job cgroups live by default: a cgroup of our own directly under the cgroup v2 root,
@@ -118,8 +121,13 @@ pub const DEFAULT_CGROUP_ROOT: &str = "/sys/fs/cgroup/gpumesh";
 
 /// `[jobs]`, checked against the Raft timing: a node's lease outlasts an election, and the
 /// leader's grace outlasts the lease.
-pub(super) fn jobs(j: JobsSection, raft: &RaftSettings) -> anyhow::Result<JobSettings> {
+pub(super) fn jobs(
+    j: JobsSection,
+    raft: &RaftSettings,
+    data_dir: &Path,
+) -> anyhow::Result<JobSettings> {
     let confine = super::confine::confine(&j)?;
+    let disk = jobs_disk::settings(j.dir, j.log_max, j.min_free, j.keep_finished_runs, data_dir)?;
     let jobs = JobSettings {
         confine,
         lease: j.lease.unwrap_or(Duration::from_secs(10)),
@@ -134,6 +142,7 @@ pub(super) fn jobs(j: JobsSection, raft: &RaftSettings) -> anyhow::Result<JobSet
             Some(r) => r.parse().map_err(anyhow::Error::msg)?,
             None => UidRange::default(),
         },
+        disk,
     };
     ensure!(
         jobs.cgroup_root.is_absolute(),

@@ -1,8 +1,9 @@
 //! One placement's directory on its node: `<jobs>/j-<id>-g<generation>/`. It is the executor's
 //! durable record of what it started, so reconciliation works the same after an agent restart:
 //! `shim.pid` (the supervisor), `stdout.log`/`stderr.log`, `stop` (why the agent asked it to
-//! stop), `exit.json` (how the run ended, written by the supervisor), `reported` (the cluster
-//! has been told the outcome).
+//! stop), `exit.json` (how the run ended, written by the supervisor into space reserved when
+//! the run started), `reported` (the cluster has been told the outcome). The log files'
+//! layout (rotation) is in `log_files.rs`.
 
 use std::fs;
 use std::io::Write;
@@ -158,13 +159,52 @@ impl JobDir {
         write_atomic(&self.path.join("shim.pid"), supervisor.record().as_bytes())
     }
 
+    /// How the run ended; `None` while `exit.json` is absent or only reserved (blank).
     pub fn exit(&self) -> Option<Outcome> {
-        serde_json::from_slice(&fs::read(self.path.join("exit.json")).ok()?).ok()
+        serde_json::from_slice(&fs::read(self.exit_path()).ok()?).ok()
     }
 
+    /// Reserve `exit.json`'s space now, while the filesystem has room: a blank file of
+    /// `EXIT_RESERVED` bytes (it reads as no outcome yet) that `write_exit` later overwrites in
+    /// place, so the outcome is recorded even when the job has filled the disk since. An
+    /// outcome already there is kept.
+    pub fn reserve_exit(&self) -> std::io::Result<()> {
+        let path = self.exit_path();
+        if fs::metadata(&path).is_ok_and(|m| m.len() >= EXIT_RESERVED as u64)
+            || self.exit().is_some()
+        {
+            return Ok(());
+        }
+        let mut f = fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(true)
+            .open(&path)?;
+        // Written, not fallocated: blocks that hold data are not given back or copied on the
+        // overwrite by ext4, xfs or tmpfs (copy-on-write filesystems such as btrfs may still
+        // need space then).
+        f.write_all(&[b' '; EXIT_RESERVED])?;
+        f.sync_all()
+    }
+
+    /// Record how the run ended: in place over the reserved file when there is one (no new
+    /// space needed), otherwise as a new file written and renamed into place.
     pub fn write_exit(&self, outcome: &Outcome) -> std::io::Result<()> {
-        let bytes = serde_json::to_vec(outcome).map_err(std::io::Error::other)?;
-        write_atomic(&self.path.join("exit.json"), &bytes)
+        let path = self.exit_path();
+        let reserved = fs::metadata(&path).is_ok_and(|m| m.len() == EXIT_RESERVED as u64)
+            && self.exit().is_none();
+        if !reserved {
+            let bytes = serde_json::to_vec(outcome).map_err(std::io::Error::other)?;
+            return write_atomic(&path, &bytes);
+        }
+        let bytes = encode_exit(outcome, EXIT_RESERVED)?;
+        let f = fs::OpenOptions::new().write(true).open(&path)?;
+        std::os::unix::fs::FileExt::write_all_at(&f, &bytes, 0)?;
+        f.sync_all()
+    }
+
+    fn exit_path(&self) -> PathBuf {
+        self.path.join("exit.json")
     }
 
     pub fn stop_reason(&self) -> Option<StopReason> {
@@ -191,6 +231,42 @@ impl JobDir {
             .ok()
             .and_then(|t| t.elapsed().ok())
             .unwrap_or_default()
+    }
+}
+
+/// The size `exit.json` is reserved at: room for any outcome (long messages are shortened).
+pub const EXIT_RESERVED: usize = 4096;
+
+/// Pure: `outcome` as JSON padded with blanks to exactly `size` bytes (JSON allows trailing
+/// whitespace, so the file parses as the outcome). A message too long to fit is shortened.
+pub fn encode_exit(outcome: &Outcome, size: usize) -> std::io::Result<Vec<u8>> {
+    let mut outcome = outcome.clone();
+    loop {
+        let mut bytes = serde_json::to_vec(&outcome).map_err(std::io::Error::other)?;
+        if bytes.len() < size {
+            bytes.resize(size - 1, b' ');
+            bytes.push(b'\n');
+            return Ok(bytes);
+        }
+        let over = bytes.len() - size + 1;
+        let (Outcome::FailedToStart { message } | Outcome::Lost { message }) = &mut outcome else {
+            return Err(std::io::Error::other(
+                "an outcome without a message does not fit",
+            ));
+        };
+        if message.chars().count() <= 1 {
+            return Err(std::io::Error::other("the outcome does not fit"));
+        }
+        // Cut at least what is over (escapes make the JSON longer than the text) and mark it.
+        let mut keep = message
+            .len()
+            .saturating_sub(over + '…'.len_utf8())
+            .min(message.len() - 1);
+        while !message.is_char_boundary(keep) {
+            keep -= 1;
+        }
+        message.truncate(keep);
+        message.push('…');
     }
 }
 
@@ -228,6 +304,66 @@ mod tests {
         assert!(!d.is_reported());
         d.mark_reported().expect("reported");
         assert!(d.is_reported());
+    }
+
+    #[test]
+    fn a_reserved_exit_reads_as_none_until_written_in_place() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let d = JobDir::new(tmp.path(), 9, 2);
+        d.create().expect("create");
+        d.reserve_exit().expect("reserve");
+        let size = |d: &JobDir| fs::metadata(d.exit_path()).expect("exit.json").len();
+        assert_eq!(size(&d), EXIT_RESERVED as u64);
+        assert_eq!(d.exit(), None, "blank means no outcome yet");
+        let ino = |d: &JobDir| {
+            std::os::unix::fs::MetadataExt::ino(&fs::metadata(d.exit_path()).expect("meta"))
+        };
+        let before = ino(&d);
+        d.write_exit(&Outcome::Exited { code: 7 }).expect("write");
+        assert_eq!(d.exit(), Some(Outcome::Exited { code: 7 }));
+        assert_eq!(
+            (size(&d), ino(&d)),
+            (EXIT_RESERVED as u64, before),
+            "in place"
+        );
+        // Reserving again keeps the outcome.
+        d.reserve_exit().expect("reserve again");
+        assert_eq!(d.exit(), Some(Outcome::Exited { code: 7 }));
+    }
+
+    #[test]
+    fn every_outcome_fits_its_reservation() {
+        let long = "é\"x".repeat(3000);
+        for outcome in [
+            Outcome::Exited { code: -1 },
+            Outcome::OutOfMemory { limit_mib: Some(1) },
+            Outcome::Fenced,
+            Outcome::FailedToStart {
+                message: "no such file".into(),
+            },
+            Outcome::FailedToStart {
+                message: long.clone(),
+            },
+            Outcome::Lost {
+                message: long.clone(),
+            },
+        ] {
+            let bytes = encode_exit(&outcome, EXIT_RESERVED).expect("fits");
+            assert_eq!(bytes.len(), EXIT_RESERVED);
+            let back: Outcome = serde_json::from_slice(&bytes).expect("parses");
+            match (&outcome, &back) {
+                (Outcome::Lost { message: m }, Outcome::Lost { message: b })
+                | (Outcome::FailedToStart { message: m }, Outcome::FailedToStart { message: b })
+                    if m.len() > 100 =>
+                {
+                    assert!(
+                        b.ends_with('…') && m.starts_with(b.trim_end_matches('…')),
+                        "{b}"
+                    );
+                }
+                _ => assert_eq!(back, outcome),
+            }
+        }
     }
 
     #[test]

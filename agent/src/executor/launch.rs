@@ -26,7 +26,7 @@ use super::identity::{self, Identity};
 use super::job_dir::JobDir;
 use super::limits::Limits;
 use super::setup::Host;
-use super::{Executor, ExecutorSettings, isolation, job_env, vm};
+use super::{Executor, ExecutorSettings, disk_space, isolation, job_env, vm};
 use crate::gpu::GpuBackend;
 
 /// Variables a run gets from where it runs (placement, gang, slice).
@@ -40,6 +40,7 @@ impl Executor {
         dir: &JobDir,
         host: &Host,
     ) -> Result<Option<Child>, String> {
+        self.check_free_space()?;
         if job.spec.kind == JobKind::Vm {
             self.start_vm(job, dir).map(|()| None)
         } else {
@@ -97,6 +98,21 @@ impl Executor {
             cgroups: host.cgroups.clone(),
             limits: Limits::for_job(spec, &self.settings.confine),
             devices: device_fence::allow_list(&nodes, &device_fence::host_majors(), &extra),
+        }
+    }
+
+    /// A run fails to start, with the reason, on a jobs filesystem below `jobs.min_free`: it
+    /// could not be supervised reliably there (and a job that filled the disk must not make
+    /// every later run on the node fail in some less clear way).
+    fn check_free_space(&self) -> Result<(), String> {
+        let dir = &self.settings.jobs_dir;
+        match disk_space::available(dir) {
+            Ok(free) => match disk_space::too_full(dir, free, self.settings.disk.min_free) {
+                Some(why) => Err(why),
+                None => Ok(()),
+            },
+            // Left to the start itself, which says what is wrong with the directory.
+            Err(_) => Ok(()),
         }
     }
 
@@ -343,6 +359,11 @@ fn shim_args(
     if let Some(w) = workdir {
         flag("--workdir", w.into());
     }
+    // Only when not the supervisor's own default (the same constant), which keeps the common
+    // command line short.
+    if settings.disk.log_max != crate::config::DEFAULT_LOG_MAX.0 {
+        flag("--log-max", settings.disk.log_max.to_string().into());
+    }
     args.extend(confinement.flags());
     args.push("--".into());
     args.extend(spec.command.iter().map(OsString::from));
@@ -414,6 +435,7 @@ mod tests {
             cgroup_root: "/sys/fs/cgroup/gpumesh".into(),
             uid_range: UidRange::default(),
             confine: Confine::default(),
+            disk: crate::executor::DiskLimits::default(),
         }
     }
 

@@ -17,22 +17,27 @@ pub mod cgroup_v1;
 pub mod cgroups;
 pub mod confine;
 pub mod device_fence;
+mod disk_space;
 pub mod isolation;
 pub mod job_dir;
 pub(crate) mod lease;
 pub mod limits;
+pub(crate) mod log_files;
 pub mod shim;
 
 mod act;
 mod desired;
 mod identity;
 mod job_env;
+mod jobs_owner;
 mod launch;
+mod log_writer;
 mod mig;
 mod observe;
 mod pre_exec;
 mod reconcile;
-mod setup;
+pub mod retention;
+pub(crate) mod setup;
 mod vm;
 
 use std::collections::{BTreeMap, HashMap};
@@ -76,6 +81,35 @@ pub struct ExecutorSettings {
     pub uid_range: UidRange,
     /// Default limits, extra devices, foreign-process policy (`jobs.*`).
     pub confine: Confine,
+    /// Bounds on the runs' disk use.
+    pub disk: DiskLimits,
+}
+
+/// How much disk runs may use: `jobs.log_max`, `jobs.min_free`, `jobs.keep_finished_runs`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DiskLimits {
+    /// Each log file is rotated at this size (a stream keeps at most twice this).
+    pub log_max: u64,
+    /// No run starts while the jobs filesystem has less space available.
+    pub min_free: u64,
+    /// An ended, reported run's directory is removed this long after it was reported.
+    pub keep_finished_runs: Duration,
+}
+
+impl Default for DiskLimits {
+    fn default() -> Self {
+        Self::from(&crate::config::JobDiskSettings::defaults())
+    }
+}
+
+impl From<&crate::config::JobDiskSettings> for DiskLimits {
+    fn from(s: &crate::config::JobDiskSettings) -> Self {
+        Self {
+            log_max: s.log_max.0,
+            min_free: s.min_free.0,
+            keep_finished_runs: s.keep_finished_runs,
+        }
+    }
 }
 
 impl ExecutorSettings {

@@ -1,6 +1,6 @@
-//! What this host offers jobs, found once when the agent starts: the jobs directory, the
-//! job users, which job cgroups (and so limits and device fence) are available, and the
-//! agent's own shield from the OOM killer.
+//! What this host offers jobs, found once when the agent starts: the jobs directory (and
+//! whether it shares the Raft data's filesystem), the job users, which job cgroups (and so
+//! limits and device fence) are available, and the agent's own shield from the OOM killer.
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -8,8 +8,53 @@ use std::path::{Path, PathBuf};
 use tracing::{error, info, warn};
 
 use super::cgroups::CgroupLayout;
-use super::{ExecutorSettings, isolation};
-use crate::config::{ForeignPolicy, RunAs};
+use super::{ExecutorSettings, disk_space, isolation, jobs_owner};
+use crate::config::{DirOrigin, ForeignPolicy, JobDiskSettings, RunAs};
+
+/// Make sure the jobs directory is this agent's (`jobs_owner`), say where runs live, and warn
+/// when that is the Raft data's filesystem: a job can fill it, and the agent stops (by design)
+/// when its Raft log cannot be written. An error when another agent may be using it.
+pub(crate) fn check_jobs_dir(disk: &JobDiskSettings, data_dir: &Path) -> anyhow::Result<()> {
+    let dir = &disk.dir;
+    if let Err(e) = std::fs::create_dir_all(dir) {
+        warn!(error = %e, dir = %dir.display(), "cannot create the jobs directory");
+        return Ok(());
+    }
+    match jobs_owner::claim(dir, data_dir).map_err(anyhow::Error::msg)? {
+        jobs_owner::Claimed::Ours => {}
+        jobs_owner::Claimed::SetAside { runs, to } => warn!(
+            runs,
+            to = %to.display(),
+            "the jobs directory held runs of another data directory (this one was wiped or replaced): set them aside, where they are neither run nor removed"
+        ),
+    }
+    if disk.dir_origin == DirOrigin::Legacy {
+        warn!(
+            dir = %dir.display(),
+            "runs are kept inside the data directory, where earlier versions put them, because that directory exists: set jobs.dir (and move or remove it once no run is left in it)"
+        );
+    }
+    let free = disk_space::available(dir).unwrap_or(0);
+    match disk_space::same_filesystem(dir, data_dir) {
+        Some(true) => warn!(
+            jobs_dir = %dir.display(),
+            data_dir = %data_dir.display(),
+            "the jobs directory is on the Raft data's filesystem: a job that fills it also stops this agent's Raft writes; give jobs.dir a filesystem of its own"
+        ),
+        Some(false) => {
+            info!(jobs_dir = %dir.display(), "the jobs directory has a filesystem of its own")
+        }
+        None => {}
+    }
+    info!(
+        jobs_dir = %dir.display(),
+        available_mib = free >> 20,
+        min_free = %disk.min_free,
+        log_max = %disk.log_max,
+        "runs start while the jobs filesystem has at least jobs.min_free available; each log file rotates at jobs.log_max"
+    );
+    Ok(())
+}
 
 /// What this host offers jobs, found once at start.
 #[derive(Clone, Debug)]

@@ -1,8 +1,9 @@
 //! `gpu-agent shim`: the per-run supervisor. The agent starts it (as a process-group leader,
 //! with a fixed minimal environment); it starts the job in a process group of its own, with the
-//! job's environment from the run's `env.json` (see `job_env`), waits for it, and writes how it
-//! ended to `exit.json`. Because it outlives agent restarts, a restarted agent can still learn
-//! every run's outcome.
+//! job's environment from the run's `env.json` (see `job_env`), writes the job's output to its
+//! logs (`log_writer`: capped, rotated, never blocking the job), waits for it, and writes how
+//! it ended to `exit.json` (space reserved first, so a full disk cannot lose it). Because it
+//! outlives agent restarts, a restarted agent can still learn every run's outcome.
 //!
 //! The job runs as the user the executor chose (its uid, gid and supplementary groups, see
 //! `identity`), in the run's cgroups with its CPU, memory
@@ -30,6 +31,7 @@ use super::cgroups::{CgroupLayout, RunCgroups, V1Root, cgroup_name};
 use super::device_fence::DeviceRule;
 use super::job_dir::{JobDir, Supervisor};
 use super::limits::{self, Enforced, Limits};
+use super::log_writer::JobLogs;
 use super::{identity, isolation, job_env, pre_exec};
 
 #[derive(Debug, clap::Args)]
@@ -68,6 +70,9 @@ pub struct ShimArgs {
     /// stderr.log as not enforced.
     #[arg(long)]
     pub cgroup_v1: Vec<V1Root>,
+    /// Each log file (stdout.log, stderr.log) is rotated at this many bytes.
+    #[arg(long, default_value_t = crate::config::DEFAULT_LOG_MAX.0)]
+    pub log_max: u64,
     /// CPU limit, thousandths of a core.
     #[arg(long)]
     pub cpu_millis: Option<u32>,
@@ -108,7 +113,15 @@ pub fn run(args: ShimArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let outcome = runtime.block_on(supervise(&dir, &args));
+    // First, while there is room: the outcome must be recordable even once the job has filled
+    // the disk. Without the reservation it is still written, if there is room then.
+    let reserved = dir.reserve_exit();
+    let outcome = match reserved {
+        Ok(()) => runtime.block_on(supervise(&dir, &args)),
+        Err(e) => Outcome::FailedToStart {
+            message: format!("reserving {}: {e}", dir.path.join("exit.json").display()),
+        },
+    };
     match dir.write_exit(&outcome) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -174,21 +187,15 @@ async fn supervise(dir: &JobDir, args: &ShimArgs) -> Outcome {
         Ok(s) => s,
         Err(e) => return failed(e),
     };
-    let open = |path: PathBuf| {
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-    };
-    let (stdout, stderr) = match (open(dir.stdout()), open(dir.stderr())) {
-        (Ok(o), Ok(e)) => (o, e),
-        (Err(e), _) | (_, Err(e)) => return failed(format!("opening log files: {e}")),
-    };
-    // The supervisor's own notices go to the job's stderr.log, where its user looks.
-    let mut notes = match stderr.try_clone() {
-        Ok(f) => f,
+    // The job writes into pipes; the supervisor writes the logs, capped and rotated, and
+    // finishes them (waiting for the job's last output) when `logs` is dropped, before the
+    // outcome is recorded.
+    let (logs, pipes) = match JobLogs::start(&dir.stdout(), &dir.stderr(), args.log_max) {
+        Ok(started) => started,
         Err(e) => return failed(format!("opening log files: {e}")),
     };
+    // The supervisor's own notices go to the job's stderr.log, where its user looks.
+    let mut notes = logs.notes();
     let asked = Limits {
         cpu_millis: args.cpu_millis,
         memory_mib: args.memory_mib,
@@ -221,8 +228,8 @@ async fn supervise(dir: &JobDir, args: &ShimArgs) -> Outcome {
         .env_clear()
         .envs(&env)
         .stdin(Stdio::null())
-        .stdout(stdout)
-        .stderr(stderr)
+        .stdout(pipes.stdout)
+        .stderr(pipes.stderr)
         .process_group(0);
     // The job enters its cgroups before it execs, while still root: no process of it ever runs
     // outside them. This hook must stay ahead of the one that switches user.
@@ -236,10 +243,13 @@ async fn supervise(dir: &JobDir, args: &ShimArgs) -> Outcome {
     // Then groups, gid, uid and the working directory, in the child: exactly the job's
     // groups, none of ours.
     let prepared = identity::become_in_child(&mut cmd, switch, &cwd);
-    let mut child = match prepared.and_then(|()| {
+    let spawned = prepared.and_then(|()| {
         cmd.spawn()
             .map_err(|e| spawn_error(program, &e, owner, &cwd))
-    }) {
+    });
+    // Close our copies of the pipes' write ends, or the log readers never see the output end.
+    drop(cmd);
+    let mut child = match spawned {
         Ok(c) => c,
         Err(message) => return ended(cgroups, failed(message)).await,
     };

@@ -3,7 +3,8 @@
 //! run with the same code.
 //!
 //! If the agent serving the stream goes away mid-way, the stream is reopened through the
-//! endpoint list at the byte offset already written, so nothing is repeated or lost.
+//! endpoint list at the stream offset already reached, so nothing is repeated or lost. Output
+//! the node no longer keeps (rotated away at `jobs.log_max`) is skipped with a note on stderr.
 
 use gpu_proto::v1 as pb;
 use gpu_proto::v1::job_service_client::JobServiceClient;
@@ -68,11 +69,20 @@ pub(super) async fn copy(ctx: &Ctx, source: LogSource, sink: Sink) -> Result<(),
         loop {
             match chunks.message().await {
                 Ok(Some(chunk)) => {
+                    if chunk.skipped > 0 {
+                        // To stderr: stdout stays the job's output, byte for byte.
+                        eprintln!(
+                            "gpuctl: {} bytes of output were rotated away on the node (jobs.log_max) and are not shown",
+                            chunk.skipped
+                        );
+                    }
                     match sink {
                         Sink::Stdout => output::emit_bytes(&chunk.data),
                         Sink::Stderr => output::emit_err_bytes(&chunk.data),
                     }
-                    offset = offset.saturating_add(chunk.data.len() as u64);
+                    offset = offset
+                        .saturating_add(chunk.skipped)
+                        .saturating_add(chunk.data.len() as u64);
                     fruitless = 0;
                 }
                 Ok(None) => return Ok(()),
