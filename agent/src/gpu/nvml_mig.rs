@@ -6,8 +6,9 @@
 //! replicated layout changes only then. Unverified on hardware here (no GPU): it compiles
 //! against the NVML headers and is exercised only where a driver is present.
 //!
-//! The only `unsafe` in the workspace (the workspace lint is `deny`, allowed here alone): each
-//! block is one NVML call on a handle NVML gave us, with out-pointers to zeroed locals.
+//! `unsafe` is allowed here (the workspace lint is `deny`; the only other exceptions are the
+//! executor's fork-to-exec hooks): each block is one NVML call on a handle NVML gave us, with
+//! out-pointers to zeroed locals.
 #![allow(unsafe_code)]
 
 use std::ffi::c_uint;
