@@ -16,7 +16,7 @@ use tracing::{info, warn};
 use crate::api::router::{Services, serve};
 use crate::config::Config;
 use crate::executor::lease::LeaseKeeper;
-use crate::executor::{Executor, ExecutorSettings};
+use crate::executor::{Executor, ExecutorSettings, Launcher};
 use crate::gpu::{self, GpuBackend};
 use crate::host::inventory::InventoryReporter;
 use crate::host::sd_notify::SdNotify;
@@ -55,6 +55,10 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
     info!(node_id, backend = %config.gpu_backend, "opening the GPU backend");
     let gpus: Arc<dyn GpuBackend> =
         Arc::from(gpu::open(config.gpu_backend, &config.sim_gpus, node_id)?);
+    info!(node_id, launcher = %config.jobs.launcher, "choosing how jobs are started");
+    let launcher = Launcher::choose(config.jobs.launcher)
+        .await
+        .context("choosing how jobs are started (jobs.launcher)")?;
     let telemetry = Telemetry::new(config.monitor.history_len());
     let metrics_listener = match config.monitor.metrics_listen {
         Some(addr) => Some(
@@ -264,7 +268,10 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
             run_as: config.jobs.run_as.clone(),
             run_as_by_tenant: config.jobs.run_as_by_tenant.clone(),
             cgroup_root: config.jobs.cgroup_root.clone(),
+            extra_devices: config.jobs.extra_devices.clone(),
+            tasks_max: config.jobs.tasks_max,
         },
+        launcher,
     };
     tasks.spawn(executor.run(cancel.clone()));
     if systemd.enabled() {

@@ -45,6 +45,8 @@ impl Node {
             run_as,
             run_as_by_tenant: Default::default(),
             cgroup_root,
+            extra_devices: Vec::new(),
+            tasks_max: 16_384,
         };
         Node {
             _tmp: tmp,

@@ -122,6 +122,39 @@ pub struct JobsSection {
     pub run_as_by_tenant: Option<BTreeMap<String, String>>,
     /// The cgroup v2 directory job cgroups are created under.
     pub cgroup_root: Option<PathBuf>,
+    /// How runs are started: `auto`, `systemd` or `direct`.
+    pub launcher: Option<LauncherChoice>,
+    /// Device nodes (or directories of them, e.g. `/dev/infiniband`) every job may open besides
+    /// its GPUs.
+    pub extra_devices: Option<Vec<PathBuf>>,
+    /// The most processes and threads one run may have (systemd launcher).
+    pub tasks_max: Option<u64>,
+}
+
+/// `jobs.launcher`: how the executor starts each run's supervisor.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LauncherChoice {
+    /// systemd when the host was booted with it and its D-Bus API answers, else direct.
+    #[default]
+    Auto,
+    /// Each run is a transient unit of its own in `gpumesh.slice`, started through systemd's
+    /// D-Bus API: outside the agent's own service sandbox, with its limits and device
+    /// allow-list.
+    Systemd,
+    /// Each run's supervisor is a child process of the agent (inside whatever sandbox the agent
+    /// runs in).
+    Direct,
+}
+
+impl std::fmt::Display for LauncherChoice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LauncherChoice::Auto => "auto",
+            LauncherChoice::Systemd => "systemd",
+            LauncherChoice::Direct => "direct",
+        })
+    }
 }
 
 /// `[raft]`, validated into `RaftSettings`.

@@ -20,14 +20,14 @@ use crate::raft::cluster::ClusterSettings;
 
 // One flat path, `config::X`, for everything the configuration is made of.
 pub use file::{
-    ApiSection, AutopilotSection, EdgeSection, FileConfig, JobsSection, MonitorSection,
-    RaftSection, TlsSection,
+    ApiSection, AutopilotSection, EdgeSection, FileConfig, JobsSection, LauncherChoice,
+    MonitorSection, RaftSection, TlsSection,
 };
 pub use flags::Overrides;
 pub use run_as::RunAs;
 pub use settings::{
-    ApiSettings, AutopilotSettings, DEFAULT_CGROUP_ROOT, EdgeSettings, JobSettings,
-    MAX_HISTORY_LEN, MonitorSettings, RaftSettings, TlsSettings,
+    ApiSettings, AutopilotSettings, DEFAULT_CGROUP_ROOT, DEFAULT_TASKS_MAX, EdgeSettings,
+    JobSettings, MAX_HISTORY_LEN, MonitorSettings, RaftSettings, TlsSettings,
 };
 
 /// The validated configuration the agent runs with.
@@ -387,5 +387,60 @@ mod tests {
         .expect("parses");
         let err = Config::parse_and_validate(unknown, Overrides::default()).expect_err("unknown");
         assert!(err.to_string().contains("no-such-user-here"), "{err}");
+    }
+
+    #[test]
+    fn launcher_keys_parse_and_bad_ones_are_refused() {
+        let c = Config::parse_and_validate(minimal(), Overrides::default()).expect("valid");
+        assert_eq!(c.jobs.launcher, LauncherChoice::Auto);
+        assert!(c.jobs.extra_devices.is_empty());
+        assert_eq!(c.jobs.tasks_max, DEFAULT_TASKS_MAX);
+        let jobs = |keys: &str| {
+            FileConfig::parse(&format!("node_id = 1\ndata_dir = \"d\"\n[jobs]\n{keys}\n"))
+                .and_then(|f| Config::parse_and_validate(f, Overrides::default()))
+        };
+        let c = jobs(
+            "launcher = \"systemd\"\nextra_devices = [\"/dev/infiniband\", \"/dev/nvidia-modeset\"]\ntasks_max = 512",
+        )
+        .expect("valid");
+        assert_eq!(c.jobs.launcher, LauncherChoice::Systemd);
+        assert_eq!(
+            c.jobs.extra_devices,
+            [
+                Path::new("/dev/infiniband"),
+                Path::new("/dev/nvidia-modeset")
+            ]
+        );
+        assert_eq!(c.jobs.tasks_max, 512);
+        assert_eq!(
+            jobs("launcher = \"direct\"").expect("valid").jobs.launcher,
+            LauncherChoice::Direct
+        );
+        for (bad, says) in [
+            (
+                "launcher = \"docker\"",
+                "expected one of `auto`, `systemd`, `direct`",
+            ),
+            (
+                "extra_devices = [\"infiniband\"]",
+                "not a device path under /dev/",
+            ),
+            (
+                "extra_devices = [\"/etc/passwd\"]",
+                "not a device path under /dev/",
+            ),
+            (
+                "extra_devices = [\"/dev/../etc\"]",
+                "not a device path under /dev/",
+            ),
+            (
+                "extra_devices = [\"/dev\"]",
+                "not a device path under /dev/",
+            ),
+            ("tasks_max = 0", "tasks_max must be at least 1"),
+        ] {
+            let err = jobs(bad).expect_err(bad);
+            assert!(format!("{err:#}").contains(says), "{bad}: {err:#}");
+        }
     }
 }

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, ensure};
@@ -11,7 +11,8 @@ use gpu_raft_store::validate;
 
 use super::RunAs;
 use super::file::{
-    ApiSection, AutopilotSection, EdgeSection, JobsSection, MonitorSection, RaftSection, TlsSection,
+    ApiSection, AutopilotSection, EdgeSection, JobsSection, LauncherChoice, MonitorSection,
+    RaftSection, TlsSection,
 };
 
 /// Raft timing. Defaults suit a LAN: heartbeat 100 ms; election timeout 200–400 ms. In openraft
@@ -105,7 +106,19 @@ pub struct JobSettings {
     /// limits when this is (or can be made) a cgroup v2 directory with the `cpu` and `memory`
     /// controllers delegated; otherwise jobs run without limits (see `executor::isolation`).
     pub cgroup_root: PathBuf,
+    /// How runs are started (`jobs.launcher`, default `auto`; see `executor::launcher`).
+    pub launcher: LauncherChoice,
+    /// Device nodes, or directories of them, every job may open besides its own GPUs
+    /// (`jobs.extra_devices`, e.g. `/dev/infiniband` for RDMA); each under `/dev/`.
+    pub extra_devices: Vec<PathBuf>,
+    /// The most tasks (processes and threads) one run may have (`jobs.tasks_max`): a fork bomb
+    /// stays inside its run.
+    pub tasks_max: u64,
 }
+
+/// `jobs.tasks_max` by default: far above what a training job with many data-loader workers
+/// uses, far below the host's pid space.
+pub const DEFAULT_TASKS_MAX: u64 = 16_384;
 
 /// Where job cgroups live by default: a cgroup of our own directly under the cgroup v2 root,
 /// beside systemd's slices (systemd leaves cgroups it did not create alone).
@@ -123,7 +136,22 @@ pub(super) fn jobs(j: JobsSection, raft: &RaftSettings) -> anyhow::Result<JobSet
         cgroup_root: j
             .cgroup_root
             .unwrap_or_else(|| PathBuf::from(DEFAULT_CGROUP_ROOT)),
+        launcher: j.launcher.unwrap_or_default(),
+        extra_devices: j.extra_devices.unwrap_or_default(),
+        tasks_max: j.tasks_max.unwrap_or(DEFAULT_TASKS_MAX),
     };
+    for device in &jobs.extra_devices {
+        ensure!(
+            device.starts_with("/dev")
+                && device != Path::new("/dev")
+                && !device
+                    .components()
+                    .any(|c| c == std::path::Component::ParentDir),
+            "jobs.extra_devices: {} is not a device path under /dev/",
+            device.display()
+        );
+    }
+    ensure!(jobs.tasks_max >= 1, "jobs.tasks_max must be at least 1");
     ensure!(
         jobs.cgroup_root.is_absolute(),
         "jobs.cgroup_root must be an absolute path, got {}",

@@ -6,30 +6,40 @@ use std::ffi::OsString;
 use std::path::Path;
 
 use gpu_raft_store::{Binding, ClusterState, Job, JobKind, JobSpec, Slice};
-use tokio::process::Child;
 
 use super::job_dir::JobDir;
+use super::launcher::{self, Started, SupervisorStart};
 use super::setup::Host;
 use super::{Executor, ExecutorSettings, isolation, vm};
 use crate::gpu::GpuBackend;
 
+/// The supervisor's whole environment when it runs as a systemd unit: a unit's `Environment=`
+/// is readable by every user of the host (`systemctl show`), so it never carries the job's.
+const SUPERVISOR_ENV: [(&str, &str); 2] = [
+    (
+        "PATH",
+        "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    ),
+    ("LANG", "C.UTF-8"),
+];
+
 impl Executor {
-    /// Start the run of `job` in `dir`: its supervisor, or for a vm job no process (`None`).
-    pub(super) fn launch(
+    /// Start the run of `job` in `dir`: its supervisor, or for a vm job nothing (`None`).
+    pub(super) async fn launch(
         &self,
         job: &Job,
         dir: &JobDir,
         host: &Host,
-    ) -> Result<Option<Child>, String> {
+    ) -> Result<Option<Started>, String> {
         if job.spec.kind == JobKind::Vm {
             self.start_vm(job, dir).map(|()| None)
         } else {
-            self.start(job, dir, host).map(Some)
+            self.start(job, dir, host).await.map(Some)
         }
     }
 
     /// Launch the supervisor for one placement, with the job's environment.
-    fn start(&self, job: &Job, dir: &JobDir, host: &Host) -> Result<Child, String> {
+    async fn start(&self, job: &Job, dir: &JobDir, host: &Host) -> Result<Started, String> {
         dir.create()
             .map_err(|e| format!("creating {}: {e}", dir.path.display()))?;
         let Some((rank, binding)) = job.member_on(self.cluster.id) else {
@@ -41,30 +51,50 @@ impl Executor {
             None => (uuids.join(","), Vec::new()),
             Some(slice) => slice_env(self.gpus.as_ref(), binding, slice, &uuids)?,
         };
-        let mut cmd = tokio::process::Command::new(&self.settings.agent_exe);
-        cmd.args(shim_args(
-            &self.settings,
-            &job.spec,
-            dir,
-            host.cgroups.as_deref(),
-        ));
-        cmd.env_clear()
-            .env(
-                "PATH",
-                std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into()),
-            )
-            .env("HOME", isolation::work_dir(&dir.path))
-            .env("LANG", "C.UTF-8")
-            .envs(&job.spec.env)
-            .envs(placement_env(job, binding, &visible))
-            .envs(gang_env)
-            .envs(slice_env)
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .process_group(0);
-        cmd.spawn()
-            .map_err(|e| format!("spawning the supervisor: {e}"))
+        let args = shim_args(&self.settings, &job.spec, dir, host.cgroups.as_deref());
+        let env: Vec<(String, String)> = if self.launcher.is_systemd() {
+            let fixed = SUPERVISOR_ENV.iter();
+            fixed
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect()
+        } else {
+            let path = std::env::var_os("PATH")
+                .unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into())
+                .to_string_lossy()
+                .into_owned();
+            let home = isolation::work_dir(&dir.path)
+                .to_string_lossy()
+                .into_owned();
+            let mut env = vec![
+                ("PATH".to_owned(), path),
+                ("HOME".to_owned(), home),
+                ("LANG".to_owned(), "C.UTF-8".to_owned()),
+            ];
+            env.extend(job.spec.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+            let run = placement_env(job, binding, &visible)
+                .into_iter()
+                .chain(gang_env)
+                .chain(slice_env);
+            env.extend(run.map(|(k, v)| (k.to_owned(), v)));
+            env
+        };
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        self.launcher
+            .start(SupervisorStart {
+                exe: &self.settings.agent_exe,
+                args,
+                env: &env,
+                job: job.id,
+                generation: binding.generation,
+                job_name: &job.spec.name,
+                stop_grace: self.settings.stop_grace,
+                cpu_millis: job.spec.cpu_millis,
+                memory_mib: job.spec.memory_mib,
+                tasks_max: self.settings.tasks_max,
+                gpu_nodes: binding.gpus.iter().map(|g| gpu_node(*g)).collect(),
+                extra_devices: launcher::expand_devices(&self.settings.extra_devices),
+            })
+            .await
     }
 
     /// Start a vm job: its pass-through GPUs' PCI addresses go to the VM (see `vm.rs`).
@@ -96,6 +126,12 @@ impl Executor {
                 .collect()
         })
     }
+}
+
+/// The device node of the GPU with driver index `index`.
+// The GPU backend's device info will name each GPU's node; until then NVIDIA's fixed naming.
+fn gpu_node(index: u32) -> std::path::PathBuf {
+    format!("/dev/nvidia{index}").into()
 }
 
 /// The variables that tell a run where it runs: the GPUs it sees (`visible`, the value of
@@ -281,6 +317,8 @@ mod tests {
                 },
             )]),
             cgroup_root: "/sys/fs/cgroup/gpumesh".into(),
+            extra_devices: Vec::new(),
+            tasks_max: 16_384,
         }
     }
 

@@ -6,6 +6,8 @@
 //! `desired.rs` reads this node's placements from the state, `mig.rs` re-applies the GPUs'
 //! MIG layouts, `reconcile.rs` diffs desired against observed (pure), and `act.rs` carries out
 //! each action, launching runs through `launch.rs`. `setup.rs` prepares the host once at start.
+//! `launcher.rs` starts each supervisor: a child process, or a systemd transient unit
+//! (`systemd_unit.rs` computes its properties, `systemd_bus.rs` talks to systemd).
 
 pub mod isolation;
 pub mod job_dir;
@@ -15,10 +17,13 @@ pub mod shim;
 mod act;
 mod desired;
 mod launch;
+pub mod launcher;
 mod mig;
 mod observe;
 mod reconcile;
 mod setup;
+mod systemd_bus;
+mod systemd_unit;
 mod vm;
 
 use std::collections::{BTreeMap, HashMap};
@@ -26,6 +31,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt;
 use tokio::process::Child;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -33,6 +39,7 @@ use tracing::warn;
 
 use self::desired::{Mine, desired_runs};
 pub use self::launch::shim_args;
+pub use self::launcher::Launcher;
 use self::reconcile::{Action, reconcile};
 use self::setup::Host;
 use crate::config::RunAs;
@@ -57,6 +64,10 @@ pub struct ExecutorSettings {
     pub run_as_by_tenant: BTreeMap<String, RunAs>,
     /// Where job cgroups go when the node has cgroup v2 (`jobs.cgroup_root`).
     pub cgroup_root: PathBuf,
+    /// Devices every run may open besides its GPUs (`jobs.extra_devices`; systemd launcher).
+    pub extra_devices: Vec<PathBuf>,
+    /// The most tasks one run may have (`jobs.tasks_max`; systemd launcher).
+    pub tasks_max: u64,
 }
 
 impl ExecutorSettings {
@@ -70,6 +81,8 @@ pub struct Executor {
     pub cluster: Cluster,
     pub gpus: Arc<dyn GpuBackend>,
     pub settings: ExecutorSettings,
+    /// How supervisors are started, chosen once at start (`Launcher::choose`).
+    pub launcher: Launcher,
 }
 
 /// How soon a pass looks again while a supervisor it started has not written its pid.
@@ -90,6 +103,42 @@ impl Children {
             ended.notify_one();
         });
     }
+
+    /// Runs started as systemd units are not our children: systemd says when one of them has
+    /// gone (`UnitRemoved`, once its supervisor has exited and the unit was collected).
+    fn watch_units(&self, launcher: &Launcher, cancel: CancellationToken) {
+        let Some(bus) = launcher.systemd() else {
+            return;
+        };
+        let (bus, ended) = (bus.clone(), self.ended.clone());
+        tokio::spawn(async move {
+            while !cancel.is_cancelled() {
+                match bus.removed_units().await {
+                    Ok(removed) => {
+                        let mut removed = std::pin::pin!(removed);
+                        loop {
+                            tokio::select! {
+                                () = cancel.cancelled() => return,
+                                name = removed.next() => match name {
+                                    Some(name) if name.starts_with("gpumesh-j") => ended.notify_one(),
+                                    Some(_) => {}
+                                    None => break,
+                                },
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        warn!(error = %e, "cannot hear from systemd when job units end; ends are seen at the next tick")
+                    }
+                }
+                // The connection dropped (systemd re-executed, say): listen again shortly.
+                tokio::select! {
+                    () = cancel.cancelled() => return,
+                    () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                }
+            }
+        });
+    }
 }
 
 impl Executor {
@@ -97,6 +146,7 @@ impl Executor {
         let host = self.prepare_host();
         let mut applied = self.cluster.state.subscribe();
         let children = Children::default();
+        children.watch_units(&self.launcher, cancel.clone());
         let mut mig_errors = HashMap::new();
         let mut mine = Mine::default();
         let mut wait = self.settings.tick;

@@ -54,6 +54,11 @@ impl Executor {
                 blocked.display()
             );
         }
+        if self.launcher.is_systemd() {
+            // Each run's unit carries its limits and device allow-list; the supervisor makes
+            // no cgroup of its own.
+            return Host::default();
+        }
         let root = &s.cgroup_root;
         match isolation::prepare_root(root) {
             Ok(()) => {

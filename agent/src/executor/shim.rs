@@ -4,7 +4,8 @@
 //! can still learn every run's outcome.
 //!
 //! The job runs as the configured unprivileged user, in the run's cgroup with its CPU and memory
-//! limits when the node has cgroup v2 (see `isolation`); the supervisor itself keeps the
+//! limits when the node has cgroup v2 (see `isolation`), or in the run's systemd unit
+//! (`--systemd-unit`), whose cgroup and limits are systemd's; the supervisor itself keeps the
 //! agent's user, so it can always write `exit.json` and signal the job.
 //!
 //! It also enforces what must hold even when the agent is gone: the wall-time limit, and
@@ -54,6 +55,10 @@ pub struct ShimArgs {
     /// has no usable cgroup v2: limits are then noted in stderr.log as not enforced.
     #[arg(long)]
     pub cgroup: Option<PathBuf>,
+    /// This run is systemd transient unit NAME: systemd owns its cgroup and enforces its
+    /// limits and device allow-list, so the supervisor makes no cgroup of its own.
+    #[arg(long, value_name = "NAME", conflicts_with = "cgroup")]
+    pub systemd_unit: Option<String>,
     /// CPU limit, thousandths of a core.
     #[arg(long)]
     pub cpu_millis: Option<u32>,
@@ -172,6 +177,7 @@ async fn supervise(dir: &JobDir, args: &ShimArgs) -> Outcome {
                 None
             }
         },
+        None if args.systemd_unit.is_some() => None,
         None => {
             if let Some(notice) = isolation::not_enforced_notice(args.cpu_millis, args.memory_mib) {
                 notes.write_all(notice.as_bytes()).ok();
