@@ -1,12 +1,13 @@
 //! The executor's client of systemd's D-Bus API (`org.freedesktop.systemd1.Manager`): start a
 //! run's transient unit and wait until systemd has executed it, and hear when units go away.
 //!
-//! As root it talks to the manager's private socket (`/run/systemd/private`, peer to peer:
-//! it works before and without a bus daemon, and is what `systemctl` uses as root); otherwise, or
-//! if that fails, through the system bus. A dropped connection (systemd re-executed itself, say)
-//! is opened again on the next call.
+//! It talks to systemd through the system bus. Not through the manager's private socket
+//! (`/run/systemd/private`, what `systemctl` uses as root): on that direct connection systemd
+//! stamps its messages with the sender `org.freedesktop.systemd1`, a well-known name where the
+//! D-Bus specification has a unique one, and zbus refuses such a message from inside its
+//! socket reader (a panic in that task, tried against systemd 252), so no call would ever be
+//! answered. A dropped connection (the bus restarted, say) is opened again on the next call.
 
-use std::path::Path;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -19,7 +20,6 @@ use super::systemd_unit::Value;
 const DESTINATION: &str = "org.freedesktop.systemd1";
 const PATH: &str = "/org/freedesktop/systemd1";
 const MANAGER: &str = "org.freedesktop.systemd1.Manager";
-const PRIVATE_SOCKET: &str = "/run/systemd/private";
 
 /// How long a start may take before it counts as failed: systemd runs `ExecStart` of a
 /// `Type=exec` unit within milliseconds unless it is wedged.
@@ -159,48 +159,18 @@ impl SystemdBus {
     }
 }
 
-/// The private socket as root, else (or if that fails) the system bus; subscribed to the
-/// manager's signals (systemd sends them only to subscribers).
+/// The system bus, subscribed to the manager's signals (systemd sends them only to
+/// subscribers).
 async fn open() -> Result<Connection, String> {
-    let private = if nix::unistd::geteuid().is_root() && Path::new(PRIVATE_SOCKET).exists() {
-        Some(open_private().await)
-    } else {
-        None
-    };
-    let conn = match private {
-        Some(Ok(conn)) => conn,
-        other => {
-            let system = match zbus::connection::Builder::system() {
-                Ok(b) => b.method_timeout(CALL_TIMEOUT).build().await,
-                Err(e) => Err(e),
-            };
-            system.map_err(|e| {
-                let private = match other {
-                    Some(Err(p)) => format!("{PRIVATE_SOCKET}: {p}; "),
-                    _ => String::new(),
-                };
-                format!("{private}the system bus: {e}")
-            })?
-        }
-    };
+    let conn = match zbus::connection::Builder::system() {
+        Ok(b) => b.method_timeout(CALL_TIMEOUT).build().await,
+        Err(e) => Err(e),
+    }
+    .map_err(|e| format!("connecting to the system bus: {e}"))?;
     conn.call_method(Some(DESTINATION), PATH, Some(MANAGER), "Subscribe", &())
         .await
         .map_err(|e| format!("subscribing to systemd's signals: {}", error_text(&e)))?;
     Ok(conn)
-}
-
-async fn open_private() -> Result<Connection, String> {
-    let stream = tokio::net::UnixStream::connect(PRIVATE_SOCKET)
-        .await
-        .map_err(|e| e.to_string())?;
-    let conn = zbus::connection::Builder::unix_stream(stream)
-        .p2p()
-        .method_timeout(CALL_TIMEOUT)
-        .build();
-    tokio::time::timeout(CALL_TIMEOUT, conn)
-        .await
-        .map_err(|_| "no answer".to_owned())?
-        .map_err(|e| e.to_string())
 }
 
 /// The manager's `Version` property.
@@ -222,12 +192,14 @@ async fn version(conn: &Connection) -> Result<String, String> {
     String::try_from(value).map_err(|e| format!("systemd's version: {e}"))
 }
 
-/// The manager's signal `member` (no sender in the rule: on the private socket messages carry
-/// none).
+/// The manager's signal `member`.
 async fn signals(conn: &Connection, member: &'static str) -> Result<MessageStream, String> {
+    // The bus checks the sender (only systemd may own its name); zbus the rest.
     let rule = MatchRule::builder()
         .msg_type(message::Type::Signal)
-        .interface(MANAGER)
+        .sender(DESTINATION)
+        .and_then(|b| b.path(PATH))
+        .and_then(|b| b.interface(MANAGER))
         .and_then(|b| b.member(member))
         .map_err(|e| e.to_string())?
         .build();
