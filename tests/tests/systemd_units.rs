@@ -1,28 +1,38 @@
 //! Jobs as systemd transient units, against a real systemd: this machine's PID 1 is not systemd,
-//! so the test boots one as PID 1 of new PID, mount and UTS namespaces (its `/run` a directory
-//! of ours) and runs the agent inside them, so the supervisors' pids mean the same to the agent
-//! and to systemd. With `jobs.launcher = "auto"` the agent must choose systemd there; a job then
-//! runs as `gpumesh-j<id>-g<gen>.service` in `gpumesh.slice` with its limits and device
-//! allow-list (the kernel refuses it a GPU node that is not its own), its supervisor root and
-//! the job its user; its outcome comes back through `exit.json`, a cancel stops it, and the unit
-//! is gone after; a unit systemd refuses is the run's failed-to-start reason.
+//! so each test boots one as PID 1 of new PID, mount and UTS namespaces (its `/run` a directory
+//! of ours) and runs the agents inside them, so the supervisors' pids mean the same to an agent
+//! and to systemd.
 //!
-//! The booted systemd starts nothing but the system bus (the agent reaches systemd through it):
+//! - With `jobs.launcher = "auto"` the agent chooses systemd there; a job then runs as
+//!   `gpumesh-j<id>-g<gen>.service` in `gpumesh.slice` with its limits and device allow-list
+//!   (the kernel refuses it a GPU node that is not its own), its supervisor root and the job its
+//!   user; a restarted agent adopts it; a cancel stops it and the outcome comes back through
+//!   `exit.json`; the unit is gone after; a unit systemd refuses is the failed-to-start reason.
+//! - Two agents boxed in the shipped unit's sandbox (its hardening lines, as transient units):
+//!   the job of the one using the systemd launcher writes outside the agent's writable paths and
+//!   creates a user namespace; the direct launcher's job, inside the box, can do neither.
+//!
+//! The booted systemd starts nothing but the system bus (the agents reach systemd through it):
 //! every boot unit that could touch the host (tmpfiles cleaning `/tmp`, sysctl, udev, journald)
-//! is masked in its `/run`, so a unit that pulled one in would fail to start instead. Needs root (`GPUMESH_REQUIRE_ROOT=1` makes
-//! that a failure, not a skip) and systemd, unshare and nsenter (`GPUMESH_REQUIRE_SYSTEMD=1`).
+//! is masked in its `/run`, so a unit that pulled one in would fail to start instead. One booted
+//! systemd at a time: they would share the host's cgroup hierarchies. Needs root
+//! (`GPUMESH_REQUIRE_ROOT=1` makes that a failure, not a skip) and systemd, unshare, nsenter and
+//! dbus-daemon (`GPUMESH_REQUIRE_SYSTEMD=1`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use gpu_proto::v1 as pb;
-use gpu_tests::{Cluster, Placement, free_addr, is_terminal, shell_job};
+use gpu_tests::{AgentCommand, Cluster, Placement, free_addr, is_terminal, shell_job};
 
 const SYSTEMD: &str = "/lib/systemd/systemd";
+
+static ONE_SYSTEMD: Mutex<()> = Mutex::new(());
 
 /// Units the test's systemd must never start, masked in its `/run/systemd/system`.
 const MASKED: &[&str] = &[
@@ -93,10 +103,12 @@ struct Systemd {
     _run: tempfile::TempDir,
     cgroups_before: BTreeMap<PathBuf, BTreeSet<OsString>>,
     private_tmp_before: BTreeSet<OsString>,
+    _turn: MutexGuard<'static, ()>,
 }
 
 impl Systemd {
     fn boot() -> Systemd {
+        let turn = ONE_SYSTEMD.lock().unwrap_or_else(|p| p.into_inner());
         let run = tempfile::tempdir().expect("tempdir for /run");
         let units = run.path().join("systemd/system");
         std::fs::create_dir_all(&units).expect("unit directory");
@@ -146,6 +158,7 @@ impl Systemd {
             _run: run,
             cgroups_before,
             private_tmp_before,
+            _turn: turn,
         };
         let start = Instant::now();
         while sd.pid == 0 {
@@ -376,9 +389,10 @@ async fn jobs_run_as_transient_units_of_a_real_systemd() {
         "{unfenced}"
     );
 
-    let toml = "[jobs]\nlease = \"2s\"\ndown_after = \"4s\"\nstop_grace = \"2s\"\n\
+    // A lease that outlasts the agent's restart below.
+    let toml = "[jobs]\nlease = \"6s\"\ndown_after = \"10s\"\nstop_grace = \"2s\"\n\
                 launcher = \"auto\"\nextra_devices = [\"/dev/infiniband\"]\ntasks_max = 321\n";
-    let c = Cluster::start_placed(
+    let mut c = Cluster::start_placed(
         1,
         toml,
         vec![Placement {
@@ -489,7 +503,25 @@ async fn jobs_run_as_transient_units_of_a_real_systemd() {
         "the kernel's fence (EPERM), not the missing driver (ENXIO): {err:?}"
     );
 
-    // Phase 2: a cancel goes through the supervisor; the outcome comes back; the unit is gone.
+    // Phase 2: a restarted agent adopts the run (its supervisor is systemd's, not the agent's
+    // child); a cancel then goes through the supervisor; the outcome comes back; the unit goes.
+    let nsenter = c.pid(1).expect("n1 running");
+    let agent = child_of(nsenter).expect("the agent inside the namespaces");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(agent).expect("pid")),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill -9 the agent");
+    c.kill(1);
+    c.start_agent(1);
+    c.wait_serving().await;
+    let adopted = c.job(1, id).await.expect("the job after the restart");
+    assert_eq!(adopted.state, pb::JobState::Running as i32, "{adopted:?}");
+    let still = sd.show(&unit, &["ActiveState"]);
+    assert!(
+        still.get("ActiveState").is_some_and(|v| v == &["active"]),
+        "{still:?}"
+    );
     c.cancel(1, id).await.expect("cancel");
     let cancelled = c.wait_job(id, Duration::from_secs(30), is_terminal).await;
     assert_eq!(
@@ -564,4 +596,165 @@ async fn wait_gone(sd: &Systemd, unit: &str, c: &Cluster) {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// The hardening lines of the shipped unit (`deploy/systemd/gpu-agent.service`) as transient
+/// unit properties. Left out: what names the installed paths (its `ReadWritePaths`,
+/// `StateDirectory`, …; the test's own `/tmp` and the cgroup tree stand in) and `PrivateTmp`
+/// (the agents' files are in `/tmp`).
+fn shipped_sandbox() -> Vec<String> {
+    const KEYS: &[&str] = &[
+        "CapabilityBoundingSet",
+        "NoNewPrivileges",
+        "ProtectSystem",
+        "ProtectHome",
+        "ProtectKernelTunables",
+        "ProtectKernelModules",
+        "ProtectKernelLogs",
+        "ProtectControlGroups",
+        "ProtectClock",
+        "ProtectHostname",
+        "RestrictNamespaces",
+        "RestrictRealtime",
+        "RestrictSUIDSGID",
+        "LockPersonality",
+        "RestrictAddressFamilies",
+        "SystemCallArchitectures",
+        "DeviceAllow",
+        "DevicePolicy",
+        "KillMode",
+        "UMask",
+    ];
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/systemd/gpu-agent.service");
+    let unit = std::fs::read_to_string(&path).expect("read the shipped unit");
+    let mut props: Vec<String> = unit
+        .lines()
+        .filter(|l| l.split_once('=').is_some_and(|(k, _)| KEYS.contains(&k)))
+        .map(str::to_owned)
+        .collect();
+    for line in ["ProtectSystem=strict", "RestrictNamespaces=yes"] {
+        assert!(
+            props.iter().any(|p| p == line),
+            "{line} left the unit: {props:?}"
+        );
+    }
+    props.push("ReadWritePaths=/tmp /sys/fs/cgroup".into());
+    props
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_boxed_agent_starts_jobs_outside_its_box_unless_direct() {
+    if !can_run() {
+        return;
+    }
+    let sd = Systemd::boot();
+    // Outside every path the agent may write (ProtectSystem=strict); open to the job users.
+    let outside = tempfile::Builder::new()
+        .prefix("gpumesh-sandbox-")
+        .tempdir_in("/var/tmp")
+        .expect("a directory in /var/tmp");
+    std::fs::set_permissions(outside.path(), std::fs::Permissions::from_mode(0o1777))
+        .expect("chmod");
+    let sandbox = shipped_sandbox();
+    let boxed = |node: u64| {
+        let mut prefix = sd.prefix();
+        prefix.extend(
+            [
+                "systemd-run",
+                "--quiet",
+                "--pipe",
+                "--collect",
+                "-p",
+                "DefaultDependencies=no",
+                "-E",
+                "RUST_LOG=info,openraft=warn",
+            ]
+            .map(str::to_owned),
+        );
+        prefix.push(format!("--unit=gpumesh-test-agent-n{node}.service"));
+        for p in &sandbox {
+            prefix.extend(["-p".to_owned(), p.clone()]);
+        }
+        prefix.push("--".into());
+        Placement {
+            addr: free_addr(),
+            prefix,
+        }
+    };
+    let toml =
+        "[jobs]\nlease = \"4s\"\ndown_after = \"8s\"\nstop_grace = \"2s\"\nlauncher = \"auto\"\n";
+    let c = Cluster::start_prepared(
+        1,
+        toml,
+        vec![boxed(1), boxed(2)],
+        AgentCommand::default(),
+        |c| {
+            // The job users pass through to their runs (the agents' umask is the unit's 0027).
+            let traversable = std::fs::Permissions::from_mode(0o711);
+            std::fs::set_permissions(c.root.path(), traversable.clone()).expect("chmod root");
+            for (id, launcher) in [(1, "auto"), (2, "direct")] {
+                let data = c.root.path().join(format!("node-{id}"));
+                std::fs::create_dir_all(data.join("jobs")).expect("data directory");
+                std::fs::set_permissions(&data, traversable.clone()).expect("chmod");
+                std::fs::set_permissions(data.join("jobs"), traversable.clone()).expect("chmod");
+                let config = &c.agents[&id].config;
+                let text = std::fs::read_to_string(config).expect("config");
+                let text =
+                    text.replace("launcher = \"auto\"", &format!("launcher = \"{launcher}\""));
+                std::fs::write(
+                    config,
+                    format!("labels = {{ launcher = \"{launcher}\" }}\n{text}"),
+                )
+                .expect("write config");
+            }
+        },
+    )
+    .await;
+    assert!(
+        c.log_of(1)
+            .contains("each job runs as a transient unit of its own"),
+        "{}",
+        c.log_of(1)
+    );
+    assert!(
+        c.log_of(2).contains("jobs.launcher = \"direct\""),
+        "{}",
+        c.log_of(2)
+    );
+
+    let mut ran = BTreeMap::new();
+    for launcher in ["auto", "direct"] {
+        let marker = outside.path().join(format!("written-by-{launcher}"));
+        let script = format!(
+            "touch {}; echo write=$?; unshare --user true; echo userns=$?",
+            marker.display()
+        );
+        let spec = pb::JobSpec {
+            node_selector: [("launcher".to_owned(), launcher.to_owned())].into(),
+            ..shell_job(launcher, 0, &script)
+        };
+        let id = c.submit(1, spec, "").await.expect("submit").job_id;
+        let done = c.wait_job(id, Duration::from_secs(30), is_terminal).await;
+        assert_eq!(done.state, pb::JobState::Succeeded as i32, "{done:?}");
+        ran.insert(
+            launcher,
+            (logs(&c, id, false), logs(&c, id, true), marker.exists()),
+        );
+    }
+    println!("{ran:#?}");
+    let (out, err, wrote) = &ran["auto"];
+    assert!(
+        out.contains("write=0") && out.contains("userns=0") && *wrote,
+        "a job in its own unit is not held by the agent's sandbox: {out:?} {err:?}"
+    );
+    let (out, err, wrote) = &ran["direct"];
+    assert!(
+        out.contains("write=1") && err.contains("Read-only file system") && !*wrote,
+        "a direct job inherits ProtectSystem=strict: {out:?} {err:?}"
+    );
+    assert!(
+        out.contains("userns=1") && err.contains("Operation not permitted"),
+        "a direct job inherits RestrictNamespaces=yes: {out:?} {err:?}"
+    );
+    drop(c);
 }
