@@ -531,15 +531,18 @@ async fn jobs_run_as_transient_units_of_a_real_systemd() {
     );
     wait_gone(&sd, &unit, &c).await;
 
-    // Phase 3: an exit status travels through exit.json.
+    // Phase 3: an exit status travels through exit.json, and is reported as soon as systemd
+    // has collected the unit (not at the executor's next tick).
     let id = c
-        .submit(1, shell_job("exits", 0, "echo bye; exit 3"), "")
+        .submit(1, shell_job("exits", 0, "sleep 1; exit 3"), "")
         .await
         .expect("submit")
         .job_id;
     let done = c.wait_job(id, Duration::from_secs(30), is_terminal).await;
     assert_eq!(done.exit_code, Some(3), "{done:?}");
     assert_eq!(done.state, pb::JobState::Failed as i32, "{done:?}");
+    let ran_ms = done.finished_at_ms.unwrap_or(0) - done.started_at_ms.unwrap_or(0);
+    println!("a 1 s job ran {ran_ms} ms from started to finished as the cluster saw it");
     wait_gone(
         &sd,
         &format!("gpumesh-j{id}-g{}.service", done.generation),
