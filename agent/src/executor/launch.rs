@@ -53,10 +53,10 @@ impl Executor {
         };
         let args = shim_args(&self.settings, &job.spec, dir, host.cgroups.as_deref());
         let env: Vec<(String, String)> = if self.launcher.is_systemd() {
-            let fixed = SUPERVISOR_ENV.iter();
-            fixed
-                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                .collect()
+            // Only the fixed environment: until the job's variables travel in the run's
+            // directory, a job started as a unit gets none of them.
+            let text = |(k, v): &(&str, &str)| ((*k).to_owned(), (*v).to_owned());
+            SUPERVISOR_ENV.iter().map(text).collect()
         } else {
             let path = std::env::var_os("PATH")
                 .unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into())
@@ -367,5 +367,14 @@ mod tests {
         .expect("spec");
         expect![[r#"shim --job-dir /data/jobs/j-42-g3 --lease /data/lease --lease-timeout 10s --grace 5s --run-as-uid 2001 --run-as-gid 2001 -- true"#]]
         .assert_eq(&render(&shim_args(&s, &vision, &dir, None)));
+        // A run started as a systemd unit: the same command, told so, without a cgroup of its
+        // own (the launcher's host has none to offer).
+        let unit = crate::executor::systemd_unit::unit_args(
+            &shim_args(&s, &spec, &dir, None),
+            "gpumesh-j42-g3.service",
+        )
+        .expect("args");
+        expect![[r#"shim --systemd-unit gpumesh-j42-g3.service --job-dir /data/jobs/j-42-g3 --lease /data/lease --lease-timeout 10s --grace 5s --run-as-uid 65534 --run-as-gid 65534 --wall-time 90s --workdir /srv/data --cpu-millis 1500 --memory-mib 4096 -- python train.py"#]]
+        .assert_eq(&unit.join(" "));
     }
 }

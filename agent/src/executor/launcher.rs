@@ -170,28 +170,19 @@ impl Launcher {
             }
             Kind::Systemd(bus) => {
                 let name = systemd_unit::unit_name(s.job, s.generation);
-                let text = |what: &str, v: &std::ffi::OsStr| {
-                    v.to_str()
-                        .map(str::to_owned)
-                        .ok_or_else(|| format!("{what} {v:?} is not UTF-8, which systemd needs"))
-                };
-                let exe = text("the agent's path", s.exe.as_os_str())?;
-                // `shim --systemd-unit NAME …`: the supervisor leaves cgroups to systemd.
-                let Some((shim, rest)) = s.args.split_first().filter(|(a, _)| *a == "shim") else {
-                    return Err(format!("not a supervisor command line: {:?}", s.args));
-                };
-                let mut args = vec![shim.clone(), "--systemd-unit".into(), name.clone().into()];
-                args.extend(rest.iter().cloned());
-                let args = args
-                    .iter()
-                    .map(|a| text("the argument", a))
-                    .collect::<Result<Vec<_>, _>>()?;
+                let exe = s.exe.to_str().ok_or_else(|| {
+                    format!(
+                        "the agent's path {:?} is not UTF-8, which systemd needs",
+                        s.exe
+                    )
+                })?;
+                let args = systemd_unit::unit_args(&s.args, &name)?;
                 let devices = systemd_unit::device_allow(&s.gpu_nodes, &s.extra_devices);
                 let unit = UnitSpec {
                     job: s.job,
                     generation: s.generation,
                     job_name: s.job_name,
-                    exe: &exe,
+                    exe,
                     args: &args,
                     env: s.env,
                     stop_grace: s.stop_grace,

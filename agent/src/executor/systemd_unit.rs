@@ -8,6 +8,7 @@
 //! enforces the lease fence and the wall-time limit; the job process alone runs as the job's
 //! user. The unit carries the limits for the whole run (supervisor and job, a few MiB apart).
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -98,6 +99,27 @@ pub(crate) struct UnitSpec<'a> {
 /// `gpumesh-j<id>-g<generation>.service`.
 pub(crate) fn unit_name(job: JobId, generation: u64) -> String {
     format!("gpumesh-j{job}-g{generation}.service")
+}
+
+/// The supervisor's arguments in a unit: the direct launcher's (`shim …`, from `shim_args`)
+/// with `--systemd-unit NAME` first, so the supervisor leaves cgroups to systemd. `Err` when
+/// they are not a supervisor's, or not UTF-8 (D-Bus strings are).
+pub(crate) fn unit_args(args: &[OsString], name: &str) -> Result<Vec<String>, String> {
+    let Some((shim, rest)) = args.split_first().filter(|(a, _)| *a == "shim") else {
+        return Err(format!("not a supervisor command line: {args:?}"));
+    };
+    let mut out = vec![
+        shim.to_string_lossy().into_owned(),
+        "--systemd-unit".into(),
+        name.into(),
+    ];
+    for a in rest {
+        let a = a
+            .to_str()
+            .ok_or_else(|| format!("the argument {a:?} is not UTF-8, which systemd needs"))?;
+        out.push(a.to_owned());
+    }
+    Ok(out)
 }
 
 /// The devices a run may open (with `DevicePolicy=closed`, which already admits the standard
@@ -296,6 +318,41 @@ mod tests {
             &devices,
             CgroupVersion::V1
         ))));
+    }
+
+    #[test]
+    fn the_unit_runs_the_direct_supervisor_command_told_it_is_a_unit() {
+        let args: Vec<OsString> = [
+            "shim",
+            "--job-dir",
+            "/d/j-1-g2",
+            "--",
+            "sh",
+            "-c",
+            "echo hi",
+        ]
+        .map(OsString::from)
+        .to_vec();
+        assert_eq!(
+            unit_args(&args, "gpumesh-j1-g2.service").expect("args"),
+            [
+                "shim",
+                "--systemd-unit",
+                "gpumesh-j1-g2.service",
+                "--job-dir",
+                "/d/j-1-g2",
+                "--",
+                "sh",
+                "-c",
+                "echo hi"
+            ]
+        );
+        let err = unit_args(&args[1..], "u").expect_err("not shim");
+        assert!(err.contains("not a supervisor command line"), "{err}");
+        use std::os::unix::ffi::OsStringExt;
+        let bad = vec!["shim".into(), OsString::from_vec(vec![0xff])];
+        let err = unit_args(&bad, "u").expect_err("not UTF-8");
+        assert!(err.contains("not UTF-8"), "{err}");
     }
 
     #[test]
