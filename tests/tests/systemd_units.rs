@@ -186,6 +186,13 @@ impl Systemd {
         sd
     }
 
+    /// A guard that kills systemd, and with it every process of its namespaces, when dropped.
+    /// Declared after a `Cluster` whose agents run inside, it drops first, so no agent writes
+    /// into the cluster's directory while the cluster removes it.
+    fn kill_first(&self) -> KillFirst {
+        KillFirst { pid: self.pid }
+    }
+
     /// The command prefix that runs a program inside systemd's namespaces.
     fn prefix(&self) -> Vec<String> {
         let pid = self.pid.to_string();
@@ -241,6 +248,35 @@ impl Drop for Systemd {
             if let Err(e) = std::fs::remove_dir_all(&path) {
                 eprintln!("cannot remove {}: {e}", path.display());
             }
+        }
+    }
+}
+
+struct KillFirst {
+    pid: u32,
+}
+
+impl Drop for KillFirst {
+    fn drop(&mut self) {
+        let Ok(pid) = i32::try_from(self.pid) else {
+            return;
+        };
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .ok();
+        // The namespace's init becomes a zombie only once every process in it has gone.
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(10) {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let state = stat
+                .rsplit_once(") ")
+                .and_then(|(_, rest)| rest.chars().next());
+            if state.is_none_or(|s| s == 'Z') {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
         }
     }
 }
@@ -401,6 +437,7 @@ async fn jobs_run_as_transient_units_of_a_real_systemd() {
         }],
     )
     .await;
+    let _kill_first = sd.kill_first();
     // The job user must be able to pass through the cluster's (0700) directory to its run.
     std::fs::set_permissions(c.root.path(), std::fs::Permissions::from_mode(0o711))
         .expect("chmod the cluster directory");
@@ -486,6 +523,24 @@ async fn jobs_run_as_transient_units_of_a_real_systemd() {
         BTreeSet::from([0, 65534]),
         "supervisor root, job nobody: {procs}"
     );
+    // And its limits, where this host keeps them (cgroup v1 controllers, as here).
+    let v1 = |controller: &str, file: &str| {
+        let path = Path::new("/sys/fs/cgroup")
+            .join(controller)
+            .join(cgroup.trim_start_matches('/'))
+            .join(file);
+        std::fs::read_to_string(path)
+            .ok()
+            .map(|v| v.trim().to_owned())
+    };
+    if let Some(limit) = v1("memory", "memory.limit_in_bytes") {
+        assert_eq!(limit, (256u64 << 20).to_string());
+        assert_eq!(v1("pids", "pids.max").as_deref(), Some("321"));
+        let quota = v1("cpu", "cpu.cfs_quota_us").expect("cpu quota");
+        let period = v1("cpu", "cpu.cfs_period_us").expect("cpu period");
+        let (quota, period): (u64, u64) = (quota.parse().expect("n"), period.parse().expect("n"));
+        assert_eq!(quota * 1000 / period, 500, "half a core: {quota}/{period}");
+    }
     let devices = Path::new("/sys/fs/cgroup/devices").join(cgroup.trim_start_matches('/'));
     if devices.exists() {
         let list = std::fs::read_to_string(devices.join("devices.list")).expect("devices.list");
@@ -512,7 +567,15 @@ async fn jobs_run_as_transient_units_of_a_real_systemd() {
         nix::sys::signal::Signal::SIGKILL,
     )
     .expect("kill -9 the agent");
-    c.kill(1);
+    // nsenter exits once it has reaped the agent: only then is the data directory's lock free.
+    let start = Instant::now();
+    while c.exited(1).is_none() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the agent did not die"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     c.start_agent(1);
     c.wait_serving().await;
     let adopted = c.job(1, id).await.expect("the job after the restart");
@@ -580,7 +643,6 @@ async fn jobs_run_as_transient_units_of_a_real_systemd() {
         "{refused:?}"
     );
     println!("refused: {}", refused.outcome);
-    drop(c);
 }
 
 /// Wait until systemd has collected `unit`.
@@ -713,6 +775,7 @@ async fn a_boxed_agent_starts_jobs_outside_its_box_unless_direct() {
         },
     )
     .await;
+    let _kill_first = sd.kill_first();
     assert!(
         c.log_of(1)
             .contains("each job runs as a transient unit of its own"),
@@ -759,5 +822,4 @@ async fn a_boxed_agent_starts_jobs_outside_its_box_unless_direct() {
         out.contains("userns=1") && err.contains("Operation not permitted"),
         "a direct job inherits RestrictNamespaces=yes: {out:?} {err:?}"
     );
-    drop(c);
 }
