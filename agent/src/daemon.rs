@@ -17,7 +17,7 @@ use crate::api::router::{Services, serve};
 use crate::config::{Config, ForeignPolicy};
 use crate::executor::lease::LeaseKeeper;
 use crate::executor::retention::Retention;
-use crate::executor::{DiskLimits, Executor, ExecutorSettings, Host};
+use crate::executor::{DiskLimits, Executor, ExecutorSettings, Host, Launcher};
 use crate::gpu::{self, GpuBackend};
 use crate::host::inventory::InventoryReporter;
 use crate::host::sd_notify::SdNotify;
@@ -61,6 +61,10 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
         node_id,
         Some(&config.data_dir.join("dev")),
     )?);
+    info!(node_id, launcher = %config.jobs.launcher, "choosing how jobs are started");
+    let launcher = Launcher::choose(config.jobs.launcher)
+        .await
+        .context("choosing how jobs are started (jobs.launcher)")?;
     let telemetry = Telemetry::new(config.monitor.history_len());
     let metrics_listener = match config.monitor.metrics_listen {
         Some(addr) => Some(
@@ -276,7 +280,7 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
         node_id,
         "preparing this host for jobs (cgroups, device fence, OOM shield)"
     );
-    let host = Host::prepare(&settings);
+    let host = Host::prepare(&settings, launcher.is_systemd());
     info!(node_id, policy = ?config.jobs.confine.foreign_processes, "watching jobs' GPUs for foreign processes");
     let foreign = ForeignProcesses {
         cluster: cluster.clone(),
@@ -293,6 +297,7 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
         gpus,
         settings,
         host,
+        launcher,
     };
     tasks.spawn(executor.run(cancel.clone()));
     info!(node_id, keep = ?config.jobs.disk.keep_finished_runs, "removing ended runs' directories after jobs.keep_finished_runs");

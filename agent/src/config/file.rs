@@ -143,6 +143,34 @@ pub struct JobsSection {
     /// How long an ended, reported run's directory is kept.
     #[serde(default, with = "humantime_serde")]
     pub keep_finished_runs: Option<Duration>,
+    /// How runs are started: `auto`, `systemd` or `direct`.
+    pub launcher: Option<LauncherChoice>,
+}
+
+/// `jobs.launcher`: how the executor starts each run's supervisor.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LauncherChoice {
+    /// systemd when the host was booted with it and its D-Bus API answers, else direct.
+    #[default]
+    Auto,
+    /// Each run is a transient unit of its own in `gpumesh.slice`, started through systemd's
+    /// D-Bus API: outside the agent's own service sandbox, with its limits and device
+    /// allow-list.
+    Systemd,
+    /// Each run's supervisor is a child process of the agent (inside whatever sandbox the agent
+    /// runs in).
+    Direct,
+}
+
+impl std::fmt::Display for LauncherChoice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LauncherChoice::Auto => "auto",
+            LauncherChoice::Systemd => "systemd",
+            LauncherChoice::Direct => "direct",
+        })
+    }
 }
 
 /// `[raft]`, validated into `RaftSettings`.

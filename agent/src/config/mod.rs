@@ -24,8 +24,8 @@ use crate::raft::cluster::ClusterSettings;
 // One flat path, `config::X`, for everything the configuration is made of.
 pub use confine::{Confine, DevicePattern, ForeignPolicy};
 pub use file::{
-    ApiSection, AutopilotSection, EdgeSection, FileConfig, JobsSection, MonitorSection,
-    RaftSection, TlsSection,
+    ApiSection, AutopilotSection, EdgeSection, FileConfig, JobsSection, LauncherChoice,
+    MonitorSection, RaftSection, TlsSection,
 };
 pub use flags::Overrides;
 pub(crate) use jobs_disk::DEFAULT_LOG_MAX;
@@ -411,5 +411,27 @@ mod tests {
                 .expect("parses");
         let err = Config::parse_and_validate(root, Overrides::default()).expect_err("root");
         assert!(err.to_string().contains("uid 0"), "{err}");
+    }
+
+    #[test]
+    fn the_launcher_key_parses_and_a_bad_one_is_refused() {
+        let c = Config::parse_and_validate(minimal(), Overrides::default()).expect("valid");
+        assert_eq!(c.jobs.launcher, LauncherChoice::Auto);
+        let jobs = |keys: &str| {
+            FileConfig::parse(&format!("node_id = 1\ndata_dir = \"d\"\n[jobs]\n{keys}\n"))
+                .and_then(|f| Config::parse_and_validate(f, Overrides::default()))
+        };
+        for (text, want) in [
+            ("launcher = \"systemd\"", LauncherChoice::Systemd),
+            ("launcher = \"direct\"", LauncherChoice::Direct),
+            ("launcher = \"auto\"", LauncherChoice::Auto),
+        ] {
+            assert_eq!(jobs(text).expect(text).jobs.launcher, want);
+        }
+        let err = jobs("launcher = \"docker\"").expect_err("docker");
+        assert!(
+            format!("{err:#}").contains("expected one of `auto`, `systemd`, `direct`"),
+            "{err:#}"
+        );
     }
 }

@@ -11,7 +11,8 @@ use gpu_raft_store::validate;
 
 use super::confine::Confine;
 use super::file::{
-    ApiSection, AutopilotSection, EdgeSection, JobsSection, MonitorSection, RaftSection, TlsSection,
+    ApiSection, AutopilotSection, EdgeSection, JobsSection, LauncherChoice, MonitorSection,
+    RaftSection, TlsSection,
 };
 use super::jobs_disk::{self, JobDiskSettings};
 use super::{RunAs, UidRange};
@@ -113,6 +114,8 @@ pub struct JobSettings {
     pub confine: Confine,
     /// Where run directories live and how their disk use is bounded.
     pub disk: JobDiskSettings,
+    /// How runs are started (`jobs.launcher`, default `auto`; see `executor::launcher`).
+    pub launcher: LauncherChoice,
 }
 
 /// Where job cgroups live by default: a cgroup of our own directly under the cgroup v2 root,
@@ -143,6 +146,7 @@ pub(super) fn jobs(
             None => UidRange::default(),
         },
         disk,
+        launcher: j.launcher.unwrap_or_default(),
     };
     ensure!(
         jobs.cgroup_root.is_absolute(),

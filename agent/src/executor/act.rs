@@ -9,6 +9,7 @@ use nix::unistd::Pid;
 use tracing::{info, warn};
 
 use super::job_dir::{JobDir, StopReason, Supervisor};
+use super::launcher::Started;
 use super::reconcile::{Action, Observed};
 use super::setup::Host;
 use super::{Children, Executor, vm};
@@ -56,9 +57,9 @@ impl Executor {
         let Some(j) = jobs.get(&job) else { return };
         let dir = JobDir::new(&self.settings.jobs_dir, job, generation);
         match self.launch(j, &dir, host).await {
-            Ok(child) => {
+            Ok(started) => {
                 info!(job_id = job, generation, "started");
-                if let Some(child) = child {
+                if let Some(Started::Child(child)) = started {
                     children.watch(child);
                 }
             }

@@ -48,6 +48,16 @@ impl DeviceRule {
             minor: None,
         }
     }
+
+    /// The name systemd's `DeviceAllow=` reads the device numbers from (`/dev/char/M:N`,
+    /// `/dev/block/M:N`); none for a rule over every minor.
+    pub fn unit_path(&self) -> Option<std::path::PathBuf> {
+        let kind = match self.kind {
+            DeviceKind::Char => "char",
+            DeviceKind::Block => "block",
+        };
+        Some(format!("/dev/{kind}/{}:{}", self.major?, self.minor?).into())
+    }
 }
 
 impl fmt::Display for DeviceRule {

@@ -14,16 +14,15 @@ use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 
 use gpu_raft_store::{Binding, ClusterState, Job, JobKind, JobSpec, NodeId, Slice};
-use tokio::process::Child;
 use tracing::warn;
 
 use super::confine::Confinement;
-use super::device_fence;
+use super::device_fence::{self, DeviceRule};
 use super::identity::{self, Identity};
 use super::job_dir::JobDir;
+use super::launcher::{Started, SupervisorStart};
 use super::limits::Limits;
 use super::setup::Host;
 use super::{Executor, ExecutorSettings, disk_space, isolation, job_env, vm};
@@ -39,7 +38,7 @@ impl Executor {
         job: &Job,
         dir: &JobDir,
         host: &Host,
-    ) -> Result<Option<Child>, String> {
+    ) -> Result<Option<Started>, String> {
         self.check_free_space()?;
         if job.spec.kind == JobKind::Vm {
             self.start_vm(job, dir).map(|()| None)
@@ -49,7 +48,7 @@ impl Executor {
     }
 
     /// Launch the supervisor for one placement.
-    async fn start(&self, job: &Job, dir: &JobDir, host: &Host) -> Result<Child, String> {
+    async fn start(&self, job: &Job, dir: &JobDir, host: &Host) -> Result<Started, String> {
         let Some((rank, binding)) = job.member_on(self.cluster.id) else {
             return Err("the job has no placement on this node".into());
         };
@@ -63,6 +62,7 @@ impl Executor {
         run_env.extend(gang_env);
         run_env.extend(slice_env);
         let confinement = self.confinement(&job.spec, binding, host);
+        let limits = confinement.limits;
         let (settings, spec, run) = (self.settings.clone(), job.spec.clone(), dir.clone());
         let node = self.cluster.id;
         // NSS may ask a remote directory (LDAP, SSSD): never on the executor's own thread.
@@ -71,9 +71,19 @@ impl Executor {
         })
         .await
         .map_err(|e| format!("preparing the run: {e}"))??;
-        tokio::process::Command::from(supervisor_command(&self.settings.agent_exe, &args))
-            .spawn()
-            .map_err(|e| format!("spawning the supervisor: {e}"))
+        self.launcher
+            .start(SupervisorStart {
+                exe: &self.settings.agent_exe,
+                args,
+                job: job.id,
+                generation: binding.generation,
+                job_name: &job.spec.name,
+                stop_grace: self.settings.stop_grace,
+                limits,
+                gpu_nodes: self.unit_gpu_nodes(binding),
+                extra_devices: self.unit_extra_devices(),
+            })
+            .await
     }
 
     /// What confines the run: its limits, and a device fence letting it open its own GPUs'
@@ -99,6 +109,34 @@ impl Executor {
             limits: Limits::for_job(spec, &self.settings.confine),
             devices: device_fence::allow_list(&nodes, &device_fence::host_majors(), &extra),
         }
+    }
+
+    /// The bound GPUs' device nodes as a systemd unit names them: `/dev/char/MAJOR:MINOR`
+    /// (systemd reads the numbers from the name, so a node outside /dev, such as the
+    /// simulator's, is named too).
+    fn unit_gpu_nodes(&self, binding: &Binding) -> Vec<PathBuf> {
+        let devices = self.gpus.devices();
+        let node = |g: u32| devices.iter().find(|d| d.index == g)?.device_node.clone();
+        binding
+            .gpus
+            .iter()
+            .map(|g| {
+                node(*g).map_or_else(
+                    || format!("/dev/nvidia{g}").into(),
+                    |n| {
+                        DeviceRule::char(n.major, n.minor)
+                            .unit_path()
+                            .unwrap_or_default()
+                    },
+                )
+            })
+            .collect()
+    }
+
+    /// `jobs.extra_devices` as a systemd unit names them.
+    fn unit_extra_devices(&self) -> Vec<PathBuf> {
+        let (extra, _) = device_fence::resolve_extra(&self.settings.confine.extra_devices);
+        extra.iter().filter_map(DeviceRule::unit_path).collect()
     }
 
     /// A run fails to start, with the reason, on a jobs filesystem below `jobs.min_free`: it
@@ -194,21 +232,6 @@ pub fn prepare_run(
         &identity,
         workdir.as_deref(),
     ))
-}
-
-/// The supervisor's command: `agent_exe` with `args`, the fixed `SUPERVISOR_ENV` and nothing
-/// else of ours, no stdio, leading a process group of its own.
-pub fn supervisor_command(agent_exe: &Path, args: &[OsString]) -> std::process::Command {
-    use std::os::unix::process::CommandExt;
-    let mut cmd = std::process::Command::new(agent_exe);
-    cmd.args(args)
-        .env_clear()
-        .envs(job_env::SUPERVISOR_ENV)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .process_group(0);
-    cmd
 }
 
 /// The job's `PATH` when the agent has none.
@@ -564,18 +587,5 @@ mod tests {
         assert_eq!(env["HOME"], "/data/jobs/j-7-g1/work");
         assert_eq!(env["USER"], "nobody");
         assert!(!env.contains_key("SHELL"));
-    }
-
-    #[test]
-    fn the_supervisor_command_carries_only_path_and_lang() {
-        let cmd = supervisor_command(Path::new("/usr/bin/gpu-agent"), &["shim".into()]);
-        let env: Vec<_> = cmd
-            .get_envs()
-            .map(|(k, v)| (k.to_string_lossy().into_owned(), v.is_some()))
-            .collect();
-        assert_eq!(env, [("LANG".into(), true), ("PATH".into(), true)]);
-        // `env_clear` was called: nothing of ours is inherited.
-        let debug = format!("{cmd:?}");
-        assert!(debug.starts_with("env -i "), "{debug}");
     }
 }

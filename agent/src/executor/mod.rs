@@ -12,6 +12,8 @@
 //! What confines a run (`confine.rs`: `limits.rs`, `device_fence.rs`) is decided here and carried out by
 //! its supervisor (`shim.rs`) in job cgroups (`cgroups.rs`, over `isolation.rs` for v2 and
 //! `cgroup_v1.rs`), which the job enters before it execs (`pre_exec.rs`).
+//! `launcher.rs` starts each supervisor: a child process, or a systemd transient unit
+//! (`systemd_unit.rs` computes its properties, `systemd_bus.rs` talks to systemd).
 
 pub mod cgroup_v1;
 pub mod cgroups;
@@ -31,6 +33,7 @@ mod identity;
 mod job_env;
 mod jobs_owner;
 mod launch;
+pub mod launcher;
 mod log_writer;
 mod mig;
 mod observe;
@@ -38,6 +41,8 @@ mod pre_exec;
 mod reconcile;
 pub mod retention;
 pub(crate) mod setup;
+mod systemd_bus;
+mod systemd_unit;
 mod vm;
 
 use std::collections::{BTreeMap, HashMap};
@@ -45,13 +50,15 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt;
 use tokio::process::Child;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use self::desired::{Mine, desired_runs};
-pub use self::launch::{prepare_run, supervisor_command};
+pub use self::launch::prepare_run;
+pub use self::launcher::{Launcher, supervisor_command};
 use self::reconcile::{Action, reconcile};
 pub use self::setup::Host;
 use crate::config::{Confine, RunAs, UidRange};
@@ -125,6 +132,8 @@ pub struct Executor {
     pub settings: ExecutorSettings,
     /// What this host offers jobs (`Host::prepare`, once at start).
     pub host: Host,
+    /// How supervisors are started, chosen once at start (`Launcher::choose`).
+    pub launcher: Launcher,
 }
 
 /// How soon a pass looks again while a supervisor it started has not written its pid.
@@ -145,6 +154,42 @@ impl Children {
             ended.notify_one();
         });
     }
+
+    /// Runs started as systemd units are not our children: systemd says when one of them has
+    /// gone (`UnitRemoved`, once its supervisor has exited and the unit was collected).
+    fn watch_units(&self, launcher: &Launcher, cancel: CancellationToken) {
+        let Some(bus) = launcher.systemd() else {
+            return;
+        };
+        let (bus, ended) = (bus.clone(), self.ended.clone());
+        tokio::spawn(async move {
+            while !cancel.is_cancelled() {
+                match bus.removed_units().await {
+                    Ok(removed) => {
+                        let mut removed = std::pin::pin!(removed);
+                        loop {
+                            tokio::select! {
+                                () = cancel.cancelled() => return,
+                                name = removed.next() => match name {
+                                    Some(name) if name.starts_with("gpumesh-j") => ended.notify_one(),
+                                    Some(_) => {}
+                                    None => break,
+                                },
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        warn!(error = %e, "cannot hear from systemd when job units end; ends are seen at the next tick")
+                    }
+                }
+                // The connection dropped (systemd re-executed, say): listen again shortly.
+                tokio::select! {
+                    () = cancel.cancelled() => return,
+                    () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                }
+            }
+        });
+    }
 }
 
 impl Executor {
@@ -152,6 +197,7 @@ impl Executor {
         let host = &self.host;
         let mut applied = self.cluster.state.subscribe();
         let children = Children::default();
+        children.watch_units(&self.launcher, cancel.clone());
         let mut mig_errors = HashMap::new();
         let mut mine = Mine::default();
         let mut wait = self.settings.tick;

@@ -70,7 +70,9 @@ impl Host {
     /// Create the jobs directory, check the job user can reach it, set up job cgroups and
     /// shield the agent from the OOM killer, saying once what jobs will and will not get on
     /// this host.
-    pub fn prepare(s: &ExecutorSettings) -> Self {
+    /// With `systemd_units` each run is a systemd unit whose cgroup carries its limits and
+    /// device allow-list: the supervisors make no cgroups of their own.
+    pub fn prepare(s: &ExecutorSettings, systemd_units: bool) -> Self {
         let jobs_dir = &s.jobs_dir;
         // Jobs pass through to their own `work/` directories but cannot list the runs.
         let created = std::fs::create_dir_all(jobs_dir).and_then(|()| {
@@ -123,6 +125,16 @@ impl Host {
         match std::fs::write("/proc/self/oom_score_adj", OOM_NEVER) {
             Ok(()) => info!("the agent is shielded from the OOM killer (oom_score_adj -1000)"),
             Err(e) => warn!(error = %e, "cannot shield the agent from the OOM killer (needs root)"),
+        }
+        if systemd_units {
+            info!(
+                "each run is a systemd unit of its own: its limits and device allow-list are the unit's"
+            );
+            return Host {
+                cgroups: CgroupLayout::None {
+                    reason: "each run is a systemd unit, whose cgroup is systemd's".into(),
+                },
+            };
         }
         let cgroups = CgroupLayout::detect(&s.cgroup_root);
         let layout = cgroups.describe();

@@ -9,7 +9,9 @@
 //! `identity`), in the run's cgroups with its CPU, memory
 //! and task limits and its device fence, entered before it execs (see `cgroups`); the
 //! supervisor itself keeps the agent's user and cgroups, so it can always write `exit.json` and
-//! signal the job. A job the memory cgroup's OOM killer ended is "out of memory".
+//! signal the job. A job the memory cgroup's OOM killer ended is "out of memory". A run started
+//! as a systemd unit (`--systemd-unit`) is in the unit's cgroup, whose limits and device
+//! allow-list are systemd's: the supervisor makes none of its own.
 //!
 //! It also enforces what must hold even when the agent is gone: the wall-time limit, and
 //! self-fencing — when the agent stops renewing the node's lease file (it lost contact with the
@@ -73,6 +75,10 @@ pub struct ShimArgs {
     /// Each log file (stdout.log, stderr.log) is rotated at this many bytes.
     #[arg(long, default_value_t = crate::config::DEFAULT_LOG_MAX.0)]
     pub log_max: u64,
+    /// This run is systemd transient unit NAME: systemd owns its cgroup and enforces its
+    /// limits and device allow-list, so the supervisor makes no cgroup of its own.
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["cgroup_v2", "cgroup_v1"])]
+    pub systemd_unit: Option<String>,
     /// CPU limit, thousandths of a core.
     #[arg(long)]
     pub cpu_millis: Option<u32>,
@@ -214,10 +220,12 @@ async fn supervise(dir: &JobDir, args: &ShimArgs) -> Outcome {
         CgroupLayout::V1 { .. } => "this node's cgroup v1 lacks a hierarchy",
         _ => "this node has no job cgroups",
     };
-    if let Some(notice) = limits::unenforced_notice(&asked, enforced, why) {
+    // In a systemd unit the unit's cgroup carries the limits and the device allow-list.
+    let notices = args.systemd_unit.is_none();
+    if let Some(notice) = limits::unenforced_notice(&asked, enforced, why).filter(|_| notices) {
         notes.write_all(notice.as_bytes()).ok();
     }
-    if let Some(why) = layout.unfenced_reason() {
+    if let Some(why) = layout.unfenced_reason().filter(|_| notices) {
         notes
             .write_all(limits::unfenced_notice(&why).as_bytes())
             .ok();
