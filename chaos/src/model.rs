@@ -16,6 +16,9 @@ pub struct FinalJob {
     /// `JobState` name, e.g. `JOB_STATE_SUCCEEDED`.
     pub state: String,
     pub generation: u64,
+    /// Why it is still pending, or why it failed (empty when none was recorded).
+    #[serde(default)]
+    pub reason: String,
 }
 
 /// One run of a job as the job itself recorded it.

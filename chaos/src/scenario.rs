@@ -1,7 +1,8 @@
 //! One chaos scenario end to end: start a cluster (3 agents, or 5 for C6/C7), run the recorded workload while the
 //! nemesis works, heal, drain, collect the final job list, the jobs' records and the replicas'
 //! digests once they settle, check, and write `history.jsonl`, `jobs.json`, `runs.json`,
-//! `digests.json`, `report.json` and `timeline.svg` into the run directory.
+//! `digests.json`, `report.json` and `timeline.svg` into the run directory (and, when a checker
+//! found a violation, every agent's log as `node-<id>.log`).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -304,6 +305,12 @@ pub async fn run_with(
     let history = rec.events();
     let violations = check::all(&history, &jobs, &runs, &replicas);
     std::fs::write(dir.join("timeline.svg"), timeline::svg(&history))?;
+    if !violations.is_empty() {
+        // The agents' own account of what went wrong, kept beside the verdicts.
+        for id in c.agents.keys() {
+            std::fs::write(dir.join(format!("node-{id}.log")), c.log_of(*id))?;
+        }
+    }
 
     let submits = history.iter().filter(|e| e.op == OpKind::Submit);
     let count = |p: Phase| submits.clone().filter(|e| e.phase == p).count();
@@ -467,6 +474,7 @@ fn to_final(jobs: &[gpu_proto::v1::Job]) -> Vec<FinalJob> {
             key: j.idempotency_key.clone(),
             state: state_name(j.state),
             generation: j.generation,
+            reason: j.reason.clone(),
         })
         .collect()
 }

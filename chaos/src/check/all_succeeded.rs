@@ -26,8 +26,8 @@ pub fn check(history: &[Event], jobs: &[FinalJob]) -> Vec<Violation> {
                 NAME,
                 "not-succeeded",
                 format!(
-                    "j-{} (key {:?}) ended {} (generation {})",
-                    j.id, j.key, j.state, j.generation
+                    "j-{} (key {:?}) ended {} (generation {}): {}",
+                    j.id, j.key, j.state, j.generation, j.reason
                 ),
             )
         })

@@ -25,6 +25,7 @@ pub(crate) fn job(id: u64, key: &str) -> FinalJob {
         key: key.to_owned(),
         state: SUCCEEDED.to_owned(),
         generation: 1,
+        reason: String::new(),
     }
 }
 
