@@ -215,6 +215,13 @@ impl JobCgroups {
             dirs: BTreeMap::new(),
         };
         let result = roots.iter().try_for_each(|(controller, root)| {
+            // An empty root may have been removed since the agent made it (a service manager
+            // trimming empty cgroups it does not know): make it again.
+            match fs::create_dir(root) {
+                Ok(()) => {}
+                Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(format!("creating cgroup {}: {e}", root.display())),
+            }
             let dir = root.join(name);
             // A cgroup of that name already there belongs to someone else: never share it.
             fs::create_dir(&dir).map_err(|e| format!("creating cgroup {}: {e}", dir.display()))?;
