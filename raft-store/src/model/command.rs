@@ -229,6 +229,10 @@ pub const PROTOCOL_2: u32 = 2;
 /// retries of failed runs and the out-of-memory outcome.
 pub const PROTOCOL_3: u32 = 3;
 
+/// The internal protocol version that added container jobs (`JobSpec::container`) and tenants'
+/// allowed mounts: an older agent would run a container job's command on the host.
+pub const PROTOCOL_4: u32 = 4;
+
 impl Command {
     /// The oldest internal protocol whose agents apply this command correctly. A leader proposes
     /// it only once every member has registered with at least this version.
@@ -237,6 +241,12 @@ impl Command {
             Command::Batch { .. }
             | Command::SetGpuPartition { .. }
             | Command::BindSlices { .. } => PROTOCOL_2,
+            Command::SubmitJob { spec, .. } if spec.container.is_some() => PROTOCOL_4,
+            Command::CreateTenant { tenant } | Command::UpdateTenant { tenant }
+                if !tenant.allowed_mounts.is_empty() =>
+            {
+                PROTOCOL_4
+            }
             Command::SubmitJob { spec, .. }
                 if spec.account.is_some() || spec.retry_backoff_s.is_some() =>
             {
@@ -495,6 +505,7 @@ mod tests {
                 created_at_ms: 0,
                 updated_at_ms: 0,
                 account: None,
+                allowed_mounts: Vec::new(),
             },
         });
         expect![[r#"{"proposed_at_ms":1700000000000,"cmd":{"type":"create_tenant","tenant":{"name":"vision","quotas":{"A100":{"guaranteed":4,"borrow":2}},"weight":2,"default_priority":-1,"created_at_ms":0,"updated_at_ms":0}}}"#]]
@@ -525,6 +536,7 @@ mod tests {
                 created_at_ms: 3,
                 updated_at_ms: 4,
                 account: None,
+                allowed_mounts: Vec::new(),
             },
         });
         expect![[r#"{"proposed_at_ms":1700000000000,"cmd":{"type":"update_tenant","tenant":{"name":"a","quotas":{},"weight":1,"default_priority":0,"created_at_ms":3,"updated_at_ms":4}}}"#]]
@@ -687,6 +699,14 @@ mod tests {
             kind: Default::default(),
             account: None,
             retry_backoff_s: None,
+            container: Some(crate::model::container::ContainerSpec {
+                image: "localhost/train:1".into(),
+                mounts: vec![crate::model::container::Mount {
+                    source: "/data".into(),
+                    target: "/data".into(),
+                    read_only: true,
+                }],
+            }),
         };
         let gpu = GpuRecord {
             index: 1,
@@ -860,6 +880,7 @@ mod tests {
                     created_at_ms: 1,
                     updated_at_ms: 2,
                     account: None,
+                    allowed_mounts: Vec::new(),
                 },
             },
             Command::UpdateTenant {
@@ -871,6 +892,7 @@ mod tests {
                     created_at_ms: 1,
                     updated_at_ms: 2,
                     account: None,
+                    allowed_mounts: Vec::new(),
                 },
             },
             Command::SetSchedulerPolicy {

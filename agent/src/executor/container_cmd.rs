@@ -1,0 +1,294 @@
+//! The command lines that run a container job, one pure function per runtime: what the
+//! supervisor runs to fetch the image, to run the job, to signal it and to clean up. The run's
+//! description (`ContainerRun`) is decided by the executor and handed to the supervisor in the
+//! run directory's `container.json`.
+//!
+//! Podman runs rootful: the supervisor (root) starts `podman run --user UID:GID`, so podman,
+//! not the supervisor, switches to the job's user. Every guarantee of a process job holds in
+//! the container by podman's own flags: the job's uid, gid and groups; only the given device
+//! nodes (runc's devices cgroup denies every other); the run's cgroup as the container's
+//! parent (its memory, CPU and task limits, and the out-of-memory evidence); no capabilities,
+//! no new privileges, never `--privileged`; the environment from a file only root can read.
+//! Apptainer and enroot are unprivileged: the supervisor starts them as the job's user inside
+//! the job's cgroups and device fence, like any process.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use gpu_raft_store::container::Mount;
+use serde::{Deserialize, Serialize};
+
+use crate::config::{ContainerNetwork, RuntimeKind};
+
+/// A container run, as the executor decided it (`container.json`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContainerRun {
+    pub runtime: RuntimeKind,
+    /// The runtime's program, as found on the agent's `PATH`.
+    pub program: PathBuf,
+    /// The container's name: `gpumesh-j<id>-g<generation>-n<node>`, unique per run.
+    pub name: String,
+    pub image: String,
+    pub mounts: Vec<Mount>,
+    /// The job's working directory inside the container; `None`: the image's.
+    pub workdir: Option<String>,
+    /// Host device nodes given to the container (the bound GPUs', the NVIDIA control devices
+    /// present, `jobs.extra_devices`), and where each appears inside.
+    pub devices: Vec<Device>,
+    pub network: ContainerNetwork,
+    /// Podman's OCI runtime (`--runtime`), if configured.
+    pub oci_runtime: Option<String>,
+}
+
+/// A host device node and its path in the container.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Device {
+    pub host: PathBuf,
+    pub container: PathBuf,
+}
+
+/// Who the job is inside the container.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct User<'a> {
+    pub uid: u32,
+    pub gid: u32,
+    pub groups: &'a [u32],
+}
+
+/// What the supervisor runs for one container run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Invocation {
+    /// Whether the runtime is started as root, outside the job's cgroups (podman), or as the
+    /// job's user inside them (the unprivileged runtimes).
+    pub as_root: bool,
+    /// Tells whether the image is already here (exit 0: skip `fetch`); `None`: always fetch.
+    pub have_image: Option<Vec<OsString>>,
+    /// Fetch and prepare the image, in order, each to exit 0; empty: the run fetches it.
+    pub fetch: Vec<Vec<OsString>>,
+    /// Runs the job in the foreground: its exit status is the job's.
+    pub run: Vec<OsString>,
+    /// Sends a signal to the container through the runtime (the runtime's foreground process
+    /// does not pass a kill on); `None`: signal the run's process group.
+    pub signal: Option<SignalCommand>,
+    /// Run once the job has ended, whatever happened, to leave nothing behind.
+    pub cleanup: Vec<Vec<OsString>>,
+}
+
+/// A runtime's command that signals one container: `<prefix> <SIGNAL> <container>`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SignalCommand {
+    pub prefix: Vec<OsString>,
+    pub container: String,
+}
+
+impl SignalCommand {
+    /// The command that sends `signal` (`TERM`, `KILL`).
+    pub fn argv(&self, signal: &str) -> Vec<OsString> {
+        let mut argv = self.prefix.clone();
+        argv.push(signal.into());
+        argv.push(self.container.clone().into());
+        argv
+    }
+}
+
+/// Where the pieces live on the host for one run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Paths<'a> {
+    /// The environment file (`KEY=VALUE` lines, root's, 0600).
+    pub env_file: &'a Path,
+    /// The run's cgroup, as a path from the hierarchy's root (podman's `--cgroup-parent`).
+    pub cgroup_parent: Option<&'a str>,
+    /// A directory the unprivileged runtimes may cache images in (the job's `work/`).
+    pub cache: &'a Path,
+}
+
+/// The podman (or unprivileged runtime) invocation of `run` for `command`.
+pub fn invocation(
+    run: &ContainerRun,
+    user: &User<'_>,
+    command: &[String],
+    paths: &Paths<'_>,
+    ulimits: &[(&str, u64)],
+    stop_grace_s: u64,
+) -> Invocation {
+    match run.runtime {
+        RuntimeKind::Podman => podman(run, user, command, paths, ulimits, stop_grace_s),
+        RuntimeKind::Apptainer => apptainer(run, command, paths),
+        RuntimeKind::Enroot => enroot(run, command, paths),
+    }
+}
+
+fn argv(program: &Path, args: &[&str]) -> Vec<OsString> {
+    let mut v = vec![program.as_os_str().to_owned()];
+    v.extend(args.iter().map(OsString::from));
+    v
+}
+
+fn podman(
+    run: &ContainerRun,
+    user: &User<'_>,
+    command: &[String],
+    paths: &Paths<'_>,
+    ulimits: &[(&str, u64)],
+    stop_grace_s: u64,
+) -> Invocation {
+    let p = &run.program;
+    let mut args: Vec<OsString> = argv(p, &["run", "--name", &run.name, "--pull", "never"]);
+    let mut flag = |name: &str, value: String| {
+        args.push(name.into());
+        args.push(value.into());
+    };
+    if let Some(r) = &run.oci_runtime {
+        flag("--runtime", r.clone());
+    }
+    if let Some(parent) = paths.cgroup_parent {
+        flag("--cgroup-parent", parent.to_owned());
+    }
+    flag("--user", format!("{}:{}", user.uid, user.gid));
+    for g in user.groups {
+        flag("--group-add", g.to_string());
+    }
+    flag("--env-file", paths.env_file.to_string_lossy().into_owned());
+    flag(
+        "--network",
+        match run.network {
+            ContainerNetwork::Host => "host",
+            ContainerNetwork::None => "none",
+        }
+        .to_owned(),
+    );
+    flag("--cap-drop", "all".into());
+    flag("--security-opt", "no-new-privileges".into());
+    for (name, limit) in ulimits {
+        flag("--ulimit", format!("{name}={limit}:{limit}"));
+    }
+    for d in &run.devices {
+        flag(
+            "--device",
+            format!("{}:{}", d.host.display(), d.container.display()),
+        );
+    }
+    for m in &run.mounts {
+        let ro = if m.read_only { ",ro=true" } else { "" };
+        flag(
+            "--mount",
+            format!("type=bind,source={},target={}{ro}", m.source, m.target),
+        );
+    }
+    if let Some(w) = &run.workdir {
+        flag("--workdir", w.clone());
+    }
+    flag("--stop-timeout", stop_grace_s.to_string());
+    args.push("--".into());
+    args.push(run.image.clone().into());
+    args.extend(command.iter().map(OsString::from));
+    Invocation {
+        as_root: true,
+        have_image: Some(argv(p, &["image", "exists", &run.image])),
+        fetch: vec![argv(p, &["pull", "--quiet", &run.image])],
+        run: args,
+        signal: Some(SignalCommand {
+            prefix: argv(p, &["kill", "--signal"]),
+            container: run.name.clone(),
+        }),
+        cleanup: vec![argv(p, &["rm", "--force", "--time", "0", &run.name])],
+    }
+}
+
+/// `apptainer exec`: the job's own process tree, so its user, cgroups and device fence are the
+/// supervisor's doing; `--contain` gives it a minimal `/dev` with the GPUs bound in.
+fn apptainer(run: &ContainerRun, command: &[String], paths: &Paths<'_>) -> Invocation {
+    let mut args = argv(
+        &run.program,
+        &["exec", "--contain", "--cleanenv", "--no-home"],
+    );
+    let mut flag = |name: &str, value: String| {
+        args.push(name.into());
+        args.push(value.into());
+    };
+    flag("--env-file", paths.env_file.to_string_lossy().into_owned());
+    if run.network == ContainerNetwork::None {
+        flag("--network", "none".into());
+    }
+    for d in &run.devices {
+        flag(
+            "--bind",
+            format!("{}:{}", d.host.display(), d.container.display()),
+        );
+    }
+    for m in &run.mounts {
+        let ro = if m.read_only { ":ro" } else { "" };
+        flag("--bind", format!("{}:{}{ro}", m.source, m.target));
+    }
+    if let Some(w) = &run.workdir {
+        flag("--pwd", w.clone());
+    }
+    args.push(format!("docker://{}", run.image).into());
+    args.extend(command.iter().map(OsString::from));
+    Invocation {
+        as_root: false,
+        have_image: None,
+        // `exec` of a docker:// reference fetches it into the user's cache.
+        fetch: Vec::new(),
+        run: args,
+        signal: None,
+        cleanup: Vec::new(),
+    }
+}
+
+/// enroot: import the image as a squashfs into the run's cache, create the container from it,
+/// start it, and remove the container afterwards.
+fn enroot(run: &ContainerRun, command: &[String], paths: &Paths<'_>) -> Invocation {
+    let p = &run.program;
+    let image_file = paths.cache.join(format!("{}.sqsh", run.name));
+    let image_file = image_file.to_string_lossy();
+    let mut args = argv(p, &["start"]);
+    let mut flag = |name: &str, value: String| {
+        args.push(name.into());
+        args.push(value.into());
+    };
+    flag("--env-file", paths.env_file.to_string_lossy().into_owned());
+    for d in &run.devices {
+        flag(
+            "--mount",
+            format!("{}:{}:none,bind", d.host.display(), d.container.display()),
+        );
+    }
+    for m in &run.mounts {
+        let mode = if m.read_only { "ro" } else { "rw" };
+        flag(
+            "--mount",
+            format!("{}:{}:none,bind,{mode}", m.source, m.target),
+        );
+    }
+    args.push(run.name.clone().into());
+    // enroot has no working-directory flag: a shell of the image changes to it.
+    if let Some(w) = &run.workdir {
+        for a in ["sh", "-c", "cd \"$1\" && shift && exec \"$@\"", "sh", w] {
+            args.push(a.into());
+        }
+    }
+    args.extend(command.iter().map(OsString::from));
+    let docker = format!("docker://{}", enroot_reference(&run.image));
+    Invocation {
+        as_root: false,
+        have_image: None,
+        fetch: vec![
+            argv(p, &["import", "--output", &image_file, &docker]),
+            argv(p, &["create", "--force", "--name", &run.name, &image_file]),
+        ],
+        run: args,
+        signal: None,
+        cleanup: vec![argv(p, &["remove", "--force", &run.name])],
+    }
+}
+
+/// enroot writes a registry apart from the path (`nvcr.io#nvidia/pytorch:24.05`).
+fn enroot_reference(image: &str) -> String {
+    match image.split_once('/') {
+        Some((host, rest)) if host.contains(['.', ':']) || host == "localhost" => {
+            format!("{host}#{rest}")
+        }
+        _ => image.to_owned(),
+    }
+}
