@@ -83,17 +83,19 @@ pub fn spec(p: pb::JobSpec) -> Result<JobSpec, String> {
         nodes: p.nodes,
         slice,
         kind,
-        container: p.container.map(|c| ContainerSpec {
-            image: c.image,
-            mounts: c
-                .mounts
-                .into_iter()
-                .map(|m| Mount {
-                    source: m.source,
-                    target: m.target,
-                    read_only: m.read_only,
-                })
-                .collect(),
+        container: p.container.map(|c| {
+            Box::new(ContainerSpec {
+                image: c.image,
+                mounts: c
+                    .mounts
+                    .into_iter()
+                    .map(|m| Mount {
+                        source: m.source,
+                        target: m.target,
+                        read_only: m.read_only,
+                    })
+                    .collect(),
+            })
         }),
     })
 }

@@ -143,9 +143,9 @@ mod tests {
 
     #[test]
     fn defaults_and_choices() {
-        assert_eq!(parse("").unwrap(), ContainerSettings::default());
+        assert_eq!(parse("").expect("valid"), ContainerSettings::default());
         let c = parse("runtimes = [\"enroot\", \"singularity\"]\nnetwork = \"none\"\noci_runtime = \"runc\"\n")
-            .unwrap();
+            .expect("valid");
         assert_eq!(c.runtimes, [RuntimeKind::Enroot, RuntimeKind::Apptainer]);
         assert_eq!(c.network, ContainerNetwork::None);
         assert_eq!(c.oci_runtime.as_deref(), Some("runc"));

@@ -30,14 +30,14 @@ mod tests {
 
     #[test]
     fn the_deepest_come_first() {
-        let root = tempfile::tempdir().unwrap();
+        let root = tempfile::tempdir().expect("valid");
         let a = root.path().join("a");
-        std::fs::create_dir_all(a.join("b/c")).unwrap();
-        std::fs::create_dir_all(root.path().join("d")).unwrap();
-        std::fs::write(a.join("cgroup.procs"), "").unwrap();
+        std::fs::create_dir_all(a.join("b/c")).expect("valid");
+        std::fs::create_dir_all(root.path().join("d")).expect("valid");
+        std::fs::write(a.join("cgroup.procs"), "").expect("valid");
         let found = descendants(root.path());
         assert_eq!(found.len(), 4, "{found:?}");
-        let at = |p: &Path| found.iter().position(|f| f == p).unwrap();
+        let at = |p: &Path| found.iter().position(|f| f == p).expect("valid");
         assert!(at(&a.join("b/c")) < at(&a.join("b")));
         assert!(at(&a.join("b")) < at(&a));
     }

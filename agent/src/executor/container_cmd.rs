@@ -292,3 +292,132 @@ fn enroot_reference(image: &str) -> String {
         _ => image.to_owned(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use expect_test::expect;
+
+    use super::*;
+
+    fn run(runtime: RuntimeKind, program: &str) -> ContainerRun {
+        ContainerRun {
+            runtime,
+            program: program.into(),
+            name: "gpumesh-j7-g2-n3".into(),
+            image: "nvcr.io/nvidia/pytorch:24.05-py3".into(),
+            mounts: vec![
+                Mount {
+                    source: "/data/team".into(),
+                    target: "/data".into(),
+                    read_only: true,
+                },
+                Mount {
+                    source: "/scratch/j7".into(),
+                    target: "/scratch".into(),
+                    read_only: false,
+                },
+            ],
+            workdir: Some("/workspace".into()),
+            devices: vec![
+                Device {
+                    host: "/var/lib/gpumesh/dev/nvidia3".into(),
+                    container: "/dev/nvidia0".into(),
+                },
+                Device {
+                    host: "/dev/nvidiactl".into(),
+                    container: "/dev/nvidiactl".into(),
+                },
+            ],
+            network: ContainerNetwork::Host,
+            oci_runtime: Some("runc".into()),
+        }
+    }
+
+    fn render(argv: &[OsString]) -> String {
+        argv.iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    fn build(r: &ContainerRun) -> Invocation {
+        let paths = Paths {
+            env_file: Path::new("/jobs/j-7-g2/container.env"),
+            cgroup_parent: Some("/gpumesh/job-7-g2-s99"),
+            cache: Path::new("/jobs/j-7-g2/work"),
+        };
+        let user = User {
+            uid: 1001,
+            gid: 1001,
+            groups: &[44],
+        };
+        let command = ["python".to_owned(), "train.py".to_owned()];
+        invocation(r, &user, &command, &paths, &[("nofile", 1024)], 10)
+    }
+
+    #[test]
+    fn podman_runs_the_job_as_its_user_with_its_devices_limits_and_mounts() {
+        let inv = build(&run(RuntimeKind::Podman, "/usr/bin/podman"));
+        assert!(inv.as_root);
+        expect!["/usr/bin/podman run --name gpumesh-j7-g2-n3 --pull never --runtime runc --cgroup-parent /gpumesh/job-7-g2-s99 --user 1001:1001 --group-add 44 --env-file /jobs/j-7-g2/container.env --network host --cap-drop all --security-opt no-new-privileges --ulimit nofile=1024:1024 --device /var/lib/gpumesh/dev/nvidia3:/dev/nvidia0 --device /dev/nvidiactl:/dev/nvidiactl --mount type=bind,source=/data/team,target=/data,ro=true --mount type=bind,source=/scratch/j7,target=/scratch --workdir /workspace --stop-timeout 10 -- nvcr.io/nvidia/pytorch:24.05-py3 python train.py"]
+            .assert_eq(&render(&inv.run));
+        assert!(!render(&inv.run).contains("--privileged"));
+        assert_eq!(
+            render(inv.have_image.as_deref().expect("valid")),
+            "/usr/bin/podman image exists nvcr.io/nvidia/pytorch:24.05-py3"
+        );
+        let fetch: Vec<String> = inv.fetch.iter().map(|a| render(a)).collect();
+        assert_eq!(
+            fetch,
+            ["/usr/bin/podman pull --quiet nvcr.io/nvidia/pytorch:24.05-py3"]
+        );
+        let signal = inv.signal.expect("podman signals through the runtime");
+        assert_eq!(
+            render(&signal.argv("TERM")),
+            "/usr/bin/podman kill --signal TERM gpumesh-j7-g2-n3"
+        );
+        let cleanup: Vec<String> = inv.cleanup.iter().map(|a| render(a)).collect();
+        assert_eq!(
+            cleanup,
+            ["/usr/bin/podman rm --force --time 0 gpumesh-j7-g2-n3"]
+        );
+    }
+
+    #[test]
+    fn apptainer_runs_as_the_job_itself() {
+        let inv = build(&run(RuntimeKind::Apptainer, "/usr/bin/apptainer"));
+        assert!(!inv.as_root && inv.signal.is_none() && inv.fetch.is_empty());
+        expect!["/usr/bin/apptainer exec --contain --cleanenv --no-home --env-file /jobs/j-7-g2/container.env --bind /var/lib/gpumesh/dev/nvidia3:/dev/nvidia0 --bind /dev/nvidiactl:/dev/nvidiactl --bind /data/team:/data:ro --bind /scratch/j7:/scratch --pwd /workspace docker://nvcr.io/nvidia/pytorch:24.05-py3 python train.py"]
+            .assert_eq(&render(&inv.run));
+    }
+
+    #[test]
+    fn enroot_imports_creates_starts_and_removes() {
+        let inv = build(&run(RuntimeKind::Enroot, "/usr/bin/enroot"));
+        assert!(!inv.as_root && inv.signal.is_none());
+        let fetch: Vec<String> = inv.fetch.iter().map(|a| render(a)).collect();
+        expect![[r#"
+            [
+                "/usr/bin/enroot import --output /jobs/j-7-g2/work/gpumesh-j7-g2-n3.sqsh docker://nvcr.io#nvidia/pytorch:24.05-py3",
+                "/usr/bin/enroot create --force --name gpumesh-j7-g2-n3 /jobs/j-7-g2/work/gpumesh-j7-g2-n3.sqsh",
+            ]
+        "#]]
+        .assert_debug_eq(&fetch);
+        expect![[r#"/usr/bin/enroot start --env-file /jobs/j-7-g2/container.env --mount /var/lib/gpumesh/dev/nvidia3:/dev/nvidia0:none,bind --mount /dev/nvidiactl:/dev/nvidiactl:none,bind --mount /data/team:/data:none,bind,ro --mount /scratch/j7:/scratch:none,bind,rw gpumesh-j7-g2-n3 sh -c cd "$1" && shift && exec "$@" sh /workspace python train.py"#]]
+            .assert_eq(&render(&inv.run));
+        assert_eq!(
+            enroot_reference("busybox"),
+            "busybox",
+            "Docker Hub images need no registry"
+        );
+    }
+
+    #[test]
+    fn no_network_is_passed_on() {
+        let mut r = run(RuntimeKind::Podman, "podman");
+        r.network = ContainerNetwork::None;
+        assert!(render(&build(&r).run).contains("--network none"));
+        r.runtime = RuntimeKind::Apptainer;
+        assert!(render(&build(&r).run).contains("--network none"));
+    }
+}

@@ -135,17 +135,23 @@ mod tests {
     #[test]
     fn the_environment_file_is_the_supervisors_and_refuses_line_breaks() {
         use std::os::unix::fs::PermissionsExt;
-        let dir = tempfile::tempdir().unwrap();
+        let dir = tempfile::tempdir().expect("valid");
         let env = BTreeMap::from([
             ("A".to_owned(), "1".to_owned()),
             ("B".to_owned(), "x=y z".to_owned()),
         ]);
-        let path = write_env_file(dir.path(), &env).unwrap();
-        assert_eq!(std::fs::read_to_string(&path).unwrap(), "A=1\nB=x=y z\n");
-        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        let path = write_env_file(dir.path(), &env).expect("valid");
+        assert_eq!(
+            std::fs::read_to_string(&path).expect("valid"),
+            "A=1\nB=x=y z\n"
+        );
+        let mode = std::fs::metadata(&path)
+            .expect("valid")
+            .permissions()
+            .mode();
         assert_eq!(mode & 0o777, 0o600);
         let bad = BTreeMap::from([("SECRET".to_owned(), "a\nb".to_owned())]);
-        let e = write_env_file(dir.path(), &bad).unwrap_err();
+        let e = write_env_file(dir.path(), &bad).expect_err("refused");
         assert!(e.contains("SECRET") && e.contains("line break"), "{e}");
         assert!(!e.contains("a\nb"), "the value is never repeated: {e}");
     }

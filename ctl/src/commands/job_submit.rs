@@ -268,9 +268,9 @@ mod tests {
         );
         assert!(
             request(args(&["--", "x"]), random_key)
-                .unwrap()
+                .expect("valid")
                 .spec
-                .unwrap()
+                .expect("valid")
                 .container
                 .is_none()
         );
@@ -278,7 +278,7 @@ mod tests {
             args(&["--image", "x", "--mount", "/a", "--", "x"]),
             random_key,
         )
-        .unwrap_err();
+        .expect_err("refused");
         assert!(e.contains("SRC:DST"), "{e}");
     }
 

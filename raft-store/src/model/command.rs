@@ -699,14 +699,7 @@ mod tests {
             kind: Default::default(),
             account: None,
             retry_backoff_s: None,
-            container: Some(crate::model::container::ContainerSpec {
-                image: "localhost/train:1".into(),
-                mounts: vec![crate::model::container::Mount {
-                    source: "/data".into(),
-                    target: "/data".into(),
-                    read_only: true,
-                }],
-            }),
+            container: None,
         };
         let gpu = GpuRecord {
             index: 1,
@@ -1044,6 +1037,55 @@ mod tests {
         for cmd in plain {
             assert_eq!(cmd.protocol(), 1, "{cmd}");
         }
+    }
+
+    #[test]
+    fn container_jobs_and_allowed_mounts_wait_for_protocol_4_and_their_encoding_is_frozen() {
+        use crate::model::container::{ContainerSpec, Mount};
+        use crate::model::job::JobSpec;
+        let spec = JobSpec {
+            name: "train".into(),
+            command: vec!["python".into()],
+            container: Some(Box::new(ContainerSpec {
+                image: "localhost/train:1".into(),
+                mounts: vec![Mount {
+                    source: "/data".into(),
+                    target: "/data".into(),
+                    read_only: true,
+                }],
+            })),
+            ..JobSpec::default()
+        };
+        let submit = Command::SubmitJob {
+            spec: spec.clone(),
+            idempotency_key: None,
+        };
+        assert_eq!(submit.protocol(), PROTOCOL_4);
+        let plain = Command::SubmitJob {
+            spec: JobSpec {
+                container: None,
+                ..spec
+            },
+            idempotency_key: None,
+        };
+        assert_eq!(plain.protocol(), 1);
+        let tenant = crate::model::tenant::TenantRecord {
+            name: "a".into(),
+            quotas: BTreeMap::new(),
+            weight: 1,
+            default_priority: 0,
+            created_at_ms: 0,
+            updated_at_ms: 0,
+            account: None,
+            allowed_mounts: vec!["/data".into()],
+        };
+        let create = Command::CreateTenant {
+            tenant: tenant.clone(),
+        };
+        assert_eq!(create.protocol(), PROTOCOL_4);
+        assert_eq!(Command::UpdateTenant { tenant }.protocol(), PROTOCOL_4);
+        expect![[r#"{"proposed_at_ms":1,"cmd":{"type":"submit_job","spec":{"name":"train","tenant":"default","command":["python"],"env":{},"workdir":null,"gpus":0,"gpu_types":[],"min_gpu_memory_mib":0,"node_selector":{},"priority":0,"runtime_estimate_s":null,"wall_time_limit_s":null,"max_attempts":1,"cpu_millis":null,"memory_mib":null,"container":{"image":"localhost/train:1","mounts":[{"source":"/data","target":"/data","read_only":true}]}},"idempotency_key":null}}"#]]
+            .assert_eq(&serde_json::to_string(&LogEntry { proposed_at_ms: 1, cmd: submit, meta: None }).expect("encodes"));
     }
 
     #[test]

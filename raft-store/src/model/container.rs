@@ -365,10 +365,10 @@ mod tests {
         assert_eq!(check_allowed(&spec("/data"), &allowed), Ok(()));
         assert_eq!(check_allowed(&spec("/data/sets/a"), &allowed), Ok(()));
         assert_eq!(check_allowed(&spec("/scratch/team/x"), &allowed), Ok(()));
-        let e = check_allowed(&spec("/data2"), &allowed).unwrap_err();
+        let e = check_allowed(&spec("/data2"), &allowed).expect_err("refused");
         assert!(e.contains("not in the tenant's allowed mounts"), "{e}");
         assert!(check_allowed(&spec("/scratch"), &allowed).is_err());
-        let e = check_allowed(&spec("/data"), &[]).unwrap_err();
+        let e = check_allowed(&spec("/data"), &[]).expect_err("refused");
         assert!(e.contains("it allows none"), "{e}");
         assert_eq!(
             check_allowed(

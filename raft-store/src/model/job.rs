@@ -82,9 +82,10 @@ pub struct JobSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_backoff_s: Option<u64>,
     /// Run `command` inside this image (a process job either way: the node's container
-    /// runtime is its process); `workdir` is then a directory inside the container.
+    /// runtime is its process); `workdir` is then a directory inside the container. Boxed:
+    /// most jobs have none, and `Command` stays small.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub container: Option<crate::model::container::ContainerSpec>,
+    pub container: Option<Box<crate::model::container::ContainerSpec>>,
 }
 
 /// What a job is.
