@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use gpu_raft_store::container::Mount;
 use serde::{Deserialize, Serialize};
 
+use super::limits::Limits;
 use crate::config::{ContainerNetwork, RuntimeKind};
 
 /// A container run, as the executor decided it (`container.json`).
@@ -98,6 +99,9 @@ pub struct Paths<'a> {
     pub env_file: &'a Path,
     /// The run's cgroup, as a path from the hierarchy's root (podman's `--cgroup-parent`).
     pub cgroup_parent: Option<&'a str>,
+    /// The run's limits, given to podman itself when the container has no cgroup of ours to
+    /// sit in (a run in a systemd unit, or a host without job cgroups).
+    pub limits: Limits,
     /// A directory the unprivileged runtimes may cache images in (the job's `work/`).
     pub cache: &'a Path,
 }
@@ -141,8 +145,21 @@ fn podman(
     if let Some(r) = &run.oci_runtime {
         flag("--runtime", r.clone());
     }
-    if let Some(parent) = paths.cgroup_parent {
-        flag("--cgroup-parent", parent.to_owned());
+    match paths.cgroup_parent {
+        Some(parent) => flag("--cgroup-parent", parent.to_owned()),
+        None => {
+            let l = &paths.limits;
+            if let Some(mib) = l.memory_mib {
+                flag("--memory", format!("{mib}m"));
+                flag("--memory-swap", format!("{mib}m"));
+            }
+            if let Some(millis) = l.cpu_millis {
+                flag("--cpus", format!("{}.{:03}", millis / 1000, millis % 1000));
+            }
+            if let Some(n) = l.tasks_max {
+                flag("--pids-limit", n.to_string());
+            }
+        }
     }
     flag("--user", format!("{}:{}", user.uid, user.gid));
     for g in user.groups {
@@ -345,6 +362,11 @@ mod tests {
             env_file: Path::new("/jobs/j-7-g2/container.env"),
             cgroup_parent: Some("/gpumesh/job-7-g2-s99"),
             cache: Path::new("/jobs/j-7-g2/work"),
+            limits: Limits {
+                cpu_millis: Some(1500),
+                memory_mib: Some(4096),
+                tasks_max: Some(512),
+            },
         };
         let user = User {
             uid: 1001,
@@ -409,6 +431,36 @@ mod tests {
             enroot_reference("busybox"),
             "busybox",
             "Docker Hub images need no registry"
+        );
+    }
+
+    #[test]
+    fn without_a_cgroup_of_ours_podman_enforces_the_limits_itself() {
+        let r = run(RuntimeKind::Podman, "podman");
+        let paths = Paths {
+            env_file: Path::new("/e"),
+            cgroup_parent: None,
+            cache: Path::new("/c"),
+            limits: Limits {
+                cpu_millis: Some(1500),
+                memory_mib: Some(4096),
+                tasks_max: Some(512),
+            },
+        };
+        let user = User {
+            uid: 1,
+            gid: 1,
+            groups: &[],
+        };
+        let line = render(&invocation(&r, &user, &[], &paths, &[], 10).run);
+        assert!(
+            line.contains("--memory 4096m --memory-swap 4096m --cpus 1.500 --pids-limit 512"),
+            "{line}"
+        );
+        assert!(!line.contains("--cgroup-parent"), "{line}");
+        assert!(
+            !render(&build(&r).run).contains("--memory"),
+            "ours hold them"
         );
     }
 

@@ -497,6 +497,11 @@ async fn prepare_container(
         env_file: &env_file,
         cgroup_parent: parent.as_deref(),
         cache: &work,
+        limits: Limits {
+            cpu_millis: args.cpu_millis,
+            memory_mib: args.memory_mib,
+            tasks_max: args.tasks_max,
+        },
     };
     let inv = container_cmd::invocation(
         run,
