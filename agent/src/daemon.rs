@@ -273,6 +273,7 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
         uid_range: config.jobs.uid_range,
         confine: config.jobs.confine.clone(),
         disk: DiskLimits::from(&config.jobs.disk),
+        containers: config.containers.clone(),
     };
     crate::executor::setup::check_jobs_dir(&config.jobs.disk, &config.data_dir)
         .context("checking the jobs directory")?;

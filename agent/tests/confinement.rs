@@ -137,6 +137,7 @@ impl Node {
             cgroup_root: "/nonexistent".into(),
             uid_range: Default::default(),
             disk: Default::default(),
+            containers: Default::default(),
             confine: Confine {
                 default_tasks_max: 64,
                 ..Confine::default()
@@ -169,7 +170,7 @@ impl Node {
     fn start(&self, job: u64, spec: &JobSpec, plan: &Confinement) -> (JobDir, Supervisor) {
         let dir = JobDir::new(&self.settings.jobs_dir, job, 1);
         let args: Vec<OsString> =
-            prepare_run(&self.settings, spec, &dir, 1, plan, &[]).expect("prepare the run");
+            prepare_run(&self.settings, spec, &dir, 1, plan, &[], None).expect("prepare the run");
         let child = supervisor_command(&self.settings.agent_exe, &args)
             .spawn()
             .expect("spawn the supervisor");

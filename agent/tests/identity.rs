@@ -190,6 +190,7 @@ impl Node {
             uid_range: UidRange::default(),
             confine: Confine::default(),
             disk: Default::default(),
+            containers: Default::default(),
         };
         Self { tmp, settings }
     }
@@ -206,7 +207,7 @@ impl Node {
             limits: Limits::for_job(spec, &self.settings.confine),
             devices: Vec::new(),
         };
-        let args: Vec<OsString> = prepare_run(&self.settings, spec, &dir, 1, &plan, &[])?;
+        let args: Vec<OsString> = prepare_run(&self.settings, spec, &dir, 1, &plan, &[], None)?;
         let child = supervisor_command(&self.settings.agent_exe, &args)
             .spawn()
             .expect("spawn the supervisor");

@@ -50,6 +50,7 @@ impl Node {
             uid_range: Default::default(),
             confine: Confine::default(),
             disk: Default::default(),
+            containers: Default::default(),
         };
         Node {
             _tmp: tmp,
@@ -69,7 +70,7 @@ impl Node {
             devices: Vec::new(),
         };
         let args: Vec<OsString> =
-            prepare_run(&self.settings, spec, &dir, 1, &plan, &[]).expect("prepare the run");
+            prepare_run(&self.settings, spec, &dir, 1, &plan, &[], None).expect("prepare the run");
         let child = supervisor_command(&self.settings.agent_exe, &args)
             .spawn()
             .expect("spawn the supervisor");

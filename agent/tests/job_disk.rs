@@ -44,6 +44,7 @@ fn settings(jobs_dir: &Path, log_max: u64) -> ExecutorSettings {
             log_max,
             ..DiskLimits::default()
         },
+        containers: Default::default(),
     }
 }
 
@@ -65,7 +66,7 @@ fn supervise(settings: &ExecutorSettings, job: u64, script: &str) -> (JobDir, Ou
         devices: Vec::new(),
     };
     let args: Vec<OsString> =
-        prepare_run(settings, &spec, &dir, 1, &plan, &[]).expect("prepare the run");
+        prepare_run(settings, &spec, &dir, 1, &plan, &[], None).expect("prepare the run");
     let started = Instant::now();
     let mut child = supervisor_command(&settings.agent_exe, &args)
         .spawn()

@@ -189,8 +189,13 @@ pub(crate) enum TenantVerb {
         default_priority: Option<i32>,
         #[command(flatten)]
         account: AccountArgs,
+        /// A host directory (with what lies below it) the tenant's container jobs may bind
+        /// with --mount; repeatable [default: none].
+        #[arg(long = "allow-mount", value_name = "DIR")]
+        allow_mounts: Vec<String>,
     },
-    /// Change a tenant's quotas, weight, default priority or default account (admins).
+    /// Change a tenant's quotas, weight, default priority, default account or allowed mounts
+    /// (admins).
     Update {
         name: String,
         /// Set or replace the quota of a GPU type; repeatable.
@@ -209,6 +214,12 @@ pub(crate) enum TenantVerb {
         /// jobs.run_as, unless their token maps to an account).
         #[arg(long, conflicts_with = "account")]
         clear_account: bool,
+        /// Allow the tenant's container jobs to bind this host directory; repeatable.
+        #[arg(long = "allow-mount", value_name = "DIR")]
+        allow_mounts: Vec<String>,
+        /// No longer allow this host directory; repeatable.
+        #[arg(long = "disallow-mount", value_name = "DIR")]
+        disallow_mounts: Vec<String>,
     },
     /// One tenant: quotas, GPUs held and GPU time by type, and per job.
     Get {
@@ -658,9 +669,18 @@ pub(crate) struct SubmitArgs {
     /// Environment variable for the job (KEY=VALUE); repeatable.
     #[arg(long = "env", value_name = "KEY=VALUE", value_parser = args::key_value)]
     pub env: Vec<(String, String)>,
-    /// Absolute working directory on the node [default: the job's own directory].
+    /// Absolute working directory on the node, or inside the image with --image [default: the
+    /// job's own directory; the image's].
     #[arg(long)]
     pub workdir: Option<String>,
+    /// Run the command in this container image (e.g. nvcr.io/nvidia/pytorch:24.05-py3), with
+    /// the node's container runtime; only the job's GPUs are in it.
+    #[arg(long, value_name = "REF")]
+    pub image: Option<String>,
+    /// Bind a host directory into the container (SRC:DST[:ro]); repeatable. SRC must be in the
+    /// tenant's allowed mounts.
+    #[arg(long = "mount", value_name = "SRC:DST[:ro]", requires = "image")]
+    pub mounts: Vec<String>,
     /// Makes retrying this submission safe: a key the cluster has seen returns the original
     /// job instead of queueing a second one.
     ///

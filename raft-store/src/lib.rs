@@ -13,8 +13,8 @@ mod storage;
 pub mod testing;
 
 pub use model::{
-    alert, audit, auth, cert, digest, energy, job, mig, node, partition, scheduler, slice_fit,
-    tenant, validate,
+    alert, audit, auth, cert, container, digest, energy, job, mig, node, partition, scheduler,
+    slice_fit, tenant, validate,
 };
 pub use storage::backup;
 
@@ -23,7 +23,7 @@ pub use model::alert::{Alert, AlertRule};
 pub use model::audit::{AuditEntry, RequestMeta};
 pub use model::auth::{Grant, Role, TokenRecord};
 pub use model::cert::CertRecord;
-pub use model::command::{Bind, Command, LogEntry, PROTOCOL_2, PROTOCOL_3, Preempt};
+pub use model::command::{Bind, Command, LogEntry, PROTOCOL_2, PROTOCOL_3, PROTOCOL_4, Preempt};
 pub use model::job::{
     Binding, DEFAULT_RETRY_BACKOFF_S, DEFAULT_TENANT, Job, JobKind, JobSpec, JobState,
     MAX_RETRY_DELAY_S, MAX_RUNS_KEPT, Outcome, Run, job_name, retry_delay_s,

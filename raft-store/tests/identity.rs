@@ -34,6 +34,7 @@ fn tenant(name: &str, account: Option<Account>) -> TenantRecord {
         created_at_ms: 0,
         updated_at_ms: 0,
         account,
+        allowed_mounts: Vec::new(),
     }
 }
 

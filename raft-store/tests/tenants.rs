@@ -24,6 +24,7 @@ fn record() -> TenantRecord {
         created_at_ms: 0,
         updated_at_ms: 0,
         account: None,
+        allowed_mounts: Vec::new(),
     }
 }
 

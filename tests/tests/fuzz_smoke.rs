@@ -124,6 +124,7 @@ fn log_entry() {
                 created_at_ms: 0,
                 updated_at_ms: 0,
                 account: None,
+                allowed_mounts: Vec::new(),
             },
         }),
         entry(Command::PreemptJobs {

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use gpu_proto::v1 as pb;
+use gpu_raft_store::container::{ContainerSpec, Mount};
 use gpu_raft_store::tenant::{Quota, TenantRecord};
 use gpu_raft_store::{
     Account, DEFAULT_RETRY_BACKOFF_S, DEFAULT_TENANT, JobKind, JobSpec, JobState, Role,
@@ -82,6 +83,20 @@ pub fn spec(p: pb::JobSpec) -> Result<JobSpec, String> {
         nodes: p.nodes,
         slice,
         kind,
+        container: p.container.map(|c| {
+            Box::new(ContainerSpec {
+                image: c.image,
+                mounts: c
+                    .mounts
+                    .into_iter()
+                    .map(|m| Mount {
+                        source: m.source,
+                        target: m.target,
+                        read_only: m.read_only,
+                    })
+                    .collect(),
+            })
+        }),
     })
 }
 
@@ -179,6 +194,7 @@ pub fn tenant_created(req: &pb::CreateTenantRequest) -> Result<TenantRecord, Str
         default_priority: req.default_priority.unwrap_or(0),
         created_at_ms: 0,
         updated_at_ms: 0,
+        allowed_mounts: req.allowed_mounts.clone(),
     })
 }
 
@@ -200,9 +216,26 @@ pub fn tenant_updated(
         (None, true) => None,
         (None, false) => current.account.clone(),
     };
+    let mut allowed_mounts = current.allowed_mounts.clone();
+    for dir in &req.disallow_mounts {
+        let before = allowed_mounts.len();
+        allowed_mounts.retain(|d| d != dir);
+        if allowed_mounts.len() == before {
+            return Err(format!(
+                "tenant {} does not allow mounts of {dir}",
+                current.name
+            ));
+        }
+    }
+    for dir in &req.allow_mounts {
+        if !allowed_mounts.contains(dir) {
+            allowed_mounts.push(dir.clone());
+        }
+    }
     Ok(TenantRecord {
         account,
         quotas,
+        allowed_mounts,
         weight: req.weight.unwrap_or(current.weight),
         default_priority: req.default_priority.unwrap_or(current.default_priority),
         ..current.clone()

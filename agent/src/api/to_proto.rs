@@ -162,6 +162,18 @@ fn spec(s: &JobSpec) -> pb::JobSpec {
             JobKind::Vm => "vm".to_owned(),
         },
         retry_backoff_s: s.retry_backoff_s,
+        container: s.container.as_ref().map(|c| pb::ContainerSpec {
+            image: c.image.clone(),
+            mounts: c
+                .mounts
+                .iter()
+                .map(|m| pb::ContainerMount {
+                    source: m.source.clone(),
+                    target: m.target.clone(),
+                    read_only: m.read_only,
+                })
+                .collect(),
+        }),
     }
 }
 
@@ -578,6 +590,7 @@ pub(crate) fn tenant(
         pending_jobs: jobs.iter().filter(|j| j.state == JobState::Pending).count() as u64,
         live_jobs: jobs.iter().filter(|j| j.state.is_live()).count() as u64,
         account: record.and_then(|r| r.account.as_ref()).map(account),
+        allowed_mounts: record.map(|r| r.allowed_mounts.clone()).unwrap_or_default(),
     })
 }
 

@@ -43,6 +43,8 @@ pub struct FileConfig {
     pub monitor: MonitorSection,
     #[serde(default)]
     pub edge: EdgeSection,
+    #[serde(default)]
+    pub containers: super::ContainersSection,
 }
 
 /// `[edge]`, validated into `EdgeSettings`.

@@ -3,6 +3,7 @@
 //! live: one step per section, each in `settings` beside the struct it fills.
 
 mod confine;
+mod containers;
 mod file;
 mod flags;
 mod jobs_disk;
@@ -23,6 +24,7 @@ use crate::raft::cluster::ClusterSettings;
 
 // One flat path, `config::X`, for everything the configuration is made of.
 pub use confine::{Confine, DevicePattern, ForeignPolicy};
+pub use containers::{ContainerNetwork, ContainerSettings, ContainersSection, RuntimeKind};
 pub use file::{
     ApiSection, AutopilotSection, EdgeSection, FileConfig, JobsSection, LauncherChoice,
     MonitorSection, RaftSection, TlsSection,
@@ -57,6 +59,8 @@ pub struct Config {
     pub raft: RaftSettings,
     pub autopilot: AutopilotSettings,
     pub jobs: JobSettings,
+    /// How container jobs run here (`[containers]`).
+    pub containers: ContainerSettings,
     pub tls: TlsSettings,
     pub api: ApiSettings,
     pub monitor: MonitorSettings,
@@ -97,6 +101,7 @@ impl Config {
         let raft = settings::raft(file.raft)?;
         let autopilot = settings::autopilot(file.autopilot, &raft)?;
         let jobs = settings::jobs(file.jobs, &raft, &data_dir)?;
+        let containers = containers::settings(file.containers)?;
         let edge = settings::edge(file.edge, &labels, bootstrap, &jobs, &raft)?;
         let tls = settings::tls(file.tls, listen, &advertise)?;
         let api = settings::api(file.api)?;
@@ -118,6 +123,7 @@ impl Config {
             raft,
             autopilot,
             jobs,
+            containers,
             tls,
             api,
             monitor,

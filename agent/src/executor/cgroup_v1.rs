@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
+use super::cgroup_tree::descendants;
 use super::device_fence::DeviceRule;
 use super::isolation::CPU_PERIOD_US;
 use super::limits::{Limits, OomEvidence};
@@ -262,10 +263,13 @@ impl JobCgroups {
         Some(oom_evidence(&control, failcnt.as_deref()))
     }
 
-    /// The processes left in any of the run's cgroups.
+    /// The processes left in any of the run's cgroups or below them.
     fn pids(&self) -> Vec<i32> {
-        let mut pids: Vec<i32> = self
-            .procs_files()
+        let mut files = self.procs_files();
+        for dir in self.dirs.values() {
+            files.extend(descendants(dir).iter().map(|d| d.join("cgroup.procs")));
+        }
+        let mut pids: Vec<i32> = files
             .iter()
             .filter_map(|f| fs::read_to_string(f).ok())
             .flat_map(|s| {
@@ -291,6 +295,9 @@ impl JobCgroups {
             }
             let mut stays = None;
             for dir in self.dirs.values() {
+                for below in descendants(dir) {
+                    fs::remove_dir(below).ok();
+                }
                 match fs::remove_dir(dir) {
                     Ok(()) => {}
                     Err(e) if e.kind() == ErrorKind::NotFound => {}

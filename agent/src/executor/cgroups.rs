@@ -17,6 +17,9 @@ use super::device_fence::DeviceRule;
 use super::isolation::{self, JobCgroup};
 use super::limits::{Enforced, Limits, OomEvidence};
 
+/// Where cgroup v2 is mounted on the hosts gpumesh supports.
+const V2_MOUNT: &str = "/sys/fs/cgroup";
+
 /// Where this host's job cgroups go.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CgroupLayout {
@@ -56,6 +59,18 @@ impl CgroupLayout {
         match cgroup_v1::prepare_roots(&mounts, name) {
             Ok(roots) => Self::V1 { roots },
             Err(e) => none(format!("the cgroup v1 hierarchies cannot be used: {e}")),
+        }
+    }
+
+    /// This layout without a device fence (v1: no devices hierarchy), for a run whose
+    /// container runtime fences the devices itself.
+    pub fn without_device_fence(self) -> Self {
+        match self {
+            Self::V1 { mut roots } => {
+                roots.remove(&Controller::Devices);
+                Self::V1 { roots }
+            }
+            other => other,
         }
     }
 
@@ -184,6 +199,25 @@ impl RunCgroups {
         match self {
             Self::V2(cg) => vec![cg.path.join("cgroup.procs")],
             Self::V1(cgs) => cgs.procs_files(),
+        }
+    }
+
+    /// The run's cgroup as a path from its hierarchy's root (`/gpumesh/job-7-g1-s42`), the
+    /// same in every v1 hierarchy (each job root sits at the top of its hierarchy): what a
+    /// container runtime takes as the parent of the container's cgroup.
+    pub fn hierarchy_path(&self) -> Option<String> {
+        match self {
+            Self::V2(cg) => cg
+                .path
+                .strip_prefix(V2_MOUNT)
+                .ok()
+                .map(|p| format!("/{}", p.display())),
+            Self::V1(cgs) => {
+                let dir = cgs.dirs.values().next()?;
+                let name = dir.file_name()?.to_str()?;
+                let root = dir.parent()?.file_name()?.to_str()?;
+                Some(format!("/{root}/{name}"))
+            }
         }
     }
 

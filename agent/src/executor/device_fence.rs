@@ -175,6 +175,21 @@ pub fn allow_list(
 /// The extra devices' rules: each pattern's matching device nodes, resolved by `stat` now (a
 /// node may come and go with its driver). A pattern matching nothing gives nothing; problems
 /// come back as messages, for the log.
+/// The device nodes `jobs.extra_devices` names on this host now, by path.
+pub fn extra_paths(patterns: &[DevicePattern]) -> Vec<std::path::PathBuf> {
+    patterns
+        .iter()
+        .filter_map(|p| Some((p, std::fs::read_dir(&p.dir).ok()?)))
+        .flat_map(|(p, entries)| {
+            entries
+                .filter_map(Result::ok)
+                .filter(|e| e.file_name().to_str().is_some_and(|n| p.matches(n)))
+                .map(|e| e.path())
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
 pub fn resolve_extra(patterns: &[DevicePattern]) -> (Vec<DeviceRule>, Vec<String>) {
     let mut rules = Vec::new();
     let mut problems = Vec::new();

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
+use super::cgroup_tree::descendants;
 use super::limits::{Limits, OomEvidence};
 
 /// The controllers a job cgroup needs.
@@ -234,14 +235,17 @@ impl JobCgroup {
 
     /// The processes still in the cgroup.
     fn pids(&self) -> Vec<i32> {
-        fs::read_to_string(self.path.join("cgroup.procs"))
-            .map(|s| {
+        let mut dirs = descendants(&self.path);
+        dirs.push(self.path.clone());
+        dirs.iter()
+            .filter_map(|d| fs::read_to_string(d.join("cgroup.procs")).ok())
+            .flat_map(|s| {
                 s.lines()
                     .filter_map(|l| l.trim().parse().ok())
                     .filter(|pid| *pid > 0)
-                    .collect()
+                    .collect::<Vec<i32>>()
             })
-            .unwrap_or_default()
+            .collect()
     }
 
     /// Kill whatever the job left behind in the cgroup and remove it, retrying for a moment
@@ -256,6 +260,9 @@ impl JobCgroup {
                 for pid in left {
                     kill(Pid::from_raw(pid), Signal::SIGKILL).ok();
                 }
+            }
+            for below in descendants(&self.path) {
+                fs::remove_dir(below).ok();
             }
             match fs::remove_dir(&self.path) {
                 Ok(()) => return Ok(()),

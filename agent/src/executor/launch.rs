@@ -15,17 +15,19 @@ use std::ffi::OsString;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
+use gpu_raft_store::container::ContainerSpec;
 use gpu_raft_store::{Binding, ClusterState, Job, JobKind, JobSpec, NodeId, Slice};
 use tracing::warn;
 
 use super::confine::Confinement;
+use super::container_cmd::{ContainerRun, Device};
 use super::device_fence::{self, DeviceRule};
 use super::identity::{self, Identity};
 use super::job_dir::JobDir;
 use super::launcher::{Started, SupervisorStart};
 use super::limits::Limits;
 use super::setup::Host;
-use super::{Executor, ExecutorSettings, disk_space, isolation, job_env, vm};
+use super::{Executor, ExecutorSettings, container_supervise, disk_space, isolation, job_env, vm};
 use crate::gpu::GpuBackend;
 
 /// Variables a run gets from where it runs (placement, gang, slice).
@@ -63,11 +65,23 @@ impl Executor {
         run_env.extend(slice_env);
         let confinement = self.confinement(&job.spec, binding, host);
         let limits = confinement.limits;
+        let container = match &job.spec.container {
+            Some(c) => Some(self.container_run(job.id, c, binding)?),
+            None => None,
+        };
         let (settings, spec, run) = (self.settings.clone(), job.spec.clone(), dir.clone());
         let node = self.cluster.id;
         // NSS may ask a remote directory (LDAP, SSSD): never on the executor's own thread.
         let args = tokio::task::spawn_blocking(move || {
-            prepare_run(&settings, &spec, &run, node, &confinement, &run_env)
+            prepare_run(
+                &settings,
+                &spec,
+                &run,
+                node,
+                &confinement,
+                &run_env,
+                container.as_ref(),
+            )
         })
         .await
         .map_err(|e| format!("preparing the run: {e}"))??;
@@ -109,6 +123,72 @@ impl Executor {
             limits: Limits::for_job(spec, &self.settings.confine),
             devices: device_fence::allow_list(&nodes, &device_fence::host_majors(), &extra),
         }
+    }
+
+    /// How a container job runs here: the first configured runtime installed, the bound GPUs'
+    /// device nodes (at `/dev/nvidia<minor>` inside), the NVIDIA control devices present and
+    /// `jobs.extra_devices`.
+    fn container_run(
+        &self,
+        job: gpu_raft_store::JobId,
+        spec: &ContainerSpec,
+        binding: &Binding,
+    ) -> Result<ContainerRun, String> {
+        let c = &self.settings.containers;
+        let found = c.runtimes.iter().find_map(|kind| {
+            kind.programs()
+                .iter()
+                .find_map(|p| on_path(p))
+                .map(|program| (*kind, program))
+        });
+        let Some((runtime, program)) = found else {
+            let looked: Vec<&str> = c
+                .runtimes
+                .iter()
+                .flat_map(|k| k.programs())
+                .copied()
+                .collect();
+            return Err(format!(
+                "no container runtime on node n{} (looked for {} on PATH)",
+                self.cluster.id,
+                looked.join(", ")
+            ));
+        };
+        let gpus = self.gpus.devices();
+        let mut devices: Vec<Device> = binding
+            .gpus
+            .iter()
+            .filter_map(|g| gpus.iter().find(|d| d.index == *g)?.device_node.clone())
+            .map(|n| Device {
+                host: n.path,
+                container: format!("/dev/nvidia{}", n.minor).into(),
+            })
+            .collect();
+        let present = CONTROL_DEVICES
+            .iter()
+            .map(PathBuf::from)
+            .chain(device_fence::extra_paths(
+                &self.settings.confine.extra_devices,
+            ))
+            .filter(|p| p.exists());
+        devices.extend(present.map(|p| Device {
+            host: p.clone(),
+            container: p,
+        }));
+        Ok(ContainerRun {
+            runtime,
+            program,
+            name: format!(
+                "gpumesh-j{job}-g{}-n{}",
+                binding.generation, self.cluster.id
+            ),
+            image: spec.image.clone(),
+            mounts: spec.mounts.clone(),
+            workdir: None,
+            devices,
+            network: c.network,
+            oci_runtime: c.oci_runtime.clone(),
+        })
     }
 
     /// The bound GPUs' device nodes as a systemd unit names them: `/dev/char/MAJOR:MINOR`
@@ -185,10 +265,30 @@ impl Executor {
     }
 }
 
+/// The NVIDIA devices every CUDA program opens besides its GPUs, given to a container when the
+/// host has them.
+const CONTROL_DEVICES: &[&str] = &[
+    "/dev/nvidiactl",
+    "/dev/nvidia-uvm",
+    "/dev/nvidia-uvm-tools",
+    "/dev/nvidia-modeset",
+];
+
+/// `program`'s path in the agent's `PATH`, if it is there.
+fn on_path(program: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(program))
+        .find(|p| {
+            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+}
+
 /// Everything a run needs before its supervisor starts, done as the executor does it: the run
 /// directory (0711: the job may pass through to `work/`, nothing more), the job's identity
 /// (through NSS, which may block), its environment in `env.json` (`run_env`: placement, gang and
-/// slice variables), and the supervisor's arguments. `Err` is the run's failed-to-start reason.
+/// slice variables), for a container job its `container.json` (`container`: how it runs here),
+/// and the supervisor's arguments. `Err` is the run's failed-to-start reason.
 pub fn prepare_run(
     settings: &ExecutorSettings,
     spec: &JobSpec,
@@ -196,6 +296,7 @@ pub fn prepare_run(
     node: NodeId,
     confinement: &Confinement,
     run_env: &[(&'static str, String)],
+    container: Option<&ContainerRun>,
 ) -> Result<Vec<OsString>, String> {
     dir.create()
         .and_then(|()| std::fs::set_permissions(&dir.path, std::fs::Permissions::from_mode(0o711)))
@@ -212,12 +313,33 @@ pub fn prepare_run(
     };
     let home = identity.home.as_deref().filter(|h| h.is_dir());
     let workdir = workdir(spec.workdir.as_deref(), home)?;
+    // A container job's directories are the image's: its working directory is inside it, and
+    // its HOME the working directory (or /tmp) unless the job sets one.
+    let (workdir, run_env) = match container {
+        None => (workdir, run_env.to_vec()),
+        Some(run) => {
+            let run = ContainerRun {
+                workdir: spec.workdir.clone(),
+                ..run.clone()
+            };
+            container_supervise::write(&dir.path, &run)
+                .map_err(|e| format!("writing {}'s container.json: {e}", dir.path.display()))?;
+            let mut env = run_env.to_vec();
+            if !spec.env.contains_key("HOME") {
+                env.push((
+                    "HOME",
+                    spec.workdir.clone().unwrap_or_else(|| "/tmp".into()),
+                ));
+            }
+            (None, env)
+        }
+    };
     let path = std::env::var_os("PATH").map_or_else(
         || DEFAULT_PATH.to_owned(),
         |p| p.to_string_lossy().into_owned(),
     );
     let work = isolation::work_dir(&dir.path);
-    let env = job_environment(&identity, &work, &path, &spec.env, run_env);
+    let env = job_environment(&identity, &work, &path, &spec.env, &run_env);
     job_env::write(&dir.path, &env).map_err(|e| {
         format!(
             "writing the job's environment to {}: {e}",
@@ -231,6 +353,7 @@ pub fn prepare_run(
         confinement,
         &identity,
         workdir.as_deref(),
+        container.is_some(),
     ))
 }
 
@@ -348,6 +471,7 @@ fn shim_args(
     confinement: &Confinement,
     identity: &Identity,
     workdir: Option<&Path>,
+    container: bool,
 ) -> Vec<OsString> {
     let mut args: Vec<OsString> = vec![
         "shim".into(),
@@ -388,6 +512,9 @@ fn shim_args(
         flag("--log-max", settings.disk.log_max.to_string().into());
     }
     args.extend(confinement.flags());
+    if container {
+        args.push("--container".into());
+    }
     args.push("--".into());
     args.extend(spec.command.iter().map(OsString::from));
     args
@@ -459,6 +586,7 @@ mod tests {
             uid_range: UidRange::default(),
             confine: Confine::default(),
             disk: crate::executor::DiskLimits::default(),
+            containers: Default::default(),
         }
     }
 
@@ -517,6 +645,7 @@ mod tests {
             &plan(&s, &spec, v2),
             &alice(),
             Some(Path::new("/srv/data")),
+            false,
         );
         expect!["shim --job-dir /data/jobs/j-42-g3 --lease /data/lease --lease-timeout 10s --grace 5s --run-as-uid 1001 --run-as-gid 1001 --wall-time 90s --run-as-groups 44,1001 --workdir /srv/data --cgroup-v2 /sys/fs/cgroup/gpumesh --cpu-millis 1500 --memory-mib 4096 --tasks-max 4096 --allow-device c 195:3 rwm -- python train.py"]
         .assert_eq(&render(&args));
@@ -535,7 +664,7 @@ mod tests {
         };
         let plain_plan = plan(&s, &plain, none);
         expect!["shim --job-dir /data/jobs/j-42-g3 --lease /data/lease --lease-timeout 10s --grace 5s --run-as-uid 65534 --run-as-gid 65534 --cpu-millis 500 --memory-mib 4096 --tasks-max 4096 --allow-device c 195:3 rwm -- true"]
-        .assert_eq(&render(&shim_args(&s, &plain, &dir, &plain_plan, &user, None)));
+        .assert_eq(&render(&shim_args(&s, &plain, &dir, &plain_plan, &user, None, false)));
         // A tenant with a user of its own runs as that user.
         let vision = Identity::of_run_as(s.user_for("vision"));
         assert_eq!((vision.uid, vision.gid), (2001, 2001));

@@ -112,6 +112,33 @@ pub fn unfenced_notice(why: &str) -> String {
     )
 }
 
+/// The limits a container gets on open files and processes: the supervisor's hard limits, the
+/// process limit no higher than the host's largest pid (runc cannot raise it past that, and a
+/// runtime's defaults may exceed both, and then nothing starts). The job's task limit proper is
+/// its pids cgroup.
+pub fn container_rlimits() -> Vec<(&'static str, u64)> {
+    use nix::sys::resource::{RLIM_INFINITY, Resource, getrlimit};
+    let pid_max = std::fs::read_to_string("/proc/sys/kernel/pid_max")
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .unwrap_or(u64::MAX);
+    [
+        ("nofile", Resource::RLIMIT_NOFILE, u64::MAX),
+        ("nproc", Resource::RLIMIT_NPROC, pid_max),
+    ]
+    .into_iter()
+    .filter_map(|(name, r, cap)| {
+        let (_, hard) = getrlimit(r).ok()?;
+        let limit = if hard == RLIM_INFINITY {
+            cap
+        } else {
+            hard.min(cap)
+        };
+        (limit != u64::MAX).then_some((name, limit))
+    })
+    .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -15,9 +15,12 @@
 //! `launcher.rs` starts each supervisor: a child process, or a systemd transient unit
 //! (`systemd_unit.rs` computes its properties, `systemd_bus.rs` talks to systemd).
 
+pub mod cgroup_tree;
 pub mod cgroup_v1;
 pub mod cgroups;
 pub mod confine;
+pub mod container_cmd;
+pub(crate) mod container_supervise;
 pub mod device_fence;
 mod disk_space;
 pub mod isolation;
@@ -61,7 +64,7 @@ pub use self::launch::prepare_run;
 pub use self::launcher::{Launcher, supervisor_command};
 use self::reconcile::{Action, reconcile};
 pub use self::setup::Host;
-use crate::config::{Confine, RunAs, UidRange};
+use crate::config::{Confine, ContainerSettings, RunAs, UidRange};
 use crate::gpu::GpuBackend;
 use crate::raft::Cluster;
 
@@ -90,6 +93,8 @@ pub struct ExecutorSettings {
     pub confine: Confine,
     /// Bounds on the runs' disk use.
     pub disk: DiskLimits,
+    /// How container jobs run here (`[containers]`).
+    pub containers: ContainerSettings,
 }
 
 /// How much disk runs may use: `jobs.log_max`, `jobs.min_free`, `jobs.keep_finished_runs`.

@@ -30,11 +30,13 @@ use tokio::process::{Child, Command};
 use tokio::signal::unix::{SignalKind, signal};
 
 use super::cgroups::{CgroupLayout, RunCgroups, V1Root, cgroup_name};
+use super::container_cmd::{self, ContainerRun, SignalCommand};
 use super::device_fence::DeviceRule;
 use super::job_dir::{JobDir, Supervisor};
 use super::limits::{self, Enforced, Limits};
 use super::log_writer::JobLogs;
-use super::{identity, isolation, job_env, pre_exec};
+use super::{container_supervise, identity, isolation, job_env, pre_exec};
+use crate::config::RuntimeKind;
 
 #[derive(Debug, clap::Args)]
 pub struct ShimArgs {
@@ -92,6 +94,9 @@ pub struct ShimArgs {
     /// others are denied.
     #[arg(long)]
     pub allow_device: Vec<DeviceRule>,
+    /// Run the command in a container image, as the run directory's `container.json` says.
+    #[arg(long)]
+    pub container: bool,
     /// The job's argv.
     #[arg(last = true, required = true)]
     pub command: Vec<String>,
@@ -207,9 +212,25 @@ async fn supervise(dir: &JobDir, args: &ShimArgs) -> Outcome {
         memory_mib: args.memory_mib,
         tasks_max: args.tasks_max,
     };
-    let layout = CgroupLayout::from_flags(args.cgroup_v2.as_deref(), &args.cgroup_v1);
+    let container = match args.container.then(|| container_supervise::read(&dir.path)) {
+        None => None,
+        Some(Ok(run)) => Some(run),
+        Some(Err(e)) => return failed(e),
+    };
+    // A rootful runtime's container gets the runtime's own device cgroup (only its devices),
+    // nested in the run's cgroups for the limits: the run's own device fence would refuse the
+    // runtime's rules.
+    let rootful = container
+        .as_ref()
+        .is_some_and(|c| c.runtime == RuntimeKind::Podman);
+    let mut layout = CgroupLayout::from_flags(args.cgroup_v2.as_deref(), &args.cgroup_v1);
+    let mut allow_device = args.allow_device.as_slice();
+    if rootful {
+        layout = layout.without_device_fence();
+        allow_device = &[];
+    }
     let name = cgroup_name(dir.job, dir.generation, std::process::id());
-    let cgroups = match RunCgroups::create(&layout, &name, &asked, &args.allow_device) {
+    let cgroups = match RunCgroups::create(&layout, &name, &asked, allow_device) {
         Ok(c) => c,
         Err(e) => return failed(e),
     };
@@ -225,35 +246,78 @@ async fn supervise(dir: &JobDir, args: &ShimArgs) -> Outcome {
     if let Some(notice) = limits::unenforced_notice(&asked, enforced, why).filter(|_| notices) {
         notes.write_all(notice.as_bytes()).ok();
     }
-    if let Some(why) = layout.unfenced_reason().filter(|_| notices) {
+    if let Some(why) = layout.unfenced_reason().filter(|_| notices && !rootful) {
         notes
             .write_all(limits::unfenced_notice(&why).as_bytes())
             .ok();
     }
-    let program = &args.command[0];
-    let mut cmd = Command::new(program);
-    cmd.args(&args.command[1..])
-        .env_clear()
-        .envs(&env)
-        .stdin(Stdio::null())
-        .stdout(pipes.stdout)
-        .stderr(pipes.stderr)
-        .process_group(0);
-    // The job enters its cgroups before it execs, while still root: no process of it ever runs
-    // outside them. This hook must stay ahead of the one that switches user.
     let procs = cgroups
         .as_ref()
         .map(RunCgroups::procs_files)
         .unwrap_or_default();
-    if let Err(e) = pre_exec::enter_cgroups(&mut cmd, &procs) {
-        return ended(cgroups, failed(e)).await;
+    // The job enters its cgroups before it execs, while still root: no process of it ever runs
+    // outside them. Then groups, gid, uid and the working directory, in the child: exactly the
+    // job's groups, none of ours. (The cgroup hook must stay ahead of the one that switches
+    // user.)
+    let as_job = |cmd: &mut Command| {
+        pre_exec::enter_cgroups(cmd, &procs)?;
+        identity::become_in_child(cmd, switch.clone(), &cwd)
+    };
+    let invocation = match &container {
+        None => None,
+        Some(run) => {
+            let user = container_cmd::User {
+                uid: owner.map_or_else(|| geteuid().as_raw(), |(uid, _)| uid),
+                gid: owner.map_or_else(|| nix::unistd::getegid().as_raw(), |(_, gid)| gid),
+                groups: &args.run_as_groups,
+            };
+            match prepare_container(
+                dir,
+                run,
+                &user,
+                args,
+                &env,
+                cgroups.as_ref(),
+                &mut notes,
+                &as_job,
+            )
+            .await
+            {
+                Ok(inv) => Some(inv),
+                Err(message) => {
+                    container_supervise::remove_env_file(&dir.path);
+                    return ended(cgroups, failed(message)).await;
+                }
+            }
+        }
+    };
+    if lease_expired(&args.lease, args.lease_timeout) {
+        return ended(cgroups, Outcome::Fenced).await;
     }
-    // Then groups, gid, uid and the working directory, in the child: exactly the job's
-    // groups, none of ours.
-    let prepared = identity::become_in_child(&mut cmd, switch, &cwd);
+    let argv: Vec<std::ffi::OsString> = match &invocation {
+        Some(inv) => inv.run.clone(),
+        None => args.command.iter().map(Into::into).collect(),
+    };
+    let program = argv[0].to_string_lossy().into_owned();
+    let mut cmd = Command::new(&argv[0]);
+    cmd.args(&argv[1..])
+        .stdin(Stdio::null())
+        .stdout(pipes.stdout)
+        .stderr(pipes.stderr)
+        .process_group(0);
+    let prepared = match &invocation {
+        // A rootful runtime keeps the supervisor's clean environment, user and cgroups; it
+        // switches user and cgroups for the container itself.
+        Some(inv) if inv.as_root => cmd.current_dir(&dir.path).env_remove("NOTIFY_SOCKET"),
+        _ => cmd.env_clear().envs(&env),
+    };
+    let prepared = match &invocation {
+        Some(inv) if inv.as_root => Ok(()),
+        _ => as_job(prepared),
+    };
     let spawned = prepared.and_then(|()| {
         cmd.spawn()
-            .map_err(|e| spawn_error(program, &e, owner, &cwd))
+            .map_err(|e| spawn_error(&program, &e, owner, &cwd))
     });
     // Close our copies of the pipes' write ends, or the log readers never see the output end.
     drop(cmd);
@@ -271,7 +335,36 @@ async fn supervise(dir: &JobDir, args: &ShimArgs) -> Outcome {
     let Ok(group) = i32::try_from(pid).map(|p| Pid::from_raw(-p)) else {
         return ended(cgroups, failed(format!("pid {pid} out of range"))).await;
     };
-    let outcome = watch(&mut child, group, dir, args, &mut term).await;
+    let signal = invocation.as_ref().and_then(|i| i.signal.as_ref());
+    let mut outcome = watch(&mut child, group, signal, dir, args, &mut term).await;
+    if let (Some(run), Some(inv)) = (&container, &invocation) {
+        if inv.as_root
+            && matches!(outcome, Outcome::Exited { code } if code >= 125)
+            && container_supervise::podman_never_started(&run.program, &run.name).await
+        {
+            let code = match outcome {
+                Outcome::Exited { code } => Some(code),
+                _ => None,
+            };
+            outcome = container_supervise::never_started(code, &run.image);
+        }
+        for argv in &inv.cleanup {
+            let done = container_supervise::step(argv, |c| match inv.as_root {
+                true => Ok(()),
+                false => as_job(c),
+            })
+            .await;
+            if let Ok((false, out)) | Err(out) = done {
+                writeln!(
+                    notes,
+                    "gpumesh: cleaning up the container: {}",
+                    container_supervise::last_words(&out)
+                )
+                .ok();
+            }
+        }
+        container_supervise::remove_env_file(&dir.path);
+    }
     let evidence = cgroups.as_ref().and_then(RunCgroups::oom_evidence);
     let outcome = limits::judge_oom(outcome, evidence, asked.memory_mib);
     if let Some(cg) = &cgroups
@@ -305,10 +398,13 @@ async fn ended(cgroups: Option<RunCgroups>, outcome: Outcome) -> Outcome {
     outcome
 }
 
-/// Wait for the job, stopping it on request, at its wall-time limit or when the lease expires.
+/// Wait for the job, stopping it on request, at its wall-time limit or when the lease expires:
+/// SIGTERM, then SIGKILL after the grace, to its container (`signal_command`) or its process
+/// group.
 async fn watch(
     child: &mut Child,
     group: Pid,
+    signal_command: Option<&SignalCommand>,
     dir: &JobDir,
     args: &ShimArgs,
     term: &mut tokio::signal::unix::Signal,
@@ -331,10 +427,11 @@ async fn watch(
             }
         }
     };
-    kill(group, Signal::SIGTERM).ok();
+    send(signal_command, group, Signal::SIGTERM).await;
     let status = match tokio::time::timeout(stop_grace(&stop, args), child.wait()).await {
         Ok(status) => status.ok(),
         Err(_) => {
+            send(signal_command, group, Signal::SIGKILL).await;
             kill(group, Signal::SIGKILL).ok();
             child.wait().await.ok()
         }
@@ -362,6 +459,77 @@ fn stop_grace(stop: &Stop, args: &ShimArgs) -> Duration {
         Stop::Fenced => args.grace.min(args.lease_timeout / 4),
         Stop::Requested | Stop::WallTime => args.grace,
     }
+}
+
+/// Send `signal` to the job: to its container through the runtime when there is one (and
+/// wait for the runtime to have sent it), else to its process group.
+async fn send(container: Option<&SignalCommand>, group: Pid, signal: Signal) {
+    match container {
+        Some(cmd) => {
+            let name = signal.as_str().trim_start_matches("SIG");
+            container_supervise::step(&cmd.argv(name), |_| Ok(()))
+                .await
+                .ok();
+        }
+        None => {
+            kill(group, signal).ok();
+        }
+    }
+}
+
+/// Everything before a container run can start: its environment file, its command lines (with
+/// the run's cgroup as the container's parent), and its image, fetched unless it is here.
+#[allow(clippy::too_many_arguments)]
+async fn prepare_container(
+    dir: &JobDir,
+    run: &ContainerRun,
+    user: &container_cmd::User<'_>,
+    args: &ShimArgs,
+    env: &std::collections::BTreeMap<String, String>,
+    cgroups: Option<&RunCgroups>,
+    notes: &mut impl Write,
+    as_job: &impl Fn(&mut Command) -> Result<(), String>,
+) -> Result<container_cmd::Invocation, String> {
+    let env_file = container_supervise::write_env_file(&dir.path, env)?;
+    let parent = cgroups.and_then(RunCgroups::hierarchy_path);
+    let work = isolation::work_dir(&dir.path);
+    let paths = container_cmd::Paths {
+        env_file: &env_file,
+        cgroup_parent: parent.as_deref(),
+        cache: &work,
+        limits: Limits {
+            cpu_millis: args.cpu_millis,
+            memory_mib: args.memory_mib,
+            tasks_max: args.tasks_max,
+        },
+    };
+    let inv = container_cmd::invocation(
+        run,
+        user,
+        &args.command,
+        &paths,
+        &limits::container_rlimits(),
+        args.grace.as_secs(),
+    );
+    let as_runtime_user = |c: &mut Command| if inv.as_root { Ok(()) } else { as_job(c) };
+    if let Some(check) = &inv.have_image
+        && let Ok((true, _)) = container_supervise::step(check, as_runtime_user).await
+    {
+        return Ok(inv);
+    }
+    for argv in &inv.fetch {
+        writeln!(notes, "gpumesh: fetching image {}", run.image).ok();
+        let (ok, out) = container_supervise::step(argv, as_runtime_user).await?;
+        if !ok {
+            notes.write_all(out.as_bytes()).ok();
+            return Err(format!(
+                "pulling image {}: {}",
+                run.image,
+                container_supervise::last_words(&out)
+            ));
+        }
+    }
+    Ok(inv)
 }
 
 fn exit_outcome(status: std::process::ExitStatus) -> Outcome {

@@ -24,9 +24,10 @@ pub const HEADER_MAX: &str = "x-gpumesh-protocol-max";
 /// The version this build speaks. 1: the first; 2: `Command::Batch` (the leader's group
 /// commit) and GPU partitioning (MIG layouts, slice placements, sliced and vm jobs), which a
 /// leader writes only once every member has registered with 2 or more; 3: job accounts, retries
-/// of failed runs and the out-of-memory outcome (`gpu_raft_store::PROTOCOL_3`).
-pub const PROTOCOL_VERSION: u32 = 3;
-const _: () = assert!(PROTOCOL_VERSION >= gpu_raft_store::PROTOCOL_3);
+/// of failed runs and the out-of-memory outcome (`gpu_raft_store::PROTOCOL_3`); 4: container
+/// jobs and tenants' allowed mounts (`gpu_raft_store::PROTOCOL_4`).
+pub const PROTOCOL_VERSION: u32 = 4;
+const _: () = assert!(PROTOCOL_VERSION >= gpu_raft_store::PROTOCOL_4);
 /// The oldest version this build still speaks with a peer.
 pub const MIN_COMPATIBLE: u32 = 1;
 /// What a request without the headers speaks.

@@ -91,10 +91,36 @@ fn request(
         cpu_millis: args.cpus,
         memory_mib: args.memory,
         retry_backoff_s: args.retry_backoff,
+        container: match args.image {
+            None => None,
+            Some(image) => Some(pb::ContainerSpec {
+                image,
+                mounts: args
+                    .mounts
+                    .iter()
+                    .map(|m| container_mount(m))
+                    .collect::<Result<_, _>>()?,
+            }),
+        },
     };
     Ok(pb::SubmitJobRequest {
         spec: Some(spec),
         idempotency_key: args.idempotency_key.unwrap_or_else(new_key),
+    })
+}
+
+/// `SRC:DST[:ro]` as the API takes it (the paths are judged by the cluster).
+fn container_mount(flag: &str) -> Result<pb::ContainerMount, String> {
+    let parts: Vec<&str> = flag.split(':').collect();
+    let (source, target, read_only) = match parts.as_slice() {
+        [src, dst] | [src, dst, "rw"] => (src, dst, false),
+        [src, dst, "ro"] => (src, dst, true),
+        _ => return Err(format!("--mount {flag:?} is not SRC:DST[:ro]")),
+    };
+    Ok(pb::ContainerMount {
+        source: (*source).to_owned(),
+        target: (*target).to_owned(),
+        read_only,
     })
 }
 
@@ -212,6 +238,51 @@ mod tests {
     }
 
     #[test]
+    fn an_image_and_its_mounts_become_the_request() {
+        let spec = request(
+            args(&[
+                "--image",
+                "localhost/train:1",
+                "--mount",
+                "/data/a:/data",
+                "--mount",
+                "/models:/models:ro",
+                "--",
+                "python",
+            ]),
+            random_key,
+        )
+        .expect("valid")
+        .spec
+        .expect("spec");
+        let c = spec.container.expect("a container");
+        assert_eq!(c.image, "localhost/train:1");
+        let mounts: Vec<_> = c
+            .mounts
+            .iter()
+            .map(|m| (m.source.as_str(), m.target.as_str(), m.read_only))
+            .collect();
+        assert_eq!(
+            mounts,
+            [("/data/a", "/data", false), ("/models", "/models", true)]
+        );
+        assert!(
+            request(args(&["--", "x"]), random_key)
+                .expect("valid")
+                .spec
+                .expect("valid")
+                .container
+                .is_none()
+        );
+        let e = request(
+            args(&["--image", "x", "--mount", "/a", "--", "x"]),
+            random_key,
+        )
+        .expect_err("refused");
+        assert!(e.contains("SRC:DST"), "{e}");
+    }
+
+    #[test]
     fn limits_are_absent_unless_given() {
         let spec = request(args(&["--", "x"]), random_key)
             .expect("valid")
@@ -323,6 +394,7 @@ mod tests {
             (&["--mig", ""][..], "--mig"),
             (&["--kind", "vm", "--mig", "1g.10gb"][..], "cannot be used"),
             (&["--kind", "container"][..], "container"),
+            (&["--mount", "/a:/b"][..], "--image"),
         ] {
             let argv = ["gpuctl", "job", "submit"]
                 .iter()

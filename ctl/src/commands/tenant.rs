@@ -26,6 +26,7 @@ pub(crate) async fn run(ctx: &Ctx, verb: TenantVerb) -> Result<Answer, Failure> 
             weight,
             default_priority,
             account,
+            allow_mounts,
         } => {
             let req = pb::CreateTenantRequest {
                 name,
@@ -33,6 +34,7 @@ pub(crate) async fn run(ctx: &Ctx, verb: TenantVerb) -> Result<Answer, Failure> 
                 weight,
                 default_priority,
                 account: account::from_args(account),
+                allowed_mounts: allow_mounts,
             };
             ctx.call(new, req, async |mut c, r| c.create_tenant(r).await)
                 .await?
@@ -45,6 +47,8 @@ pub(crate) async fn run(ctx: &Ctx, verb: TenantVerb) -> Result<Answer, Failure> 
             default_priority,
             account,
             clear_account,
+            allow_mounts,
+            disallow_mounts,
         } => {
             let req = pb::UpdateTenantRequest {
                 name,
@@ -54,6 +58,8 @@ pub(crate) async fn run(ctx: &Ctx, verb: TenantVerb) -> Result<Answer, Failure> 
                 default_priority,
                 account: account::from_args(account),
                 clear_account,
+                allow_mounts,
+                disallow_mounts,
             };
             ctx.call(new, req, async |mut c, r| c.update_tenant(r).await)
                 .await?
@@ -102,6 +108,7 @@ fn tenant_json(t: &pb::Tenant) -> Value {
         "weight": t.weight,
         "default_priority": t.default_priority,
         "account": account::json(t.account.as_ref()),
+        "allowed_mounts": t.allowed_mounts,
         "created_at_ms": t.created_at_ms,
         "updated_at_ms": t.updated_at_ms,
         "pending_jobs": t.pending_jobs,
@@ -191,6 +198,14 @@ fn tenant_text(t: &pb::Tenant) -> String {
         ("Weight", t.weight.to_string()),
         ("Default priority", t.default_priority.to_string()),
         ("Default account", account::text(t.account.as_ref())),
+        (
+            "Allowed mounts",
+            if t.allowed_mounts.is_empty() {
+                "none".to_owned()
+            } else {
+                t.allowed_mounts.join(", ")
+            },
+        ),
         ("Pending jobs", t.pending_jobs.to_string()),
         ("Live jobs", t.live_jobs.to_string()),
     ]);

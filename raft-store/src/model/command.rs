@@ -229,6 +229,10 @@ pub const PROTOCOL_2: u32 = 2;
 /// retries of failed runs and the out-of-memory outcome.
 pub const PROTOCOL_3: u32 = 3;
 
+/// The internal protocol version that added container jobs (`JobSpec::container`) and tenants'
+/// allowed mounts: an older agent would run a container job's command on the host.
+pub const PROTOCOL_4: u32 = 4;
+
 impl Command {
     /// The oldest internal protocol whose agents apply this command correctly. A leader proposes
     /// it only once every member has registered with at least this version.
@@ -237,6 +241,12 @@ impl Command {
             Command::Batch { .. }
             | Command::SetGpuPartition { .. }
             | Command::BindSlices { .. } => PROTOCOL_2,
+            Command::SubmitJob { spec, .. } if spec.container.is_some() => PROTOCOL_4,
+            Command::CreateTenant { tenant } | Command::UpdateTenant { tenant }
+                if !tenant.allowed_mounts.is_empty() =>
+            {
+                PROTOCOL_4
+            }
             Command::SubmitJob { spec, .. }
                 if spec.account.is_some() || spec.retry_backoff_s.is_some() =>
             {
@@ -495,6 +505,7 @@ mod tests {
                 created_at_ms: 0,
                 updated_at_ms: 0,
                 account: None,
+                allowed_mounts: Vec::new(),
             },
         });
         expect![[r#"{"proposed_at_ms":1700000000000,"cmd":{"type":"create_tenant","tenant":{"name":"vision","quotas":{"A100":{"guaranteed":4,"borrow":2}},"weight":2,"default_priority":-1,"created_at_ms":0,"updated_at_ms":0}}}"#]]
@@ -525,6 +536,7 @@ mod tests {
                 created_at_ms: 3,
                 updated_at_ms: 4,
                 account: None,
+                allowed_mounts: Vec::new(),
             },
         });
         expect![[r#"{"proposed_at_ms":1700000000000,"cmd":{"type":"update_tenant","tenant":{"name":"a","quotas":{},"weight":1,"default_priority":0,"created_at_ms":3,"updated_at_ms":4}}}"#]]
@@ -687,6 +699,7 @@ mod tests {
             kind: Default::default(),
             account: None,
             retry_backoff_s: None,
+            container: None,
         };
         let gpu = GpuRecord {
             index: 1,
@@ -860,6 +873,7 @@ mod tests {
                     created_at_ms: 1,
                     updated_at_ms: 2,
                     account: None,
+                    allowed_mounts: Vec::new(),
                 },
             },
             Command::UpdateTenant {
@@ -871,6 +885,7 @@ mod tests {
                     created_at_ms: 1,
                     updated_at_ms: 2,
                     account: None,
+                    allowed_mounts: Vec::new(),
                 },
             },
             Command::SetSchedulerPolicy {
@@ -1022,6 +1037,55 @@ mod tests {
         for cmd in plain {
             assert_eq!(cmd.protocol(), 1, "{cmd}");
         }
+    }
+
+    #[test]
+    fn container_jobs_and_allowed_mounts_wait_for_protocol_4_and_their_encoding_is_frozen() {
+        use crate::model::container::{ContainerSpec, Mount};
+        use crate::model::job::JobSpec;
+        let spec = JobSpec {
+            name: "train".into(),
+            command: vec!["python".into()],
+            container: Some(Box::new(ContainerSpec {
+                image: "localhost/train:1".into(),
+                mounts: vec![Mount {
+                    source: "/data".into(),
+                    target: "/data".into(),
+                    read_only: true,
+                }],
+            })),
+            ..JobSpec::default()
+        };
+        let submit = Command::SubmitJob {
+            spec: spec.clone(),
+            idempotency_key: None,
+        };
+        assert_eq!(submit.protocol(), PROTOCOL_4);
+        let plain = Command::SubmitJob {
+            spec: JobSpec {
+                container: None,
+                ..spec
+            },
+            idempotency_key: None,
+        };
+        assert_eq!(plain.protocol(), 1);
+        let tenant = crate::model::tenant::TenantRecord {
+            name: "a".into(),
+            quotas: BTreeMap::new(),
+            weight: 1,
+            default_priority: 0,
+            created_at_ms: 0,
+            updated_at_ms: 0,
+            account: None,
+            allowed_mounts: vec!["/data".into()],
+        };
+        let create = Command::CreateTenant {
+            tenant: tenant.clone(),
+        };
+        assert_eq!(create.protocol(), PROTOCOL_4);
+        assert_eq!(Command::UpdateTenant { tenant }.protocol(), PROTOCOL_4);
+        expect![[r#"{"proposed_at_ms":1,"cmd":{"type":"submit_job","spec":{"name":"train","tenant":"default","command":["python"],"env":{},"workdir":null,"gpus":0,"gpu_types":[],"min_gpu_memory_mib":0,"node_selector":{},"priority":0,"runtime_estimate_s":null,"wall_time_limit_s":null,"max_attempts":1,"cpu_millis":null,"memory_mib":null,"container":{"image":"localhost/train:1","mounts":[{"source":"/data","target":"/data","read_only":true}]}},"idempotency_key":null}}"#]]
+            .assert_eq(&serde_json::to_string(&LogEntry { proposed_at_ms: 1, cmd: submit, meta: None }).expect("encodes"));
     }
 
     #[test]

@@ -81,6 +81,11 @@ pub struct JobSpec {
     /// each further attempt; absent: only runs lost with their node are retried.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_backoff_s: Option<u64>,
+    /// Run `command` inside this image (a process job either way: the node's container
+    /// runtime is its process); `workdir` is then a directory inside the container. Boxed:
+    /// most jobs have none, and `Command` stays small.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<Box<crate::model::container::ContainerSpec>>,
 }
 
 /// What a job is.
@@ -141,6 +146,7 @@ impl Default for JobSpec {
             kind: JobKind::default(),
             account: None,
             retry_backoff_s: None,
+            container: None,
         }
     }
 }

@@ -8,6 +8,7 @@ pub mod audit;
 pub mod auth;
 pub mod cert;
 pub(crate) mod command;
+pub mod container;
 pub mod digest;
 pub mod energy;
 pub mod job;

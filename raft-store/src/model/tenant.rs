@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::model::container;
 use crate::model::job::Job;
 use crate::model::node::NodeRecord;
 use crate::model::validate;
@@ -62,6 +63,10 @@ pub struct TenantRecord {
     /// The Unix account the tenant's jobs run as when the submitting token maps to none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub account: Option<crate::model::account::Account>,
+    /// Host directories (and what lies below them) the tenant's container jobs may bind;
+    /// empty: none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_mounts: Vec<String>,
 }
 
 fn one() -> u32 {
@@ -108,6 +113,15 @@ pub fn validate(t: &TenantRecord) -> Result<(), String> {
     }
     if let Some(a) = &t.account {
         validate::account(a).map_err(|e| format!("tenant {}: {e}", t.name))?;
+    }
+    if t.allowed_mounts.len() > container::MAX_ALLOWED_MOUNTS {
+        return Err(format!(
+            "at most {} allowed mounts per tenant",
+            container::MAX_ALLOWED_MOUNTS
+        ));
+    }
+    for dir in &t.allowed_mounts {
+        container::allowed_entry(dir)?;
     }
     Ok(())
 }

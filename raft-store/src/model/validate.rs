@@ -234,6 +234,12 @@ pub fn job_spec(spec: &JobSpec) -> Result<(), String> {
     if let Some(a) = &spec.account {
         account(a)?;
     }
+    if let Some(c) = &spec.container {
+        if !spec.kind.is_process() {
+            return Err("a vm job cannot run in a container image".into());
+        }
+        crate::model::container::validate(c)?;
+    }
     Ok(())
 }
 

@@ -49,6 +49,7 @@ impl ClusterState {
             None => None,
         };
         self.check_stamped_account(spec, meta)?;
+        self.check_mounts(spec)?;
         let id = self.next_job_id.max(1);
         self.next_job_id = id + 1;
         if let Some(scoped) = scoped {
@@ -63,6 +64,19 @@ impl ClusterState {
             job: id,
             existing: false,
         })
+    }
+
+    /// A container job binds only host paths its tenant's record allows (no record: none).
+    fn check_mounts(&self, spec: &JobSpec) -> Result<(), Rejection> {
+        let Some(container) = &spec.container else {
+            return Ok(());
+        };
+        let allowed = self
+            .tenants
+            .get(&spec.tenant)
+            .map_or(&[][..], |t| t.allowed_mounts.as_slice());
+        crate::model::container::check_allowed(container, allowed)
+            .map_err(|message| Rejection::PermissionDenied { message })
     }
 
     /// An API submission runs as the account the state maps its token (else its tenant) to

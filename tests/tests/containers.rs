@@ -1,0 +1,435 @@
+//! Container jobs through real agents, real podman and runc, and an image the test builds from
+//! a busybox rootfs (`podman import`; no registry):
+//! - the job runs as its user (never uid 0), sees its GPU's UUID in `CUDA_VISIBLE_DEVICES` and
+//!   only its own GPU's device node (which passes the fence: ENXIO, no driver behind it), and
+//!   a mount its tenant allows;
+//! - a mount outside the tenant's allow-list, and bad images and mounts, are refused at submit
+//!   with the reason, and nothing is queued;
+//! - cancel stops the container within the grace and leaves no container behind;
+//! - kill -9 of the agent running a container job: the job is requeued elsewhere, and its two
+//!   containers never run at once;
+//! - a missing image, and a command the image lacks, fail the job with the reason in `job get`
+//!   and `job why`.
+//!
+//! Podman runs containers as root: without root or podman the tests say so and return, unless
+//! `GPUMESH_REQUIRE_PODMAN=1` (CI), where they fail.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use gpu_proto::v1 as pb;
+use gpu_tests::{Cluster, is_terminal, records};
+use serde_json::Value;
+
+fn podman_here() -> bool {
+    let root = nix::unistd::geteuid().is_root();
+    let podman = Command::new("podman")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    let busybox = Path::new(BUSYBOX).exists();
+    if root && podman && busybox {
+        return true;
+    }
+    assert!(
+        std::env::var_os("GPUMESH_REQUIRE_PODMAN").is_none_or(|v| v != "1"),
+        "GPUMESH_REQUIRE_PODMAN=1 but root {root}, podman {podman}, {BUSYBOX} {busybox}"
+    );
+    eprintln!("SKIPPED: container jobs need root, podman and {BUSYBOX}");
+    false
+}
+
+/// Debian's busybox-static: one binary, every tool the test images need.
+const BUSYBOX: &str = "/bin/busybox";
+
+/// A busybox image in podman's store, removed when dropped.
+struct Image(String);
+
+impl Image {
+    fn build(root: &Path) -> Image {
+        let rootfs = root.join("rootfs");
+        let bin = rootfs.join("bin");
+        std::fs::create_dir_all(&bin).expect("rootfs");
+        for dir in ["dev", "proc", "sys", "tmp", "etc"] {
+            std::fs::create_dir_all(rootfs.join(dir)).expect("rootfs dir");
+        }
+        std::fs::set_permissions(rootfs.join("tmp"), std::fs::Permissions::from_mode(0o1777))
+            .expect("tmp mode");
+        std::fs::copy(BUSYBOX, bin.join("busybox")).expect("copy busybox");
+        for tool in [
+            "sh", "id", "ls", "cat", "echo", "sleep", "date", "env", "touch", "grep", "wc",
+        ] {
+            std::os::unix::fs::symlink("busybox", bin.join(tool)).expect("link");
+        }
+        let tar = root.join("rootfs.tar");
+        run(
+            "tar",
+            &[
+                "-C",
+                &rootfs.to_string_lossy(),
+                "-cf",
+                &tar.to_string_lossy(),
+                ".",
+            ],
+        );
+        let name = format!("localhost/gpumesh-test-{}:1", std::process::id());
+        run("podman", &["import", &tar.to_string_lossy(), &name]);
+        Image(name)
+    }
+}
+
+impl Drop for Image {
+    fn drop(&mut self) {
+        Command::new("podman")
+            .args(["rmi", "--force", &self.0])
+            .output()
+            .ok();
+    }
+}
+
+fn run(program: &str, args: &[&str]) -> String {
+    let out = Command::new(program).args(args).output().expect(program);
+    assert!(
+        out.status.success(),
+        "{program} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The names of the containers (running or not) of job `id`.
+fn containers_of(id: u64) -> Vec<String> {
+    run(
+        "podman",
+        &[
+            "ps",
+            "--all",
+            "--format",
+            "{{.Names}}",
+            "--filter",
+            &format!("name=^gpumesh-j{id}-"),
+        ],
+    )
+    .lines()
+    .map(str::to_owned)
+    .collect()
+}
+
+/// `gpuctl -o json ARGS` through n1 as the admin: its exit code, its stdout as JSON, its
+/// stderr.
+fn gpuctl(c: &Cluster, args: &[&str]) -> (Option<i32>, Value, String) {
+    let out = c
+        .gpuctl()
+        .args(["--endpoint", c.addr(1), "-o", "json"])
+        .args(args)
+        .output()
+        .expect("run gpuctl");
+    (
+        out.status.code(),
+        serde_json::from_slice(&out.stdout).unwrap_or(Value::Null),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn submit(c: &Cluster, args: &[&str]) -> u64 {
+    let mut all = vec!["job", "submit", "--tenant", "ct"];
+    all.extend_from_slice(args);
+    let (code, v, err) = gpuctl(c, &all);
+    assert_eq!(code, Some(0), "submit {args:?}: {err}");
+    v["job_id"].as_u64().expect("job id")
+}
+
+/// A directory the job's user (nobody) may write, allowed to tenant `ct` for mounts.
+fn shared_dir(c: &Cluster) -> PathBuf {
+    let dir = records::prepare_dir(c.root.path()).expect("shared dir");
+    let (code, _, err) = gpuctl(
+        c,
+        &[
+            "tenant",
+            "create",
+            "ct",
+            "--allow-mount",
+            &dir.to_string_lossy(),
+        ],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    dir
+}
+
+const FAST_STOP: &str = "[jobs]\nstop_grace = \"2s\"\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_container_job_runs_as_its_user_with_only_its_gpu_and_its_mount() {
+    if !podman_here() {
+        return;
+    }
+    let c = Cluster::start(1, 1, FAST_STOP).await;
+    let image = Image::build(c.root.path());
+    let shared = shared_dir(&c);
+    let mount = format!("{}:/shared", shared.display());
+    let script = "id -u; echo \"gpus=$CUDA_VISIBLE_DEVICES nv=$NVIDIA_VISIBLE_DEVICES\"; \
+                  ls /dev | grep nvidia; \
+                  for d in /dev/nvidia*; do cat $d 2>&1; done; \
+                  echo hello > /shared/from-container";
+    let id = submit(
+        &c,
+        &[
+            "--gpus", "1", "--image", &image.0, "--mount", &mount, "--", "sh", "-c", script,
+        ],
+    );
+    let job = c
+        .wait_job(id, Duration::from_secs(120), |j| j.finished_at_ms.is_some())
+        .await;
+    let stderr = c
+        .gpuctl()
+        .args([
+            "--endpoint",
+            c.addr(1),
+            "job",
+            "logs",
+            "--stderr",
+            &id.to_string(),
+        ])
+        .output()
+        .expect("gpuctl job logs --stderr");
+    let stderr = String::from_utf8_lossy(&stderr.stdout).into_owned();
+    assert_eq!(job.outcome, "exited with code 0", "j-{id}: {stderr}");
+    let out = c
+        .gpuctl()
+        .args(["--endpoint", c.addr(1), "job", "logs", &id.to_string()])
+        .output()
+        .expect("gpuctl job logs");
+    let out = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut lines = out.lines();
+    let uid = lines.next().expect("uid line");
+    let nobody = nix::unistd::User::from_name("nobody")
+        .expect("passwd")
+        .expect("nobody")
+        .uid
+        .as_raw();
+    assert_eq!(uid, nobody.to_string(), "the job's user, never root: {out}");
+    let gpus = lines.next().expect("gpus line");
+    let uuid = &job.gpu_uuids[0];
+    assert_eq!(gpus, format!("gpus={uuid} nv={uuid}"), "{out}");
+    // Exactly one GPU node (a 1-GPU job on a node with more), and it passes the device fence:
+    // no driver behind it answers ENXIO, never EPERM.
+    let nodes: Vec<&str> = lines
+        .clone()
+        .take_while(|l| l.starts_with("nvidia"))
+        .collect();
+    assert_eq!(
+        nodes.len(),
+        1,
+        "only the job's own GPU is in the container: {out}"
+    );
+    assert!(
+        out.contains("No such device or address"),
+        "its own GPU passes the fence: {out}"
+    );
+    assert!(!out.contains("Operation not permitted"), "{out}");
+    let written = shared.join("from-container");
+    assert_eq!(
+        std::fs::read_to_string(&written).expect("the mount"),
+        "hello\n"
+    );
+    let meta = std::fs::metadata(&written).expect("written");
+    assert_eq!(std::os::unix::fs::MetadataExt::uid(&meta), nobody);
+    assert!(
+        containers_of(id).is_empty(),
+        "the ended job's container is removed"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mounts_outside_the_allow_list_and_bad_images_are_refused_at_submit() {
+    if !podman_here() {
+        return;
+    }
+    let c = Cluster::start(1, 1, "").await;
+    let shared = shared_dir(&c);
+    let allowed = format!("{}:/shared", shared.display());
+    let outside = format!("{}:/x", c.root.path().display());
+    for (args, says) in [
+        (
+            vec!["--image", "busybox", "--mount", &outside],
+            "not in the tenant's allowed mounts",
+        ),
+        (
+            vec!["--image", "busybox", "--mount", "/etc:/etc"],
+            "never mounted",
+        ),
+        (
+            vec!["--image", "busybox", "--mount", "/:/host"],
+            "root directory",
+        ),
+        (
+            vec!["--image", "busybox", "--mount", "/srv/../etc:/x"],
+            "normal path",
+        ),
+        (
+            vec![
+                "--image",
+                "busybox",
+                "--mount",
+                &format!("{}:/proc", shared.display()),
+            ],
+            "runtime provides",
+        ),
+        (
+            vec!["--image", "Not/A/Valid:ref:x"],
+            "not a valid reference",
+        ),
+        (
+            vec!["--image", "", "--mount", &allowed],
+            "not a valid reference",
+        ),
+        (
+            vec!["--image", "busybox", "--kind", "vm", "--gpus", "1"],
+            "vm job",
+        ),
+    ] {
+        let mut all = vec!["job", "submit", "--tenant", "ct"];
+        all.extend_from_slice(&args);
+        all.extend_from_slice(&["--", "true"]);
+        let (code, _, err) = gpuctl(&c, &all);
+        assert_eq!(code, Some(2), "{args:?} must be refused: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+    let (_, list, _) = gpuctl(&c, &["job", "list"]);
+    assert_eq!(
+        list.as_array().map(Vec::len),
+        Some(0),
+        "nothing queued: {list}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_stops_the_container_within_the_grace_and_leaves_none() {
+    if !podman_here() {
+        return;
+    }
+    let c = Cluster::start(1, 1, FAST_STOP).await;
+    let image = Image::build(c.root.path());
+    shared_dir(&c);
+    let id = submit(&c, &["--image", &image.0, "--", "sleep", "600"]);
+    c.wait_for(
+        "the container to run",
+        Duration::from_secs(60),
+        |_| async move {
+            run("podman", &["ps", "--format", "{{.Names}}"]).contains(&format!("gpumesh-j{id}-"))
+        },
+    )
+    .await;
+    let asked = std::time::Instant::now();
+    c.cancel(1, id).await.expect("cancel");
+    let job = c.wait_job(id, Duration::from_secs(30), is_terminal).await;
+    assert_eq!(job.state, pb::JobState::Cancelled as i32, "{job:?}");
+    c.wait_for("the run to end", Duration::from_secs(30), |c| async move {
+        c.job(1, id).await.is_ok_and(|j| j.finished_at_ms.is_some())
+    })
+    .await;
+    // A 2 s grace, podman's own stop and the report: well under the 10 s a missed stop takes.
+    let took = asked.elapsed();
+    assert!(took < Duration::from_secs(10), "stopped after {took:?}");
+    assert!(containers_of(id).is_empty(), "{:?}", containers_of(id));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_container_job_on_a_killed_agent_is_requeued_and_never_runs_twice() {
+    if !podman_here() {
+        return;
+    }
+    let mut c = Cluster::start(3, 3, "").await;
+    let image = Image::build(c.root.path());
+    let shared = shared_dir(&c);
+    let mount = format!("{}:/records", shared.display());
+    // busybox's date has no %N: whole seconds, far finer than the lease's gap between runs.
+    let script = records::script(Path::new("/records"), "8")
+        .replace("$(date +%s%N)", "$(date +%s)000000000");
+    let id = submit(
+        &c,
+        &[
+            "--gpus",
+            "1",
+            "--max-attempts",
+            "2",
+            "--image",
+            &image.0,
+            "--mount",
+            &mount,
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+    );
+    let running = c
+        .wait_job(id, Duration::from_secs(60), |j| {
+            j.state == pb::JobState::Running as i32
+        })
+        .await;
+    let victim = running.node_id.expect("placed");
+    // The container has started (its record is there) before the agent dies.
+    c.wait_for("the first run's record", Duration::from_secs(60), |_| {
+        let f = shared.join(format!("j-{id}-g1"));
+        async move { f.exists() }
+    })
+    .await;
+    c.kill(victim);
+    let done = c.wait_job(id, Duration::from_secs(120), is_terminal).await;
+    assert_eq!(
+        done.state,
+        pb::JobState::Succeeded as i32,
+        "{} {}",
+        done.reason,
+        done.outcome
+    );
+    assert_eq!(done.generation, 2, "exactly one requeue");
+    assert_ne!(done.node_id, Some(victim), "re-placed on another node");
+    let first = records::read(&shared, id, 1).expect("first run");
+    let second = records::read(&shared, id, 2).expect("second run");
+    let first_end = first
+        .end_ns
+        .expect("the first container was stopped (fenced)");
+    assert!(
+        first_end <= second.start_ns,
+        "containers overlapped: the first ended {first_end} after the second started {}",
+        second.start_ns
+    );
+    c.wait_for(
+        "no container of the job left",
+        Duration::from_secs(30),
+        |_| async move { containers_of(id).is_empty() },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_image_or_command_fails_the_job_with_the_reason() {
+    if !podman_here() {
+        return;
+    }
+    let c = Cluster::start(1, 1, "").await;
+    let image = Image::build(c.root.path());
+    shared_dir(&c);
+    let missing = submit(
+        &c,
+        &["--image", "localhost/gpumesh-no-such-image:1", "--", "true"],
+    );
+    let no_command = submit(&c, &["--image", &image.0, "--", "no-such-command"]);
+    for (id, says) in [
+        (missing, "pulling image localhost/gpumesh-no-such-image:1"),
+        (no_command, "does not exist in the image"),
+    ] {
+        let job = c.wait_job(id, Duration::from_secs(120), is_terminal).await;
+        assert_eq!(job.state, pb::JobState::Failed as i32, "{job:?}");
+        assert!(job.outcome.contains(says), "job get: {}", job.outcome);
+        let (code, why, err) = gpuctl(&c, &["job", "why", &id.to_string()]);
+        assert_eq!(code, Some(0), "{err}");
+        let reason = why["reason"].as_str().unwrap_or_default();
+        assert!(reason.contains(says), "job why: {why}");
+        assert!(containers_of(id).is_empty(), "{:?}", containers_of(id));
+    }
+}
