@@ -40,6 +40,12 @@ impl RuntimeKind {
         }
     }
 
+    /// Whether the runtime is started as root, outside the job's cgroups (it switches user
+    /// and makes the container's cgroups itself), rather than as the job's user inside them.
+    pub fn is_rootful(self) -> bool {
+        self == RuntimeKind::Podman
+    }
+
     fn parse(name: &str) -> anyhow::Result<Self> {
         Ok(match name {
             "podman" => RuntimeKind::Podman,

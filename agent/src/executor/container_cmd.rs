@@ -59,9 +59,6 @@ pub struct User<'a> {
 /// What the supervisor runs for one container run.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Invocation {
-    /// Whether the runtime is started as root, outside the job's cgroups (podman), or as the
-    /// job's user inside them (the unprivileged runtimes).
-    pub as_root: bool,
     /// Tells whether the image is already here (exit 0: skip `fetch`); `None`: always fetch.
     pub have_image: Option<Vec<OsString>>,
     /// Fetch and prepare the image, in order, each to exit 0; empty: the run fetches it.
@@ -200,7 +197,6 @@ fn podman(
     args.push(run.image.clone().into());
     args.extend(command.iter().map(OsString::from));
     Invocation {
-        as_root: true,
         have_image: Some(argv(p, &["image", "exists", &run.image])),
         fetch: vec![argv(p, &["pull", "--quiet", &run.image])],
         run: args,
@@ -243,7 +239,6 @@ fn apptainer(run: &ContainerRun, command: &[String], paths: &Paths<'_>) -> Invoc
     args.push(format!("docker://{}", run.image).into());
     args.extend(command.iter().map(OsString::from));
     Invocation {
-        as_root: false,
         have_image: None,
         // `exec` of a docker:// reference fetches it into the user's cache.
         fetch: Vec::new(),
@@ -288,7 +283,6 @@ fn enroot(run: &ContainerRun, command: &[String], paths: &Paths<'_>) -> Invocati
     args.extend(command.iter().map(OsString::from));
     let docker = format!("docker://{}", enroot_reference(&run.image));
     Invocation {
-        as_root: false,
         have_image: None,
         fetch: vec![
             argv(p, &["import", "--output", &image_file, &docker]),
@@ -380,7 +374,7 @@ mod tests {
     #[test]
     fn podman_runs_the_job_as_its_user_with_its_devices_limits_and_mounts() {
         let inv = build(&run(RuntimeKind::Podman, "/usr/bin/podman"));
-        assert!(inv.as_root);
+        assert!(RuntimeKind::Podman.is_rootful());
         expect!["/usr/bin/podman run --name gpumesh-j7-g2-n3 --pull never --runtime runc --cgroup-parent /gpumesh/job-7-g2-s99 --user 1001:1001 --group-add 44 --env-file /jobs/j-7-g2/container.env --network host --cap-drop all --security-opt no-new-privileges --ulimit nofile=1024:1024 --device /var/lib/gpumesh/dev/nvidia3:/dev/nvidia0 --device /dev/nvidiactl:/dev/nvidiactl --mount type=bind,source=/data/team,target=/data,ro=true --mount type=bind,source=/scratch/j7,target=/scratch --workdir /workspace --stop-timeout 10 -- nvcr.io/nvidia/pytorch:24.05-py3 python train.py"]
             .assert_eq(&render(&inv.run));
         assert!(!render(&inv.run).contains("--privileged"));
@@ -408,7 +402,8 @@ mod tests {
     #[test]
     fn apptainer_runs_as_the_job_itself() {
         let inv = build(&run(RuntimeKind::Apptainer, "/usr/bin/apptainer"));
-        assert!(!inv.as_root && inv.signal.is_none() && inv.fetch.is_empty());
+        assert!(!RuntimeKind::Apptainer.is_rootful());
+        assert!(inv.signal.is_none() && inv.fetch.is_empty());
         expect!["/usr/bin/apptainer exec --contain --cleanenv --no-home --env-file /jobs/j-7-g2/container.env --bind /var/lib/gpumesh/dev/nvidia3:/dev/nvidia0 --bind /dev/nvidiactl:/dev/nvidiactl --bind /data/team:/data:ro --bind /scratch/j7:/scratch --pwd /workspace docker://nvcr.io/nvidia/pytorch:24.05-py3 python train.py"]
             .assert_eq(&render(&inv.run));
     }
@@ -416,7 +411,8 @@ mod tests {
     #[test]
     fn enroot_imports_creates_starts_and_removes() {
         let inv = build(&run(RuntimeKind::Enroot, "/usr/bin/enroot"));
-        assert!(!inv.as_root && inv.signal.is_none());
+        assert!(!RuntimeKind::Enroot.is_rootful());
+        assert!(inv.signal.is_none());
         let fetch: Vec<String> = inv.fetch.iter().map(|a| render(a)).collect();
         expect![[r#"
             [

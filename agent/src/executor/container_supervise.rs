@@ -103,12 +103,11 @@ pub(crate) fn last_words(output: &str) -> String {
 
 /// What podman's exit status means when the container itself never started (its state is
 /// still `created`): the run failed to start, not the job.
-pub(crate) fn never_started(code: Option<i32>, image: &str) -> Outcome {
+pub(crate) fn never_started(code: i32, image: &str) -> Outcome {
     let why = match code {
-        Some(126) => "the command cannot be run in the image (not executable)".to_owned(),
-        Some(127) => "the command does not exist in the image".to_owned(),
-        Some(c) => format!("the container runtime failed (exit {c})"),
-        None => "the container runtime was killed".to_owned(),
+        126 => "the command cannot be run in the image (not executable)".to_owned(),
+        127 => "the command does not exist in the image".to_owned(),
+        c => format!("the container runtime failed (exit {c})"),
     };
     Outcome::FailedToStart {
         message: format!("{image}: {why}; the runtime's message is in the job's stderr log"),
@@ -162,9 +161,9 @@ mod tests {
             Outcome::FailedToStart { message } => message,
             other => panic!("{other:?}"),
         };
-        assert!(text(never_started(Some(127), "img")).contains("does not exist in the image"));
-        assert!(text(never_started(Some(126), "img")).contains("not executable"));
-        assert!(text(never_started(Some(125), "img")).contains("runtime failed (exit 125)"));
+        assert!(text(never_started(127, "img")).contains("does not exist in the image"));
+        assert!(text(never_started(126, "img")).contains("not executable"));
+        assert!(text(never_started(125, "img")).contains("runtime failed (exit 125)"));
         assert_eq!(
             last_words("a\nError: no such image\n\n"),
             "Error: no such image"

@@ -175,57 +175,62 @@ pub fn allow_list(
 /// The extra devices' rules: each pattern's matching device nodes, resolved by `stat` now (a
 /// node may come and go with its driver). A pattern matching nothing gives nothing; problems
 /// come back as messages, for the log.
-/// The device nodes `jobs.extra_devices` names on this host now, by path.
-pub fn extra_paths(patterns: &[DevicePattern]) -> Vec<std::path::PathBuf> {
-    patterns
-        .iter()
-        .filter_map(|p| Some((p, std::fs::read_dir(&p.dir).ok()?)))
-        .flat_map(|(p, entries)| {
-            entries
-                .filter_map(Result::ok)
-                .filter(|e| e.file_name().to_str().is_some_and(|n| p.matches(n)))
-                .map(|e| e.path())
-                .collect::<Vec<_>>()
-        })
-        .collect()
-}
-
 pub fn resolve_extra(patterns: &[DevicePattern]) -> (Vec<DeviceRule>, Vec<String>) {
     let mut rules = Vec::new();
     let mut problems = Vec::new();
     for pattern in patterns {
-        let entries = match std::fs::read_dir(&pattern.dir) {
-            Ok(entries) => entries,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(e) => {
-                problems.push(format!("{}: {e}", pattern.dir.display()));
-                continue;
-            }
-        };
-        let mut found: Vec<DeviceRule> = entries
-            .filter_map(Result::ok)
-            .filter(|e| e.file_name().to_str().is_some_and(|n| pattern.matches(n)))
-            // Follows links: /dev/infiniband may hold links to the nodes.
-            .filter_map(|e| std::fs::metadata(e.path()).ok())
-            .filter_map(|m| {
-                let kind = if m.file_type().is_char_device() {
-                    DeviceKind::Char
-                } else if m.file_type().is_block_device() {
-                    DeviceKind::Block
-                } else {
-                    return None;
-                };
-                Some(DeviceRule {
-                    kind,
-                    major: Some(dev_number::major(m.rdev())),
-                    minor: Some(dev_number::minor(m.rdev())),
-                })
-            })
-            .collect();
-        found.sort_unstable();
-        rules.extend(found);
+        match matching_devices(pattern) {
+            Ok(found) => rules.extend(found.into_iter().map(|(_, rule)| rule)),
+            Err(e) => problems.push(format!("{}: {e}", pattern.dir.display())),
+        }
     }
     (rules, problems)
+}
+
+/// The device nodes `jobs.extra_devices` names on this host now, by path (what a container is
+/// given); unreadable directories are `resolve_extra`'s to report.
+pub fn extra_paths(patterns: &[DevicePattern]) -> Vec<std::path::PathBuf> {
+    patterns
+        .iter()
+        .filter_map(|p| matching_devices(p).ok())
+        .flatten()
+        .map(|(path, _)| path)
+        .collect()
+}
+
+/// The character and block devices in `pattern`'s directory whose names match it, each with
+/// its rule, in rule order; a missing directory has none.
+fn matching_devices(
+    pattern: &DevicePattern,
+) -> std::io::Result<Vec<(std::path::PathBuf, DeviceRule)>> {
+    let entries = match std::fs::read_dir(&pattern.dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut found: Vec<(std::path::PathBuf, DeviceRule)> = entries
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_str().is_some_and(|n| pattern.matches(n)))
+        // Follows links: /dev/infiniband may hold links to the nodes.
+        .filter_map(|e| Some((e.path(), std::fs::metadata(e.path()).ok()?)))
+        .filter_map(|(path, m)| {
+            let kind = if m.file_type().is_char_device() {
+                DeviceKind::Char
+            } else if m.file_type().is_block_device() {
+                DeviceKind::Block
+            } else {
+                return None;
+            };
+            let rule = DeviceRule {
+                kind,
+                major: Some(dev_number::major(m.rdev())),
+                minor: Some(dev_number::minor(m.rdev())),
+            };
+            Some((path, rule))
+        })
+        .collect();
+    found.sort_unstable_by_key(|(_, rule)| *rule);
+    Ok(found)
 }
 
 /// NVIDIA's dynamic majors on this host now (none without the driver).

@@ -36,7 +36,6 @@ use super::job_dir::{JobDir, Supervisor};
 use super::limits::{self, Enforced, Limits};
 use super::log_writer::JobLogs;
 use super::{container_supervise, identity, isolation, job_env, pre_exec};
-use crate::config::RuntimeKind;
 
 #[derive(Debug, clap::Args)]
 pub struct ShimArgs {
@@ -220,9 +219,7 @@ async fn supervise(dir: &JobDir, args: &ShimArgs) -> Outcome {
     // A rootful runtime's container gets the runtime's own device cgroup (only its devices),
     // nested in the run's cgroups for the limits: the run's own device fence would refuse the
     // runtime's rules.
-    let rootful = container
-        .as_ref()
-        .is_some_and(|c| c.runtime == RuntimeKind::Podman);
+    let rootful = container.as_ref().is_some_and(|c| c.runtime.is_rootful());
     let mut layout = CgroupLayout::from_flags(args.cgroup_v2.as_deref(), &args.cgroup_v1);
     let mut allow_device = args.allow_device.as_slice();
     if rootful {
@@ -263,6 +260,9 @@ async fn supervise(dir: &JobDir, args: &ShimArgs) -> Outcome {
         pre_exec::enter_cgroups(cmd, &procs)?;
         identity::become_in_child(cmd, switch.clone(), &cwd)
     };
+    // A container runtime's commands: a rootful one runs as the supervisor, an unprivileged
+    // one as the job.
+    let as_runtime_user = |cmd: &mut Command| if rootful { Ok(()) } else { as_job(cmd) };
     let invocation = match &container {
         None => None,
         Some(run) => {
@@ -276,10 +276,11 @@ async fn supervise(dir: &JobDir, args: &ShimArgs) -> Outcome {
                 run,
                 &user,
                 args,
+                &asked,
                 &env,
                 cgroups.as_ref(),
                 &mut notes,
-                &as_job,
+                &as_runtime_user,
             )
             .await
             {
@@ -305,15 +306,13 @@ async fn supervise(dir: &JobDir, args: &ShimArgs) -> Outcome {
         .stdout(pipes.stdout)
         .stderr(pipes.stderr)
         .process_group(0);
-    let prepared = match &invocation {
+    let prepared = if rootful {
         // A rootful runtime keeps the supervisor's clean environment, user and cgroups; it
         // switches user and cgroups for the container itself.
-        Some(inv) if inv.as_root => cmd.current_dir(&dir.path).env_remove("NOTIFY_SOCKET"),
-        _ => cmd.env_clear().envs(&env),
-    };
-    let prepared = match &invocation {
-        Some(inv) if inv.as_root => Ok(()),
-        _ => as_job(prepared),
+        cmd.current_dir(&dir.path).env_remove("NOTIFY_SOCKET");
+        Ok(())
+    } else {
+        as_job(cmd.env_clear().envs(&env))
     };
     let spawned = prepared.and_then(|()| {
         cmd.spawn()
@@ -338,22 +337,15 @@ async fn supervise(dir: &JobDir, args: &ShimArgs) -> Outcome {
     let signal = invocation.as_ref().and_then(|i| i.signal.as_ref());
     let mut outcome = watch(&mut child, group, signal, dir, args, &mut term).await;
     if let (Some(run), Some(inv)) = (&container, &invocation) {
-        if inv.as_root
-            && matches!(outcome, Outcome::Exited { code } if code >= 125)
+        if let Outcome::Exited { code } = outcome
+            && code >= 125
+            && rootful
             && container_supervise::podman_never_started(&run.program, &run.name).await
         {
-            let code = match outcome {
-                Outcome::Exited { code } => Some(code),
-                _ => None,
-            };
             outcome = container_supervise::never_started(code, &run.image);
         }
         for argv in &inv.cleanup {
-            let done = container_supervise::step(argv, |c| match inv.as_root {
-                true => Ok(()),
-                false => as_job(c),
-            })
-            .await;
+            let done = container_supervise::step(argv, &as_runtime_user).await;
             if let Ok((false, out)) | Err(out) = done {
                 writeln!(
                     notes,
@@ -485,10 +477,11 @@ async fn prepare_container(
     run: &ContainerRun,
     user: &container_cmd::User<'_>,
     args: &ShimArgs,
+    limits: &Limits,
     env: &std::collections::BTreeMap<String, String>,
     cgroups: Option<&RunCgroups>,
     notes: &mut impl Write,
-    as_job: &impl Fn(&mut Command) -> Result<(), String>,
+    as_runtime_user: &impl Fn(&mut Command) -> Result<(), String>,
 ) -> Result<container_cmd::Invocation, String> {
     let env_file = container_supervise::write_env_file(&dir.path, env)?;
     let parent = cgroups.and_then(RunCgroups::hierarchy_path);
@@ -497,11 +490,7 @@ async fn prepare_container(
         env_file: &env_file,
         cgroup_parent: parent.as_deref(),
         cache: &work,
-        limits: Limits {
-            cpu_millis: args.cpu_millis,
-            memory_mib: args.memory_mib,
-            tasks_max: args.tasks_max,
-        },
+        limits: *limits,
     };
     let inv = container_cmd::invocation(
         run,
@@ -511,7 +500,6 @@ async fn prepare_container(
         &limits::container_rlimits(),
         args.grace.as_secs(),
     );
-    let as_runtime_user = |c: &mut Command| if inv.as_root { Ok(()) } else { as_job(c) };
     if let Some(check) = &inv.have_image
         && let Ok((true, _)) = container_supervise::step(check, as_runtime_user).await
     {
