@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use gpu_raft_store::{Command, Raft};
+use gpu_raft_store::{CONTAINER_RUNTIME_LABEL, Command, Raft};
 use openraft::BasicNode;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -221,7 +221,7 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
         telemetry: telemetry.clone(),
         node_id,
         addr: config.advertise.clone(),
-        labels: config.labels.clone(),
+        labels: registered_labels(&config),
         edge: config.edge.as_ref().map(crate::config::EdgeSettings::terms),
         interval: Duration::from_secs(2),
     };
@@ -642,4 +642,21 @@ async fn shutdown(cancel: &CancellationToken, tasks: &TaskTracker, raft: &Raft) 
     if let Err(e) = raft.shutdown().await {
         warn!(error = %e, "raft did not shut down cleanly");
     }
+}
+
+/// The labels this node registers with: its configured ones, and the container runtime it
+/// runs container jobs with when one is installed (no container job is placed here without).
+fn registered_labels(config: &Config) -> BTreeMap<String, String> {
+    let mut labels = config.labels.clone();
+    match config.containers.installed() {
+        Some((kind, program)) => {
+            info!(runtime = %kind, program = %program.display(), "container jobs run here");
+            labels.insert(CONTAINER_RUNTIME_LABEL.to_owned(), kind.to_string());
+        }
+        None => info!(
+            looked_for = config.containers.looked_for(),
+            "no container runtime installed: no container job is placed here"
+        ),
+    }
+    labels
 }

@@ -30,7 +30,8 @@ pub use model::job::{
 };
 pub use model::kept_index::KeptIndex;
 pub use model::node::{
-    EdgeTerms, GpuRecord, Inventory, NodeRecord, NodeStatus, SITE_LABEL, gpu_fits,
+    CONTAINER_RUNTIME_LABEL, EdgeTerms, GpuRecord, Inventory, NodeRecord, NodeStatus, SITE_LABEL,
+    gpu_fits,
 };
 pub use model::outcome::{ApplyResult, Rejection};
 pub use model::partition::{GpuMode, PartitionSpec, Slice, SliceBind, SliceRequest};

@@ -433,3 +433,156 @@ async fn a_missing_image_or_command_fails_the_job_with_the_reason() {
         assert!(containers_of(id).is_empty(), "{:?}", containers_of(id));
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn container_jobs_keep_the_process_jobs_rules_and_avoid_nodes_without_a_runtime() {
+    if !podman_here() {
+        return;
+    }
+    // n3 looks only for enroot, which is not installed: it runs no container job.
+    let placements = (0..3)
+        .map(|_| gpu_tests::Placement {
+            addr: gpu_tests::free_addr(),
+            prefix: Vec::new(),
+        })
+        .collect();
+    let c = Cluster::start_prepared(3, FAST_STOP, placements, Default::default(), |c| {
+        let config = c.root.path().join("node-3.toml");
+        let mut toml = std::fs::read_to_string(&config).expect("n3's config");
+        toml.push_str("\n[containers]\nruntimes = [\"enroot\"]\n");
+        std::fs::write(&config, toml).expect("n3's config");
+    })
+    .await;
+    let image = Image::build(c.root.path());
+    shared_dir(&c);
+    for (node, runtime) in [(1, Some("podman")), (3, None)] {
+        let n = c.node(1, node, false).await.expect("node get");
+        let label = n.labels.get(gpu_raft_store::CONTAINER_RUNTIME_LABEL);
+        assert_eq!(
+            label.map(String::as_str),
+            runtime,
+            "n{node}'s labels: {:?}",
+            n.labels
+        );
+    }
+
+    // A gang of two: both members on the two nodes with a runtime, each with the training
+    // environment, as a process gang gets it.
+    let gang = submit(
+        &c,
+        &[
+            "--nodes",
+            "2",
+            "--gpus",
+            "2",
+            "--image",
+            &image.0,
+            "--",
+            "sh",
+            "-c",
+            "echo MASTER_ADDR=$MASTER_ADDR; echo RANK=$RANK; echo WORLD_SIZE=$WORLD_SIZE",
+        ],
+    );
+    // A run past its time limit is stopped and not retried; a failing run is retried.
+    let slow = submit(
+        &c,
+        &[
+            "--gpus",
+            "1",
+            "--time-limit",
+            "3s",
+            "--image",
+            &image.0,
+            "--",
+            "sleep",
+            "600",
+        ],
+    );
+    let failing = submit(
+        &c,
+        &[
+            "--gpus",
+            "1",
+            "--max-attempts",
+            "2",
+            "--retry-backoff",
+            "1s",
+            "--image",
+            &image.0,
+            "--",
+            "sh",
+            "-c",
+            "exit 3",
+        ],
+    );
+    // Only n3 has T4s, and it has no runtime: the job waits, saying why.
+    let t4 = submit(
+        &c,
+        &[
+            "--gpus",
+            "1",
+            "--gpu-type",
+            "T4",
+            "--image",
+            &image.0,
+            "--",
+            "echo",
+        ],
+    );
+    let done = c
+        .wait_job(gang, Duration::from_secs(120), is_terminal)
+        .await;
+    assert_eq!(done.state, pb::JobState::Succeeded as i32, "{done:?}");
+    let mut members = done.gang_nodes.clone();
+    members.sort_unstable();
+    assert_eq!(members, vec![1, 2], "never on n3, which has no runtime");
+    let master = c
+        .addr(done.gang_nodes[0])
+        .rsplit_once(':')
+        .map(|(h, _)| h.to_owned())
+        .expect("host:port");
+    for (rank, node) in done.gang_nodes.iter().enumerate() {
+        let out = std::fs::read_to_string(c.run_dir(*node, gang, 1).join("stdout.log"))
+            .expect("member's stdout");
+        assert_eq!(
+            out,
+            format!("MASTER_ADDR={master}\nRANK={}\nWORLD_SIZE=2\n", rank),
+            "n{node}"
+        );
+    }
+    let slow_done = c
+        .wait_job(slow, Duration::from_secs(120), is_terminal)
+        .await;
+    assert_eq!(slow_done.outcome, "time limit exceeded", "{slow_done:?}");
+    assert_eq!(slow_done.generation, 1, "a time limit is not retried");
+    let failed = c
+        .wait_job(failing, Duration::from_secs(120), is_terminal)
+        .await;
+    assert_eq!(failed.state, pb::JobState::Failed as i32, "{failed:?}");
+    assert_eq!(failed.outcome, "exited with code 3");
+    assert_eq!(failed.generation, 2, "retried once, as asked");
+    for job in [slow_done, failed] {
+        assert_ne!(job.node_id, Some(3), "j-{}: never on n3", job.id);
+    }
+    let (code, why, err) = gpuctl(&c, &["job", "why", &t4.to_string()]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(
+        why["reason"].as_str(),
+        Some(
+            "no schedulable node with a container runtime has 1 GPU of type T4 (the most any \
+             has is 0)"
+        ),
+        "{why}"
+    );
+    assert_eq!(
+        c.job(1, t4).await.expect("job get").state,
+        pb::JobState::Pending as i32
+    );
+    for id in [gang, slow, failing] {
+        assert!(
+            containers_of(id).is_empty(),
+            "j-{id}: {:?}",
+            containers_of(id)
+        );
+    }
+}

@@ -114,7 +114,7 @@ impl NodeService for NodeApi {
             )));
         }
         for (k, v) in &set {
-            validate::label_key(k).map_err(invalid)?;
+            validate::user_label_key(k).map_err(invalid)?;
             validate::label_value(v).map_err(invalid)?;
         }
         for k in &remove {

@@ -1,6 +1,9 @@
 //! `[containers]`: which container runtimes run container jobs on this node, in order of
 //! preference (the first one installed is used), and how their containers are networked.
 
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+
 use anyhow::{bail, ensure};
 use serde::{Deserialize, Serialize};
 
@@ -96,6 +99,40 @@ impl Default for ContainerSettings {
             oci_runtime: None,
         }
     }
+}
+
+impl ContainerSettings {
+    /// The first configured runtime installed here, with its program: what container jobs run
+    /// on. `None`: this node runs none (and says so in its labels, so none is placed here).
+    pub fn installed(&self) -> Option<(RuntimeKind, PathBuf)> {
+        self.runtimes.iter().find_map(|kind| {
+            kind.programs()
+                .iter()
+                .find_map(|p| on_path(p))
+                .map(|program| (*kind, program))
+        })
+    }
+
+    /// The programs looked for, in order, for a message that none was found.
+    pub fn looked_for(&self) -> String {
+        let names: Vec<&str> = self
+            .runtimes
+            .iter()
+            .flat_map(|k| k.programs())
+            .copied()
+            .collect();
+        names.join(", ")
+    }
+}
+
+/// `program`'s path in the agent's `PATH`, if it is there and executable.
+fn on_path(program: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(program))
+        .find(|p| {
+            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
 }
 
 pub(super) fn settings(c: ContainersSection) -> anyhow::Result<ContainerSettings> {

@@ -205,7 +205,7 @@ fn identity(file: &FileConfig) -> anyhow::Result<Identity> {
             .context("invalid join address")?;
     }
     let labels = file.labels.clone().unwrap_or_default();
-    validate::labels(&labels)
+    validate::user_labels(&labels)
         .map_err(anyhow::Error::msg)
         .context("invalid labels")?;
     Ok(Identity {

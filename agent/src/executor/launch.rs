@@ -135,23 +135,11 @@ impl Executor {
         binding: &Binding,
     ) -> Result<ContainerRun, String> {
         let c = &self.settings.containers;
-        let found = c.runtimes.iter().find_map(|kind| {
-            kind.programs()
-                .iter()
-                .find_map(|p| on_path(p))
-                .map(|program| (*kind, program))
-        });
-        let Some((runtime, program)) = found else {
-            let looked: Vec<&str> = c
-                .runtimes
-                .iter()
-                .flat_map(|k| k.programs())
-                .copied()
-                .collect();
+        let Some((runtime, program)) = c.installed() else {
             return Err(format!(
                 "no container runtime on node n{} (looked for {} on PATH)",
                 self.cluster.id,
-                looked.join(", ")
+                c.looked_for()
             ));
         };
         let gpus = self.gpus.devices();
@@ -273,16 +261,6 @@ const CONTROL_DEVICES: &[&str] = &[
     "/dev/nvidia-uvm-tools",
     "/dev/nvidia-modeset",
 ];
-
-/// `program`'s path in the agent's `PATH`, if it is there.
-fn on_path(program: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(program))
-        .find(|p| {
-            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        })
-}
 
 /// Everything a run needs before its supervisor starts, done as the executor does it: the run
 /// directory (0711: the job may pass through to `work/`, nothing more), the job's identity

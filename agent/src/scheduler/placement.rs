@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use gpu_raft_store::{ClusterState, GpuRecord, JobSpec, NodeId, gpu_fits};
+use gpu_raft_store::{CONTAINER_RUNTIME_LABEL, ClusterState, GpuRecord, JobSpec, NodeId, gpu_fits};
 
 /// One schedulable node as a pass sees it.
 pub(crate) struct Slot<'a> {
@@ -264,9 +264,12 @@ impl<'a> Nodes<'a> {
     }
 }
 
-/// No GPU type, memory or node selector: any GPU of any node will do.
+/// No GPU type, memory, node selector or container: any GPU of any node will do.
 pub(crate) fn is_plain(spec: &JobSpec) -> bool {
-    spec.gpu_types.is_empty() && spec.min_gpu_memory_mib == 0 && spec.node_selector.is_empty()
+    spec.gpu_types.is_empty()
+        && spec.min_gpu_memory_mib == 0
+        && spec.node_selector.is_empty()
+        && spec.container.is_none()
 }
 
 /// How many of `gpus` (indexes on `slot`) could serve `spec`.
@@ -290,10 +293,14 @@ fn matching_free(slot: &Slot<'_>, spec: &JobSpec) -> usize {
     }
 }
 
+/// Whether a node with `labels` may run `spec`: its node selector, and for a container job a
+/// container runtime on the node (the label its agent sets).
 pub(crate) fn selector_matches(spec: &JobSpec, labels: &BTreeMap<String, String>) -> bool {
-    spec.node_selector
-        .iter()
-        .all(|(k, v)| labels.get(k) == Some(v))
+    (spec.container.is_none() || labels.contains_key(CONTAINER_RUNTIME_LABEL))
+        && spec
+            .node_selector
+            .iter()
+            .all(|(k, v)| labels.get(k) == Some(v))
 }
 
 /// `want` GPUs from `fitting`: from a single NUMA node when one can hold them all (the one with

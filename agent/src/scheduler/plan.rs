@@ -460,10 +460,14 @@ fn why_unplaceable(spec: &JobSpec, nodes: &Nodes<'_>) -> String {
         .iter()
         .any(|n| selector_matches(spec, &n.labels))
     {
-        return if spec.node_selector.is_empty() {
-            "no node accepts work".to_owned()
-        } else {
-            "no schedulable node matches the node selector".to_owned()
+        return match (spec.container.is_some(), spec.node_selector.is_empty()) {
+            (false, true) => "no node accepts work".to_owned(),
+            (false, false) => "no schedulable node matches the node selector".to_owned(),
+            (true, true) => "no schedulable node has a container runtime".to_owned(),
+            (true, false) => {
+                "no schedulable node both matches the node selector and has a container runtime"
+                    .to_owned()
+            }
         };
     }
     if spec.nodes > 1 {
@@ -485,7 +489,12 @@ fn why_unplaceable(spec: &JobSpec, nodes: &Nodes<'_>) -> String {
     let largest = nodes.largest_capacity(spec);
     let want = spec.gpus as usize;
     if largest < want {
-        return format!("no schedulable node has {what} (the most any has is {largest})");
+        let nodes = if spec.container.is_some() {
+            "no schedulable node with a container runtime"
+        } else {
+            "no schedulable node"
+        };
+        return format!("{nodes} has {what} (the most any has is {largest})");
     }
     let free: usize = nodes
         .slots

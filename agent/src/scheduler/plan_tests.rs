@@ -155,6 +155,43 @@ fn impossible_jobs_say_why_and_stay_pending() {
 }
 
 #[test]
+fn container_jobs_go_only_to_nodes_with_a_container_runtime() {
+    let mut s = ClusterState::new();
+    // Best fit alone would take the one-GPU node, which runs no container runtime.
+    node(&mut s, 1, vec![gpu(0, "A100", 0)]);
+    node(&mut s, 2, (0..4).map(|i| gpu(i, "A100", 0)).collect());
+    let container = JobSpec {
+        container: Some(Box::new(gpu_raft_store::container::ContainerSpec {
+            image: "busybox".into(),
+            mounts: vec![],
+        })),
+        ..spec(1, 0)
+    };
+    submit(&mut s, container.clone());
+    let p = plan_default(&s);
+    assert!(p.binds.is_empty());
+    assert_eq!(
+        p.unschedulable,
+        vec![(1, "no schedulable node has a container runtime".to_owned())]
+    );
+    apply(
+        &mut s,
+        Command::SetNodeLabels {
+            node: 2,
+            set: BTreeMap::from([(
+                gpu_raft_store::CONTAINER_RUNTIME_LABEL.to_owned(),
+                "podman".to_owned(),
+            )]),
+            remove: BTreeSet::new(),
+        },
+    );
+    submit(&mut s, spec(1, 0));
+    let p = plan_default(&s);
+    let placed: BTreeMap<JobId, u64> = p.binds.iter().map(|b| (b.job, b.node)).collect();
+    assert_eq!(placed, BTreeMap::from([(1, 2), (2, 1)]), "{:?}", p.binds);
+}
+
+#[test]
 fn fragmentation_is_named() {
     let mut s = ClusterState::new();
     node(&mut s, 1, (0..2).map(|i| gpu(i, "A100", 0)).collect());

@@ -53,6 +53,10 @@ pub enum NodeStatus {
 /// The label naming a node's site; placement selects on it like on any label.
 pub const SITE_LABEL: &str = "site";
 
+/// The label an agent sets to the container runtime it runs container jobs with (`podman`,
+/// `apptainer`, `enroot`). Container jobs are placed only on nodes that carry it.
+pub const CONTAINER_RUNTIME_LABEL: &str = "gpumesh.io/container-runtime";
+
 /// The terms an edge-site node runs under, from its agent's `[edge]` configuration, recorded
 /// by `apply` at registration so that every leader judges the node by the same grace. Every
 /// node of one site must bring the same terms (a mismatch is refused, so sites cannot drift).

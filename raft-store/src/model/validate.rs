@@ -57,6 +57,35 @@ pub fn labels(labels: &BTreeMap<String, String>) -> Result<(), String> {
     Ok(())
 }
 
+/// Label keys under this prefix are the agents' own (`CONTAINER_RUNTIME_LABEL`).
+pub const AGENT_LABEL_PREFIX: &str = "gpumesh.io/";
+
+/// A label key a person sets (an agent's configuration, an operator's `node label`): a label
+/// key outside the agents' own prefix.
+pub fn user_label_key(key: &str) -> Result<(), String> {
+    label_key(key)?;
+    if key.starts_with(AGENT_LABEL_PREFIX) {
+        return Err(format!(
+            "label key {key:?}: keys under {AGENT_LABEL_PREFIX} are set by the agents themselves"
+        ));
+    }
+    Ok(())
+}
+
+/// Labels a person gives a node: `labels`' rules, with user keys, and room left for the
+/// agent's own.
+pub fn user_labels(labels: &BTreeMap<String, String>) -> Result<(), String> {
+    if labels.len() >= MAX_LABELS {
+        return Err(format!(
+            "at most {} labels per node (one is kept for the agent's own), got {}",
+            MAX_LABELS - 1,
+            labels.len()
+        ));
+    }
+    labels.keys().try_for_each(|k| user_label_key(k))?;
+    self::labels(labels)
+}
+
 /// An advertised address: `host:port`, printable, bounded.
 pub fn addr(addr: &str) -> Result<(), String> {
     if addr.is_empty() || addr.len() > MAX_ADDR_LEN || addr.chars().any(|c| c.is_control()) {
@@ -99,6 +128,24 @@ mod tests {
         ] {
             assert!(label_key(bad).is_err(), "{bad:?} should be rejected");
         }
+    }
+
+    #[test]
+    fn agent_label_keys_are_not_set_by_people() {
+        use crate::model::node::CONTAINER_RUNTIME_LABEL;
+        assert!(label_key(CONTAINER_RUNTIME_LABEL).is_ok());
+        let e = user_label_key(CONTAINER_RUNTIME_LABEL).expect_err("reserved");
+        assert!(e.contains("set by the agents"), "{e}");
+        assert_eq!(user_label_key("gpumesh.io.x/y"), Ok(()));
+        let full: BTreeMap<String, String> = (0..MAX_LABELS)
+            .map(|i| (format!("k{i}"), String::new()))
+            .collect();
+        assert!(labels(&full).is_ok());
+        assert!(
+            user_labels(&full)
+                .expect_err("no room")
+                .contains("agent's own")
+        );
     }
 
     #[test]
