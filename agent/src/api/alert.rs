@@ -83,7 +83,7 @@ impl AlertService for AlertApi {
         self.cluster
             .write_as(
                 Command::SetAlertRule { rule: rule.clone() },
-                Some(caller.meta),
+                caller.on_behalf(),
             )
             .await?;
         Ok(Response::new(to_proto::alert_rule(&rule, "replicated")))
@@ -104,7 +104,7 @@ impl AlertService for AlertApi {
             )
             .await?;
         self.cluster
-            .write_as(Command::DeleteAlertRule { name }, Some(caller.meta))
+            .write_as(Command::DeleteAlertRule { name }, caller.on_behalf())
             .await?;
         Ok(Response::new(pb::DeleteAlertRuleResponse {}))
     }

@@ -64,7 +64,7 @@ impl CertService for CertApi {
                 &self.cluster,
                 &req.get_ref().csr_pem,
                 &subject,
-                Some(caller.meta),
+                caller.on_behalf(),
             )
             .await?;
         let ca_cert_pem = tls.current().map(|t| t.ca.cert_pem).unwrap_or_default();
@@ -97,7 +97,7 @@ impl CertService for CertApi {
                     serial: serial.clone(),
                     reason,
                 },
-                Some(caller.meta),
+                caller.on_behalf(),
             )
             .await?;
         let record = self

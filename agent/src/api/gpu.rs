@@ -216,7 +216,7 @@ impl GpuService for GpuApi {
             Err(s) => format!("failed: {}", s.message()),
         };
         self.cluster
-            .write_as(Command::RecordAction { outcome }, Some(caller.meta))
+            .write_as(Command::RecordAction { outcome }, caller.on_behalf())
             .await?;
         result.map(|()| Response::new(pb::InjectFaultResponse {}))
     }
@@ -266,7 +266,7 @@ impl GpuService for GpuApi {
             partition: PartitionSpec { mode, mig: layout },
             if_idle: false,
         };
-        self.cluster.write_as(cmd, Some(caller.meta)).await?;
+        self.cluster.write_as(cmd, caller.on_behalf()).await?;
         let gpu = self.cluster.state.read(|s| {
             s.nodes
                 .get(&node)

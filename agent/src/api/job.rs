@@ -165,7 +165,7 @@ impl JobService for JobApi {
         };
         let written = match self
             .cluster
-            .write_as(submit(spec.clone()), Some(caller.meta.clone()))
+            .write_as(submit(spec.clone()), caller.on_behalf())
             .await
         {
             // This replica lagged behind a change of the account mapping: `apply` stamps
@@ -178,7 +178,7 @@ impl JobService for JobApi {
                     .state
                     .read(|s| s.account_for(&caller.identity.token_id, &spec.tenant));
                 self.cluster
-                    .write_as(submit(spec), Some(caller.meta))
+                    .write_as(submit(spec), caller.on_behalf())
                     .await?
             }
             other => other?,
@@ -249,7 +249,7 @@ impl JobService for JobApi {
             .await?;
         match self
             .cluster
-            .write_as(Command::CancelJob { job: id }, Some(caller.meta))
+            .write_as(Command::CancelJob { job: id }, caller.on_behalf())
             .await
         {
             // Cancelling is idempotent: a job already cancelled is what was asked for, whether

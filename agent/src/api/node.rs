@@ -50,7 +50,7 @@ impl NodeApi {
             .auth
             .check(req, verb, &format!("node/n{id}"), Action::ManageNodes)
             .await?;
-        self.cluster.write_as(cmd, Some(caller.meta)).await?;
+        self.cluster.write_as(cmd, caller.on_behalf()).await?;
         Ok(Response::new(self.node(id)?))
     }
 }
@@ -125,7 +125,7 @@ impl NodeService for NodeApi {
             set,
             remove,
         };
-        self.cluster.write_as(cmd, Some(caller.meta)).await?;
+        self.cluster.write_as(cmd, caller.on_behalf()).await?;
         Ok(Response::new(self.node(id)?))
     }
 
@@ -179,7 +179,7 @@ impl NodeService for NodeApi {
             Err(s) => format!("failed: {}", s.message()),
         };
         self.cluster
-            .write_as(Command::RecordAction { outcome }, Some(caller.meta))
+            .write_as(Command::RecordAction { outcome }, caller.on_behalf())
             .await?;
         let ((faults, rule), _) = checked?;
         faults.set(rule, req.get_ref().seed);

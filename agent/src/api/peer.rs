@@ -20,6 +20,7 @@ use serde::Serialize;
 use tonic::{Request, Response, Status};
 
 use crate::api::auth::Auth;
+use crate::api::auth::forwarded::{self, Forwarder};
 use crate::api::auth::peer::PeerCheck;
 use crate::api::auth::rbac::Action;
 use crate::api::cluster::status_view;
@@ -56,15 +57,36 @@ impl PeerService {
         &self,
         csr_pem: &str,
         node: NodeId,
-        meta: Option<gpu_raft_store::RequestMeta>,
+        by: Option<crate::raft::OnBehalf>,
     ) -> Result<Response<IssueCertificateResponse>, Status> {
         let tls = self.tls()?;
         let cert = tls
-            .issue(&self.cluster, csr_pem, &Subject::Node(node), meta)
+            .issue(&self.cluster, csr_pem, &Subject::Node(node), by)
             .await?;
         Ok(Response::new(
             tls.answer(cert).map_err(Status::unavailable)?,
         ))
+    }
+}
+
+impl PeerService {
+    /// The leader's own check of a forwarded write (`forwarded::vouch`), against its replica
+    /// brought up to date once when the caller's token is not (yet) known here.
+    async fn vouch(&self, node: NodeId, proposal: &mut Proposal) -> Result<(), Status> {
+        let from = Forwarder {
+            node,
+            voter: self.cluster.view().voters.contains(&node),
+        };
+        let check = |p: &mut Proposal| self.cluster.state.read(|s| forwarded::vouch(s, from, p));
+        let mut verdict = check(proposal);
+        if verdict.is_err() && proposal.credential.is_some() {
+            self.cluster.linearizable_read().await.ok();
+            verdict = check(proposal);
+        }
+        verdict.map_err(|why| {
+            tracing::warn!(node_id = node, %why, "refused a forwarded write");
+            Status::permission_denied(why)
+        })
     }
 }
 
@@ -148,23 +170,34 @@ impl RaftPeer for PeerService {
         if node_id == 0 {
             return Err(invalid("node_id must be at least 1"));
         }
-        if let Some(caller) = caller.filter(|c| *c != node_id)
-            && !self.cluster.view().members.contains_key(&caller)
-        {
-            return Err(Status::permission_denied(format!(
-                "node {caller} may not join the cluster as node {node_id}"
-            )));
-        }
         validate::addr(&addr).map_err(invalid)?;
+        if let Some(caller) = caller.filter(|c| *c != node_id) {
+            let members = self.cluster.view().members;
+            if !members.contains_key(&caller) {
+                return Err(Status::permission_denied(format!(
+                    "node {caller} may not join the cluster as node {node_id}"
+                )));
+            }
+            // A member passes on joins, but only a node itself may move its own address.
+            if members.get(&node_id).is_some_and(|known| *known != addr) {
+                return Err(Status::permission_denied(format!(
+                    "only node {node_id} may change its own address (node {caller} asked for \
+                     {addr}); an agent that moved must ask the leader itself"
+                )));
+            }
+        }
         let voter = self.cluster.join(node_id, addr, edge).await?;
         let leader_id = self.cluster.leader().map_or(0, |(id, _)| id);
         Ok(Response::new(JoinResponse { leader_id, voter }))
     }
 
     async fn propose(&self, req: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
-        self.peers.node(&req)?;
-        let proposal: Proposal =
+        let from = self.peers.node(&req)?;
+        let mut proposal: Proposal =
             serde_json::from_slice(&req.into_inner().json).map_err(bad_payload)?;
+        if let Some(node) = from {
+            self.vouch(node, &mut proposal).await?;
+        }
         let result = self
             .cluster
             .write_as_leader(proposal)
@@ -303,7 +336,7 @@ impl RaftPeer for PeerService {
         if node == 0 {
             return Err(invalid("node_id must be at least 1"));
         }
-        self.certify(&req.get_ref().csr_pem, node, Some(caller.meta))
+        self.certify(&req.get_ref().csr_pem, node, caller.on_behalf())
             .await
     }
 

@@ -53,7 +53,7 @@ impl SchedulerService for SchedulerApi {
         // Early, friendly errors; apply re-checks.
         settings.validate().map_err(invalid)?;
         self.cluster
-            .write_as(Command::SetSchedulerPolicy { settings }, Some(caller.meta))
+            .write_as(Command::SetSchedulerPolicy { settings }, caller.on_behalf())
             .await?;
         Ok(Response::new(
             self.cluster.state.read(to_proto::scheduler_status),

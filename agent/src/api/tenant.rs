@@ -51,7 +51,7 @@ impl TenantService for TenantApi {
         tenant::validate(&record).map_err(invalid)?;
         let name = record.name.clone();
         self.cluster
-            .write_as(Command::CreateTenant { tenant: record }, Some(caller.meta))
+            .write_as(Command::CreateTenant { tenant: record }, caller.on_behalf())
             .await?;
         Ok(Response::new(self.view(&name)?))
     }
@@ -83,7 +83,7 @@ impl TenantService for TenantApi {
         let record = from_proto::tenant_updated(req.get_ref(), &current).map_err(invalid)?;
         tenant::validate(&record).map_err(invalid)?;
         self.cluster
-            .write_as(Command::UpdateTenant { tenant: record }, Some(caller.meta))
+            .write_as(Command::UpdateTenant { tenant: record }, caller.on_behalf())
             .await?;
         Ok(Response::new(self.view(&name)?))
     }

@@ -64,14 +64,14 @@ impl TokenService for TokenApi {
             created_by: caller.identity.token_id.clone(),
             revoked: false,
         };
-        let mut meta = caller.meta;
+        let mut meta = caller.meta.clone();
         meta.object = format!("token/{}", minted.id);
         self.cluster
             .write_as(
                 Command::CreateToken {
                     token: record.clone(),
                 },
-                Some(meta),
+                caller.on_behalf_as(meta),
             )
             .await?;
         Ok(Response::new(pb::CreateTokenResponse {
@@ -125,7 +125,7 @@ impl TokenService for TokenApi {
             )
             .await?;
         self.cluster
-            .write_as(Command::RevokeToken { id: id.clone() }, Some(caller.meta))
+            .write_as(Command::RevokeToken { id: id.clone() }, caller.on_behalf())
             .await?;
         self.cluster
             .state
@@ -158,7 +158,7 @@ impl TokenService for TokenApi {
                     id: id.clone(),
                     account,
                 },
-                Some(caller.meta),
+                caller.on_behalf(),
             )
             .await?;
         self.cluster

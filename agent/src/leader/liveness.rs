@@ -58,6 +58,7 @@ impl Liveness {
                         status: verdict,
                     },
                     meta: None,
+                    credential: None,
                 };
                 if let Err(Attempt::Retry(e) | Attempt::Fail(e)) =
                     self.cluster.write_as_leader(proposal).await

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use gpu_proto::internal::v1::{JoinRequest, RaftMessage, ReadIndexRequest};
-use gpu_raft_store::{ApplyResult, Command, NodeId, Raft, RequestMeta, StateReader};
+use gpu_raft_store::{ApplyResult, Command, NodeId, Raft, StateReader};
 use openraft::error::{ChangeMembershipError, ClientWriteError, RaftError};
 use openraft::{BasicNode, ChangeMembers, RaftMetrics, ServerState};
 
@@ -17,7 +17,7 @@ use super::contact::ContactBook;
 use super::error::{Attempt, ClusterError, remote};
 use super::network::NetworkFactory;
 use super::peer_client::{PeerClients, with_deadline};
-use super::proposal::{Proposal, Written};
+use super::proposal::{OnBehalf, Proposal, Written};
 use super::proposer::Proposer;
 
 /// A point-in-time view of the Raft group from this agent.
@@ -182,13 +182,19 @@ impl Cluster {
         self.write_as(cmd, None).await
     }
 
-    /// `write` on behalf of an API caller: `meta` becomes the command's audit entry.
+    /// `write` on behalf of an API caller: its `meta` becomes the command's audit entry, and
+    /// its credential goes with the write to the leader, which checks it again.
     pub async fn write_as(
         &self,
         cmd: Command,
-        meta: Option<RequestMeta>,
+        by: Option<OnBehalf>,
     ) -> Result<ApplyResult, ClusterError> {
-        let proposal = Proposal { cmd, meta };
+        let (meta, credential) = by.map_or((None, None), |b| (Some(b.meta), b.credential));
+        let proposal = Proposal {
+            cmd,
+            meta,
+            credential,
+        };
         let written = self
             .retrying(|| async {
                 match self.leader() {

@@ -15,4 +15,4 @@ pub(crate) mod transport_faults;
 
 pub use cluster::{Cluster, RaftView, retry_until};
 pub use error::{Attempt, ClusterError};
-pub use proposal::{Proposal, Written};
+pub use proposal::{Credential, OnBehalf, Proposal, Written};

@@ -14,7 +14,7 @@ use anyhow::{Context, bail};
 use gpu_proto::internal::v1::{
     IssueCertificateRequest, IssueCertificateResponse, RenewCertificateRequest,
 };
-use gpu_raft_store::{CertRecord, Command, NodeId, RequestMeta};
+use gpu_raft_store::{CertRecord, Command, NodeId};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -22,7 +22,7 @@ use super::files::{NodeTls, TlsDir};
 use super::pki::{self, KeyedCert, Subject};
 use super::server::CertSlot;
 use crate::raft::peer_client::{PeerClients, with_deadline};
-use crate::raft::{Cluster, ClusterError};
+use crate::raft::{Cluster, ClusterError, OnBehalf};
 
 /// The cluster CA lives this long.
 const CA_VALIDITY: Duration = Duration::from_secs(10 * 365 * 86_400);
@@ -81,19 +81,18 @@ impl TlsIdentity {
             .clone()
     }
 
-    /// Issue a certificate: sign `csr_pem` for `subject` and record it through Raft (asked by
-    /// `meta`), so every agent knows it and can revoke it. The one path for joins, renewals,
+    /// Issue a certificate: sign `csr_pem` for `subject` and record it through Raft (for the caller `by`), so every agent knows it and can revoke it. The one path for joins, renewals,
     /// client certificates and the bootstrap admin's.
     pub async fn issue(
         &self,
         cluster: &Cluster,
         csr_pem: &str,
         subject: &Subject,
-        meta: Option<RequestMeta>,
+        by: Option<OnBehalf>,
     ) -> Result<String, IssueError> {
         let (cert_pem, record) = self.sign(csr_pem, subject).map_err(IssueError::Refused)?;
         cluster
-            .write_as(Command::RecordCertificate { cert: record }, meta)
+            .write_as(Command::RecordCertificate { cert: record }, by)
             .await?;
         Ok(cert_pem)
     }

@@ -18,6 +18,7 @@ pub mod mig;
 pub mod node;
 pub(crate) mod outcome;
 pub mod partition;
+mod provenance;
 pub mod scheduler;
 pub mod slice_fit;
 pub(crate) mod state;

@@ -4,6 +4,7 @@
 //! soon as it applies it), the role is checked against the action, and a refusal is written to
 //! the audit log before the caller is told.
 
+pub(crate) mod forwarded;
 pub(crate) mod limit;
 pub(crate) mod peer;
 pub(crate) mod rbac;
@@ -19,7 +20,7 @@ use tracing::warn;
 use self::limit::{RateLimiter, Verdict};
 use self::peer::PeerCheck;
 use self::rbac::{Action, Identity};
-use crate::raft::Cluster;
+use crate::raft::{Cluster, Credential, OnBehalf};
 
 #[derive(Clone)]
 pub struct Auth {
@@ -29,10 +30,27 @@ pub struct Auth {
     pub limiter: Arc<Mutex<RateLimiter>>,
 }
 
-/// An authenticated, authorized request: who, and the audit metadata for what it writes.
+/// An authenticated, authorized request: who, the audit metadata for what it writes, and the
+/// credential it came with (which goes with its writes to the leader).
 pub struct Caller {
     pub identity: Identity,
     pub meta: RequestMeta,
+    credential: Credential,
+}
+
+impl Caller {
+    /// What its writes carry: its audit entry and its credential.
+    pub fn on_behalf(&self) -> Option<OnBehalf> {
+        self.on_behalf_as(self.meta.clone())
+    }
+
+    /// `on_behalf` with another audit entry for the same caller.
+    pub fn on_behalf_as(&self, meta: RequestMeta) -> Option<OnBehalf> {
+        Some(OnBehalf {
+            meta,
+            credential: Some(self.credential.clone()),
+        })
+    }
 }
 
 impl Auth {
@@ -135,33 +153,23 @@ impl Auth {
         };
         let lookup = || self.cluster.state.read(|s| s.tokens.get(id).cloned());
         let mut record = lookup();
-        if record
-            .as_ref()
-            .is_none_or(|t| !token::matches(secret, &t.secret_sha256))
-        {
+        if token::identify(record.as_ref(), secret).is_err() {
             // This replica may simply be behind (a token minted through another agent a moment
             // ago, or a restart still replaying): catch up once before refusing.
             if self.cluster.linearizable_read().await.is_ok() {
                 record = lookup();
             }
         }
-        let identity = match record {
-            Some(t) if !t.revoked && token::matches(secret, &t.secret_sha256) => Identity {
-                token_id: t.id,
-                role: t.role,
-                tenant: t.tenant,
-            },
-            Some(t) if t.revoked => {
-                meta.actor = id.to_owned();
-                let refusal = Status::unauthenticated("token revoked");
-                return Err(self.refuse(meta, refusal).await);
-            }
-            _ => {
-                let refusal =
-                    Status::unauthenticated("invalid token (unknown token or wrong secret)");
-                return Err(self.refuse(meta, refusal).await);
+        let identity = match token::identify(record.as_ref(), secret) {
+            Ok(identity) => identity,
+            Err(why) => {
+                if record.is_some_and(|t| t.revoked) {
+                    meta.actor = id.to_owned();
+                }
+                return Err(self.refuse(meta, Status::unauthenticated(why)).await);
             }
         };
+        let credential = Credential(format!("{id}.{secret}"));
         meta.actor.clone_from(&identity.token_id);
         if let Verdict::Limited { first } = self.limit(&format!("token:{}", identity.token_id)) {
             let refusal = Status::resource_exhausted(format!(
@@ -173,7 +181,11 @@ impl Auth {
             }
             return Err(refusal);
         }
-        Ok(Caller { identity, meta })
+        Ok(Caller {
+            identity,
+            meta,
+            credential,
+        })
     }
 
     fn limit(&self, key: &str) -> Verdict {
@@ -211,7 +223,11 @@ impl Auth {
         let cmd = Command::AuditDenied {
             reason: reason.to_owned(),
         };
-        if let Err(e) = self.cluster.write_as(cmd, Some(meta)).await {
+        let by = OnBehalf {
+            meta,
+            credential: None,
+        };
+        if let Err(e) = self.cluster.write_as(cmd, Some(by)).await {
             warn!(error = %e, "could not audit a refused request");
         }
     }

@@ -1,7 +1,10 @@
 //! Bearer tokens: `<id>.<secret>`. The cluster stores only the SHA-256 of the secret and
 //! compares digests in constant time.
 
+use gpu_raft_store::TokenRecord;
 use sha2::{Digest, Sha256};
+
+use super::rbac::Identity;
 
 /// A freshly minted credential: the public id, the secret (shown once), and what is stored.
 pub struct Minted {
@@ -31,6 +34,23 @@ pub fn parse_header(value: &str) -> Option<(&str, &str)> {
     let plausible =
         |s: &str| !s.is_empty() && s.len() <= 128 && s.chars().all(|c| c.is_ascii_alphanumeric());
     (plausible(id) && plausible(secret)).then_some((id, secret))
+}
+
+/// Who a token's holder is, from its replicated record (`None`: unknown here) and the secret
+/// they presented; else why not.
+pub fn identify(record: Option<&TokenRecord>, secret: &str) -> Result<Identity, &'static str> {
+    match record {
+        Some(t) if !matches(secret, &t.secret_sha256) => {
+            Err("invalid token (unknown token or wrong secret)")
+        }
+        Some(t) if t.revoked => Err("token revoked"),
+        Some(t) => Ok(Identity {
+            token_id: t.id.clone(),
+            role: t.role,
+            tenant: t.tenant.clone(),
+        }),
+        None => Err("invalid token (unknown token or wrong secret)"),
+    }
 }
 
 /// Whether `secret` hashes to `stored` (hex SHA-256), in time independent of where they differ.

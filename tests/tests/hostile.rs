@@ -1,0 +1,166 @@
+//! Hostile peers and clients against real agents ([trust]): what a stolen credential or a
+//! compromised host must not be able to do.
+//! - A learner's certificate forwarding a write to the leader (`RaftPeer.Propose`) cannot mint
+//!   a token without a caller, under a forged actor, or with a caller's credential that lacks
+//!   the right; nor speak for another node. Its own reports still go through.
+//! - A member's certificate cannot re-point another member's address through `Join`.
+
+use std::collections::BTreeMap;
+
+use gpu_proto::internal::v1::JoinRequest;
+use gpu_proto::internal::v1::RaftMessage;
+use gpu_proto::internal::v1::raft_peer_client::RaftPeerClient;
+use gpu_proto::v1 as pb;
+use gpu_proto::v1::token_service_client::TokenServiceClient;
+use gpu_raft_store::{Command, Inventory, RequestMeta, Role, TokenRecord};
+use gpu_tests::Cluster;
+use serde_json::json;
+use tonic::transport::Channel;
+
+/// Agent `id`'s certificate and key, from its data directory.
+fn node_identity(c: &Cluster, id: u64) -> (String, String) {
+    let tls = c.root.path().join(format!("node-{id}/tls"));
+    let read = |f: &str| std::fs::read_to_string(tls.join(f)).expect("node tls file");
+    (read("node.crt"), read("node.key"))
+}
+
+/// The internal API of agent `to`, as agent `from` (its certificate).
+async fn as_node(c: &Cluster, from: u64, to: u64) -> RaftPeerClient<Channel> {
+    let channel = c
+        .endpoint(to, Some(node_identity(c, from)))
+        .expect("endpoint")
+        .connect()
+        .await
+        .expect("node tls");
+    RaftPeerClient::new(channel)
+}
+
+/// An admin token record the attacker would like to exist.
+fn forged_admin() -> Command {
+    Command::CreateToken {
+        token: TokenRecord {
+            id: "forged".into(),
+            secret_sha256: "ab".repeat(32),
+            role: Role::Admin,
+            tenant: None,
+            description: String::new(),
+            created_at_ms: 1,
+            created_by: "system:bootstrap".into(),
+            revoked: false,
+            account: None,
+        },
+    }
+}
+
+fn meta(actor: &str) -> RequestMeta {
+    RequestMeta {
+        actor: actor.into(),
+        verb: "token.create".into(),
+        object: "token/forged".into(),
+        request_id: "r".into(),
+        source: "127.0.0.1:1".into(),
+    }
+}
+
+/// `Propose` of `proposal` (the agent's JSON) at the leader n1, as n2: the refusal's message.
+async fn propose_refused(c: &Cluster, proposal: serde_json::Value) -> String {
+    let mut n2 = as_node(c, 2, 1).await;
+    let json = serde_json::to_vec(&proposal).expect("json");
+    let err = n2
+        .propose(RaftMessage { json })
+        .await
+        .expect_err("the leader refuses the forwarded write");
+    assert_eq!(err.code(), tonic::Code::PermissionDenied, "{err}");
+    err.message().to_owned()
+}
+
+async fn token_ids(c: &Cluster) -> Vec<String> {
+    let mut tokens = TokenServiceClient::new(c.channel(1).await.expect("channel"));
+    let list = tokens
+        .list_tokens(pb::ListTokensRequest {})
+        .await
+        .expect("token list")
+        .into_inner();
+    list.tokens.into_iter().map(|t| t.id).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_learner_cannot_forge_a_caller_through_propose() {
+    // One voter (n1, the leader); n2 and n3 are learners, whose own reports (registration)
+    // reached the leader through Propose for the cluster to form at all.
+    let c = Cluster::start(3, 1, "").await;
+    for learner in [2, 3] {
+        c.node(1, learner, false)
+            .await
+            .expect("every learner registered itself");
+    }
+    let admin = c.admin_token();
+    let admin_id = admin.split_once('.').expect("id.secret").0;
+    let mut tokens = TokenServiceClient::new(c.channel(1).await.expect("channel"));
+    let user = tokens
+        .create_token(pb::CreateTokenRequest {
+            role: pb::Role::User as i32,
+            tenant: "default".into(),
+            description: "a user".into(),
+            account: None,
+        })
+        .await
+        .expect("a user token")
+        .into_inner()
+        .bearer;
+
+    // No caller: only the node's own reports.
+    let why = propose_refused(&c, json!({ "cmd": forged_admin() })).await;
+    assert!(why.contains("only its own reports"), "{why}");
+    // The admin's name as actor, without the admin's credential.
+    let why = propose_refused(&c, json!({ "cmd": forged_admin(), "meta": meta(admin_id) })).await;
+    assert!(why.contains("must carry the caller's credential"), "{why}");
+    // A real caller's credential that lacks the right: the leader checks it again.
+    let why = propose_refused(
+        &c,
+        json!({ "cmd": forged_admin(), "meta": meta(admin_id), "credential": user }),
+    )
+    .await;
+    assert!(why.contains("may not manage tokens"), "{why}");
+    // Speaking for another node.
+    let register_n3 = Command::RegisterNode {
+        node: 3,
+        addr: "203.0.113.9:1".into(),
+        labels: BTreeMap::new(),
+        inventory: Inventory::default(),
+        edge: None,
+        protocol: 1,
+    };
+    let why = propose_refused(&c, json!({ "cmd": register_n3 })).await;
+    assert!(why.contains("only its own reports"), "{why}");
+
+    assert!(
+        !token_ids(&c).await.iter().any(|id| id == "forged"),
+        "no forged token was minted"
+    );
+    let n3 = c.node(1, 3, false).await.expect("n3");
+    assert_eq!(n3.addr, c.addr(3), "n3's record is its own");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_cannot_re_point_another_members_address() {
+    let c = Cluster::start(3, 3, "").await;
+    let mut n2 = as_node(&c, 2, 1).await;
+    let err = n2
+        .join(JoinRequest {
+            node_id: 3,
+            addr: "203.0.113.9:7000".into(),
+            edge: false,
+        })
+        .await
+        .expect_err("n2 re-pointing n3");
+    assert_eq!(err.code(), tonic::Code::PermissionDenied, "{err}");
+    assert!(err.message().contains("only node 3"), "{err}");
+    let status = c.status(1, false).await.expect("status");
+    let n3 = status
+        .members
+        .iter()
+        .find(|m| m.node_id == 3)
+        .expect("n3 is a member");
+    assert_eq!(n3.addr, c.addr(3), "n3's address is unchanged");
+}
