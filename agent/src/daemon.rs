@@ -521,6 +521,7 @@ async fn write_bootstrap_token(cluster: &Cluster, path: &std::path::Path) -> any
         created_at_ms: crate::clock::now_ms(),
         created_by: "system:bootstrap".into(),
         revoked: false,
+        limits: Default::default(),
     };
     cluster
         .write(Command::CreateToken { token: record })
@@ -552,7 +553,13 @@ async fn write_bootstrap_client_cert(
     let material = tls.current().context("no TLS material")?;
     let (key_pem, csr_pem) = crate::tls::pki::new_request()?;
     let cert_pem = tls
-        .issue(cluster, &csr_pem, &Subject::Client("admin".into()), None)
+        .issue(
+            cluster,
+            &csr_pem,
+            &Subject::Client("admin".into()),
+            None,
+            None,
+        )
         .await
         .context("issuing the admin client certificate")?;
     write_file(&dir.join("ca.crt"), &material.ca.cert_pem, 0o644)?;

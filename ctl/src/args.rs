@@ -57,6 +57,25 @@ pub(crate) fn account(s: &str) -> Result<AccountArg, String> {
 }
 
 /// A word that must not be empty (e.g. one item of a comma-separated list).
+/// `ID` or `FIRST-LAST`: node ids from 1, in order.
+pub(crate) fn node_ids(s: &str) -> Result<(u64, u64), String> {
+    let id = |t: &str| {
+        t.trim_start_matches('n')
+            .parse::<u64>()
+            .ok()
+            .filter(|n| *n > 0)
+            .ok_or_else(|| format!("{t:?} is not a node id (1, 2, … or n1, n2, …)"))
+    };
+    let (first, last) = match s.split_once('-') {
+        Some((a, b)) => (id(a)?, id(b)?),
+        None => (id(s)?, id(s)?),
+    };
+    if first > last {
+        return Err(format!("{s}: the first id must not exceed the last"));
+    }
+    Ok((first, last))
+}
+
 pub(crate) fn non_empty(s: &str) -> Result<String, String> {
     if s.is_empty() {
         return Err("must not be empty".into());
@@ -140,6 +159,15 @@ mod tests {
         assert_eq!(key_value("sp ace= x "), kv("sp ace", " x "));
         for bad in ["", "zone", "=a", "=", "no-equals-sign"] {
             assert!(key_value(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn node_id_ranges() {
+        assert_eq!(node_ids("4"), Ok((4, 4)));
+        assert_eq!(node_ids("n4-n8"), Ok((4, 8)));
+        for bad in ["0", "8-4", "x", "4-", ""] {
+            assert!(node_ids(bad).is_err(), "{bad:?}");
         }
     }
 

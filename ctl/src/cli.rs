@@ -301,6 +301,17 @@ pub(crate) enum TokenVerb {
         description: String,
         #[command(flatten)]
         account: AccountArgs,
+        /// How long it works (90m, 12h, 30d); default: 24h for a join token, until revoked
+        /// for others.
+        #[arg(long, value_name = "DURATION", value_parser = units::whole_seconds)]
+        ttl: Option<u64>,
+        /// A join token's enrolments (default 1).
+        #[arg(long, value_name = "N")]
+        uses: Option<u32>,
+        /// The node ids a join token may enrol: ID or FIRST-LAST (default: any id not yet a
+        /// member; enrolling an existing member's id again needs exactly that id here).
+        #[arg(long, value_name = "ID[-ID]", value_parser = args::node_ids)]
+        node_ids: Option<(u64, u64)>,
     },
     /// Tokens you may manage.
     List,

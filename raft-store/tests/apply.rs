@@ -535,6 +535,7 @@ fn token(id: &str, role: Role, tenant: Option<&str>) -> TokenRecord {
         created_by: "system:test".into(),
         revoked: false,
         account: None,
+        limits: Default::default(),
     }
 }
 

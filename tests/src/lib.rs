@@ -490,6 +490,9 @@ impl Cluster {
                 tenant: String::new(),
                 description: "test harness join token".into(),
                 account: None,
+                // Every agent of a test enrols with it, some more than once.
+                uses: Some(1000),
+                ..Default::default()
             })
             .await
             .expect("mint a join token")

@@ -4,12 +4,16 @@
 //!   a token without a caller, under a forged actor, or with a caller's credential that lacks
 //!   the right; nor speak for another node. Its own reports still go through.
 //! - A member's certificate cannot re-point another member's address through `Join`.
+//! - A join token works once by default, until it expires, and only for the node ids it
+//!   names; no token mints a certificate for a node that is already a member unless it is
+//!   bound to exactly that id.
 
 use std::collections::BTreeMap;
 
-use gpu_proto::internal::v1::JoinRequest;
-use gpu_proto::internal::v1::RaftMessage;
+use std::time::Duration;
+
 use gpu_proto::internal::v1::raft_peer_client::RaftPeerClient;
+use gpu_proto::internal::v1::{IssueCertificateRequest, JoinRequest, RaftMessage};
 use gpu_proto::v1 as pb;
 use gpu_proto::v1::token_service_client::TokenServiceClient;
 use gpu_raft_store::{Command, Inventory, RequestMeta, Role, TokenRecord};
@@ -48,6 +52,7 @@ fn forged_admin() -> Command {
             created_by: "system:bootstrap".into(),
             revoked: false,
             account: None,
+            limits: Default::default(),
         },
     }
 }
@@ -103,6 +108,7 @@ async fn a_learner_cannot_forge_a_caller_through_propose() {
             tenant: "default".into(),
             description: "a user".into(),
             account: None,
+            ..Default::default()
         })
         .await
         .expect("a user token")
@@ -163,4 +169,77 @@ async fn a_member_cannot_re_point_another_members_address() {
         .find(|m| m.node_id == 3)
         .expect("n3 is a member");
     assert_eq!(n3.addr, c.addr(3), "n3's address is unchanged");
+}
+
+/// A join token minted by the admin with these terms.
+async fn join_token(c: &Cluster, ttl_s: Option<u64>, uses: Option<u32>, ids: (u64, u64)) -> String {
+    let mut tokens = TokenServiceClient::new(c.channel(1).await.expect("channel"));
+    tokens
+        .create_token(pb::CreateTokenRequest {
+            role: pb::Role::Node as i32,
+            description: "hostile test".into(),
+            ttl_s,
+            uses,
+            node_id_first: ids.0,
+            node_id_last: ids.1,
+            ..Default::default()
+        })
+        .await
+        .expect("a join token")
+        .into_inner()
+        .bearer
+}
+
+/// Enrol as `node` through n1 with `bearer`, the way a joining agent does (no client
+/// certificate; its own key): the certificate, or the refusal's message.
+async fn enrol(c: &Cluster, node: u64, bearer: &str) -> Result<String, String> {
+    let channel = c
+        .endpoint(1, None)
+        .expect("endpoint")
+        .connect()
+        .await
+        .expect("tls");
+    let mut peer = RaftPeerClient::new(channel);
+    let (_key, csr_pem) = gpu_agent::tls::pki::new_request().expect("csr");
+    let mut req = tonic::Request::new(IssueCertificateRequest {
+        node_id: node,
+        csr_pem,
+    });
+    let header = format!("Bearer {bearer}").parse().expect("header");
+    req.metadata_mut().insert("authorization", header);
+    peer.issue_certificate(req)
+        .await
+        .map(|r| r.into_inner().cert_pem)
+        .map_err(|s| s.message().to_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn join_tokens_expire_are_used_once_and_enrol_only_their_nodes() {
+    let c = Cluster::start(2, 1, "").await;
+
+    // Once by default: the second enrolment with the same token is refused.
+    let once = join_token(&c, None, None, (0, 0)).await;
+    enrol(&c, 7, &once).await.expect("the first use");
+    let why = enrol(&c, 8, &once).await.expect_err("a second use");
+    assert!(why.contains("used up"), "{why}");
+
+    // Until it expires.
+    let short = join_token(&c, Some(1), Some(5), (0, 0)).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let why = enrol(&c, 9, &short).await.expect_err("expired");
+    assert!(why.contains("expired"), "{why}");
+
+    // Only the node ids it names.
+    let ranged = join_token(&c, None, Some(5), (10, 12)).await;
+    let why = enrol(&c, 13, &ranged).await.expect_err("outside its ids");
+    assert!(why.contains("10..=12"), "{why}");
+    enrol(&c, 11, &ranged).await.expect("inside its ids");
+
+    // An existing member's id: not with a token for any id, only with one bound
+    // to exactly that id (an operator re-enrolling a host that lost its data).
+    let any = join_token(&c, None, Some(5), (0, 0)).await;
+    let why = enrol(&c, 2, &any).await.expect_err("a member's id");
+    assert!(why.contains("already a member"), "{why}");
+    let bound = join_token(&c, None, None, (2, 2)).await;
+    enrol(&c, 2, &bound).await.expect("bound to exactly n2");
 }

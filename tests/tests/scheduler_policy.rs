@@ -46,6 +46,7 @@ async fn mint(c: &Cluster, role: pb::Role) -> String {
         tenant: String::new(),
         description: "test".into(),
         account: None,
+        ..Default::default()
     };
     client
         .create_token(req)

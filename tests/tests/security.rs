@@ -26,6 +26,7 @@ async fn mint(
         tenant: tenant.into(),
         description: "test".into(),
         account: None,
+        ..Default::default()
     };
     Ok(client.create_token(req).await?.into_inner().bearer)
 }

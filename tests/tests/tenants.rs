@@ -75,6 +75,7 @@ async fn mint(c: &Cluster, role: pb::Role, tenant: &str) -> String {
         tenant: tenant.into(),
         description: "test".into(),
         account: None,
+        ..Default::default()
     };
     client
         .create_token(req)

@@ -273,6 +273,7 @@ async fn enrolment_needs_a_valid_join_token_and_the_ca() {
             tenant: String::new(),
             description: "not a join token".into(),
             account: None,
+            ..Default::default()
         })
         .await
         .expect("viewer")
@@ -408,6 +409,7 @@ async fn a_token_holder_gets_a_client_certificate_of_their_own() {
             tenant: "vision".into(),
             description: "alice".into(),
             account: None,
+            ..Default::default()
         })
         .await
         .expect("user token")

@@ -72,6 +72,7 @@ async fn a_leader_that_loses_every_message_is_replaced_and_healing_restores_writ
             tenant: String::new(),
             description: "test".into(),
             account: None,
+            ..Default::default()
         })
         .await
         .expect("mint")

@@ -65,6 +65,7 @@ impl CertService for CertApi {
                 &req.get_ref().csr_pem,
                 &subject,
                 caller.on_behalf(),
+                None,
             )
             .await?;
         let ca_cert_pem = tls.current().map(|t| t.ca.cert_pem).unwrap_or_default();

@@ -9,7 +9,7 @@ use gpu_raft_store::container::{ContainerSpec, Mount};
 use gpu_raft_store::tenant::{Quota, TenantRecord};
 use gpu_raft_store::{
     Account, DEFAULT_RETRY_BACKOFF_S, DEFAULT_TENANT, JobKind, JobSpec, JobState, Role,
-    SchedulerSettings, SliceRequest,
+    SchedulerSettings, SliceRequest, TokenLimits,
 };
 
 pub fn role(r: i32) -> Option<Role> {
@@ -175,6 +175,46 @@ pub fn account(p: &pb::Account) -> Account {
 
 /// The account a `SetTokenAccountRequest` asks for: `Some` to set, `None` to clear (only with
 /// `clear`, so a request that simply lacks the account is refused rather than read as a clear).
+/// The limits a new token asks for, at `now_ms`: a join token works for a day and once unless
+/// it asks otherwise; other tokens until revoked unless given a lifetime.
+pub fn token_limits(
+    req: &pb::CreateTokenRequest,
+    role: Role,
+    now_ms: u64,
+) -> Result<TokenLimits, String> {
+    let join = role == Role::Node;
+    let ttl_s = req.ttl_s.or(join.then_some(JOIN_TOKEN_TTL_S));
+    if ttl_s == Some(0) || ttl_s.is_some_and(|t| t > MAX_TOKEN_TTL_S) {
+        return Err(format!(
+            "a token's lifetime must be 1s..={} days",
+            MAX_TOKEN_TTL_S / 86_400
+        ));
+    }
+    let ids = match (req.node_id_first, req.node_id_last) {
+        (0, 0) => None,
+        (first, 0) => Some((first, first)),
+        (first, last) => Some((first, last)),
+    };
+    if !join && (req.uses.is_some() || ids.is_some()) {
+        return Err("only join tokens (role node) have uses and node ids".into());
+    }
+    if req.uses.is_some_and(|u| u == 0 || u > MAX_JOIN_USES) {
+        return Err(format!("a join token's uses must be 1..={MAX_JOIN_USES}"));
+    }
+    Ok(TokenLimits {
+        expires_at_ms: ttl_s.map(|t| now_ms.saturating_add(t.saturating_mul(1000))),
+        uses_left: req.uses.or(join.then_some(1)),
+        node_ids: ids,
+    })
+}
+
+/// How long a join token works unless asked otherwise.
+const JOIN_TOKEN_TTL_S: u64 = 86_400;
+/// The longest lifetime a token can be given (10 years).
+const MAX_TOKEN_TTL_S: u64 = 10 * 365 * 86_400;
+/// The most enrolments one join token can be given.
+const MAX_JOIN_USES: u32 = 10_000;
+
 pub fn token_account(req: &pb::SetTokenAccountRequest) -> Result<Option<Account>, String> {
     match (&req.account, req.clear) {
         (Some(a), false) => Ok(Some(account(a))),
@@ -259,6 +299,38 @@ fn quota_map(quotas: &[pb::GpuQuota]) -> Result<BTreeMap<String, Quota>, String>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn join_tokens_work_once_for_a_day_unless_asked_otherwise() {
+        let req = |ttl_s, uses, first, last| pb::CreateTokenRequest {
+            ttl_s,
+            uses,
+            node_id_first: first,
+            node_id_last: last,
+            ..Default::default()
+        };
+        let join = token_limits(&req(None, None, 0, 0), Role::Node, 1_000).expect("valid");
+        assert_eq!(join.expires_at_ms, Some(1_000 + 86_400_000));
+        assert_eq!((join.uses_left, join.node_ids), (Some(1), None));
+        let user = token_limits(&req(None, None, 0, 0), Role::User, 1_000).expect("valid");
+        assert!(
+            user.is_none(),
+            "an API token works until revoked by default"
+        );
+        let one = token_limits(&req(Some(60), Some(3), 4, 0), Role::Node, 0).expect("valid");
+        assert_eq!(
+            (one.expires_at_ms, one.uses_left, one.node_ids),
+            (Some(60_000), Some(3), Some((4, 4)))
+        );
+        for (bad, role) in [
+            (req(Some(0), None, 0, 0), Role::Node),
+            (req(None, Some(0), 0, 0), Role::Node),
+            (req(None, Some(2), 0, 0), Role::User),
+            (req(None, None, 3, 5), Role::Admin),
+        ] {
+            assert!(token_limits(&bad, role, 0).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn failed_runs_are_retried_by_default_only_when_attempts_allow() {

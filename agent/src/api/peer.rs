@@ -52,16 +52,24 @@ impl PeerService {
             .ok_or_else(|| Status::failed_precondition("this agent runs without TLS"))
     }
 
-    /// Sign `csr_pem` for node `node`, record the certificate through Raft, and answer.
+    /// Sign `csr_pem` for node `node`, record the certificate through Raft (an enrolment
+    /// against its join token), and answer.
     async fn certify(
         &self,
         csr_pem: &str,
         node: NodeId,
         by: Option<crate::raft::OnBehalf>,
+        enrolled_with: Option<String>,
     ) -> Result<Response<IssueCertificateResponse>, Status> {
         let tls = self.tls()?;
         let cert = tls
-            .issue(&self.cluster, csr_pem, &Subject::Node(node), by)
+            .issue(
+                &self.cluster,
+                csr_pem,
+                &Subject::Node(node),
+                by,
+                enrolled_with,
+            )
             .await?;
         Ok(Response::new(
             tls.answer(cert).map_err(Status::unavailable)?,
@@ -72,12 +80,22 @@ impl PeerService {
 impl PeerService {
     /// The leader's own check of a forwarded write (`forwarded::vouch`), against its replica
     /// brought up to date once when the caller's token is not (yet) known here.
-    async fn vouch(&self, node: NodeId, proposal: &mut Proposal) -> Result<(), Status> {
+    async fn vouch(
+        &self,
+        node: NodeId,
+        sends_credentials: bool,
+        proposal: &mut Proposal,
+    ) -> Result<(), Status> {
         let from = Forwarder {
             node,
             voter: self.cluster.view().voters.contains(&node),
+            sends_credentials,
         };
-        let check = |p: &mut Proposal| self.cluster.state.read(|s| forwarded::vouch(s, from, p));
+        let check = |p: &mut Proposal| {
+            self.cluster
+                .state
+                .read(|s| forwarded::vouch(s, from, p, crate::clock::now_ms()))
+        };
         let mut verdict = check(proposal);
         if verdict.is_err() && proposal.credential.is_some() {
             self.cluster.linearizable_read().await.ok();
@@ -193,10 +211,14 @@ impl RaftPeer for PeerService {
 
     async fn propose(&self, req: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
         let from = self.peers.node(&req)?;
+        let header = |key| req.metadata().get(key).and_then(|v| v.to_str().ok());
+        let spoken = protocol::negotiate(header(protocol::HEADER), header(protocol::HEADER_MAX))
+            .unwrap_or(1);
         let mut proposal: Proposal =
             serde_json::from_slice(&req.into_inner().json).map_err(bad_payload)?;
         if let Some(node) = from {
-            self.vouch(node, &mut proposal).await?;
+            let sends_credentials = spoken >= protocol::CREDENTIALS_FORWARDED;
+            self.vouch(node, sends_credentials, &mut proposal).await?;
         }
         let result = self
             .cluster
@@ -336,8 +358,26 @@ impl RaftPeer for PeerService {
         if node == 0 {
             return Err(invalid("node_id must be at least 1"));
         }
-        self.certify(&req.get_ref().csr_pem, node, caller.on_behalf())
-            .await
+        // The join token's terms, here for a clear answer; `apply` checks them again and
+        // counts the use when it records the certificate.
+        let is_member = self.cluster.view().members.contains_key(&node)
+            || self.cluster.state.read(|s| s.nodes.contains_key(&node));
+        let token = &caller.identity.token_id;
+        let terms = self
+            .cluster
+            .state
+            .read(|s| s.tokens.get(token).map(|t| t.may_enrol(node, is_member)));
+        if let Some(Err(why)) = terms {
+            self.auth.record_denial(caller.meta.clone(), &why).await;
+            return Err(Status::permission_denied(why));
+        }
+        self.certify(
+            &req.get_ref().csr_pem,
+            node,
+            caller.on_behalf(),
+            Some(token.clone()),
+        )
+        .await
     }
 
     async fn renew_certificate(
@@ -348,7 +388,7 @@ impl RaftPeer for PeerService {
             .peers
             .node(&req)?
             .ok_or_else(|| Status::failed_precondition("this agent runs without TLS"))?;
-        self.certify(&req.get_ref().csr_pem, node, None).await
+        self.certify(&req.get_ref().csr_pem, node, None, None).await
     }
 }
 

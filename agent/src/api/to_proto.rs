@@ -113,6 +113,10 @@ pub(crate) fn token(t: &TokenRecord) -> pb::Token {
         created_at_ms: t.created_at_ms,
         created_by: t.created_by.clone(),
         revoked: t.revoked,
+        expires_at_ms: t.limits.expires_at_ms,
+        uses_left: t.limits.uses_left,
+        node_id_first: t.limits.node_ids.map_or(0, |(first, _)| first),
+        node_id_last: t.limits.node_ids.map_or(0, |(_, last)| last),
     }
 }
 

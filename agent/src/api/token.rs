@@ -32,6 +32,8 @@ impl TokenService for TokenApi {
             .await?;
         let r = req.into_inner();
         let role = from_proto::role(r.role).ok_or_else(|| invalid("role is required"))?;
+        let now = now_ms();
+        let limits = from_proto::token_limits(&r, role, now).map_err(invalid)?;
         let tenant = (!r.tenant.is_empty()).then_some(r.tenant);
         validate::free_text("description", &r.description).map_err(invalid)?;
         let account = r.account.as_ref().map(from_proto::account);
@@ -60,9 +62,10 @@ impl TokenService for TokenApi {
             role,
             tenant,
             description: r.description,
-            created_at_ms: now_ms(),
+            created_at_ms: now,
             created_by: caller.identity.token_id.clone(),
             revoked: false,
+            limits,
         };
         let mut meta = caller.meta.clone();
         meta.object = format!("token/{}", minted.id);

@@ -25,9 +25,13 @@ pub const HEADER_MAX: &str = "x-gpumesh-protocol-max";
 /// commit) and GPU partitioning (MIG layouts, slice placements, sliced and vm jobs), which a
 /// leader writes only once every member has registered with 2 or more; 3: job accounts, retries
 /// of failed runs and the out-of-memory outcome (`gpu_raft_store::PROTOCOL_3`); 4: container
-/// jobs and tenants' allowed mounts (`gpu_raft_store::PROTOCOL_4`).
-pub const PROTOCOL_VERSION: u32 = 4;
-const _: () = assert!(PROTOCOL_VERSION >= gpu_raft_store::PROTOCOL_4);
+/// jobs and tenants' allowed mounts (`gpu_raft_store::PROTOCOL_4`); 5: token limits and
+/// enrolments counted against their join token (`gpu_raft_store::PROTOCOL_5`), and forwarded
+/// writes carrying their caller's credential (`CREDENTIALS_FORWARDED`).
+pub const PROTOCOL_VERSION: u32 = 5;
+const _: () = assert!(PROTOCOL_VERSION >= gpu_raft_store::PROTOCOL_5);
+/// The first version whose agents forward their callers' credentials with their writes.
+pub const CREDENTIALS_FORWARDED: u32 = 5;
 /// The oldest version this build still speaks with a peer.
 pub const MIN_COMPATIBLE: u32 = 1;
 /// What a request without the headers speaks.

@@ -81,19 +81,24 @@ impl TlsIdentity {
             .clone()
     }
 
-    /// Issue a certificate: sign `csr_pem` for `subject` and record it through Raft (for the caller `by`), so every agent knows it and can revoke it. The one path for joins, renewals,
-    /// client certificates and the bootstrap admin's.
+    /// Issue a certificate: sign `csr_pem` for `subject` and record it through Raft (for the
+    /// caller `by`; for an enrolment, against its join token `enrolled_with`), so every agent
+    /// knows it and can revoke it. The one path for joins, renewals, client certificates and
+    /// the bootstrap admin's.
     pub async fn issue(
         &self,
         cluster: &Cluster,
         csr_pem: &str,
         subject: &Subject,
         by: Option<OnBehalf>,
+        enrolled_with: Option<String>,
     ) -> Result<String, IssueError> {
         let (cert_pem, record) = self.sign(csr_pem, subject).map_err(IssueError::Refused)?;
-        cluster
-            .write_as(Command::RecordCertificate { cert: record }, by)
-            .await?;
+        let cmd = Command::RecordCertificate {
+            cert: record,
+            enrolled_with,
+        };
+        cluster.write_as(cmd, by).await?;
         Ok(cert_pem)
     }
 

@@ -128,7 +128,7 @@ pub async fn run(opts: DevOptions, cancel: CancellationToken) -> anyhow::Result<
         () = cancel.cancelled() => Ok(None),
         r = async {
             wait_ready(&mut agents, &creds, 1).await?;
-            mint_join_token(&agents[0].addr, &creds).await?;
+            mint_join_token(&agents[0].addr, &creds, opts.nodes).await?;
             for i in 1..addrs.len() {
                 agents.push(spawn(i)?);
             }
@@ -210,14 +210,19 @@ impl Creds {
     }
 }
 
-/// Mint the join token the other agents enrol with (0600 in the dev directory).
-async fn mint_join_token(addr: &str, creds: &Creds) -> anyhow::Result<()> {
+/// Mint the join token the other agents enrol with (0600 in the dev directory): once each,
+/// for nodes 2..=`nodes`.
+async fn mint_join_token(addr: &str, creds: &Creds, nodes: usize) -> anyhow::Result<()> {
     let mut client = TokenServiceClient::new(creds.connect(addr).await?);
     let mut req = tonic::Request::new(pb::CreateTokenRequest {
         role: pb::Role::Node as i32,
         tenant: String::new(),
         description: "gpu-agent dev: join token".into(),
         account: None,
+        ttl_s: None,
+        uses: Some(u32::try_from(nodes.saturating_sub(1).max(1))?),
+        node_id_first: 2,
+        node_id_last: u64::try_from(nodes.max(2))?,
     });
     req.metadata_mut().insert("authorization", creds.bearer()?);
     let minted = client

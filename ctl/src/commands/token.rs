@@ -2,7 +2,9 @@
 //!
 //! JSON (stable): a token is `{"id", "role" ("admin"|"operator"|"tenant-admin"|"user"|"viewer"),
 //! "tenant" (null when cluster-wide), "description", "created_at_ms", "created_by", "revoked",
-//! "account" (the Unix account its jobs run as: null, or `{"user", "group", "groups"}`)}`;
+//! "account" (the Unix account its jobs run as: null, or `{"user", "group", "groups"}`),
+//! "expires_at_ms" (null: until revoked), "uses_left" (a join token's enrolments left; null:
+//! unlimited), "node_ids" (`[first, last]` a join token may enrol; null: any)}`;
 //! `list`, `set-account`, `revoke` and `whoami` print an array of them (one for the last
 //! three); `create` prints `{"token": <token>, "bearer": "<id>.<secret>"}`.
 
@@ -13,6 +15,7 @@ use serde_json::{Value, json};
 use super::{Answer, Ctx, Failure, account};
 use crate::cli::{RoleArg, TokenVerb};
 use crate::output::table_of;
+use crate::units::rfc3339;
 
 pub(crate) async fn run(ctx: &Ctx, verb: TokenVerb) -> Result<Answer, Failure> {
     let new = TokenServiceClient::new;
@@ -22,12 +25,20 @@ pub(crate) async fn run(ctx: &Ctx, verb: TokenVerb) -> Result<Answer, Failure> {
             tenant,
             description,
             account,
+            ttl,
+            uses,
+            node_ids,
         } => {
+            let (node_id_first, node_id_last) = node_ids.unwrap_or_default();
             let req = pb::CreateTokenRequest {
                 role: role_pb(role) as i32,
                 tenant: tenant.unwrap_or_default(),
                 description,
                 account: account::from_args(account),
+                ttl_s: ttl,
+                uses,
+                node_id_first,
+                node_id_last,
             };
             let reply = ctx
                 .call(new, req, async |mut c, r| c.create_token(r).await)
@@ -114,12 +125,33 @@ fn token_json(t: &pb::Token) -> Value {
         "created_by": t.created_by,
         "revoked": t.revoked,
         "account": account::json(t.account.as_ref()),
+        "expires_at_ms": t.expires_at_ms,
+        "uses_left": t.uses_left,
+        "node_ids": (t.node_id_first > 0).then_some([t.node_id_first, t.node_id_last]),
     })
 }
 
 /// Tokens as a JSON array or a table: what every verb but `create` prints.
 fn render(ctx: &Ctx, tokens: &[pb::Token]) -> Answer {
     ctx.answer_list(tokens, token_json, tokens_table)
+}
+
+/// `revoked`, `used up`, `expired`, or `active` with its limits.
+fn state(t: &pb::Token) -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    if t.revoked {
+        return "revoked".into();
+    }
+    if t.uses_left == Some(0) {
+        return "used up".into();
+    }
+    match t.expires_at_ms {
+        Some(at) if at <= now => "expired".into(),
+        Some(at) => format!("active until {}", rfc3339(at)),
+        None => "active".into(),
+    }
 }
 
 fn tokens_table(tokens: &[pb::Token]) -> String {
@@ -144,11 +176,7 @@ fn tokens_table(tokens: &[pb::Token]) -> String {
                     t.tenant.clone()
                 },
                 account::text(t.account.as_ref()),
-                if t.revoked {
-                    "revoked".into()
-                } else {
-                    "active".into()
-                },
+                state(t),
                 t.created_by.clone(),
                 t.description.clone(),
             ]

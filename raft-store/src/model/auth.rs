@@ -5,6 +5,8 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use crate::NodeId;
+
 /// Roles from most to least powerful.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -67,6 +69,64 @@ pub struct TokenRecord {
     /// The Unix account the holder's jobs run as (else the tenant's default account).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub account: Option<crate::model::account::Account>,
+    /// When it stops working, and for a join token how often and for which nodes it works.
+    #[serde(default, skip_serializing_if = "TokenLimits::is_none")]
+    pub limits: TokenLimits,
+}
+
+/// The terms a token works under beyond its role.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenLimits {
+    /// When it stops working (ms since the epoch); none: until revoked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at_ms: Option<u64>,
+    /// A join token's enrolments left; none: unlimited. `apply` counts it down as it records
+    /// each certificate the token enrolled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uses_left: Option<u32>,
+    /// The node ids a join token may enrol, `first..=last`; none: any id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_ids: Option<(NodeId, NodeId)>,
+}
+
+impl TokenLimits {
+    pub fn is_none(&self) -> bool {
+        *self == TokenLimits::default()
+    }
+}
+
+impl TokenRecord {
+    /// Whether it works at `now_ms`: not revoked, not expired, not used up. `Err` says why.
+    pub fn usable_at(&self, now_ms: u64) -> Result<(), String> {
+        if self.revoked {
+            return Err("token revoked".into());
+        }
+        if self.limits.expires_at_ms.is_some_and(|t| now_ms >= t) {
+            return Err(format!("token {} expired", self.id));
+        }
+        if self.limits.uses_left == Some(0) {
+            return Err(format!("join token {} is used up", self.id));
+        }
+        Ok(())
+    }
+
+    /// Whether this join token may enrol node `node`, which `is_member` says is already one of
+    /// the cluster's: within its node ids, and an existing member's id only when the token is
+    /// bound to exactly that id (an operator re-enrolling a host that lost its data).
+    pub fn may_enrol(&self, node: NodeId, is_member: bool) -> Result<(), String> {
+        match self.limits.node_ids {
+            Some((first, last)) if !(first..=last).contains(&node) => Err(format!(
+                "join token {} enrols nodes {first}..={last}, not node {node}",
+                self.id
+            )),
+            Some((first, last)) if first == last => Ok(()),
+            _ if is_member => Err(format!(
+                "node {node} is already a member: enrolling it again needs a join token bound \
+                 to exactly that id (gpuctl token create --role node --node-ids {node})"
+            )),
+            _ => Ok(()),
+        }
+    }
 }
 
 /// The rights a token holder has, for the grant rule.
@@ -104,6 +164,29 @@ pub fn check_grant_shape(g: &Grant) -> Result<(), String> {
     }
 }
 
+/// A token's limits are sound at `now_ms`: an expiry still ahead; uses (at least one) and node
+/// ids (`first..=last`, from 1) only on join tokens.
+pub fn check_limits(token: &TokenRecord, now_ms: u64) -> Result<(), String> {
+    let l = &token.limits;
+    if l.expires_at_ms.is_some_and(|t| t <= now_ms) {
+        return Err("a token's expiry must lie ahead".into());
+    }
+    if token.role != Role::Node && (l.uses_left.is_some() || l.node_ids.is_some()) {
+        return Err("only join tokens (role node) have uses and node ids".into());
+    }
+    if l.uses_left == Some(0) {
+        return Err("a join token needs at least one use".into());
+    }
+    if let Some((first, last)) = l.node_ids
+        && (first == 0 || first > last)
+    {
+        return Err(format!(
+            "node ids {first}..={last} are not a range of ids from 1"
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -113,6 +196,69 @@ mod tests {
             role,
             tenant: tenant.map(str::to_owned),
         }
+    }
+
+    fn join_token(limits: TokenLimits) -> TokenRecord {
+        TokenRecord {
+            id: "j".into(),
+            secret_sha256: String::new(),
+            role: Role::Node,
+            tenant: None,
+            description: String::new(),
+            created_at_ms: 0,
+            created_by: "t".into(),
+            revoked: false,
+            account: None,
+            limits,
+        }
+    }
+
+    #[test]
+    fn join_token_terms() {
+        let t = join_token(TokenLimits {
+            expires_at_ms: Some(100),
+            uses_left: Some(2),
+            node_ids: Some((4, 8)),
+        });
+        assert_eq!(check_limits(&t, 50), Ok(()));
+        assert!(check_limits(&t, 100).is_err(), "already expired");
+        assert_eq!(t.usable_at(99), Ok(()));
+        assert!(t.usable_at(100).expect_err("expired").contains("expired"));
+        assert_eq!(t.may_enrol(4, false), Ok(()));
+        assert!(
+            t.may_enrol(9, false)
+                .expect_err("outside")
+                .contains("4..=8")
+        );
+        assert!(
+            t.may_enrol(5, true)
+                .expect_err("member")
+                .contains("already a member")
+        );
+        let bound = join_token(TokenLimits {
+            node_ids: Some((5, 5)),
+            ..TokenLimits::default()
+        });
+        assert_eq!(bound.may_enrol(5, true), Ok(()), "re-enrolling a lost host");
+        let used = join_token(TokenLimits {
+            uses_left: Some(0),
+            ..TokenLimits::default()
+        });
+        assert!(used.usable_at(0).expect_err("used").contains("used up"));
+        assert!(check_limits(&used, 0).is_err());
+        let user = TokenRecord {
+            role: Role::User,
+            ..join_token(TokenLimits {
+                uses_left: Some(1),
+                ..TokenLimits::default()
+            })
+        };
+        assert!(check_limits(&user, 0).is_err(), "uses are for join tokens");
+        let backwards = join_token(TokenLimits {
+            node_ids: Some((8, 4)),
+            ..TokenLimits::default()
+        });
+        assert!(check_limits(&backwards, 0).is_err());
     }
 
     #[test]

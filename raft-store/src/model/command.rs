@@ -130,6 +130,10 @@ pub enum Command {
     /// A certificate the cluster CA just issued (for listing and revocation by serial).
     RecordCertificate {
         cert: crate::model::cert::CertRecord,
+        /// The join token that enrolled the node the certificate is for: `apply` checks its
+        /// terms again and counts down its uses. Absent for renewals and client certificates.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        enrolled_with: Option<String>,
     },
     /// Put a serial on the revocation list; agents refuse it from the next request on.
     RevokeCertificate {
@@ -229,6 +233,11 @@ pub const PROTOCOL_2: u32 = 2;
 /// retries of failed runs and the out-of-memory outcome.
 pub const PROTOCOL_3: u32 = 3;
 
+/// The internal protocol version that added token limits (expiry; a join token's uses and
+/// node ids, counted down and checked when its enrolment is recorded): an older agent would
+/// drop them and let an expired or used-up token in.
+pub const PROTOCOL_5: u32 = 5;
+
 /// The internal protocol version that added container jobs (`JobSpec::container`) and tenants'
 /// allowed mounts: an older agent would run a container job's command on the host.
 pub const PROTOCOL_4: u32 = 4;
@@ -241,6 +250,11 @@ impl Command {
             Command::Batch { .. }
             | Command::SetGpuPartition { .. }
             | Command::BindSlices { .. } => PROTOCOL_2,
+            Command::CreateToken { token } if !token.limits.is_none() => PROTOCOL_5,
+            Command::RecordCertificate {
+                enrolled_with: Some(_),
+                ..
+            } => PROTOCOL_5,
             Command::SubmitJob { spec, .. } if spec.container.is_some() => PROTOCOL_4,
             Command::CreateTenant { tenant } | Command::UpdateTenant { tenant }
                 if !tenant.allowed_mounts.is_empty() =>
@@ -367,7 +381,7 @@ impl fmt::Display for Command {
                 Some(a) => write!(f, "token account {id} = {a}"),
                 None => write!(f, "token account {id} cleared"),
             },
-            Command::RecordCertificate { cert } => {
+            Command::RecordCertificate { cert, .. } => {
                 write!(f, "certificate issued {} {}", cert.serial, cert.subject)
             }
             Command::RevokeCertificate { serial, .. } => {
@@ -787,6 +801,7 @@ mod tests {
                     created_by: "system:bootstrap".into(),
                     revoked: false,
                     account: None,
+                    limits: Default::default(),
                 },
             },
             Command::RevokeToken { id: "t1".into() },
@@ -807,6 +822,7 @@ mod tests {
                     revoked: false,
                     revoked_reason: String::new(),
                 },
+                enrolled_with: None,
             },
             Command::RevokeCertificate {
                 serial: "0a".into(),
@@ -1086,6 +1102,57 @@ mod tests {
         assert_eq!(Command::UpdateTenant { tenant }.protocol(), PROTOCOL_4);
         expect![[r#"{"proposed_at_ms":1,"cmd":{"type":"submit_job","spec":{"name":"train","tenant":"default","command":["python"],"env":{},"workdir":null,"gpus":0,"gpu_types":[],"min_gpu_memory_mib":0,"node_selector":{},"priority":0,"runtime_estimate_s":null,"wall_time_limit_s":null,"max_attempts":1,"cpu_millis":null,"memory_mib":null,"container":{"image":"localhost/train:1","mounts":[{"source":"/data","target":"/data","read_only":true}]}},"idempotency_key":null}}"#]]
             .assert_eq(&serde_json::to_string(&LogEntry { proposed_at_ms: 1, cmd: submit, meta: None }).expect("encodes"));
+    }
+
+    #[test]
+    fn token_limits_and_enrolments_wait_for_protocol_5_and_their_encoding_is_frozen() {
+        use crate::model::auth::{Role, TokenLimits, TokenRecord};
+        let token = TokenRecord {
+            id: "j1".into(),
+            secret_sha256: "ab".repeat(32),
+            role: Role::Node,
+            tenant: None,
+            description: String::new(),
+            created_at_ms: 1,
+            created_by: "t1".into(),
+            revoked: false,
+            account: None,
+            limits: TokenLimits {
+                expires_at_ms: Some(86_400_001),
+                uses_left: Some(1),
+                node_ids: Some((4, 8)),
+            },
+        };
+        let create = Command::CreateToken {
+            token: token.clone(),
+        };
+        assert_eq!(create.protocol(), PROTOCOL_5);
+        let unlimited = Command::CreateToken {
+            token: TokenRecord {
+                limits: TokenLimits::default(),
+                ..token
+            },
+        };
+        assert_eq!(unlimited.protocol(), 1);
+        let enrolled = Command::RecordCertificate {
+            cert: crate::model::cert::CertRecord {
+                serial: "0b".into(),
+                subject: "node 4".into(),
+                not_after_ms: 9,
+                issued_at_ms: 1,
+                revoked: false,
+                revoked_reason: String::new(),
+            },
+            enrolled_with: Some("j1".into()),
+        };
+        assert_eq!(enrolled.protocol(), PROTOCOL_5);
+        let bytes: Vec<String> = [create, enrolled]
+            .into_iter()
+            .map(|c| serde_json::to_string(&entry(c)).unwrap_or_default())
+            .collect();
+        expect![[r#"
+            {"proposed_at_ms":1700000000000,"cmd":{"type":"create_token","token":{"id":"j1","secret_sha256":"abababababababababababababababababababababababababababababababab","role":"node","tenant":null,"description":"","created_at_ms":1,"created_by":"t1","revoked":false,"limits":{"expires_at_ms":86400001,"uses_left":1,"node_ids":[4,8]}}}}
+            {"proposed_at_ms":1700000000000,"cmd":{"type":"record_certificate","cert":{"serial":"0b","subject":"node 4","not_after_ms":9,"issued_at_ms":1,"revoked":false,"revoked_reason":""},"enrolled_with":"j1"}}"#]].assert_eq(&bytes.join("\n"));
     }
 
     #[test]

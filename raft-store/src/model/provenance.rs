@@ -123,6 +123,7 @@ mod tests {
                 created_at_ms: 1,
                 revoked: false,
                 account: None,
+                limits: Default::default(),
             },
         };
         for never in [mint, Command::BindJobs { binds }] {

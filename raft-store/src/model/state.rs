@@ -136,13 +136,16 @@ impl ClusterState {
             } => self.member_finished(*job, *generation, *node, now),
             Command::NoteUnschedulable { reasons } => Ok(self.note_unschedulable(reasons)),
             Command::PreemptJobs { preemptions } => Ok(self.preempt_all(preemptions)),
-            Command::CreateToken { token } => self.create_token(token, meta),
+            Command::CreateToken { token } => self.create_token(token, meta, now),
             Command::RevokeToken { id } => self.revoke_token(id, meta),
             Command::SetTokenAccount { id, account } => {
                 self.set_token_account(id, account.as_ref(), meta)
             }
             Command::AuditDenied { .. } | Command::RecordAction { .. } => Ok(ApplyResult::Ok),
-            Command::RecordCertificate { cert } => self.record_certificate(cert),
+            Command::RecordCertificate {
+                cert,
+                enrolled_with,
+            } => self.record_certificate(cert, enrolled_with.as_deref(), now),
             Command::RevokeCertificate { serial, reason } => {
                 self.revoke_certificate(serial, reason)
             }

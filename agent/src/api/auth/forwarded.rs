@@ -14,19 +14,22 @@ use super::rbac::{Action, Identity};
 use super::token;
 use crate::raft::Proposal;
 
-/// Who forwarded the write: the node its certificate names, and whether it is a voter now.
+/// Who forwarded the write: the node its certificate names, whether it is a voter now, and
+/// whether its build forwards callers' credentials (`protocol::CREDENTIALS_FORWARDED`).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Forwarder {
     pub node: NodeId,
     pub voter: bool,
+    pub sends_credentials: bool,
 }
 
-/// Check `proposal` from `from` against `state`, and make its actor the caller the leader
+/// Check `proposal` from `from` against `state` at `now_ms`, and make its actor the caller the leader
 /// authenticated. `Err` is why it is refused.
 pub(crate) fn vouch(
     state: &ClusterState,
     from: Forwarder,
     proposal: &mut Proposal,
+    now_ms: u64,
 ) -> Result<(), String> {
     let Some(meta) = proposal.meta.as_mut() else {
         return if from.voter || state.is_own_report(from.node, &proposal.cmd) {
@@ -40,9 +43,11 @@ pub(crate) fn vouch(
     };
     let Some(credential) = &proposal.credential else {
         // A refusal on record grants nothing; every other write for a caller needs the
-        // caller's own credential.
+        // caller's own credential, except from a voter of a build from before credentials
+        // were forwarded (a rolling upgrade: voters are trusted as they are).
         return match proposal.cmd {
             Command::AuditDenied { .. } => Ok(()),
+            _ if from.voter && !from.sends_credentials => Ok(()),
             _ => Err(format!(
                 "a write for a caller must carry the caller's credential ({} from node {})",
                 proposal.cmd, from.node
@@ -53,13 +58,24 @@ pub(crate) fn vouch(
         .0
         .split_once('.')
         .ok_or("a malformed credential")?;
-    let identity = token::identify(state.tokens.get(id), secret).map_err(str::to_owned)?;
+    let identity = token::identify(state.tokens.get(id), secret, now_ms)?;
     meta.actor.clone_from(&identity.token_id);
     for action in rights_needed(state, &proposal.cmd)? {
         identity.may(action)?;
     }
-    if let Command::RecordCertificate { cert } = &proposal.cmd {
+    if let Command::RecordCertificate {
+        cert,
+        enrolled_with,
+    } = &proposal.cmd
+    {
         enrols_only_nodes(&identity, &cert.subject)?;
+        // An enrolment is counted against the token it came with, and only that one.
+        if cert.subject.starts_with("node ") && enrolled_with.as_ref() != Some(&identity.token_id) {
+            return Err(format!(
+                "an enrolment must be recorded against its own join token {}",
+                identity.token_id
+            ));
+        }
     }
     Ok(())
 }
@@ -139,6 +155,7 @@ mod tests {
                 created_by: "system:test".into(),
                 revoked: false,
                 account: None,
+                limits: Default::default(),
             };
             s.apply(&LogEntry {
                 proposed_at_ms: 1,
@@ -166,6 +183,7 @@ mod tests {
     const LEARNER: Forwarder = Forwarder {
         node: 2,
         voter: false,
+        sends_credentials: true,
     };
 
     #[test]
@@ -174,22 +192,27 @@ mod tests {
         let revoke = || Command::RevokeToken { id: "usr".into() };
         // The forwarder's word for the actor is replaced by the credential's token.
         let mut p = proposal(revoke(), Some("someone"), Some("adm.a1"));
-        assert_eq!(vouch(&s, LEARNER, &mut p), Ok(()));
+        assert_eq!(vouch(&s, LEARNER, &mut p, 1), Ok(()));
         assert_eq!(p.meta.map(|m| m.actor).as_deref(), Some("adm"));
         // A credential without the right, a wrong secret, none at all.
         let mut p = proposal(revoke(), Some("adm"), Some("usr.u1"));
-        let e = vouch(&s, LEARNER, &mut p).expect_err("a user token");
+        let e = vouch(&s, LEARNER, &mut p, 1).expect_err("a user token");
         assert!(e.contains("may not manage tokens"), "{e}");
         let mut p = proposal(revoke(), Some("adm"), Some("adm.wrong"));
-        assert!(vouch(&s, LEARNER, &mut p).is_err());
+        assert!(vouch(&s, LEARNER, &mut p, 1).is_err());
         let mut p = proposal(revoke(), Some("adm"), None);
-        assert!(vouch(&s, LEARNER, &mut p).is_err());
+        assert!(vouch(&s, LEARNER, &mut p, 1).is_err());
         // A refusal on record needs no credential; a command no client makes is refused.
         let denied = Command::AuditDenied {
             reason: "no token".into(),
         };
         assert_eq!(
-            vouch(&s, LEARNER, &mut proposal(denied, Some("anonymous"), None)),
+            vouch(
+                &s,
+                LEARNER,
+                &mut proposal(denied, Some("anonymous"), None),
+                1
+            ),
             Ok(())
         );
         let bind = Command::BindJobs { binds: vec![] };
@@ -197,6 +220,7 @@ mod tests {
             &s,
             LEARNER,
             &mut proposal(bind.clone(), Some("adm"), Some("adm.a1")),
+            1,
         )
         .expect_err("not a client's");
         assert!(e.contains("not a request a client makes"), "{e}");
@@ -204,11 +228,12 @@ mod tests {
         let voter = Forwarder {
             node: 1,
             voter: true,
+            sends_credentials: true,
         };
         assert_eq!(
-            vouch(&s, voter, &mut proposal(bind.clone(), None, None)),
+            vouch(&s, voter, &mut proposal(bind.clone(), None, None), 1),
             Ok(())
         );
-        assert!(vouch(&s, LEARNER, &mut proposal(bind, None, None)).is_err());
+        assert!(vouch(&s, LEARNER, &mut proposal(bind, None, None), 1).is_err());
     }
 }

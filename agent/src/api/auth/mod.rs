@@ -20,6 +20,7 @@ use tracing::warn;
 use self::limit::{RateLimiter, Verdict};
 use self::peer::PeerCheck;
 use self::rbac::{Action, Identity};
+use crate::clock::now_ms;
 use crate::raft::{Cluster, Credential, OnBehalf};
 
 #[derive(Clone)]
@@ -153,14 +154,14 @@ impl Auth {
         };
         let lookup = || self.cluster.state.read(|s| s.tokens.get(id).cloned());
         let mut record = lookup();
-        if token::identify(record.as_ref(), secret).is_err() {
+        if token::identify(record.as_ref(), secret, now_ms()).is_err() {
             // This replica may simply be behind (a token minted through another agent a moment
             // ago, or a restart still replaying): catch up once before refusing.
             if self.cluster.linearizable_read().await.is_ok() {
                 record = lookup();
             }
         }
-        let identity = match token::identify(record.as_ref(), secret) {
+        let identity = match token::identify(record.as_ref(), secret, now_ms()) {
             Ok(identity) => identity,
             Err(why) => {
                 if record.is_some_and(|t| t.revoked) {

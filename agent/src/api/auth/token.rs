@@ -36,21 +36,22 @@ pub fn parse_header(value: &str) -> Option<(&str, &str)> {
     (plausible(id) && plausible(secret)).then_some((id, secret))
 }
 
-/// Who a token's holder is, from its replicated record (`None`: unknown here) and the secret
-/// they presented; else why not.
-pub fn identify(record: Option<&TokenRecord>, secret: &str) -> Result<Identity, &'static str> {
-    match record {
-        Some(t) if !matches(secret, &t.secret_sha256) => {
-            Err("invalid token (unknown token or wrong secret)")
-        }
-        Some(t) if t.revoked => Err("token revoked"),
-        Some(t) => Ok(Identity {
-            token_id: t.id.clone(),
-            role: t.role,
-            tenant: t.tenant.clone(),
-        }),
-        None => Err("invalid token (unknown token or wrong secret)"),
-    }
+/// Who a token's holder is at `now_ms`, from its replicated record (`None`: unknown here) and
+/// the secret they presented; else why not (unknown, wrong secret, revoked, expired, used up).
+pub fn identify(
+    record: Option<&TokenRecord>,
+    secret: &str,
+    now_ms: u64,
+) -> Result<Identity, String> {
+    let t = record
+        .filter(|t| matches(secret, &t.secret_sha256))
+        .ok_or("invalid token (unknown token or wrong secret)")?;
+    t.usable_at(now_ms)?;
+    Ok(Identity {
+        token_id: t.id.clone(),
+        role: t.role,
+        tenant: t.tenant.clone(),
+    })
 }
 
 /// Whether `secret` hashes to `stored` (hex SHA-256), in time independent of where they differ.

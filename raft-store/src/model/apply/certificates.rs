@@ -1,14 +1,19 @@
 //! Applying certificates: recording what the cluster CA issued, and the revocation list.
 
+use crate::NodeId;
 use crate::model::cert::{self, CertRecord};
 use crate::model::outcome::{ApplyResult, Rejection, invalid};
 use crate::model::state::ClusterState;
 use crate::model::validate;
 
 impl ClusterState {
+    /// Record an issued certificate; one that enrolled a node with a join token only while the
+    /// token still works for that node, counting one of its uses.
     pub(crate) fn record_certificate(
         &mut self,
         cert: &CertRecord,
+        enrolled_with: Option<&str>,
+        now: u64,
     ) -> Result<ApplyResult, Rejection> {
         cert::check_serial(&cert.serial).map_err(invalid)?;
         if self.certificates.contains_key(&cert.serial) {
@@ -16,6 +21,24 @@ impl ClusterState {
                 "certificate {} is already recorded",
                 cert.serial
             )));
+        }
+        if let Some(id) = enrolled_with {
+            let node = cert
+                .subject
+                .strip_prefix("node ")
+                .and_then(|n| n.parse::<NodeId>().ok())
+                .ok_or_else(|| invalid(format!("{} is not a node's certificate", cert.subject)))?;
+            let is_member = self.nodes.contains_key(&node);
+            let token = self
+                .tokens
+                .get_mut(id)
+                .ok_or_else(|| Rejection::UnknownToken { id: id.to_owned() })?;
+            let denied = |message| Rejection::PermissionDenied { message };
+            token.usable_at(now).map_err(denied)?;
+            token.may_enrol(node, is_member).map_err(denied)?;
+            if let Some(left) = &mut token.limits.uses_left {
+                *left -= 1;
+            }
         }
         let mut cert = cert.clone();
         cert.revoked = false;

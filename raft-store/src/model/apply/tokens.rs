@@ -76,6 +76,7 @@ impl ClusterState {
         &mut self,
         token: &TokenRecord,
         meta: Option<&RequestMeta>,
+        now: u64,
     ) -> Result<ApplyResult, Rejection> {
         let wanted = Grant {
             role: token.role,
@@ -95,6 +96,7 @@ impl ClusterState {
             return Err(invalid("token secret hash must be 64 hex digits".into()));
         }
         validate::name("token id", &token.id).map_err(invalid)?;
+        auth::check_limits(token, now).map_err(invalid)?;
         if let Some(a) = &token.account {
             self.require_admin(meta, "set a token's account")?;
             validate::account(a).map_err(invalid)?;
