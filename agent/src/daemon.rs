@@ -41,6 +41,7 @@ use crate::raft::transport_faults::TransportFaults;
 use crate::scheduler::Policy;
 use crate::tls::enroll::{self, Renewer, TlsIdentity};
 use crate::tls::files::write_file;
+use crate::tls::signing_key::SigningKeyKeeper;
 use crate::tls::{NodeTls, Subject, TlsDir};
 use gpu_proto::tls::{read_public, read_secret};
 
@@ -209,6 +210,12 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
             }),
         };
         tasks.spawn(renewer.run(cancel.clone()));
+        let keeper = SigningKeyKeeper {
+            identity: identity.clone(),
+            cluster: cluster.clone(),
+            interval: Duration::from_secs(2),
+        };
+        tasks.spawn(keeper.run(cancel.clone()));
     }
 
     info!(
@@ -562,7 +569,7 @@ async fn write_bootstrap_client_cert(
         )
         .await
         .context("issuing the admin client certificate")?;
-    write_file(&dir.join("ca.crt"), &material.ca.cert_pem, 0o644)?;
+    write_file(&dir.join("ca.crt"), &material.ca_cert_pem, 0o644)?;
     write_file(&dir.join("admin.key"), &key_pem, 0o600)?;
     write_file(&dir.join("admin.crt"), &cert_pem, 0o644)?;
     info!(dir = %dir.display(), "wrote the admin client certificate (admin.crt, admin.key, ca.crt)");

@@ -4,6 +4,9 @@
 //!   a token without a caller, under a forged actor, or with a caller's credential that lacks
 //!   the right; nor speak for another node. Its own reports still go through.
 //! - A member's certificate cannot re-point another member's address through `Join`.
+//! - The CA key never goes over the wire to a joining agent: only voters hold it (a new voter
+//!   fetches it from another), a learner's certificate cannot fetch it, and enrolment through
+//!   a learner is passed on to the leader.
 //! - A join token works once by default, until it expires, and only for the node ids it
 //!   names; no token mints a certificate for a node that is already a member unless it is
 //!   bound to exactly that id.
@@ -13,7 +16,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use gpu_proto::internal::v1::raft_peer_client::RaftPeerClient;
-use gpu_proto::internal::v1::{IssueCertificateRequest, JoinRequest, RaftMessage};
+use gpu_proto::internal::v1::{
+    FetchSigningKeyRequest, IssueCertificateRequest, JoinRequest, RaftMessage,
+};
 use gpu_proto::v1 as pb;
 use gpu_proto::v1::token_service_client::TokenServiceClient;
 use gpu_raft_store::{Command, Inventory, RequestMeta, Role, TokenRecord};
@@ -94,11 +99,12 @@ async fn a_learner_cannot_forge_a_caller_through_propose() {
     // One voter (n1, the leader); n2 and n3 are learners, whose own reports (registration)
     // reached the leader through Propose for the cluster to form at all.
     let c = Cluster::start(3, 1, "").await;
-    for learner in [2, 3] {
-        c.node(1, learner, false)
-            .await
-            .expect("every learner registered itself");
-    }
+    c.wait_for(
+        "every learner to register itself",
+        Duration::from_secs(20),
+        |c| async move { c.node(1, 2, false).await.is_ok() && c.node(1, 3, false).await.is_ok() },
+    )
+    .await;
     let admin = c.admin_token();
     let admin_id = admin.split_once('.').expect("id.secret").0;
     let mut tokens = TokenServiceClient::new(c.channel(1).await.expect("channel"));
@@ -193,8 +199,18 @@ async fn join_token(c: &Cluster, ttl_s: Option<u64>, uses: Option<u32>, ids: (u6
 /// Enrol as `node` through n1 with `bearer`, the way a joining agent does (no client
 /// certificate; its own key): the certificate, or the refusal's message.
 async fn enrol(c: &Cluster, node: u64, bearer: &str) -> Result<String, String> {
+    enrol_via(c, 1, node, bearer).await.map(|r| r.cert_pem)
+}
+
+/// `enrol` through agent `via`: the whole answer.
+async fn enrol_via(
+    c: &Cluster,
+    via: u64,
+    node: u64,
+    bearer: &str,
+) -> Result<gpu_proto::internal::v1::IssueCertificateResponse, String> {
     let channel = c
-        .endpoint(1, None)
+        .endpoint(via, None)
         .expect("endpoint")
         .connect()
         .await
@@ -209,7 +225,7 @@ async fn enrol(c: &Cluster, node: u64, bearer: &str) -> Result<String, String> {
     req.metadata_mut().insert("authorization", header);
     peer.issue_certificate(req)
         .await
-        .map(|r| r.into_inner().cert_pem)
+        .map(tonic::Response::into_inner)
         .map_err(|s| s.message().to_owned())
 }
 
@@ -242,4 +258,57 @@ async fn join_tokens_expire_are_used_once_and_enrol_only_their_nodes() {
     assert!(why.contains("already a member"), "{why}");
     let bound = join_token(&c, None, None, (2, 2)).await;
     enrol(&c, 2, &bound).await.expect("bound to exactly n2");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ca_key_stays_with_the_voters() {
+    // Three voters (n1 and two of the joiners) and a learner.
+    let c = Cluster::start(4, 3, "").await;
+    let voters = gpu_tests::voters(&c.status(1, false).await.expect("status"));
+    let learner = (1..=4)
+        .find(|id| !voters.contains(id))
+        .expect("one learner");
+    let has_key = |id: u64| c.root.path().join(format!("node-{id}/tls/ca.key")).exists();
+    // The joined voters fetch the key from n1 (within the keeper's interval).
+    c.wait_for(
+        "every voter to hold the CA key",
+        Duration::from_secs(20),
+        |_| {
+            let all = voters.iter().all(|v| has_key(*v));
+            async move { all }
+        },
+    )
+    .await;
+    assert!(!has_key(learner), "a learner never holds the CA key");
+
+    // Enrolment answers never carry it, also through a learner (passed on to the leader).
+    let token = join_token(&c, None, Some(2), (0, 0)).await;
+    for (via, node) in [(1, 20), (learner, 21)] {
+        let answer = enrol_via(&c, via, node, &token)
+            .await
+            .unwrap_or_else(|e| panic!("enrolling n{node} through n{via}: {e}"));
+        assert!(answer.cert_pem.contains("BEGIN CERTIFICATE"));
+        assert!(
+            answer.ca_key_pem.is_empty(),
+            "via n{via}: the CA key went over the wire"
+        );
+    }
+
+    // A learner's certificate cannot fetch it; a voter's can.
+    let err = as_node(&c, learner, 1)
+        .await
+        .fetch_signing_key(FetchSigningKeyRequest {})
+        .await
+        .expect_err("a learner fetching the key");
+    assert_eq!(err.code(), tonic::Code::PermissionDenied, "{err}");
+    let voter = voters
+        .iter()
+        .copied()
+        .find(|v| *v != 1)
+        .expect("a joined voter");
+    as_node(&c, voter, 1)
+        .await
+        .fetch_signing_key(FetchSigningKeyRequest {})
+        .await
+        .expect("a voter fetching the key");
 }

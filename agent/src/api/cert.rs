@@ -68,7 +68,7 @@ impl CertService for CertApi {
                 None,
             )
             .await?;
-        let ca_cert_pem = tls.current().map(|t| t.ca.cert_pem).unwrap_or_default();
+        let ca_cert_pem = tls.current().map(|t| t.ca_cert_pem).unwrap_or_default();
         Ok(Response::new(pb::IssueClientCertificateResponse {
             cert_pem,
             ca_cert_pem,

@@ -4,12 +4,14 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use gpu_proto::internal::v1::raft_peer_server::RaftPeer;
 use gpu_proto::internal::v1::{
-    IssueCertificateRequest, IssueCertificateResponse, JoinRequest, JoinResponse,
-    LeaderStatusRequest, LocalGpuTelemetryRequest, LocalGpuTelemetryResponse, RaftMessage,
-    ReadIndexRequest, ReadIndexResponse, ReadRunLogRequest, RenewCertificateRequest,
+    FetchSigningKeyRequest, FetchSigningKeyResponse, IssueCertificateRequest,
+    IssueCertificateResponse, JoinRequest, JoinResponse, LeaderStatusRequest,
+    LocalGpuTelemetryRequest, LocalGpuTelemetryResponse, RaftMessage, ReadIndexRequest,
+    ReadIndexResponse, ReadRunLogRequest, RenewCertificateRequest,
 };
 use gpu_proto::v1 as pb;
 use gpu_raft_store::{NodeId, TypeConfig, validate};
@@ -29,6 +31,7 @@ use crate::api::logs::{self, LogRequest, LogStream};
 use crate::api::status::{bad_payload, incompatible_peer, invalid};
 use crate::gpu::GpuBackend;
 use crate::monitor::Telemetry;
+use crate::raft::peer_client::with_deadline;
 use crate::raft::protocol;
 use crate::raft::{Attempt, Cluster, ClusterError, Proposal};
 use crate::tls::{Subject, TlsIdentity};
@@ -78,6 +81,27 @@ impl PeerService {
 }
 
 impl PeerService {
+    /// An enrolment this agent cannot sign (it holds no CA key), passed on to the leader with
+    /// the joiner's own token: the leader checks it again.
+    async fn pass_on_enrolment(
+        &self,
+        req: &Request<IssueCertificateRequest>,
+    ) -> Result<Response<IssueCertificateResponse>, Status> {
+        let not_a_signer = || Status::from(crate::tls::enroll::IssueError::NotASigner);
+        let (leader, addr) = self.cluster.leader().ok_or_else(not_a_signer)?;
+        if leader == self.cluster.id {
+            return Err(not_a_signer());
+        }
+        let mut passed = with_deadline(req.get_ref().clone(), Duration::from_secs(10));
+        if let Some(bearer) = req.metadata().get("authorization") {
+            passed
+                .metadata_mut()
+                .insert("authorization", bearer.clone());
+        }
+        let mut client = self.cluster.peers.get(&addr)?;
+        client.issue_certificate(passed).await
+    }
+
     /// The leader's own check of a forwarded write (`forwarded::vouch`), against its replica
     /// brought up to date once when the caller's token is not (yet) known here.
     async fn vouch(
@@ -360,16 +384,24 @@ impl RaftPeer for PeerService {
         }
         // The join token's terms, here for a clear answer; `apply` checks them again and
         // counts the use when it records the certificate.
-        let is_member = self.cluster.view().members.contains_key(&node)
-            || self.cluster.state.read(|s| s.nodes.contains_key(&node));
+        let is_member = self.cluster.view().members.contains_key(&node);
         let token = &caller.identity.token_id;
-        let terms = self
-            .cluster
-            .state
-            .read(|s| s.tokens.get(token).map(|t| t.may_enrol(node, is_member)));
+        let terms = self.cluster.state.read(|s| {
+            s.tokens.get(token).map(|t| {
+                t.may_enrol(node)?;
+                if is_member {
+                    t.may_re_enrol(node)
+                } else {
+                    Ok(())
+                }
+            })
+        });
         if let Some(Err(why)) = terms {
             self.auth.record_denial(caller.meta.clone(), &why).await;
             return Err(Status::permission_denied(why));
+        }
+        if !self.tls()?.is_signer() {
+            return self.pass_on_enrolment(&req).await;
         }
         self.certify(
             &req.get_ref().csr_pem,
@@ -378,6 +410,28 @@ impl RaftPeer for PeerService {
             Some(token.clone()),
         )
         .await
+    }
+
+    async fn fetch_signing_key(
+        &self,
+        req: Request<FetchSigningKeyRequest>,
+    ) -> Result<Response<FetchSigningKeyResponse>, Status> {
+        let node = self
+            .peers
+            .node(&req)?
+            .ok_or_else(|| Status::failed_precondition("this agent runs without TLS"))?;
+        if !self.cluster.view().voters.contains(&node) {
+            return Err(Status::permission_denied(format!(
+                "only voters hold the CA key, and node {node} is not one"
+            )));
+        }
+        let ca_key_pem = self
+            .tls()?
+            .current()
+            .and_then(|t| t.ca_key_pem)
+            .ok_or_else(|| Status::unavailable("this agent does not hold the CA key"))?;
+        tracing::info!(node_id = node, "handed the CA key to a new voter");
+        Ok(Response::new(FetchSigningKeyResponse { ca_key_pem }))
     }
 
     async fn renew_certificate(

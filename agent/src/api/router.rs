@@ -104,7 +104,7 @@ pub(crate) async fn serve(listener: TcpListener, s: Services, cancel: Cancellati
 fn server_tls(identity: &TlsIdentity) -> anyhow::Result<Arc<rustls::ServerConfig>> {
     let ca = identity
         .current()
-        .map(|t| t.ca.cert_pem)
+        .map(|t| t.ca_cert_pem)
         .unwrap_or_default();
     crate::tls::server::server_config(&ca, identity.slot.clone())
 }
@@ -152,7 +152,7 @@ fn register(router: Router, names: &mut Vec<&'static str>, s: Services) -> Route
         .tls
         .as_ref()
         .and_then(|t| t.current())
-        .and_then(|t| crate::tls::pki::fingerprint(&t.ca.cert_pem).ok())
+        .and_then(|t| crate::tls::pki::fingerprint(&t.ca_cert_pem).ok())
         .unwrap_or_else(|| "insecure".into());
     let peer = RaftPeerServer::new(PeerService {
         cluster: cluster.clone(),

@@ -62,6 +62,7 @@ impl From<IssueError> for Status {
     fn from(e: IssueError) -> Self {
         match e {
             IssueError::Refused(why) => Status::invalid_argument(why),
+            IssueError::NotASigner => Status::unavailable(e.to_string()),
             IssueError::NotRecorded(e) => e.into(),
         }
     }

@@ -1,8 +1,11 @@
 //! How an agent comes to hold a certificate, and keeps one:
 //! - bootstrap: the first agent creates the cluster CA and signs its own certificate;
-//! - join: a new agent makes a key and a request, and a member signs it for a join token
-//!   (`IssueCertificate`; the answer also carries the CA so the new agent can sign later);
-//! - renewal: before a third of its lifetime is left, an agent asks a peer to sign a new key.
+//! - join: a new agent makes a key and a request, and a signer signs it for a join token
+//!   (`IssueCertificate`; the answer carries the CA's certificate, never its key);
+//! - renewal: before a third of its lifetime is left, an agent asks a peer to sign a new key;
+//! - signing: the CA key lives only on the signers, the voters: a voter without it fetches it
+//!   from one that has it (`signing_key.rs`), and an agent without it passes enrolments on to
+//!   the leader.
 //!
 //! `TlsIdentity` is the live material: installing new material writes it to disk, and swaps it
 //! into the listener and the outgoing connections at once.
@@ -33,9 +36,12 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Why a certificate was not issued.
 #[derive(Debug, thiserror::Error)]
 pub enum IssueError {
-    /// The request itself: no CA here yet, an unreadable CSR.
+    /// The request itself: an unreadable CSR.
     #[error("{0}")]
     Refused(String),
+    /// This agent does not hold the CA key (it is not a signer, or not yet).
+    #[error("this agent does not sign certificates (only voters hold the CA key)")]
+    NotASigner,
     /// Signed, but not recorded (so not handed out).
     #[error(transparent)]
     NotRecorded(#[from] ClusterError),
@@ -67,11 +73,16 @@ impl TlsIdentity {
     /// Store `tls` durably, then present it on every new connection in and out.
     pub fn install(&self, tls: NodeTls) -> anyhow::Result<()> {
         self.dir.store(&tls)?;
-        self.slot.set(&tls.node, &tls.ca.cert_pem)?;
+        self.slot.set(&tls.node, &tls.ca_cert_pem)?;
         self.peers
-            .use_tls(super::client::config(&tls.ca.cert_pem, Some(&tls.node)));
+            .use_tls(super::client::config(&tls.ca_cert_pem, Some(&tls.node)));
         *self.current.write().unwrap_or_else(|p| p.into_inner()) = Some(tls);
         Ok(())
+    }
+
+    /// Whether this agent holds the CA key (it signs certificates).
+    pub fn is_signer(&self) -> bool {
+        self.current().is_some_and(|t| t.ca_key_pem.is_some())
     }
 
     pub fn current(&self) -> Option<NodeTls> {
@@ -93,7 +104,7 @@ impl TlsIdentity {
         by: Option<OnBehalf>,
         enrolled_with: Option<String>,
     ) -> Result<String, IssueError> {
-        let (cert_pem, record) = self.sign(csr_pem, subject).map_err(IssueError::Refused)?;
+        let (cert_pem, record) = self.sign(csr_pem, subject)?;
         let cmd = Command::RecordCertificate {
             cert: record,
             enrolled_with,
@@ -104,18 +115,19 @@ impl TlsIdentity {
 
     /// Sign `csr_pem` for `subject` with the cluster CA; also returns the record to replicate.
     /// Agents get `validity`, clients a year.
-    fn sign(&self, csr_pem: &str, subject: &Subject) -> Result<(String, CertRecord), String> {
-        let tls = self
+    fn sign(&self, csr_pem: &str, subject: &Subject) -> Result<(String, CertRecord), IssueError> {
+        let ca = self
             .current()
-            .ok_or("this agent has no certificate authority yet")?;
+            .and_then(|tls| tls.signing_ca())
+            .ok_or(IssueError::NotASigner)?;
         let now = SystemTime::now();
         let validity = match subject {
             Subject::Node(_) => self.validity,
             Subject::Client(_) => CLIENT_VALIDITY,
         };
-        let cert =
-            pki::sign(&tls.ca, csr_pem, subject, now, validity).map_err(|e| e.to_string())?;
-        let info = pki::inspect_pem(&cert).map_err(|e| e.to_string())?;
+        let refused = |e: pki::PkiError| IssueError::Refused(e.to_string());
+        let cert = pki::sign(&ca, csr_pem, subject, now, validity).map_err(refused)?;
+        let info = pki::inspect_pem(&cert).map_err(refused)?;
         let record = CertRecord {
             serial: info.serial,
             subject: subject.to_string(),
@@ -127,15 +139,29 @@ impl TlsIdentity {
         Ok((cert, record))
     }
 
-    /// The answer to an enrolment or renewal.
+    /// The answer to an enrolment or renewal: the certificate and the CA's certificate, never
+    /// the CA's key.
     pub fn answer(&self, cert_pem: String) -> Result<IssueCertificateResponse, String> {
         let tls = self
             .current()
             .ok_or("this agent has no certificate authority yet")?;
         Ok(IssueCertificateResponse {
             cert_pem,
-            ca_cert_pem: tls.ca.cert_pem,
-            ca_key_pem: tls.ca.key_pem,
+            ca_cert_pem: tls.ca_cert_pem,
+            ca_key_pem: String::new(),
+        })
+    }
+
+    /// Keep the CA key a signer handed us (this agent became a voter), once checked against
+    /// our CA certificate.
+    pub fn adopt_ca_key(&self, key_pem: String) -> anyhow::Result<()> {
+        let tls = self.current().context("no TLS material yet")?;
+        if !pki::key_matches(&tls.ca_cert_pem, &key_pem) {
+            bail!("the key we were handed is not our CA's");
+        }
+        self.install(NodeTls {
+            ca_key_pem: Some(key_pem),
+            ..tls
         })
     }
 }
@@ -145,7 +171,11 @@ pub(crate) fn bootstrap(node_id: NodeId, validity: Duration) -> anyhow::Result<N
     let now = SystemTime::now();
     let ca = pki::new_ca(now, CA_VALIDITY)?;
     let node = pki::issue(&ca, &Subject::Node(node_id), now, validity)?;
-    Ok(NodeTls { ca, node })
+    Ok(NodeTls {
+        ca_cert_pem: ca.cert_pem,
+        ca_key_pem: Some(ca.key_pem),
+        node,
+    })
 }
 
 /// Enrol through one of `seeds` with a join token, trusting only `ca_cert_pem`.
@@ -181,7 +211,9 @@ pub(crate) async fn join(
             Err(e) => Err(e),
         };
         match answer {
-            Ok(reply) => return accept(reply.into_inner(), key_pem, Subject::Node(node_id)),
+            Ok(reply) => {
+                return accept(reply.into_inner(), key_pem, Subject::Node(node_id), None);
+            }
             Err(s)
                 if matches!(
                     s.code(),
@@ -201,11 +233,13 @@ pub(crate) async fn join(
     bail!("no seed addresses to enrol through")
 }
 
-/// Check that an answer is a certificate for `want` chaining to the CA it came with.
+/// Check that an answer is a certificate for `want`; keep `ca_key_pem` (a signer's own, on
+/// renewal), whatever the answer carries.
 fn accept(
     reply: IssueCertificateResponse,
     key_pem: String,
     want: Subject,
+    ca_key_pem: Option<String>,
 ) -> anyhow::Result<NodeTls> {
     let info = pki::inspect_pem(&reply.cert_pem).context("the certificate we were given")?;
     if info.subject != want {
@@ -215,10 +249,8 @@ fn accept(
         );
     }
     Ok(NodeTls {
-        ca: KeyedCert {
-            cert_pem: reply.ca_cert_pem,
-            key_pem: reply.ca_key_pem,
-        },
+        ca_cert_pem: reply.ca_cert_pem,
+        ca_key_pem,
         node: KeyedCert {
             cert_pem: reply.cert_pem,
             key_pem,
@@ -288,7 +320,13 @@ impl Renewer {
             };
             match answer {
                 Ok(reply) => {
-                    let tls = accept(reply.into_inner(), key_pem, Subject::Node(self.node_id))?;
+                    let ours = self.identity.current().and_then(|t| t.ca_key_pem);
+                    let tls = accept(
+                        reply.into_inner(),
+                        key_pem,
+                        Subject::Node(self.node_id),
+                        ours,
+                    )?;
                     let serial = pki::inspect_pem(&tls.node.cert_pem)?.serial;
                     self.identity.install(tls)?;
                     return Ok(serial);

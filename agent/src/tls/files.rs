@@ -1,6 +1,6 @@
-//! The agent's TLS material on disk, `<data_dir>/tls/`: `ca.crt`, `ca.key` (agents sign their
-//! peers' requests, so every full member holds it), `node.crt`, `node.key`. Keys are written
-//! 0600 (atomically: temp file, fsync, rename) and refused when other users could read them.
+//! The agent's TLS material on disk, `<data_dir>/tls/`: `ca.crt`, `node.crt`, `node.key`, and
+//! on the agents that sign certificates (the voters) `ca.key`. Keys are written 0600
+//! (atomically: temp file, fsync, rename) and refused when other users could read them.
 
 use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
@@ -12,11 +12,31 @@ use gpu_proto::tls::{read_public, read_secret};
 
 use super::pki::KeyedCert;
 
-/// Everything an agent needs to speak TLS as itself.
-#[derive(Clone, Debug)]
+/// Everything an agent needs to speak TLS as itself, and to sign when it is a signer.
+#[derive(Clone)]
 pub struct NodeTls {
-    pub ca: KeyedCert,
+    pub ca_cert_pem: String,
+    /// The CA's private key: on the agents that sign certificates (voters), none elsewhere.
+    pub ca_key_pem: Option<String>,
     pub node: KeyedCert,
+}
+
+impl NodeTls {
+    /// The CA with its key, when this agent holds the key.
+    pub fn signing_ca(&self) -> Option<KeyedCert> {
+        self.ca_key_pem.as_ref().map(|key_pem| KeyedCert {
+            cert_pem: self.ca_cert_pem.clone(),
+            key_pem: key_pem.clone(),
+        })
+    }
+}
+
+impl std::fmt::Debug for NodeTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeTls")
+            .field("signer", &self.ca_key_pem.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -40,7 +60,6 @@ impl TlsDir {
         self.recover()?;
         let paths = [
             self.ca_cert(),
-            self.dir.join("ca.key"),
             self.dir.join("node.crt"),
             self.dir.join("node.key"),
         ];
@@ -50,19 +69,18 @@ impl TlsDir {
         }
         if present < paths.len() {
             bail!(
-                "{} is incomplete (it needs ca.crt, ca.key, node.crt and node.key): restore it \
-                 from a backup or remove it and join the node again",
+                "{} is incomplete (it needs ca.crt, node.crt and node.key): restore it from a \
+                 backup or remove it and join the node again",
                 self.dir.display()
             );
         }
+        let ca_key = self.dir.join("ca.key");
         Ok(Some(NodeTls {
-            ca: KeyedCert {
-                cert_pem: read_public(&paths[0])?,
-                key_pem: read_secret(&paths[1])?,
-            },
+            ca_cert_pem: read_public(&paths[0])?,
+            ca_key_pem: ca_key.exists().then(|| read_secret(&ca_key)).transpose()?,
             node: KeyedCert {
-                cert_pem: read_public(&paths[2])?,
-                key_pem: read_secret(&paths[3])?,
+                cert_pem: read_public(&paths[1])?,
+                key_pem: read_secret(&paths[2])?,
             },
         }))
     }
@@ -77,8 +95,10 @@ impl TlsDir {
         }
         std::fs::create_dir_all(&new).with_context(|| format!("creating {}", new.display()))?;
         std::fs::set_permissions(&new, std::fs::Permissions::from_mode(0o700))?;
-        write_file(&new.join("ca.crt"), &tls.ca.cert_pem, 0o644)?;
-        write_file(&new.join("ca.key"), &tls.ca.key_pem, 0o600)?;
+        write_file(&new.join("ca.crt"), &tls.ca_cert_pem, 0o644)?;
+        if let Some(key) = &tls.ca_key_pem {
+            write_file(&new.join("ca.key"), key, 0o600)?;
+        }
         write_file(&new.join("node.key"), &tls.node.key_pem, 0o600)?;
         write_file(&new.join("node.crt"), &tls.node.cert_pem, 0o644)?;
         if self.dir.exists() {
@@ -157,9 +177,25 @@ mod tests {
             std::time::Duration::from_secs(60),
         )
         .expect("node");
-        tls_dir.store(&NodeTls { ca, node }).expect("store");
+        let signer = NodeTls {
+            ca_cert_pem: ca.cert_pem.clone(),
+            ca_key_pem: Some(ca.key_pem.clone()),
+            node: node.clone(),
+        };
+        // Without the CA key (a learner): no ca.key, and it loads as such.
+        tls_dir
+            .store(&NodeTls {
+                ca_key_pem: None,
+                ..signer.clone()
+            })
+            .expect("store");
+        assert!(!tls_dir.dir.join("ca.key").exists());
+        let loaded = tls_dir.load().expect("load").expect("present");
+        assert!(loaded.ca_key_pem.is_none() && loaded.signing_ca().is_none());
+        tls_dir.store(&signer).expect("store");
         let loaded = tls_dir.load().expect("load").expect("present");
         assert!(loaded.node.cert_pem.contains("BEGIN CERTIFICATE"));
+        assert_eq!(loaded.ca_key_pem.as_deref(), Some(ca.key_pem.as_str()));
         for key in ["ca.key", "node.key"] {
             let mode = std::fs::metadata(tls_dir.dir.join(key))
                 .expect("stat")

@@ -167,6 +167,21 @@ pub fn inspect_pem(pem: &str) -> Result<CertInfo, PkiError> {
     inspect(&first_der(pem)?)
 }
 
+/// Whether `key_pem` is the private key of the certificate `cert_pem` (a CA key handed to a
+/// new signer is checked before it is kept).
+pub fn key_matches(cert_pem: &str, key_pem: &str) -> bool {
+    use x509_parser::prelude::*;
+    let Ok(key) = KeyPair::from_pem(key_pem) else {
+        return false;
+    };
+    let Ok(der) = first_der(cert_pem) else {
+        return false;
+    };
+    X509Certificate::from_der(&der).is_ok_and(|(_, cert)| {
+        cert.public_key().subject_public_key.data.as_ref() == key.public_key_raw()
+    })
+}
+
 /// SHA-256 of a certificate's DER, hex: how operators pin a CA.
 pub fn fingerprint(pem: &str) -> Result<String, PkiError> {
     Ok(hex::encode(Sha256::digest(first_der(pem)?)))
@@ -263,6 +278,16 @@ mod tests {
             inspect_pem(&client.cert_pem).expect("inspect").serial,
             info.serial
         );
+    }
+
+    #[test]
+    fn only_the_cas_own_key_matches_it() {
+        let now = SystemTime::now();
+        let ca = new_ca(now, DAY).expect("ca");
+        let other = new_ca(now, DAY).expect("another ca");
+        assert!(key_matches(&ca.cert_pem, &ca.key_pem));
+        assert!(!key_matches(&ca.cert_pem, &other.key_pem));
+        assert!(!key_matches(&ca.cert_pem, "not a key"));
     }
 
     #[test]

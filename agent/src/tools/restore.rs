@@ -69,8 +69,11 @@ pub async fn run(o: &RestoreOptions) -> anyhow::Result<Restored> {
     }
     // Everything that can fail without touching the disk first.
     let material = enroll::bootstrap(o.node_id, o.cert_validity)?;
+    let ca = material
+        .signing_ca()
+        .context("a new CA comes with its key")?;
     let admin = pki::issue(
-        &material.ca,
+        &ca,
         &Subject::Client("admin".into()),
         SystemTime::now(),
         enroll::CLIENT_VALIDITY,
@@ -89,7 +92,7 @@ pub async fn run(o: &RestoreOptions) -> anyhow::Result<Restored> {
         .with_context(|| format!("creating {}", o.credentials_dir.display()))?;
     write_file(
         &o.credentials_dir.join("ca.crt"),
-        &material.ca.cert_pem,
+        &material.ca_cert_pem,
         0o644,
     )?;
     write_file(&o.credentials_dir.join("admin.key"), &admin.key_pem, 0o600)?;

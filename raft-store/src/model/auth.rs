@@ -110,21 +110,28 @@ impl TokenRecord {
         Ok(())
     }
 
-    /// Whether this join token may enrol node `node`, which `is_member` says is already one of
-    /// the cluster's: within its node ids, and an existing member's id only when the token is
-    /// bound to exactly that id (an operator re-enrolling a host that lost its data).
-    pub fn may_enrol(&self, node: NodeId, is_member: bool) -> Result<(), String> {
+    /// Whether this join token may enrol node `node`: one of its node ids.
+    pub fn may_enrol(&self, node: NodeId) -> Result<(), String> {
         match self.limits.node_ids {
             Some((first, last)) if !(first..=last).contains(&node) => Err(format!(
                 "join token {} enrols nodes {first}..={last}, not node {node}",
                 self.id
             )),
-            Some((first, last)) if first == last => Ok(()),
-            _ if is_member => Err(format!(
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether this join token may enrol node `node` that is already a member of the cluster:
+    /// only when it is bound to exactly that id (an operator re-enrolling a host that lost its
+    /// data), so that no token for "any new node" mints a member's identity.
+    pub fn may_re_enrol(&self, node: NodeId) -> Result<(), String> {
+        if self.limits.node_ids == Some((node, node)) {
+            Ok(())
+        } else {
+            Err(format!(
                 "node {node} is already a member: enrolling it again needs a join token bound \
                  to exactly that id (gpuctl token create --role node --node-ids {node})"
-            )),
-            _ => Ok(()),
+            ))
         }
     }
 }
@@ -224,14 +231,10 @@ mod tests {
         assert!(check_limits(&t, 100).is_err(), "already expired");
         assert_eq!(t.usable_at(99), Ok(()));
         assert!(t.usable_at(100).expect_err("expired").contains("expired"));
-        assert_eq!(t.may_enrol(4, false), Ok(()));
+        assert_eq!(t.may_enrol(4), Ok(()));
+        assert!(t.may_enrol(9).expect_err("outside").contains("4..=8"));
         assert!(
-            t.may_enrol(9, false)
-                .expect_err("outside")
-                .contains("4..=8")
-        );
-        assert!(
-            t.may_enrol(5, true)
+            t.may_re_enrol(5)
                 .expect_err("member")
                 .contains("already a member")
         );
@@ -239,7 +242,7 @@ mod tests {
             node_ids: Some((5, 5)),
             ..TokenLimits::default()
         });
-        assert_eq!(bound.may_enrol(5, true), Ok(()), "re-enrolling a lost host");
+        assert_eq!(bound.may_re_enrol(5), Ok(()), "re-enrolling a lost host");
         let used = join_token(TokenLimits {
             uses_left: Some(0),
             ..TokenLimits::default()

@@ -8,7 +8,8 @@ use crate::model::validate;
 
 impl ClusterState {
     /// Record an issued certificate; one that enrolled a node with a join token only while the
-    /// token still works for that node, counting one of its uses.
+    /// token still works for that node, counting one of its uses. (Whether the node is already
+    /// a member is the signer's check: membership is Raft's, not this state's.)
     pub(crate) fn record_certificate(
         &mut self,
         cert: &CertRecord,
@@ -28,14 +29,13 @@ impl ClusterState {
                 .strip_prefix("node ")
                 .and_then(|n| n.parse::<NodeId>().ok())
                 .ok_or_else(|| invalid(format!("{} is not a node's certificate", cert.subject)))?;
-            let is_member = self.nodes.contains_key(&node);
             let token = self
                 .tokens
                 .get_mut(id)
                 .ok_or_else(|| Rejection::UnknownToken { id: id.to_owned() })?;
             let denied = |message| Rejection::PermissionDenied { message };
             token.usable_at(now).map_err(denied)?;
-            token.may_enrol(node, is_member).map_err(denied)?;
+            token.may_enrol(node).map_err(denied)?;
             if let Some(left) = &mut token.limits.uses_left {
                 *left -= 1;
             }
