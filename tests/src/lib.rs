@@ -298,6 +298,22 @@ impl Cluster {
                 },
             )
             .await;
+        // And to register: until then the leader counts it as speaking no protocol, and
+        // refuses changes that need a newer one.
+        cluster
+            .wait_for(
+                "every agent to register",
+                Duration::from_secs(30),
+                |c| async move {
+                    for id in 1..=n {
+                        if c.node(1, id, false).await.is_err() {
+                            return false;
+                        }
+                    }
+                    true
+                },
+            )
+            .await;
         cluster
     }
 
