@@ -4,6 +4,9 @@
 //!   a token without a caller, under a forged actor, or with a caller's credential that lacks
 //!   the right; nor speak for another node. Its own reports still go through.
 //! - A member's certificate cannot re-point another member's address through `Join`.
+//! - A flood of requests without credentials writes nothing to the replicated log, and the
+//!   refusing agent logs it at a bounded rate.
+//! - A user token's job without a tenant is the token's tenant's.
 //! - The CA key never goes over the wire to a joining agent: only voters hold it (a new voter
 //!   fetches it from another), a learner's certificate cannot fetch it, and enrolment through
 //!   a learner is passed on to the leader.
@@ -311,4 +314,91 @@ async fn the_ca_key_stays_with_the_voters() {
         .fetch_signing_key(FetchSigningKeyRequest {})
         .await
         .expect("a voter fetching the key");
+}
+
+async fn audit_len(c: &Cluster) -> usize {
+    let mut audit = gpu_proto::v1::audit_service_client::AuditServiceClient::new(
+        c.channel(1).await.expect("channel"),
+    );
+    audit
+        .list_audit(pb::ListAuditRequest { after: 0, limit: 0 })
+        .await
+        .expect("audit")
+        .into_inner()
+        .entries
+        .len()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unauthenticated_flood_reaches_neither_the_replicated_log_nor_floods_the_agents() {
+    let c = Cluster::start(1, 1, "[api]\nrequests_per_second = 20\nburst = 20").await;
+    let before = audit_len(&c).await;
+    let index_before = c.state_digest(1).await.expect("digest").applied_index;
+    let nodes = gpu_proto::v1::node_service_client::NodeServiceClient::new(
+        c.channel_as(1, None).await.expect("an anonymous channel"),
+    );
+    let calls = (0..300).map(|_| {
+        let mut nodes = nodes.clone();
+        async move { nodes.list_nodes(pb::ListNodesRequest { stale: true }).await }
+    });
+    let refused = futures::future::join_all(calls)
+        .await
+        .into_iter()
+        .filter(|r| {
+            r.as_ref()
+                .is_err_and(|e| e.code() == tonic::Code::Unauthenticated)
+        })
+        .count();
+    assert_eq!(refused, 300);
+    assert_eq!(
+        audit_len(&c).await,
+        before,
+        "no audit entry for anonymous refusals"
+    );
+    let index_after = c.state_digest(1).await.expect("digest").applied_index;
+    assert!(
+        index_after < index_before + 20,
+        "the flood wrote to the replicated log: {index_before} -> {index_after}"
+    );
+    let log = c.log_of(1);
+    let lines = log.matches("refused an unauthenticated request").count();
+    assert!(
+        (1..=40).contains(&lines),
+        "{lines} log lines for 300 refusals"
+    );
+    assert!(log.contains("not logged until its rate drops"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_tokens_job_without_a_tenant_is_its_tenants() {
+    let c = Cluster::start(1, 1, "").await;
+    let mut tokens = TokenServiceClient::new(c.channel(1).await.expect("channel"));
+    let user = tokens
+        .create_token(pb::CreateTokenRequest {
+            role: pb::Role::User as i32,
+            tenant: "vision".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("a user of vision")
+        .into_inner()
+        .bearer;
+    let mut jobs = gpu_proto::v1::job_service_client::JobServiceClient::new(
+        c.channel_as(1, Some(&user)).await.expect("channel"),
+    );
+    let spec = gpu_tests::shell_job("mine", 0, "true");
+    assert!(spec.tenant.is_empty() || spec.tenant == "default");
+    let job = jobs
+        .submit_job(pb::SubmitJobRequest {
+            spec: Some(pb::JobSpec {
+                tenant: String::new(),
+                ..spec
+            }),
+            ..Default::default()
+        })
+        .await
+        .expect("submitted without naming a tenant")
+        .into_inner();
+    let got = c.job(1, job.job_id).await.expect("job get");
+    assert_eq!(got.spec.expect("spec").tenant, "vision");
 }

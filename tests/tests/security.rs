@@ -74,7 +74,8 @@ async fn tokens_roles_and_tenants_are_enforced_and_audited() {
     let admin = c.admin_token();
     assert!(!admin.is_empty(), "the bootstrap admin token was written");
 
-    // No token, a malformed one, a wrong secret: unauthenticated, and audited.
+    // No token, a malformed one, a wrong secret: unauthenticated, logged by the agent that
+    // refused them and not replicated (anyone who reaches the port could fill the log).
     let before = audit(&c, 1).await.len();
     let id = admin.split('.').next().expect("id");
     for bad in [
@@ -88,21 +89,19 @@ async fn tokens_roles_and_tenants_are_enforced_and_audited() {
         assert_eq!(err.code(), tonic::Code::Unauthenticated, "{bad:?}: {err}");
     }
     let entries = audit(&c, 1).await;
-    let denials: Vec<&pb::AuditEntry> = entries[before..]
-        .iter()
-        .filter(|e| e.outcome.starts_with("denied"))
-        .collect();
-    assert_eq!(
-        denials.len(),
-        3,
-        "one audit entry per refused request: {:#?}",
+    assert!(
+        entries[before..]
+            .iter()
+            .all(|e| !e.outcome.starts_with("denied")),
+        "no audit entry for a caller without credentials: {:#?}",
         &entries[before..]
     );
-    assert!(
-        denials
-            .iter()
-            .all(|e| e.verb == "job.submit" && !e.source.is_empty())
-    );
+    let logged = c
+        .log_of(2)
+        .lines()
+        .filter(|l| l.contains("refused an unauthenticated request") && l.contains("job.submit"))
+        .count();
+    assert_eq!(logged, 3, "one local log line per refused request");
 
     // A viewer reads but cannot submit, cancel or drain.
     let viewer = mint(&c, 1, &admin, pb::Role::Viewer, "")

@@ -122,7 +122,13 @@ impl JobService for JobApi {
             .authenticate(&req, "job.submit", "job/new")
             .await?;
         let r = req.into_inner();
-        let wire = r.spec.ok_or_else(|| invalid("spec is required"))?;
+        let mut wire = r.spec.ok_or_else(|| invalid("spec is required"))?;
+        // A job that names no tenant is its token's tenant's, else the default tenant's.
+        if wire.tenant.is_empty()
+            && let Some(own) = &caller.identity.tenant
+        {
+            wire.tenant.clone_from(own);
+        }
         let priority_unset = wire.priority.is_none();
         let mut spec = from_proto::spec(wire).map_err(invalid)?;
         self.cluster.state.read(|s| {

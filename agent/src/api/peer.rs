@@ -397,7 +397,7 @@ impl RaftPeer for PeerService {
             })
         });
         if let Some(Err(why)) = terms {
-            self.auth.record_denial(caller.meta.clone(), &why).await;
+            self.auth.record_denial(&caller, &why).await;
             return Err(Status::permission_denied(why));
         }
         if !self.tls()?.is_signer() {

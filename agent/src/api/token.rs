@@ -51,7 +51,7 @@ impl TokenService for TokenApi {
         };
         if !can_grant(&holder, &wanted) {
             let reason = format!("a {} token cannot grant {role}", holder.role);
-            self.auth.record_denial(caller.meta, &reason).await;
+            self.auth.record_denial(&caller, &reason).await;
             return Err(Status::permission_denied(reason));
         }
         let minted = token::mint();

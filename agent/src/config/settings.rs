@@ -309,7 +309,7 @@ fn is_loopback_addr(addr: &str) -> bool {
 }
 
 /// Limits on the public API, per caller: each token may make `requests_per_second` requests
-/// (with bursts up to `burst`); refusals of unauthenticated requests are audited at the same
+/// (with bursts up to `burst`); refusals of unauthenticated requests are logged at the same
 /// rate per source address. 0 disables the limit.
 #[derive(Clone, Copy, Debug)]
 pub struct ApiSettings {

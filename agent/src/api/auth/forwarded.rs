@@ -42,11 +42,10 @@ pub(crate) fn vouch(
         };
     };
     let Some(credential) = &proposal.credential else {
-        // A refusal on record grants nothing; every other write for a caller needs the
-        // caller's own credential, except from a voter of a build from before credentials
-        // were forwarded (a rolling upgrade: voters are trusted as they are).
+        // A write for a caller needs the caller's own credential, except from a voter of a
+        // build from before credentials were forwarded (a rolling upgrade: voters are trusted
+        // as they are).
         return match proposal.cmd {
-            Command::AuditDenied { .. } => Ok(()),
             _ if from.voter && !from.sends_credentials => Ok(()),
             _ => Err(format!(
                 "a write for a caller must carry the caller's credential ({} from node {})",
@@ -202,19 +201,15 @@ mod tests {
         assert!(vouch(&s, LEARNER, &mut p, 1).is_err());
         let mut p = proposal(revoke(), Some("adm"), None);
         assert!(vouch(&s, LEARNER, &mut p, 1).is_err());
-        // A refusal on record needs no credential; a command no client makes is refused.
-        let denied = Command::AuditDenied {
-            reason: "no token".into(),
+        // A refusal on record comes with its caller's credential too; a command no client
+        // makes is refused.
+        let denied = || Command::AuditDenied {
+            reason: "not yours".into(),
         };
-        assert_eq!(
-            vouch(
-                &s,
-                LEARNER,
-                &mut proposal(denied, Some("anonymous"), None),
-                1
-            ),
-            Ok(())
-        );
+        let mut p = proposal(denied(), Some("anonymous"), None);
+        assert!(vouch(&s, LEARNER, &mut p, 1).is_err());
+        let mut p = proposal(denied(), Some("x"), Some("usr.u1"));
+        assert_eq!(vouch(&s, LEARNER, &mut p, 1), Ok(()));
         let bind = Command::BindJobs { binds: vec![] };
         let e = vouch(
             &s,

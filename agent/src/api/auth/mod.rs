@@ -70,7 +70,7 @@ impl Auth {
     /// A further check for an authenticated caller (e.g. once the job's tenant is known).
     pub async fn require(&self, caller: &Caller, action: Action<'_>) -> Result<(), Status> {
         if let Err(reason) = caller.identity.may(action) {
-            self.record_denial(caller.meta.clone(), &reason).await;
+            self.record_denial(caller, &reason).await;
             return Err(Status::permission_denied(reason));
         }
         Ok(())
@@ -135,7 +135,7 @@ impl Auth {
             source,
         };
         if need_certificate && let Err(refusal) = self.peers.any(req) {
-            return Err(self.refuse(meta, refusal).await);
+            return Err(self.refuse(meta, refusal));
         }
         let header = req
             .metadata()
@@ -150,7 +150,7 @@ impl Auth {
             let refusal = Status::unauthenticated(format!(
                 "{reason}: send `authorization: Bearer <id>.<secret>`"
             ));
-            return Err(self.refuse(meta, refusal).await);
+            return Err(self.refuse(meta, refusal));
         };
         let lookup = || self.cluster.state.read(|s| s.tokens.get(id).cloned());
         let mut record = lookup();
@@ -167,7 +167,7 @@ impl Auth {
                 if record.is_some_and(|t| t.revoked) {
                     meta.actor = id.to_owned();
                 }
-                return Err(self.refuse(meta, Status::unauthenticated(why)).await);
+                return Err(self.refuse(meta, Status::unauthenticated(why)));
             }
         };
         let credential = Credential(format!("{id}.{secret}"));
@@ -177,8 +177,13 @@ impl Auth {
                 "rate limit: token {} is sending too many requests; slow down",
                 identity.token_id
             ));
+            let caller = Caller {
+                identity,
+                meta,
+                credential,
+            };
             if first {
-                self.record_denial(meta, refusal.message()).await;
+                self.record_denial(&caller, refusal.message()).await;
             }
             return Err(refusal);
         }
@@ -196,39 +201,40 @@ impl Auth {
             .check(key, Instant::now())
     }
 
-    /// Refuse an unauthenticated request. Each refusal is audited, except in a flood from one
-    /// source address: then only the first beyond the rate limit is (else refusals would be a
-    /// way to fill the replicated log).
-    async fn refuse(&self, meta: RequestMeta, refusal: Status) -> Status {
+    /// Refuse an unauthenticated request. It is logged here, not replicated (else anyone who
+    /// can reach the port could fill the cluster's log), and in a flood from one source address
+    /// only the first refusal beyond the rate limit is.
+    fn refuse(&self, meta: RequestMeta, refusal: Status) -> Status {
         let host = meta
             .source
             .rsplit_once(':')
             .map_or(meta.source.as_str(), |(h, _)| h);
-        match self.limit(&format!("source:{host}")) {
-            Verdict::Allowed => self.record_denial(meta, refusal.message()).await,
+        let quiet = match self.limit(&format!("source:{host}")) {
+            Verdict::Allowed => "",
             Verdict::Limited { first: true } => {
-                let reason = format!(
-                    "{} (further refusals from {host} are not audited until its rate drops)",
-                    refusal.message()
-                );
-                self.record_denial(meta, &reason).await;
+                "; further refusals from this address are not logged until its rate drops"
             }
-            Verdict::Limited { first: false } => {}
-        }
+            Verdict::Limited { first: false } => return refusal,
+        };
+        warn!(
+            source = %meta.source,
+            verb = %meta.verb,
+            object = %meta.object,
+            actor = %meta.actor,
+            reason = refusal.message(),
+            "refused an unauthenticated request{quiet}"
+        );
         refusal
     }
 
-    /// Write `reason` for a refused request to the audit log; a failure to do so is logged, the
+    /// Write `reason` for a refused request of an authenticated caller to the audit log (with
+    /// the caller's credential, which the leader checks); a failure to do so is logged, the
     /// request is refused either way.
-    pub async fn record_denial(&self, meta: RequestMeta, reason: &str) {
+    pub async fn record_denial(&self, caller: &Caller, reason: &str) {
         let cmd = Command::AuditDenied {
             reason: reason.to_owned(),
         };
-        let by = OnBehalf {
-            meta,
-            credential: None,
-        };
-        if let Err(e) = self.cluster.write_as(cmd, Some(by)).await {
+        if let Err(e) = self.cluster.write_as(cmd, caller.on_behalf()).await {
             warn!(error = %e, "could not audit a refused request");
         }
     }
