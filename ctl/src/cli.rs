@@ -187,6 +187,10 @@ pub(crate) enum TenantVerb {
         /// Priority of this tenant's jobs submitted without --priority (default 0).
         #[arg(long, allow_negative_numbers = true)]
         default_priority: Option<i32>,
+        /// The highest priority its users and tenant admins may give a job (default: the
+        /// default priority).
+        #[arg(long, allow_negative_numbers = true)]
+        max_priority: Option<i32>,
         #[command(flatten)]
         account: AccountArgs,
         /// A host directory (with what lies below it) the tenant's container jobs may bind
@@ -208,6 +212,8 @@ pub(crate) enum TenantVerb {
         weight: Option<u32>,
         #[arg(long, allow_negative_numbers = true)]
         default_priority: Option<i32>,
+        #[arg(long, allow_negative_numbers = true)]
+        max_priority: Option<i32>,
         #[command(flatten)]
         account: AccountArgs,
         /// Remove the tenant's default account (its jobs then run as each node's own

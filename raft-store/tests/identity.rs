@@ -36,6 +36,7 @@ fn tenant(name: &str, account: Option<Account>) -> TenantRecord {
         updated_at_ms: 0,
         account,
         allowed_mounts: Vec::new(),
+        max_priority: None,
     }
 }
 

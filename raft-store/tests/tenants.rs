@@ -25,6 +25,7 @@ fn record() -> TenantRecord {
         updated_at_ms: 0,
         account: None,
         allowed_mounts: Vec::new(),
+        max_priority: None,
     }
 }
 
@@ -208,4 +209,43 @@ fn gpu_time_is_accounted_per_run_by_type() {
         BTreeMap::from([("A100".into(), 3_000), ("T4".into(), 5_000)]),
         "the live run counts up to now"
     );
+}
+
+#[test]
+fn users_stay_under_their_tenants_priority_ceiling() {
+    use gpu_raft_store::Role;
+    use gpu_raft_store::tenant::{TenantRecord, check_priority, validate};
+    let record = TenantRecord {
+        name: "a".into(),
+        quotas: BTreeMap::new(),
+        weight: 1,
+        default_priority: 5,
+        created_at_ms: 0,
+        updated_at_ms: 0,
+        account: None,
+        allowed_mounts: vec![],
+        max_priority: None,
+    };
+    assert_eq!(check_priority(5, Some(&record), Role::User), Ok(()));
+    assert!(check_priority(6, Some(&record), Role::User).is_err());
+    assert!(
+        check_priority(1, None, Role::TenantAdmin).is_err(),
+        "no record: 0"
+    );
+    assert_eq!(check_priority(9_000, None, Role::Admin), Ok(()));
+    assert!(
+        check_priority(i32::MAX, None, Role::Admin).is_err(),
+        "out of range"
+    );
+    let raised = TenantRecord {
+        max_priority: Some(50),
+        ..record.clone()
+    };
+    assert_eq!(check_priority(50, Some(&raised), Role::User), Ok(()));
+    assert!(check_priority(51, Some(&raised), Role::User).is_err());
+    let below_default = TenantRecord {
+        max_priority: Some(4),
+        ..record
+    };
+    assert!(validate(&below_default).is_err());
 }

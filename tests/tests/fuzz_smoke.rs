@@ -125,6 +125,7 @@ fn log_entry() {
                 updated_at_ms: 0,
                 account: None,
                 allowed_mounts: Vec::new(),
+                max_priority: None,
             },
         }),
         entry(Command::PreemptJobs {

@@ -6,7 +6,8 @@
 //! - A member's certificate cannot re-point another member's address through `Join`.
 //! - A flood of requests without credentials writes nothing to the replicated log, and the
 //!   refusing agent logs it at a bounded rate.
-//! - A user token's job without a tenant is the token's tenant's.
+//! - A user token's job without a tenant is the token's tenant's, and its priority stays under
+//!   its tenant's ceiling (no job anywhere above the priority range).
 //! - The CA key never goes over the wire to a joining agent: only voters hold it (a new voter
 //!   fetches it from another), a learner's certificate cannot fetch it, and enrolment through
 //!   a learner is passed on to the leader.
@@ -401,4 +402,36 @@ async fn a_user_tokens_job_without_a_tenant_is_its_tenants() {
         .into_inner();
     let got = c.job(1, job.job_id).await.expect("job get");
     assert_eq!(got.spec.expect("spec").tenant, "vision");
+
+    // Its priority stays under its tenant's ceiling (the default priority, 0, until an admin
+    // raises it), and nobody's goes past the range.
+    let at = |priority| pb::SubmitJobRequest {
+        spec: Some(pb::JobSpec {
+            priority: Some(priority),
+            ..gpu_tests::shell_job("urgent", 0, "true")
+        }),
+        ..Default::default()
+    };
+    let err = jobs
+        .submit_job(at(i32::MAX))
+        .await
+        .expect_err("above everyone");
+    assert!(err.message().contains("priority must be"), "{err}");
+    let err = jobs
+        .submit_job(at(50))
+        .await
+        .expect_err("above its ceiling");
+    assert!(err.message().contains("ceiling 0"), "{err}");
+    let mut tenants = gpu_proto::v1::tenant_service_client::TenantServiceClient::new(
+        c.channel(1).await.expect("channel"),
+    );
+    tenants
+        .create_tenant(pb::CreateTenantRequest {
+            name: "vision".into(),
+            max_priority: Some(50),
+            ..Default::default()
+        })
+        .await
+        .expect("an admin raises the ceiling");
+    jobs.submit_job(at(50)).await.expect("at its ceiling");
 }

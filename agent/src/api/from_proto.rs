@@ -235,6 +235,7 @@ pub fn tenant_created(req: &pb::CreateTenantRequest) -> Result<TenantRecord, Str
         created_at_ms: 0,
         updated_at_ms: 0,
         allowed_mounts: req.allowed_mounts.clone(),
+        max_priority: req.max_priority,
     })
 }
 
@@ -278,6 +279,7 @@ pub fn tenant_updated(
         allowed_mounts,
         weight: req.weight.unwrap_or(current.weight),
         default_priority: req.default_priority.unwrap_or(current.default_priority),
+        max_priority: req.max_priority.or(current.max_priority),
         ..current.clone()
     })
 }

@@ -8,7 +8,7 @@ use gpu_proto::v1 as pb;
 use gpu_proto::v1::job_service_server::JobService;
 use gpu_raft_store::{
     ApplyResult, ClusterState, Command, Job, JobId, JobSpec, JobState, Rejection, slice_fit,
-    validate,
+    tenant, validate,
 };
 use tonic::{Request, Response, Status};
 
@@ -131,7 +131,8 @@ impl JobService for JobApi {
         }
         let priority_unset = wire.priority.is_none();
         let mut spec = from_proto::spec(wire).map_err(invalid)?;
-        self.cluster.state.read(|s| {
+        let role = caller.identity.role;
+        let ceiling = self.cluster.state.read(|s| {
             if priority_unset {
                 // A job without a priority of its own gets its tenant's default (0 without a
                 // record), decided here so the log carries the value the job runs with.
@@ -145,7 +146,9 @@ impl JobService for JobApi {
             // executing node's own `jobs.run_as`). Stamped here, so the log carries it and
             // every node runs the job as the same account.
             spec.account = s.account_for(&caller.identity.token_id, &spec.tenant);
+            tenant::check_priority(spec.priority, s.tenants.get(&spec.tenant), role)
         });
+        ceiling.map_err(invalid)?;
         validate::job_spec(&spec).map_err(invalid)?;
         // A slice no GPU of the cluster (of the requested type) can hold would wait forever.
         self.cluster

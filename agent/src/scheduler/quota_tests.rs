@@ -37,6 +37,7 @@ fn tenant(s: &mut ClusterState, name: &str, quotas: &[(&str, u32, u32)], weight:
                 created_at_ms: 0,
                 updated_at_ms: 0,
                 allowed_mounts: Vec::new(),
+                max_priority: None,
             },
         },
     );

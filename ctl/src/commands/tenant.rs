@@ -2,7 +2,7 @@
 //!
 //! JSON (stable): a tenant is `{"name", "has_record" (false: known only from its jobs, so
 //! unlimited), "quotas": [{"gpu_type", "guaranteed", "borrow"}], "weight", "default_priority",
-//! "account" (the default Unix account of its jobs: null, or `{"user", "group", "groups"}`),
+//! "max_priority" (the highest its users may give a job), "account" (the default Unix account of its jobs: null, or `{"user", "group", "groups"}`),
 //! "created_at_ms", "updated_at_ms", "pending_jobs", "live_jobs", "usage": [{"gpu_type",
 //! "gpus_held", "gpu_seconds", "cluster_gpus"}], "warnings": [string]}`; `get` adds
 //! `"jobs": [{"job_id", "gpu_type", "gpu_seconds"}]` (its 1000 most recent jobs). `create`,
@@ -25,6 +25,7 @@ pub(crate) async fn run(ctx: &Ctx, verb: TenantVerb) -> Result<Answer, Failure> 
             quotas,
             weight,
             default_priority,
+            max_priority,
             account,
             allow_mounts,
         } => {
@@ -33,6 +34,7 @@ pub(crate) async fn run(ctx: &Ctx, verb: TenantVerb) -> Result<Answer, Failure> 
                 quotas: quotas_pb(quotas),
                 weight,
                 default_priority,
+                max_priority,
                 account: account::from_args(account),
                 allowed_mounts: allow_mounts,
             };
@@ -45,6 +47,7 @@ pub(crate) async fn run(ctx: &Ctx, verb: TenantVerb) -> Result<Answer, Failure> 
             remove_quotas,
             weight,
             default_priority,
+            max_priority,
             account,
             clear_account,
             allow_mounts,
@@ -56,6 +59,7 @@ pub(crate) async fn run(ctx: &Ctx, verb: TenantVerb) -> Result<Answer, Failure> 
                 remove_quotas,
                 weight,
                 default_priority,
+                max_priority,
                 account: account::from_args(account),
                 clear_account,
                 allow_mounts,
@@ -107,6 +111,7 @@ fn tenant_json(t: &pb::Tenant) -> Value {
         })).collect::<Vec<_>>(),
         "weight": t.weight,
         "default_priority": t.default_priority,
+        "max_priority": t.max_priority,
         "account": account::json(t.account.as_ref()),
         "allowed_mounts": t.allowed_mounts,
         "created_at_ms": t.created_at_ms,
@@ -197,6 +202,7 @@ fn tenant_text(t: &pb::Tenant) -> String {
         ),
         ("Weight", t.weight.to_string()),
         ("Default priority", t.default_priority.to_string()),
+        ("Max priority", t.max_priority.to_string()),
         ("Default account", account::text(t.account.as_ref())),
         (
             "Allowed mounts",

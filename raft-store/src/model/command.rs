@@ -251,6 +251,11 @@ impl Command {
             | Command::SetGpuPartition { .. }
             | Command::BindSlices { .. } => PROTOCOL_2,
             Command::CreateToken { token } if !token.limits.is_none() => PROTOCOL_5,
+            Command::CreateTenant { tenant } | Command::UpdateTenant { tenant }
+                if tenant.max_priority.is_some() =>
+            {
+                PROTOCOL_5
+            }
             Command::RecordCertificate {
                 enrolled_with: Some(_),
                 ..
@@ -520,6 +525,7 @@ mod tests {
                 updated_at_ms: 0,
                 account: None,
                 allowed_mounts: Vec::new(),
+                max_priority: None,
             },
         });
         expect![[r#"{"proposed_at_ms":1700000000000,"cmd":{"type":"create_tenant","tenant":{"name":"vision","quotas":{"A100":{"guaranteed":4,"borrow":2}},"weight":2,"default_priority":-1,"created_at_ms":0,"updated_at_ms":0}}}"#]]
@@ -551,6 +557,7 @@ mod tests {
                 updated_at_ms: 4,
                 account: None,
                 allowed_mounts: Vec::new(),
+                max_priority: None,
             },
         });
         expect![[r#"{"proposed_at_ms":1700000000000,"cmd":{"type":"update_tenant","tenant":{"name":"a","quotas":{},"weight":1,"default_priority":0,"created_at_ms":3,"updated_at_ms":4}}}"#]]
@@ -890,6 +897,7 @@ mod tests {
                     updated_at_ms: 2,
                     account: None,
                     allowed_mounts: Vec::new(),
+                    max_priority: None,
                 },
             },
             Command::UpdateTenant {
@@ -902,6 +910,7 @@ mod tests {
                     updated_at_ms: 2,
                     account: None,
                     allowed_mounts: Vec::new(),
+                    max_priority: None,
                 },
             },
             Command::SetSchedulerPolicy {
@@ -1094,6 +1103,7 @@ mod tests {
             updated_at_ms: 0,
             account: None,
             allowed_mounts: vec!["/data".into()],
+            max_priority: None,
         };
         let create = Command::CreateTenant {
             tenant: tenant.clone(),

@@ -63,6 +63,10 @@ pub struct TenantRecord {
     /// The Unix account the tenant's jobs run as when the submitting token maps to none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub account: Option<crate::model::account::Account>,
+    /// The highest priority its users and tenant admins may give a job; none: its default
+    /// priority (they may lower a job's priority, not raise it above the tenant's default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_priority: Option<i32>,
     /// Host directories (and what lies below them) the tenant's container jobs may bind;
     /// empty: none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -111,6 +115,15 @@ pub fn validate(t: &TenantRecord) -> Result<(), String> {
             t.default_priority
         ));
     }
+    if let Some(max) = t.max_priority
+        && !(t.default_priority..=*PRIORITY_RANGE.end()).contains(&max)
+    {
+        return Err(format!(
+            "max priority must be {}..={} (at least the default priority), got {max}",
+            t.default_priority,
+            PRIORITY_RANGE.end()
+        ));
+    }
     if let Some(a) = &t.account {
         validate::account(a).map_err(|e| format!("tenant {}: {e}", t.name))?;
     }
@@ -122,6 +135,33 @@ pub fn validate(t: &TenantRecord) -> Result<(), String> {
     }
     for dir in &t.allowed_mounts {
         container::allowed_entry(dir)?;
+    }
+    Ok(())
+}
+
+/// Whether a job of tenant `record` (`None`: a tenant without a record) may have `priority`
+/// when submitted by a token of `role`: every job within `PRIORITY_RANGE`; a tenant-scoped
+/// token's at most its tenant's ceiling (`max_priority`, else the default priority), so no
+/// user queues a job above every other tenant's. Checked at the API edge and again by the
+/// leader for a forwarded submission.
+pub fn check_priority(
+    priority: i32,
+    record: Option<&TenantRecord>,
+    role: crate::model::auth::Role,
+) -> Result<(), String> {
+    if !PRIORITY_RANGE.contains(&priority) {
+        return Err(format!(
+            "priority must be {}..={}, got {priority}",
+            PRIORITY_RANGE.start(),
+            PRIORITY_RANGE.end()
+        ));
+    }
+    let ceiling = record.map_or(0, |t| t.max_priority.unwrap_or(t.default_priority));
+    if role.is_tenant_scoped() && priority > ceiling {
+        return Err(format!(
+            "priority {priority} is above the tenant's ceiling {ceiling} (an admin raises it with \
+             gpuctl tenant update --max-priority)"
+        ));
     }
     Ok(())
 }

@@ -8,7 +8,7 @@
 //!   other member may propose only its own reports (`ClusterState::is_own_report`): a
 //!   compromised learner or edge host cannot mint a token, bind a job, or speak for a peer.
 
-use gpu_raft_store::{ClusterState, Command, NodeId, Role};
+use gpu_raft_store::{ClusterState, Command, NodeId, Role, tenant};
 
 use super::rbac::{Action, Identity};
 use super::token;
@@ -61,6 +61,13 @@ pub(crate) fn vouch(
     meta.actor.clone_from(&identity.token_id);
     for action in rights_needed(state, &proposal.cmd)? {
         identity.may(action)?;
+    }
+    if let Command::SubmitJob { spec, .. } = &proposal.cmd {
+        tenant::check_priority(
+            spec.priority,
+            state.tenants.get(&spec.tenant),
+            identity.role,
+        )?;
     }
     if let Command::RecordCertificate {
         cert,
