@@ -8,6 +8,9 @@
 //!   refusing agent logs it at a bounded rate.
 //! - A user token's job without a tenant is the token's tenant's, and its priority stays under
 //!   its tenant's ceiling (no job anywhere above the priority range).
+//! - An oversized submission (each field within its own limit, the whole above what one
+//!   request may put in the log) and names with control characters are refused with the
+//!   reason, and replication carries on.
 //! - The CA key never goes over the wire to a joining agent: only voters hold it (a new voter
 //!   fetches it from another), a learner's certificate cannot fetch it, and enrolment through
 //!   a learner is passed on to the leader.
@@ -434,4 +437,52 @@ async fn a_user_tokens_job_without_a_tenant_is_its_tenants() {
         .await
         .expect("an admin raises the ceiling");
     jobs.submit_job(at(50)).await.expect("at its ceiling");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_and_control_character_submissions_are_refused_and_replication_carries_on() {
+    let c = Cluster::start(3, 3, "").await;
+    let mut jobs = gpu_proto::v1::job_service_client::JobServiceClient::new(
+        c.channel(2).await.expect("channel"),
+    );
+    let big = "x".repeat(200 * 1024);
+    let oversized = pb::JobSpec {
+        command: vec!["echo".into(), big.clone()],
+        env: [("BIG".to_owned(), big)].into_iter().collect(),
+        ..gpu_tests::shell_job("big", 0, "true")
+    };
+    let err = jobs
+        .submit_job(pb::SubmitJobRequest {
+            spec: Some(oversized),
+            ..Default::default()
+        })
+        .await
+        .expect_err("above one request's share of the log");
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err}");
+    assert!(err.message().contains("bytes encoded"), "{err}");
+    let err = jobs
+        .submit_job(pb::SubmitJobRequest {
+            spec: Some(gpu_tests::shell_job("\u{1b}[2Jclear", 0, "true")),
+            ..Default::default()
+        })
+        .await
+        .expect_err("a control character in a name");
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err}");
+    // Replication carries on: a normal submission commits and every replica applies it.
+    let job = jobs
+        .submit_job(pb::SubmitJobRequest {
+            spec: Some(gpu_tests::shell_job("small", 0, "true")),
+            ..Default::default()
+        })
+        .await
+        .expect("a normal submission")
+        .into_inner();
+    for id in 1..=3 {
+        c.wait_for(
+            "every replica to apply it",
+            Duration::from_secs(20),
+            |c| async move { c.job(id, job.job_id).await.is_ok() },
+        )
+        .await;
+    }
 }

@@ -17,6 +17,7 @@ impl From<ClusterError> for Status {
                 Status::internal(e.to_string())
             }
             ClusterError::Remote(status) => status,
+            ClusterError::TooLarge { .. } => Status::invalid_argument(e.to_string()),
             ClusterError::EdgeLearnerOnly { .. } | ClusterError::NeedsUpgrade { .. } => {
                 Status::failed_precondition(e.to_string())
             }

@@ -26,6 +26,10 @@ pub enum ClusterError {
         "this change needs every member at internal protocol {needed} or newer, and one speaks {lowest}: finish the rolling upgrade first"
     )]
     NeedsUpgrade { needed: u32, lowest: u32 },
+    #[error(
+        "the write is {bytes} bytes encoded, above the {max} bytes one request may put in the log: send less (a shorter command or environment)"
+    )]
+    TooLarge { bytes: usize, max: usize },
 }
 
 /// One attempt's outcome inside a retry loop.

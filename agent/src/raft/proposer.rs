@@ -31,6 +31,10 @@ const MAX_BATCH_ENTRIES: usize = 256;
 /// Encoded bytes in one batch (a lone entry may be larger). With `config::MAX_PAYLOAD_ENTRIES`
 /// entries per AppendEntries this keeps a replication message well inside the gRPC limit.
 pub(crate) const MAX_BATCH_BYTES: usize = 256 * 1024;
+/// Encoded bytes one client's write may put in the log: no more than a batch, so that
+/// `config::MAX_PAYLOAD_ENTRIES` of them still fit one replication message (a few large
+/// submissions must not stall replication). The agents' own writes are bounded by their makers.
+pub(crate) const MAX_CLIENT_ENTRY_BYTES: usize = MAX_BATCH_BYTES;
 
 type Reply = oneshot::Sender<Result<Written, Attempt>>;
 
@@ -84,6 +88,12 @@ impl Proposer {
     /// proposer stamps the entry's time as it hands it to Raft.
     pub(crate) async fn propose(&self, proposal: Proposal) -> Result<Written, Attempt> {
         let bytes = serde_json::to_vec(&proposal).map_or(usize::MAX, |b| b.len());
+        if proposal.meta.is_some() && bytes > MAX_CLIENT_ENTRY_BYTES {
+            return Err(Attempt::Fail(ClusterError::TooLarge {
+                bytes,
+                max: MAX_CLIENT_ENTRY_BYTES,
+            }));
+        }
         let (reply, answer) = oneshot::channel();
         self.tx
             .send(Waiting {
