@@ -11,6 +11,7 @@
 //! - An oversized submission (each field within its own limit, the whole above what one
 //!   request may put in the log) and names with control characters are refused with the
 //!   reason, and replication carries on.
+//! - Idle connections from one address cannot take the handshake permits everyone else needs.
 //! - The CA key never goes over the wire to a joining agent: only voters hold it (a new voter
 //!   fetches it from another), a learner's certificate cannot fetch it, and enrolment through
 //!   a learner is passed on to the leader.
@@ -485,4 +486,34 @@ async fn oversized_and_control_character_submissions_are_refused_and_replication
         )
         .await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_from_one_address_do_not_lock_others_out() {
+    let c = Cluster::start(1, 1, "").await;
+    let target: std::net::SocketAddr = c.addr(1).parse().expect("an address");
+    // 300 connections from 127.0.0.2 that never start a handshake (more than every permit).
+    let mut idle = Vec::new();
+    for _ in 0..300 {
+        let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+        socket
+            .bind("127.0.0.2:0".parse().expect("address"))
+            .expect("bind 127.0.0.2");
+        if let Ok(s) = socket.connect(target).await {
+            idle.push(s);
+        }
+    }
+    assert!(idle.len() >= 256, "{} idle connections", idle.len());
+    // A client from another address gets in without waiting for the idle ones to time out
+    // (locked out, it is served only once they do: after the handshake timeout, 10 s before).
+    let started = std::time::Instant::now();
+    c.status(1, true)
+        .await
+        .expect("a client from 127.0.0.1 is served");
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "served only after {:?}: locked out until the idle handshakes timed out",
+        started.elapsed()
+    );
+    drop(idle);
 }

@@ -4,7 +4,9 @@
 //! request may proceed without a certificate is decided per RPC (`api::auth::peer`), not here.
 //! A handshake that does not finish in time is dropped; plaintext and HTTP/1.1 fail it.
 
-use std::sync::{Arc, RwLock};
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -23,10 +25,14 @@ use tracing::debug;
 
 use super::pki::KeyedCert;
 
-/// How long a client gets to finish its handshake.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Handshakes in progress at once; more wait (a flood of half-open handshakes cannot pile up).
+/// How long a client gets to finish its handshake (a few round trips even over a slow link).
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Handshakes in progress at once; a connection beyond them is closed at once (a flood of
+/// half-open handshakes cannot pile up, nor hold up the accept loop).
 const MAX_HANDSHAKES: usize = 256;
+/// Handshakes in progress at once from one address: idle connections from one source cannot
+/// take the permits everyone else needs.
+const MAX_HANDSHAKES_PER_ADDRESS: usize = 16;
 
 /// The ring provider, named explicitly (never a process default that another crate could set).
 pub(crate) fn provider() -> Arc<rustls::crypto::CryptoProvider> {
@@ -91,6 +97,44 @@ pub(crate) fn server_config(
     Ok(Arc::new(config))
 }
 
+/// Handshakes in progress per source address.
+#[derive(Clone, Default)]
+struct PerAddress(Arc<Mutex<HashMap<IpAddr, usize>>>);
+
+/// One handshake's place in its address's count, given back when dropped.
+struct Seat {
+    counts: PerAddress,
+    ip: IpAddr,
+}
+
+impl PerAddress {
+    /// A seat for a handshake from `ip`, unless it already has its share in progress.
+    fn enter(&self, ip: IpAddr) -> Option<Seat> {
+        let mut counts = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let n = counts.entry(ip).or_default();
+        if *n >= MAX_HANDSHAKES_PER_ADDRESS {
+            return None;
+        }
+        *n += 1;
+        Some(Seat {
+            counts: self.clone(),
+            ip,
+        })
+    }
+}
+
+impl Drop for Seat {
+    fn drop(&mut self) {
+        let mut counts = self.counts.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = counts.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                counts.remove(&self.ip);
+            }
+        }
+    }
+}
+
 /// Accept connections on `listener` and yield the ones whose handshake completed.
 pub(crate) fn incoming(
     listener: TcpListener,
@@ -100,6 +144,7 @@ pub(crate) fn incoming(
     let (tx, rx) = mpsc::channel(64);
     let acceptor = TlsAcceptor::from(config);
     let permits = Arc::new(Semaphore::new(MAX_HANDSHAKES));
+    let per_address = PerAddress::default();
     tokio::spawn(async move {
         loop {
             let (tcp, from) = tokio::select! {
@@ -113,13 +158,18 @@ pub(crate) fn incoming(
                     }
                 },
             };
-            let Ok(permit) = permits.clone().acquire_owned().await else {
-                return;
+            let Some(seat) = per_address.enter(from.ip()) else {
+                debug!(%from, "too many handshakes from this address; connection closed");
+                continue;
+            };
+            let Ok(permit) = permits.clone().try_acquire_owned() else {
+                debug!(%from, "too many handshakes in progress; connection closed");
+                continue;
             };
             let _ = tcp.set_nodelay(true);
             let (acceptor, tx) = (acceptor.clone(), tx.clone());
             tokio::spawn(async move {
-                let _permit = permit;
+                let _held = (permit, seat);
                 match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
                     Ok(Ok(stream)) => {
                         let _ = tx.send(Ok(stream)).await;
