@@ -12,6 +12,8 @@
 //!   request may put in the log) and names with control characters are refused with the
 //!   reason, and replication carries on.
 //! - Idle connections from one address cannot take the handshake permits everyone else needs.
+//! - Revoking the certificate a voter uses now (with nothing newer to replace it) is refused:
+//!   two such revocations would lock a three-voter cluster out.
 //! - The CA key never goes over the wire to a joining agent: only voters hold it (a new voter
 //!   fetches it from another), a learner's certificate cannot fetch it, and enrolment through
 //!   a learner is passed on to the leader.
@@ -516,4 +518,27 @@ async fn idle_connections_from_one_address_do_not_lock_others_out() {
         started.elapsed()
     );
     drop(idle);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revoking_a_voters_current_certificate_is_refused() {
+    let c = Cluster::start(3, 3, "").await;
+    let (cert_pem, _) = node_identity(&c, 2);
+    let serial = gpu_agent::tls::pki::inspect_pem(&cert_pem)
+        .expect("n2's certificate")
+        .serial;
+    let out = c
+        .gpuctl()
+        .args(["--endpoint", c.addr(1), "cert", "revoke", &serial])
+        .output()
+        .expect("gpuctl cert revoke");
+    assert!(!out.status.success(), "revoking n2's current certificate");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("renew first"), "{err}");
+    // n2 still speaks for itself.
+    as_node(&c, 2, 1)
+        .await
+        .read_index(gpu_proto::internal::v1::ReadIndexRequest {})
+        .await
+        .expect("n2 is not locked out");
 }

@@ -92,6 +92,15 @@ impl CertService for CertApi {
         cert::check_serial(&serial).map_err(invalid)?;
         let reason = req.into_inner().reason;
         gpu_raft_store::validate::free_text("reason", &reason).map_err(invalid)?;
+        let voters = self.cluster.view().voters;
+        let now = crate::clock::now_ms();
+        if let Some(why) = self
+            .cluster
+            .state
+            .read(|s| s.revocation_locks_out(&serial, &voters, now))
+        {
+            return Err(Status::failed_precondition(why));
+        }
         self.cluster
             .write_as(
                 Command::RevokeCertificate {

@@ -70,6 +70,37 @@ impl ClusterState {
         Ok(ApplyResult::Ok)
     }
 
+    /// Why revoking `serial` would lock a current voter out (`voters`, at `now_ms`): it is the
+    /// newest valid certificate of a voter, with no later one to replace it, so the voter could
+    /// no longer reach its peers (two such revocations in a cluster of three and the majority
+    /// is gone). `None`: safe to revoke. Let the voter renew first, or remove it.
+    pub fn revocation_locks_out(
+        &self,
+        serial: &str,
+        voters: &std::collections::BTreeSet<NodeId>,
+        now_ms: u64,
+    ) -> Option<String> {
+        let cert = self.certificates.get(serial).filter(|c| !c.revoked)?;
+        let node: NodeId = cert.subject.strip_prefix("node ")?.parse().ok()?;
+        if !voters.contains(&node) {
+            return None;
+        }
+        let replaced = self.certificates.values().any(|c| {
+            c.subject == cert.subject
+                && c.serial != cert.serial
+                && !c.revoked
+                && c.not_after_ms > now_ms
+                && c.issued_at_ms >= cert.issued_at_ms
+        });
+        (!replaced).then(|| {
+            format!(
+                "certificate {serial} is voter n{node}'s current one: revoking it would cut n{node} \
+                 off from its peers. Let n{node} renew first (a newer certificate replaces it), or \
+                 remove n{node} from the voters"
+            )
+        })
+    }
+
     /// Whether a presented certificate serial is on the revocation list.
     pub fn is_revoked(&self, serial: &str) -> bool {
         self.certificates.get(serial).is_some_and(|c| c.revoked)
