@@ -232,7 +232,7 @@ mod tests {
         let text = include_str!("../../../deploy/config/agent.example.toml");
         let file = FileConfig::parse(text).expect("the example parses");
         let c = Config::parse_and_validate(file, Overrides::default()).expect("and validates");
-        assert_eq!(c.tls.cert_validity, Duration::from_secs(30 * 86_400));
+        assert_eq!(c.tls.cert_validity, Duration::from_secs(86_400));
         assert_eq!(c.jobs.lease, Duration::from_secs(10));
         assert!(
             !c.raft.fault_injection,
