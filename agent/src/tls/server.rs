@@ -27,11 +27,11 @@ use super::pki::KeyedCert;
 
 /// How long a client gets to finish its handshake (a few round trips even over a slow link).
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
-/// Handshakes in progress at once; a connection beyond them is closed at once (a flood of
-/// half-open handshakes cannot pile up, nor hold up the accept loop).
+/// Handshakes in progress at once; more wait their turn (within the handshake timeout), never
+/// holding up the accept loop.
 const MAX_HANDSHAKES: usize = 256;
-/// Handshakes in progress at once from one address: idle connections from one source cannot
-/// take the permits everyone else needs.
+/// Handshakes in progress at once from one address; more from it wait for its own seats:
+/// idle connections from one source cannot take the permits everyone else needs.
 const MAX_HANDSHAKES_PER_ADDRESS: usize = 16;
 
 /// The ring provider, named explicitly (never a process default that another crate could set).
@@ -97,40 +97,25 @@ pub(crate) fn server_config(
     Ok(Arc::new(config))
 }
 
-/// Handshakes in progress per source address.
+/// Handshakes in progress per source address: a semaphore per address, dropped once no
+/// handshake from it is in progress or waiting.
 #[derive(Clone, Default)]
-struct PerAddress(Arc<Mutex<HashMap<IpAddr, usize>>>);
-
-/// One handshake's place in its address's count, given back when dropped.
-struct Seat {
-    counts: PerAddress,
-    ip: IpAddr,
-}
+struct PerAddress(Arc<Mutex<HashMap<IpAddr, Arc<Semaphore>>>>);
 
 impl PerAddress {
-    /// A seat for a handshake from `ip`, unless it already has its share in progress.
-    fn enter(&self, ip: IpAddr) -> Option<Seat> {
-        let mut counts = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let n = counts.entry(ip).or_default();
-        if *n >= MAX_HANDSHAKES_PER_ADDRESS {
-            return None;
-        }
-        *n += 1;
-        Some(Seat {
-            counts: self.clone(),
-            ip,
-        })
+    fn of(&self, ip: IpAddr) -> Arc<Semaphore> {
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        map.entry(ip)
+            .or_insert_with(|| Arc::new(Semaphore::new(MAX_HANDSHAKES_PER_ADDRESS)))
+            .clone()
     }
-}
 
-impl Drop for Seat {
-    fn drop(&mut self) {
-        let mut counts = self.counts.0.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(n) = counts.get_mut(&self.ip) {
-            *n -= 1;
-            if *n == 0 {
-                counts.remove(&self.ip);
-            }
+    /// Forget `ip`'s semaphore when nobody else holds or waits on it.
+    fn release(&self, ip: IpAddr, semaphore: Arc<Semaphore>) {
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        // The map's reference and ours: nobody else is waiting or in a handshake.
+        if Arc::strong_count(&semaphore) == 2 {
+            map.remove(&ip);
         }
     }
 }
@@ -158,23 +143,27 @@ pub(crate) fn incoming(
                     }
                 },
             };
-            let Some(seat) = per_address.enter(from.ip()) else {
-                debug!(%from, "too many handshakes from this address; connection closed");
-                continue;
-            };
-            let Ok(permit) = permits.clone().try_acquire_owned() else {
-                debug!(%from, "too many handshakes in progress; connection closed");
-                continue;
-            };
             let _ = tcp.set_nodelay(true);
             let (acceptor, tx) = (acceptor.clone(), tx.clone());
+            let (permits, per_address) = (permits.clone(), per_address.clone());
             tokio::spawn(async move {
-                let _held = (permit, seat);
-                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                    Ok(Ok(stream)) => {
+                // First a seat among this address's handshakes, then one of all: a connection
+                // waits for them here (within the handshake timeout), never in the accept loop,
+                // and one address's idle connections hold at most its own seats.
+                let mine = per_address.of(from.ip());
+                let handshake = async {
+                    let _seat = mine.clone().acquire_owned().await.ok()?;
+                    let _permit = permits.acquire_owned().await.ok()?;
+                    Some(acceptor.accept(tcp).await)
+                };
+                let outcome = tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await;
+                per_address.release(from.ip(), mine);
+                match outcome {
+                    Ok(Some(Ok(stream))) => {
                         let _ = tx.send(Ok(stream)).await;
                     }
-                    Ok(Err(e)) => debug!(%from, error = %e, "TLS handshake failed"),
+                    Ok(Some(Err(e))) => debug!(%from, error = %e, "TLS handshake failed"),
+                    Ok(None) => {}
                     Err(_) => debug!(%from, "TLS handshake timed out"),
                 }
             });
