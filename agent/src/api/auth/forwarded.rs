@@ -23,8 +23,8 @@ pub(crate) struct Forwarder {
     pub sends_credentials: bool,
 }
 
-/// Check `proposal` from `from` against `state` at `now_ms`, and make its actor the caller the leader
-/// authenticated. `Err` is why it is refused.
+/// Check `proposal` from `from` against `state` at `now_ms`, and make its actor the caller
+/// the leader authenticated. `Err` is why it is refused.
 pub(crate) fn vouch(
     state: &ClusterState,
     from: Forwarder,
@@ -45,12 +45,13 @@ pub(crate) fn vouch(
         // A write for a caller needs the caller's own credential, except from a voter of a
         // build from before credentials were forwarded (a rolling upgrade: voters are trusted
         // as they are).
-        return match proposal.cmd {
-            _ if from.voter && !from.sends_credentials => Ok(()),
-            _ => Err(format!(
+        return if from.voter && !from.sends_credentials {
+            Ok(())
+        } else {
+            Err(format!(
                 "a write for a caller must carry the caller's credential ({} from node {})",
                 proposal.cmd, from.node
-            )),
+            ))
         };
     };
     let (id, secret) = credential
@@ -131,7 +132,7 @@ fn rights_needed<'a>(state: &'a ClusterState, cmd: &'a Command) -> Result<Vec<Ac
     Ok(rights)
 }
 
-/// A node token enrols nodes; any other token gets client certificates only.
+/// Node, operator and admin tokens enrol agents; any token gets a client certificate.
 fn enrols_only_nodes(identity: &Identity, subject: &str) -> Result<(), String> {
     let node = subject.starts_with("node ");
     match (identity.role, node) {
