@@ -470,6 +470,16 @@ impl Cluster {
             .map_err(|e| tonic::Status::invalid_argument(e.to_string()))
     }
 
+    /// Agent `id`'s own certificate and key, from its data directory.
+    pub fn node_identity(&self, id: u64) -> (String, String) {
+        let tls = self.root.path().join(format!("node-{id}/tls"));
+        let read = |f: &str| {
+            let path = tls.join(f);
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        };
+        (read("node.crt"), read("node.key"))
+    }
+
     /// The admin's client certificate and key n1 wrote at bootstrap.
     pub fn admin_identity(&self) -> (String, String) {
         (self.read_root("admin.crt"), self.read_root("admin.key"))

@@ -36,17 +36,10 @@ use gpu_tests::Cluster;
 use serde_json::json;
 use tonic::transport::Channel;
 
-/// Agent `id`'s certificate and key, from its data directory.
-fn node_identity(c: &Cluster, id: u64) -> (String, String) {
-    let tls = c.root.path().join(format!("node-{id}/tls"));
-    let read = |f: &str| std::fs::read_to_string(tls.join(f)).expect("node tls file");
-    (read("node.crt"), read("node.key"))
-}
-
 /// The internal API of agent `to`, as agent `from` (its certificate).
 async fn as_node(c: &Cluster, from: u64, to: u64) -> RaftPeerClient<Channel> {
     let channel = c
-        .endpoint(to, Some(node_identity(c, from)))
+        .endpoint(to, Some(c.node_identity(from)))
         .expect("endpoint")
         .connect()
         .await
@@ -523,7 +516,7 @@ async fn idle_connections_from_one_address_do_not_lock_others_out() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn revoking_a_voters_current_certificate_is_refused() {
     let c = Cluster::start(3, 3, "").await;
-    let (cert_pem, _) = node_identity(&c, 2);
+    let (cert_pem, _) = c.node_identity(2);
     let serial = gpu_agent::tls::pki::inspect_pem(&cert_pem)
         .expect("n2's certificate")
         .serial;

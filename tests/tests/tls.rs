@@ -21,13 +21,7 @@ fn read(path: std::path::PathBuf) -> String {
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-/// Agent `id`'s own certificate and key, from its data directory.
-fn node_identity(c: &Cluster, id: u64) -> (String, String) {
-    let tls = c.root.path().join(format!("node-{id}/tls"));
-    (read(tls.join("node.crt")), read(tls.join("node.key")))
-}
-
-/// The cluster CA with its key (every agent holds it).
+/// The cluster CA with its key (n1, the bootstrap voter, holds it).
 fn cluster_ca(c: &Cluster) -> KeyedCert {
     let tls = c.root.path().join("node-1/tls");
     KeyedCert {
@@ -125,7 +119,7 @@ async fn only_cluster_certificates_get_in_and_each_speaks_only_for_itself() {
 
     // Node 2's certificate cannot send Raft messages as node 3; as itself, it reaches Raft.
     let mut as_n2 = RaftPeerClient::new(
-        connect(&c, 1, Some(node_identity(&c, 2)))
+        connect(&c, 1, Some(c.node_identity(2)))
             .await
             .expect("n2 tls"),
     );
@@ -364,7 +358,7 @@ async fn certificates_rotate_before_they_expire() {
     // Certificates live 12 s; agents renew with 4 s left.
     let mut c = Cluster::start(3, 3, "[tls]\ncert_validity = \"12s\"").await;
     let serial = |c: &Cluster, id: u64| {
-        pki::inspect_pem(&node_identity(c, id).0)
+        pki::inspect_pem(&c.node_identity(id).0)
             .expect("node cert")
             .serial
     };

@@ -132,7 +132,7 @@ impl JobService for JobApi {
         let priority_unset = wire.priority.is_none();
         let mut spec = from_proto::spec(wire).map_err(invalid)?;
         let role = caller.identity.role;
-        let ceiling = self.cluster.state.read(|s| {
+        let priority_allowed = self.cluster.state.read(|s| {
             if priority_unset {
                 // A job without a priority of its own gets its tenant's default (0 without a
                 // record), decided here so the log carries the value the job runs with.
@@ -148,7 +148,7 @@ impl JobService for JobApi {
             spec.account = s.account_for(&caller.identity.token_id, &spec.tenant);
             tenant::check_priority(spec.priority, s.tenants.get(&spec.tenant), role)
         });
-        ceiling.map_err(invalid)?;
+        priority_allowed.map_err(invalid)?;
         validate::job_spec(&spec).map_err(invalid)?;
         // A slice no GPU of the cluster (of the requested type) can hold would wait forever.
         self.cluster

@@ -132,12 +132,20 @@ impl PeerService {
     }
 }
 
-/// The peer service's interceptor: refuse (and log once per request) an incompatible caller.
+/// The protocol version a peer request was served under, as the interceptor negotiated it.
+#[derive(Clone, Copy)]
+struct Spoken(u32);
+
+/// The peer service's interceptor: refuse (and log once per request) an incompatible caller,
+/// and hand the version both speak on to the handler (`Spoken`).
 #[allow(clippy::result_large_err)] // tonic's interceptor signature.
-pub(crate) fn check_protocol(req: Request<()>) -> Result<Request<()>, Status> {
+pub(crate) fn check_protocol(mut req: Request<()>) -> Result<Request<()>, Status> {
     let header = |key| req.metadata().get(key).map(|v| v.to_str().unwrap_or("?"));
     match protocol::negotiate(header(protocol::HEADER), header(protocol::HEADER_MAX)) {
-        Ok(_) => Ok(req),
+        Ok(version) => {
+            req.extensions_mut().insert(Spoken(version));
+            Ok(req)
+        }
         Err(e) => {
             tracing::warn!(remote = ?req.remote_addr(), error = %e, "refused a peer");
             Err(incompatible_peer(&e))
@@ -235,9 +243,7 @@ impl RaftPeer for PeerService {
 
     async fn propose(&self, req: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
         let from = self.peers.node(&req)?;
-        let header = |key| req.metadata().get(key).and_then(|v| v.to_str().ok());
-        let spoken = protocol::negotiate(header(protocol::HEADER), header(protocol::HEADER_MAX))
-            .unwrap_or(1);
+        let spoken = req.extensions().get::<Spoken>().map_or(1, |v| v.0);
         let mut proposal: Proposal =
             serde_json::from_slice(&req.into_inner().json).map_err(bad_payload)?;
         if let Some(node) = from {
@@ -456,7 +462,13 @@ mod tests {
     fn a_stamped_request_passes_the_check() {
         let mut req = Request::new(());
         protocol::stamp(&mut req);
-        assert!(check_protocol(req).is_ok());
+        let served = check_protocol(req).expect("served");
+        let spoken = served.extensions().get::<Spoken>().map(|v| v.0);
+        assert_eq!(
+            spoken,
+            Some(protocol::PROTOCOL_VERSION),
+            "handed on to the handler"
+        );
         let mut req = Request::new(());
         req.metadata_mut()
             .insert(protocol::HEADER, MetadataValue::from(7u32));

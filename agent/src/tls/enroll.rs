@@ -82,7 +82,11 @@ impl TlsIdentity {
 
     /// Whether this agent holds the CA key (it signs certificates).
     pub fn is_signer(&self) -> bool {
-        self.current().is_some_and(|t| t.ca_key_pem.is_some())
+        self.current
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .is_some_and(|t| t.ca_key_pem.is_some())
     }
 
     pub fn current(&self) -> Option<NodeTls> {

@@ -250,3 +250,13 @@ pub fn gpu_fits(gpu: &GpuRecord, spec: &JobSpec) -> bool {
     (spec.gpu_types.is_empty() || spec.gpu_types.contains(&gpu.gpu_type))
         && gpu.memory_mib >= spec.min_gpu_memory_mib
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_agents_own_labels_are_under_their_prefix() {
+        use crate::model::validate::{AGENT_LABEL_PREFIX, user_label_key};
+        assert!(super::CONTAINER_RUNTIME_LABEL.starts_with(AGENT_LABEL_PREFIX));
+        assert!(user_label_key(super::CONTAINER_RUNTIME_LABEL).is_err());
+    }
+}
