@@ -27,9 +27,10 @@ pub const HEADER_MAX: &str = "x-gpumesh-protocol-max";
 /// of failed runs and the out-of-memory outcome (`gpu_raft_store::PROTOCOL_3`); 4: container
 /// jobs and tenants' allowed mounts (`gpu_raft_store::PROTOCOL_4`); 5: token limits and
 /// enrolments counted against their join token (`gpu_raft_store::PROTOCOL_5`), and forwarded
-/// writes carrying their caller's credential (`CREDENTIALS_FORWARDED`).
-pub const PROTOCOL_VERSION: u32 = 5;
-const _: () = assert!(PROTOCOL_VERSION >= gpu_raft_store::PROTOCOL_5);
+/// writes carrying their caller's credential (`CREDENTIALS_FORWARDED`); 6: signed audit heads
+/// (`gpu_raft_store::PROTOCOL_6`).
+pub const PROTOCOL_VERSION: u32 = 6;
+const _: () = assert!(PROTOCOL_VERSION >= gpu_raft_store::PROTOCOL_6);
 /// The first version whose agents forward their callers' credentials with their writes.
 pub const CREDENTIALS_FORWARDED: u32 = 5;
 /// The oldest version this build still speaks with a peer.

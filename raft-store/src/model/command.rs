@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::account::Account;
 use crate::model::alert::{AlertRule, Remediation, Severity};
-use crate::model::audit::RequestMeta;
+use crate::model::audit::{RequestMeta, SignedHead};
 use crate::model::auth::TokenRecord;
 use crate::model::energy::EnergyReport;
 use crate::model::job::{JobSpec, Outcome};
@@ -222,6 +222,10 @@ pub enum Command {
     BindSlices {
         binds: Vec<SliceBind>,
     },
+    /// The leader signed the audit chain's head (with the cluster CA key).
+    SignAuditHead {
+        head: SignedHead,
+    },
 }
 
 /// The internal protocol version that added `Batch`, `SetGpuPartition`, `BindSlices` and sliced
@@ -238,6 +242,10 @@ pub const PROTOCOL_3: u32 = 3;
 /// drop them and let an expired or used-up token in.
 pub const PROTOCOL_5: u32 = 5;
 
+/// The internal protocol version that added signed audit heads (`SignAuditHead`): an older
+/// agent cannot read the command.
+pub const PROTOCOL_6: u32 = 6;
+
 /// The internal protocol version that added container jobs (`JobSpec::container`) and tenants'
 /// allowed mounts: an older agent would run a container job's command on the host.
 pub const PROTOCOL_4: u32 = 4;
@@ -250,6 +258,7 @@ impl Command {
             Command::Batch { .. }
             | Command::SetGpuPartition { .. }
             | Command::BindSlices { .. } => PROTOCOL_2,
+            Command::SignAuditHead { .. } => PROTOCOL_6,
             Command::CreateToken { token } if !token.limits.is_none() => PROTOCOL_5,
             Command::CreateTenant { tenant } | Command::UpdateTenant { tenant }
                 if tenant.max_priority.is_some() =>
@@ -455,6 +464,9 @@ impl fmt::Display for Command {
                     write!(f, " j-{}->n{}/{} {}", b.job, b.node, b.gpu, b.slice)?;
                 }
                 Ok(())
+            }
+            Command::SignAuditHead { head } => {
+                write!(f, "audit head {} signed by {}", head.seq, head.key_id)
             }
         }
     }
@@ -923,6 +935,15 @@ mod tests {
                     preemption: crate::model::scheduler::Preemption::Priority,
                 },
             },
+            Command::SignAuditHead {
+                head: SignedHead {
+                    seq: 4,
+                    hash: "ab".repeat(32),
+                    time_ms: 0,
+                    key_id: "cd".repeat(32),
+                    signature: "3045".into(),
+                },
+            },
             Command::Batch {
                 entries: vec![
                     entry(Command::CancelJob { job: 7 }),
@@ -974,8 +995,9 @@ mod tests {
     #[test]
     fn only_what_protocol_2_added_waits_for_protocol_2() {
         let added = ["batch", "set_gpu_partition", "bind_slices"];
-        // Commands protocol 3 added (tested in `accounts_wait_for_protocol_3`).
-        let added_by_3 = ["set_token_account"];
+        // Commands later protocols added (tested in `accounts_wait_for_protocol_3` and
+        // `signed_audit_heads_wait_for_protocol_6`).
+        let added_by_3 = ["set_token_account", "sign_audit_head"];
         for cmd in every_command() {
             let tag = serde_json::to_value(&cmd).expect("encode")["type"].clone();
             let is_new = added.iter().any(|t| tag == *t);
@@ -1200,5 +1222,18 @@ mod tests {
             remove: BTreeSet::new(),
         });
         assert_eq!(e.to_string(), "label n2 +1 -0 @1700000000000ms");
+    }
+
+    #[test]
+    fn signed_audit_heads_wait_for_protocol_6() {
+        let heads: Vec<Command> = every_command()
+            .into_iter()
+            .filter(|c| matches!(c, Command::SignAuditHead { .. }))
+            .collect();
+        assert_eq!(heads.len(), 1);
+        for cmd in heads {
+            assert_eq!(cmd.protocol(), PROTOCOL_6, "{cmd}");
+            expect![[r#"{"proposed_at_ms":1700000000000,"cmd":{"type":"sign_audit_head","head":{"seq":4,"hash":"abababababababababababababababababababababababababababababababab","time_ms":0,"key_id":"cdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcd","signature":"3045"}}}"#]].assert_eq(&serde_json::to_string(&entry(cmd)).unwrap_or_default());
+        }
     }
 }

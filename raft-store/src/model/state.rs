@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::model::alert::{Alert, AlertRule};
-use crate::model::audit::{self, AuditEntry, RequestMeta};
+use crate::model::audit::{self, AuditEntry, RequestMeta, SignedHead};
 use crate::model::auth::TokenRecord;
 use crate::model::cert::CertRecord;
 use crate::model::command::{Command, LogEntry};
@@ -38,6 +38,14 @@ pub struct ClusterState {
     /// The hash-chained audit log.
     #[serde(default)]
     pub audit: Vec<AuditEntry>,
+    /// The leader's signatures over the audit chain's head, oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub audit_heads: Vec<SignedHead>,
+    /// Certificates (PEM) of earlier cluster CAs whose signed heads this cluster trusts: set
+    /// by `gpu-agent restore --trust-audit-ca` once the backup's heads verified against them,
+    /// never by a command.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub audit_signers: Vec<String>,
     /// Certificates by serial: those the CA issued, and every revoked one.
     #[serde(default)]
     pub certificates: BTreeMap<String, CertRecord>,
@@ -171,6 +179,7 @@ impl ClusterState {
             } => self.set_partition(*node, *gpu, partition, *if_idle),
             Command::BindSlices { binds } => Ok(self.bind_slices(binds, now)),
             Command::RecordEnergy { report } => self.record_energy(report),
+            Command::SignAuditHead { head } => self.sign_audit_head(head, now),
         }
     }
 

@@ -3,6 +3,7 @@
 //! (whatever the proposer believed) and changes nothing when it rejects.
 
 mod alerts;
+mod audit_heads;
 mod binds;
 mod certificates;
 mod energy;
