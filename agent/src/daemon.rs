@@ -22,6 +22,7 @@ use crate::gpu::{self, GpuBackend};
 use crate::host::inventory::InventoryReporter;
 use crate::host::sd_notify::SdNotify;
 use crate::host::watchdog::Watchdog;
+use crate::leader::audit_signer::{AuditSigner, SIGN_INTERVAL};
 use crate::leader::autopilot::Autopilot;
 use crate::leader::liveness::Liveness;
 use crate::leader::scheduler_loop::Scheduler;
@@ -216,6 +217,12 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
             interval: Duration::from_secs(2),
         };
         tasks.spawn(keeper.run(cancel.clone()));
+        let signer = AuditSigner {
+            cluster: cluster.clone(),
+            identity: identity.clone(),
+            interval: SIGN_INTERVAL,
+        };
+        tasks.spawn(signer.run(cancel.clone()));
     }
 
     info!(

@@ -408,8 +408,14 @@ pub(crate) enum AuditVerb {
         #[arg(long, default_value_t = 1000)]
         limit: u32,
     },
-    /// Check the hash chain; exit 1 when it is broken.
-    Verify,
+    /// Check the hash chain and the leader's signed heads; exit 1 when the chain is broken,
+    /// rewritten, or older entries are left unsigned.
+    Verify {
+        /// Also accept heads signed by this CA certificate (PEM file; repeatable): an earlier
+        /// cluster's CA, for a chain restored from its backup.
+        #[arg(long, value_name = "CA_FILE")]
+        trust: Vec<std::path::PathBuf>,
+    },
 }
 
 #[derive(Subcommand, Debug)]

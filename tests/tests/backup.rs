@@ -1,6 +1,8 @@
 //! Backup and restore with real processes: `gpuctl cluster snapshot save` from a 3-node mesh,
 //! the mesh lost for good, `gpu-agent restore` into a fresh 3-node mesh with every job intact;
-//! a truncated or foreign backup refused with the reason and nothing written.
+//! a truncated or foreign backup refused with the reason and nothing written; a backup whose
+//! audit chain was rewritten and recomputed caught by the leader's signed heads, at restore and
+//! by `gpuctl audit verify` on the restored cluster.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -21,8 +23,21 @@ fn jobs_summary(jobs: &[pb::Job]) -> BTreeMap<u64, (String, i32, Vec<String>)> {
 }
 
 fn restore(from: &Path, data_dir: &Path, addr: &str, creds: &Path) -> std::process::Output {
+    restore_trusting(from, data_dir, addr, creds, None)
+}
+
+/// `restore`, with the old cluster's CA given to check the backup's audit chain.
+fn restore_trusting(
+    from: &Path,
+    data_dir: &Path,
+    addr: &str,
+    creds: &Path,
+    old_ca: Option<&Path>,
+) -> std::process::Output {
+    let trust = old_ca.map(|ca| [std::ffi::OsStr::new("--trust-audit-ca"), ca.as_os_str()]);
     Command::new(bin("gpu-agent"))
         .arg("restore")
+        .args(trust.iter().flatten())
         .arg("--from")
         .arg(from)
         .arg("--data-dir")
@@ -173,4 +188,151 @@ async fn snapshot_of_a_mesh_restores_into_a_fresh_mesh_with_every_job() {
         before.contains_key(&again.job_id),
         "key k-pending made a new job: {again:?}"
     );
+}
+
+/// `gpuctl audit verify` (JSON) against agent 1, with more CAs to trust.
+fn audit_verify(c: &Cluster, trust: &[&Path]) -> (bool, serde_json::Value) {
+    let mut cmd = c.gpuctl();
+    cmd.args([
+        "--endpoint",
+        c.addr(1),
+        "--output",
+        "json",
+        "audit",
+        "verify",
+    ]);
+    for ca in trust {
+        cmd.arg("--trust").arg(ca);
+    }
+    let out = cmd.output().expect("gpuctl audit verify");
+    let answer = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "audit verify printed no JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out.status.success(), answer)
+}
+
+/// The attacker's edit: entry 1 now names someone else, and every hash after it is recomputed,
+/// so the chain is consistent again; the backup's checksum is recomputed too. With `strip`, the
+/// signed heads are removed as well.
+fn rewrite_audit(backup: &[u8], strip: bool) -> Vec<u8> {
+    let (header, mut state) = gpu_raft_store::backup::decode(backup).expect("a good backup");
+    if strip {
+        state.audit_heads.clear();
+    }
+    state.audit[0].actor = "someone-else".into();
+    for i in 0..state.audit.len() {
+        if i > 0 {
+            state.audit[i].prev_hash = state.audit[i - 1].hash.clone();
+        }
+        state.audit[i].hash = state.audit[i].compute_hash();
+    }
+    // What `gpuctl audit verify` checked before signed heads: the rewrite passes it.
+    assert_eq!(
+        gpu_raft_store::audit::verify(&state.audit),
+        Ok(state.audit.len())
+    );
+    gpu_raft_store::backup::encode(
+        &state,
+        &header.cluster_id,
+        header.index,
+        header.term,
+        header.created_at_ms,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_with_a_rewritten_audit_chain_is_caught_by_its_signed_heads() {
+    let keep = tempfile::tempdir().expect("tempdir");
+    let (backup, old_ca) = (keep.path().join("pristine"), keep.path().join("old-ca.crt"));
+    {
+        let c = Cluster::start(1, 1, "").await;
+        for i in 0..3 {
+            c.submit(1, shell_job(&format!("j{i}"), 64, "true"), &format!("k{i}"))
+                .await
+                .unwrap_or_else(|e| panic!("submit: {e}\n{}", c.logs()));
+        }
+        // The leader signs the head within its interval.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let (ok, v) = audit_verify(&c, &[]);
+            assert!(ok, "a fresh cluster's chain verifies: {v}\n{}", c.logs());
+            if v["signed_through"].as_u64() >= Some(3) && v["signed_through"] == v["entries"] {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "never signed: {v}");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        let out = c
+            .gpuctl()
+            .args(["--endpoint", c.addr(1), "cluster", "snapshot", "save"])
+            .arg(&backup)
+            .output()
+            .expect("gpuctl");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::fs::copy(c.root.path().join("ca.crt"), &old_ca).expect("keep the CA");
+        std::fs::copy(
+            c.root.path().join(ADMIN_TOKEN),
+            keep.path().join(ADMIN_TOKEN),
+        )
+        .expect("keep the admin token");
+    }
+    let (rewritten, stripped) = (keep.path().join("rewritten"), keep.path().join("stripped"));
+    let pristine = std::fs::read(&backup).expect("read");
+    std::fs::write(&rewritten, rewrite_audit(&pristine, false)).expect("write");
+    std::fs::write(&stripped, rewrite_audit(&pristine, true)).expect("write");
+
+    // Restore with the old CA vouching: the rewrite is refused, with its heads or without,
+    // nothing written; the pristine backup is accepted.
+    let refusals = [
+        (&rewritten, "the chain up to it was rewritten"),
+        (&stripped, "no head signed by the given CA"),
+    ];
+    for (i, (file, reason)) in refusals.into_iter().enumerate() {
+        let data = keep.path().join(format!("data-r{i}"));
+        let creds = keep.path().join(format!("creds-r{i}"));
+        let out = restore_trusting(file, &data, "127.0.0.1:1", &creds, Some(&old_ca));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains(reason), "{err}");
+        assert!(!data.exists() && !creds.exists(), "restore wrote something");
+    }
+    let (data, creds) = (keep.path().join("data-p"), keep.path().join("creds-p"));
+    let out = restore_trusting(&backup, &data, "127.0.0.1:1", &creds, Some(&old_ca));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // Restored without the check, the rewritten chain still fails `gpuctl audit verify` on
+    // the new cluster, whatever CA it is told to trust.
+    let placements = vec![Placement {
+        addr: free_addr(),
+        prefix: Vec::new(),
+    }];
+    let first = placements[0].addr.clone();
+    let c = Cluster::start_prepared(1, "", placements, AgentCommand::default(), |c| {
+        let root = c.root.path();
+        let out = restore(&rewritten, &root.join("node-1"), &first, root);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::fs::copy(keep.path().join(ADMIN_TOKEN), root.join(ADMIN_TOKEN)).expect("token");
+    })
+    .await;
+    for trust in [vec![], vec![old_ca.as_path()]] {
+        let (ok, v) = audit_verify(&c, &trust);
+        assert!(!ok, "a rewritten chain verified: {v}");
+        let problem = v["problem"].as_str().unwrap_or_default();
+        assert!(problem.contains("the chain up to it was rewritten"), "{v}");
+    }
 }

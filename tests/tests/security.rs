@@ -62,7 +62,7 @@ async fn audit(c: &Cluster, via: u64) -> Vec<pb::AuditEntry> {
 async fn verify(c: &Cluster, via: u64) -> pb::VerifyAuditResponse {
     let mut client = AuditServiceClient::new(c.channel(via).await.expect("channel"));
     client
-        .verify_audit(pb::VerifyAuditRequest {})
+        .verify_audit(pb::VerifyAuditRequest::default())
         .await
         .expect("verify")
         .into_inner()

@@ -1,4 +1,4 @@
-//! Public `AuditService`: read the audit log and verify its hash chain.
+//! Public `AuditService`: read the audit log and verify its hash chain and signed heads.
 
 use gpu_proto::v1 as pb;
 use gpu_proto::v1::audit_service_server::AuditService;
@@ -7,11 +7,16 @@ use tonic::{Request, Response, Status};
 
 use crate::api::auth::Auth;
 use crate::api::auth::rbac::Action;
+use crate::leader::audit_signer::UNSIGNED_GRACE;
 use crate::raft::Cluster;
+use crate::tls::TlsIdentity;
+use crate::tls::signature::TrustedSigners;
 
 pub(crate) struct AuditApi {
     pub cluster: Cluster,
     pub auth: Auth,
+    /// This agent's TLS identity: the cluster CA whose signed heads are trusted.
+    pub tls: Option<TlsIdentity>,
 }
 
 const DEFAULT_LIMIT: usize = 1000;
@@ -61,24 +66,41 @@ impl AuditService for AuditApi {
         self.auth
             .check(&req, "audit.verify", "audit", Action::ReadAudit)
             .await?;
+        let also_trusted = req.into_inner().trust_ca_pem;
+        let own_ca = self
+            .tls
+            .as_ref()
+            .and_then(|t| t.current())
+            .map(|t| t.ca_cert_pem);
         let (result, head) = self.cluster.state.read(|s| {
-            (
-                audit::verify(&s.audit),
-                s.audit.last().map(|e| e.hash.clone()).unwrap_or_default(),
-            )
+            let pems = own_ca.iter().chain(&s.audit_signers).chain(&also_trusted);
+            let result = TrustedSigners::of(pems.map(String::as_str))
+                .map_err(|e| format!("a CA certificate to trust does not parse: {e}"))
+                .and_then(|trusted| {
+                    audit::verify_signed(
+                        &s.audit,
+                        &s.audit_heads,
+                        |h| trusted.check(h),
+                        UNSIGNED_GRACE.as_millis() as u64,
+                    )
+                });
+            let head = s.audit.last().map(|e| e.hash.clone()).unwrap_or_default();
+            (result, head)
         });
         let reply = match result {
-            Ok(n) => pb::VerifyAuditResponse {
+            Ok(coverage) => pb::VerifyAuditResponse {
                 ok: true,
-                entries: n as u64,
+                entries: coverage.entries as u64,
                 problem: String::new(),
                 head_hash: head,
+                signed_through: coverage.signed_through,
             },
             Err(problem) => pb::VerifyAuditResponse {
                 ok: false,
                 entries: 0,
                 problem,
                 head_hash: head,
+                signed_through: 0,
             },
         };
         Ok(Response::new(reply))

@@ -205,12 +205,16 @@ fn register(router: Router, names: &mut Vec<&'static str>, s: Services) -> Route
         cluster: cluster.clone(),
         auth: auth.clone(),
     };
-    let cert_api = CertApi {
+    let audit_api = AuditApi {
         cluster: cluster.clone(),
         auth: auth.clone(),
+        tls: s.tls.clone(),
+    };
+    let cert_api = CertApi {
+        cluster,
+        auth,
         tls: s.tls,
     };
-    let audit_api = AuditApi { cluster, auth };
     router
         .add_service(InterceptedService::new(
             serving(names, peer),

@@ -1,6 +1,7 @@
 //! Tasks that act only while this agent leads: the scheduling loop, autopilot (voter
-//! replacement, dead member removal) and node liveness verdicts.
+//! replacement, dead member removal), node liveness verdicts and the audit head's signature.
 
+pub(crate) mod audit_signer;
 pub(crate) mod autopilot;
 pub(crate) mod liveness;
 pub(crate) mod scheduler_loop;

@@ -7,6 +7,7 @@ pub(crate) mod enroll;
 pub mod files;
 pub mod pki;
 pub(crate) mod server;
+pub mod signature;
 pub(crate) mod signing_key;
 
 pub use enroll::TlsIdentity;

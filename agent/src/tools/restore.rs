@@ -8,9 +8,11 @@ use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, bail};
-use gpu_raft_store::NodeId;
+use gpu_raft_store::{NodeId, audit};
 
+use crate::leader::audit_signer::UNSIGNED_GRACE;
 use crate::tls::files::write_file;
+use crate::tls::signature::TrustedSigners;
 use crate::tls::{Subject, TlsDir, enroll, pki};
 
 /// `gpu-agent restore`'s options (also its command line).
@@ -32,6 +34,12 @@ pub struct RestoreOptions {
     /// (ca.crt, admin.crt, admin.key); the files must not exist yet.
     #[arg(long)]
     pub credentials_dir: PathBuf,
+    /// The old cluster's CA certificate (repeatable): the backup's audit chain must verify
+    /// against its signed heads (a backup whose chain was rewritten is refused), and the new
+    /// cluster keeps trusting heads it signed. Without it, `gpuctl audit verify` on the new
+    /// cluster needs `--trust` with the old CA.
+    #[arg(long, value_name = "CA_FILE")]
+    pub trust_audit_ca: Vec<PathBuf>,
     /// Lifetime of the restored agent's certificate.
     #[arg(long, default_value = "30d", value_parser = humantime::parse_duration)]
     pub cert_validity: Duration,
@@ -49,8 +57,9 @@ pub struct Restored {
 pub async fn run(o: &RestoreOptions) -> anyhow::Result<Restored> {
     anyhow::ensure!(o.node_id >= 1, "--node-id must be at least 1");
     let bytes = std::fs::read(&o.from).with_context(|| format!("reading {}", o.from.display()))?;
-    let (header, state) = gpu_raft_store::backup::decode(&bytes)
+    let (header, mut state) = gpu_raft_store::backup::decode(&bytes)
         .with_context(|| format!("refusing {}", o.from.display()))?;
+    state.audit_signers = trusted_audit_signers(o, &state)?;
     let tls_dir = TlsDir::in_data_dir(&o.data_dir);
     if tls_dir.dir.exists() {
         bail!(
@@ -67,7 +76,7 @@ pub async fn run(o: &RestoreOptions) -> anyhow::Result<Restored> {
             );
         }
     }
-    // Everything that can fail without touching the disk first.
+    // Everything else that can fail without touching the disk first.
     let material = enroll::bootstrap(o.node_id, o.cert_validity)?;
     let ca = material
         .signing_ca()
@@ -98,4 +107,43 @@ pub async fn run(o: &RestoreOptions) -> anyhow::Result<Restored> {
     write_file(&o.credentials_dir.join("admin.key"), &admin.key_pem, 0o600)?;
     write_file(&o.credentials_dir.join("admin.crt"), &admin.cert_pem, 0o644)?;
     Ok(restored)
+}
+
+/// The CA certificates given with `--trust-audit-ca`, once the backup's audit chain verified
+/// against them. They replace whatever the backup says it trusts: trust comes from the
+/// operator, not from the file being checked.
+fn trusted_audit_signers(
+    o: &RestoreOptions,
+    state: &gpu_raft_store::ClusterState,
+) -> anyhow::Result<Vec<String>> {
+    if o.trust_audit_ca.is_empty() {
+        return Ok(Vec::new());
+    }
+    let pems = o
+        .trust_audit_ca
+        .iter()
+        .map(|p| std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display())))
+        .collect::<anyhow::Result<Vec<String>>>()?;
+    let trusted = TrustedSigners::of(pems.iter().map(String::as_str))?;
+    let refuse = |problem: String| {
+        anyhow::anyhow!(
+            "refusing {}: its audit log does not verify: {problem} (nothing was changed)",
+            o.from.display()
+        )
+    };
+    let coverage = audit::verify_signed(
+        &state.audit,
+        &state.audit_heads,
+        |h| trusted.check(h),
+        UNSIGNED_GRACE.as_millis() as u64,
+    )
+    .map_err(refuse)?;
+    // The signer signs within seconds of a write: a backup of a cluster that wrote something
+    // without a single signed head had its heads removed.
+    if coverage.signed_through == 0 && !state.audit.is_empty() {
+        return Err(refuse(
+            "no head signed by the given CA covers any of its entries".into(),
+        ));
+    }
+    Ok(pems)
 }

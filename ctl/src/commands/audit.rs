@@ -2,7 +2,8 @@
 //!
 //! JSON (stable): `list` prints an array of `{"seq", "time_ms", "actor", "verb", "object",
 //! "outcome", "request_id", "source", "prev_hash", "hash"}`; `verify` prints
-//! `{"ok", "entries", "problem", "head_hash"}` and exits 1 when the chain is broken.
+//! `{"ok", "entries", "problem", "head_hash", "signed_through"}` and exits 1 when the chain is
+//! broken or its signed heads do not hold.
 
 use gpu_proto::v1 as pb;
 use gpu_proto::v1::audit_service_client::AuditServiceClient;
@@ -23,8 +24,16 @@ pub(crate) async fn run(ctx: &Ctx, verb: AuditVerb) -> Result<Answer, Failure> {
                 .entries;
             Ok(ctx.answer_list(&entries, entry_json, entries_table))
         }
-        AuditVerb::Verify => {
-            let req = pb::VerifyAuditRequest {};
+        AuditVerb::Verify { trust } => {
+            let trust_ca_pem = trust
+                .iter()
+                .map(|path| {
+                    std::fs::read_to_string(path).map_err(|e| {
+                        Failure::Usage(format!("cannot read --trust {}: {e}", path.display()))
+                    })
+                })
+                .collect::<Result<_, _>>()?;
+            let req = pb::VerifyAuditRequest { trust_ca_pem };
             let v = ctx
                 .call(new, req, async |mut c, r| c.verify_audit(r).await)
                 .await?;
@@ -35,13 +44,14 @@ pub(crate) async fn run(ctx: &Ctx, verb: AuditVerb) -> Result<Answer, Failure> {
                         "entries": v.entries,
                         "problem": v.problem,
                         "head_hash": v.head_hash,
+                        "signed_through": v.signed_through,
                     })
                 },
                 || {
                     if v.ok {
                         format!(
-                            "audit chain intact: {} entries, head {}\n",
-                            v.entries, v.head_hash
+                            "audit chain intact: {} entries, signed through entry {}, head {}\n",
+                            v.entries, v.signed_through, v.head_hash
                         )
                     } else {
                         format!("audit chain BROKEN: {}\n", v.problem)

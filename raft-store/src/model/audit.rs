@@ -142,10 +142,12 @@ pub struct Coverage {
     pub signed_through: u64,
 }
 
-/// `verify`, and every signed head: it names an entry of the chain, that entry still has the
-/// hash that was signed, and `check_signature` accepts it (a trusted key, a valid signature).
-/// Entries after the last head are the ones not signed yet; one older than `unsigned_grace_ms`
-/// before the chain's newest entry means heads were removed, or never made.
+/// `verify`, and every signed head: it names an entry of the chain, and that entry still has
+/// the hash that was signed; and `check_signature` accepts the last head (a trusted key, a
+/// valid signature), which through the chain vouches for every entry up to it (so one
+/// signature is checked, however long the chain). Entries after the last head are the ones not
+/// signed yet; one older than `unsigned_grace_ms` before the chain's newest entry means heads
+/// were removed, or never made.
 pub fn verify_signed(
     entries: &[AuditEntry],
     heads: &[SignedHead],
@@ -176,9 +178,11 @@ pub fn verify_signed(
                 head.seq
             ));
         }
-        check_signature(head)
-            .map_err(|why| format!("the signed head of entry {}: {why}", head.seq))?;
         signed_through = head.seq;
+    }
+    if let Some(last) = heads.last() {
+        check_signature(last)
+            .map_err(|why| format!("the signed head of entry {}: {why}", last.seq))?;
     }
     let newest = entries.last().map_or(0, |e| e.time_ms);
     let unsigned = entries
@@ -317,7 +321,8 @@ mod tests {
         let c = chain(6);
         let mut forged = head(&c, 4);
         forged.key_id = "k2".into();
-        let problem = verify_signed(&c, &[forged], trusted, 1_000).expect_err("forged");
+        let problem =
+            verify_signed(&c, &[head(&c, 2), forged], trusted, 1_000).expect_err("forged");
         assert!(
             problem.contains("signed head of entry 4: key k2 is not trusted"),
             "{problem}"

@@ -1,0 +1,74 @@
+//! Signing the audit chain's head (leader only, and only with the CA key): every `interval`, if
+//! entries were added since the last signed head, the leader signs the newest entry's hash and
+//! records it (`Command::SignAuditHead`). A chain later rewritten and recomputed up to a signed
+//! head no longer matches it, and the rewriter cannot sign a new one without the CA key, which
+//! only the voters hold. Proposed only as this leader, never forwarded.
+
+use std::time::Duration;
+
+use gpu_raft_store::{Command, SignedHead};
+use tokio_util::sync::CancellationToken;
+use tracing::warn;
+
+use super::ticks::LeaderTicks;
+use crate::raft::{Attempt, Cluster, Proposal};
+use crate::tls::TlsIdentity;
+use crate::tls::signature::sign_head;
+
+/// How often the leader signs the head while the chain grows.
+pub(crate) const SIGN_INTERVAL: Duration = Duration::from_secs(5);
+/// How old an entry may be, against the chain's newest, before a verifier expects a signed
+/// head to cover it: well above `SIGN_INTERVAL`, to ride out a change of leader.
+pub(crate) const UNSIGNED_GRACE: Duration = Duration::from_secs(120);
+
+pub(crate) struct AuditSigner {
+    pub cluster: Cluster,
+    pub identity: TlsIdentity,
+    pub interval: Duration,
+}
+
+impl AuditSigner {
+    pub(crate) async fn run(self, cancel: CancellationToken) {
+        let mut ticks = LeaderTicks::new(self.cluster.clone(), self.interval);
+        while ticks.next(&cancel).await.is_some() {
+            let Some(head) = self.unsigned_head() else {
+                continue;
+            };
+            let head = match self.sign(&head) {
+                Ok(head) => head,
+                Err(e) => {
+                    warn!(error = %e, "could not sign the audit head");
+                    continue;
+                }
+            };
+            let proposal = Proposal {
+                cmd: Command::SignAuditHead { head },
+                meta: None,
+                credential: None,
+            };
+            if let Err(Attempt::Retry(e) | Attempt::Fail(e)) =
+                self.cluster.write_as_leader(proposal).await
+            {
+                warn!(error = %e, "could not record the signed audit head");
+            }
+        }
+    }
+
+    /// The newest entry and its hash, if no signed head covers it yet.
+    fn unsigned_head(&self) -> Option<(u64, String)> {
+        self.cluster.state.read(|s| {
+            let newest = s.audit.last()?;
+            let signed = s.audit_heads.last().map_or(0, |h| h.seq);
+            (newest.seq > signed).then(|| (newest.seq, newest.hash.clone()))
+        })
+    }
+
+    fn sign(&self, (seq, hash): &(u64, String)) -> anyhow::Result<SignedHead> {
+        let ca = self
+            .identity
+            .current()
+            .and_then(|tls| tls.signing_ca())
+            .ok_or_else(|| anyhow::anyhow!("this leader does not hold the CA key yet"))?;
+        Ok(sign_head(&ca, *seq, hash)?)
+    }
+}
