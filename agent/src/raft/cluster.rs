@@ -21,7 +21,7 @@ use super::proposal::{OnBehalf, Proposal, Written};
 use super::proposer::Proposer;
 
 /// A point-in-time view of the Raft group from this agent.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct RaftView {
     pub node_id: NodeId,
     pub leader: Option<NodeId>,

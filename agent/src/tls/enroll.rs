@@ -156,6 +156,16 @@ impl TlsIdentity {
         })
     }
 
+    /// Forget the CA key (this agent is no longer a voter): the material is stored again
+    /// without it, so the key file is gone from disk too.
+    pub fn drop_ca_key(&self) -> anyhow::Result<()> {
+        let tls = self.current().context("no TLS material yet")?;
+        self.install(NodeTls {
+            ca_key_pem: None,
+            ..tls
+        })
+    }
+
     /// Keep the CA key a signer handed us (this agent became a voter), once checked against
     /// our CA certificate.
     pub fn adopt_ca_key(&self, key_pem: String) -> anyhow::Result<()> {
