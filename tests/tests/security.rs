@@ -211,6 +211,23 @@ async fn tokens_roles_and_tenants_are_enforced_and_audited() {
     let v = verify(&c, 2).await;
     assert!(v.ok, "{}", v.problem);
     assert!(v.entries > 10);
+
+    // Membership changes are mutations too: the leader audits every join and promotion.
+    let entries = audit(&c, 3).await;
+    for (verb, node) in [("member.add", "node/2@"), ("member.add", "node/3@")] {
+        assert!(
+            entries.iter().any(|e| e.verb == verb
+                && e.object.starts_with(node)
+                && e.actor.starts_with("node/")),
+            "no {verb} {node} in {entries:#?}"
+        );
+    }
+    assert!(
+        entries
+            .iter()
+            .any(|e| e.verb == "member.promote" || e.verb == "member.voters"),
+        "no promotion in {entries:#?}"
+    );
 }
 
 /// Every file under `dir` (recursively) that contains `needle`.

@@ -392,15 +392,23 @@ impl Cluster {
         Ok(self.view().voters.contains(&node))
     }
 
-    /// Commit a membership change on this node (the leader).
+    /// Commit a membership change on this node (the leader), then record it in the audit log
+    /// (best effort: the change stands if the record fails, which is logged).
     pub async fn change_membership(
         &self,
         change: ChangeMembers<NodeId, BasicNode>,
         retain: bool,
     ) -> Result<(), Attempt> {
         self.refuse_edge_voters(&change).map_err(Attempt::Fail)?;
+        let audit = super::membership_audit::record(self.id, &change);
         match self.raft.change_membership(change, retain).await {
-            Ok(_) => Ok(()),
+            Ok(_) => {
+                if let Err(Attempt::Retry(e) | Attempt::Fail(e)) = self.write_as_leader(audit).await
+                {
+                    tracing::warn!(error = %e, "could not record a membership change in the audit log");
+                }
+                Ok(())
+            }
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => {
                 Err(Attempt::Retry(ClusterError::NoLeader))
             }

@@ -6,6 +6,7 @@ pub(crate) mod cluster;
 pub(crate) mod contact;
 pub(crate) mod error;
 pub(crate) mod failover;
+pub(crate) mod membership_audit;
 pub(crate) mod network;
 pub(crate) mod peer_client;
 pub(crate) mod proposal;
