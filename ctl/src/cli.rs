@@ -318,6 +318,11 @@ pub(crate) enum TokenVerb {
         /// member; enrolling an existing member's id again needs exactly that id here).
         #[arg(long, value_name = "ID[-ID]", value_parser = args::node_ids)]
         node_ids: Option<(u64, u64)>,
+        /// Where a join token's nodes may sit in the Raft group: voter (when the autopilot
+        /// needs one; the default), learner or edge (learners for good; an edge node must run
+        /// with an [edge] section).
+        #[arg(long, value_parser = ["voter", "learner", "edge"])]
+        seat: Option<String>,
     },
     /// Tokens you may manage.
     List,

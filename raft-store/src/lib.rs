@@ -21,7 +21,7 @@ pub use storage::backup;
 pub use model::account::Account;
 pub use model::alert::{Alert, AlertRule};
 pub use model::audit::{AuditEntry, RequestMeta, SignedHead};
-pub use model::auth::{Grant, Role, TokenLimits, TokenRecord};
+pub use model::auth::{Grant, Role, Seat, TokenLimits, TokenRecord};
 pub use model::cert::CertRecord;
 pub use model::command::{
     Bind, Command, LogEntry, PROTOCOL_2, PROTOCOL_3, PROTOCOL_4, PROTOCOL_5, PROTOCOL_6, Preempt,

@@ -153,6 +153,8 @@ pub struct Cluster {
     /// The agent binary every start runs.
     pub agent_bin: PathBuf,
     pub agents: BTreeMap<u64, Agent>,
+    voter_target: usize,
+    extra_toml: String,
     _turn: MutexGuard<'static, ()>,
 }
 
@@ -210,62 +212,20 @@ impl Cluster {
             .unwrap_or_else(|p| p.into_inner());
         let root = tempfile::tempdir().expect("tempdir");
         let addrs: Vec<String> = placements.iter().map(|p| p.addr.clone()).collect();
-        let mut agents = BTreeMap::new();
-        for id in 1..=n {
-            let addr = addrs[id as usize - 1].clone();
-            let data = root.path().join(format!("node-{id}"));
-            let (start, flags) = if id == 1 {
-                let token = root.path().join(ADMIN_TOKEN);
-                (
-                    format!("bootstrap = true\nbootstrap_token_file = {token:?}"),
-                    Vec::new(),
-                )
-            } else {
-                (
-                    format!("join = [{:?}]", addrs[0]),
-                    vec![
-                        "--ca-file".into(),
-                        root.path().join("ca.crt").into_os_string(),
-                        "--join-token-file".into(),
-                        root.path().join(JOIN_TOKEN).into_os_string(),
-                    ],
-                )
-            };
-            let gpus = NODE_KINDS[(id as usize - 1) % NODE_KINDS.len()];
-            // Short job timings keep failure tests fast, unless the test brings its own.
-            let jobs = if extra_toml.contains("[jobs]") {
-                ""
-            } else {
-                "[jobs]\nlease = \"2s\"\ndown_after = \"4s\"\nstop_grace = \"2s\"\n"
-            };
-            let toml = format!(
-                "node_id = {id}\nlisten = {addr:?}\ndata_dir = {data:?}\njoin_timeout = \"30s\"\n\
-                 gpu_backend = \"sim\"\nsim_gpus = {gpus:?}\n{start}\n\
-                 {jobs}[raft]\nvoter_target = {voter_target}\n{extra_toml}\n"
-            );
-            let config = root.path().join(format!("node-{id}.toml"));
-            std::fs::write(&config, toml).expect("write config");
-            let log = root.path().join(format!("node-{id}.log"));
-            agents.insert(
-                id,
-                Agent {
-                    id,
-                    addr,
-                    prefix: placements[id as usize - 1].prefix.clone(),
-                    config,
-                    flags,
-                    log,
-                    env: agent.env.iter().cloned().collect(),
-                    child: None,
-                },
-            );
-        }
         let mut cluster = Cluster {
             root,
             agent_bin: agent.bin.unwrap_or_else(|| bin("gpu-agent")),
-            agents,
+            agents: BTreeMap::new(),
+            voter_target,
+            extra_toml: extra_toml.to_owned(),
             _turn: turn,
         };
+        for (id, placement) in (1..=n).zip(placements) {
+            let token = cluster.root.path().join(JOIN_TOKEN);
+            let joiner = (id > 1).then(|| (addrs[0].as_str(), token.as_path()));
+            let env = agent.env.iter().cloned().collect();
+            cluster.configure_agent(id, placement, joiner, env);
+        }
         prepare(&cluster);
         for id in 1..=n {
             cluster.start_agent(id);
@@ -315,6 +275,80 @@ impl Cluster {
             )
             .await;
         cluster
+    }
+
+    /// Write agent `id`'s config: n1 bootstraps; a `joiner` joins through the address given,
+    /// enrolling with the join token in the file given.
+    fn configure_agent(
+        &mut self,
+        id: u64,
+        placement: Placement,
+        joiner: Option<(&str, &Path)>,
+        env: BTreeMap<String, String>,
+    ) {
+        let root = self.root.path();
+        let addr = placement.addr;
+        let data = root.join(format!("node-{id}"));
+        let (start, flags) = match joiner {
+            None => {
+                let token = root.join(ADMIN_TOKEN);
+                (
+                    format!("bootstrap = true\nbootstrap_token_file = {token:?}"),
+                    Vec::new(),
+                )
+            }
+            Some((seed, token)) => (
+                format!("join = [{seed:?}]"),
+                vec![
+                    "--ca-file".into(),
+                    root.join("ca.crt").into_os_string(),
+                    "--join-token-file".into(),
+                    token.as_os_str().to_owned(),
+                ],
+            ),
+        };
+        let gpus = NODE_KINDS[(id as usize - 1) % NODE_KINDS.len()];
+        let extra_toml = &self.extra_toml;
+        // Short job timings keep failure tests fast, unless the test brings its own.
+        let jobs = if extra_toml.contains("[jobs]") {
+            ""
+        } else {
+            "[jobs]\nlease = \"2s\"\ndown_after = \"4s\"\nstop_grace = \"2s\"\n"
+        };
+        let toml = format!(
+            "node_id = {id}\nlisten = {addr:?}\ndata_dir = {data:?}\njoin_timeout = \"30s\"\n\
+             gpu_backend = \"sim\"\nsim_gpus = {gpus:?}\n{start}\n\
+             {jobs}[raft]\nvoter_target = {}\n{extra_toml}\n",
+            self.voter_target
+        );
+        let config = root.join(format!("node-{id}.toml"));
+        std::fs::write(&config, toml).expect("write config");
+        let log = root.join(format!("node-{id}.log"));
+        self.agents.insert(
+            id,
+            Agent {
+                id,
+                addr,
+                prefix: placement.prefix,
+                config,
+                flags,
+                log,
+                env,
+                child: None,
+            },
+        );
+    }
+
+    /// Add agent `id` on loopback, joining through n1 with the join token in `token_file`,
+    /// and start it (the caller waits for what it expects of the join).
+    pub fn add_agent(&mut self, id: u64, token_file: &Path) {
+        let seed = self.addr(1).to_owned();
+        let placement = Placement {
+            addr: free_addr(),
+            prefix: Vec::new(),
+        };
+        self.configure_agent(id, placement, Some((&seed, token_file)), BTreeMap::new());
+        self.start_agent(id);
     }
 
     pub fn start_agent(&mut self, id: u64) {

@@ -19,7 +19,8 @@
 //!   a learner is passed on to the leader.
 //! - A join token works once by default, until it expires, and only for the node ids it
 //!   names; no token mints a certificate for a node that is already a member unless it is
-//!   bound to exactly that id.
+//!   bound to exactly that id. A node a token bound to a learner seat enrolled never becomes
+//!   a voter, not even for a free seat.
 
 use std::collections::BTreeMap;
 
@@ -534,4 +535,63 @@ async fn revoking_a_voters_current_certificate_is_refused() {
         .read_index(gpu_proto::internal::v1::ReadIndexRequest {})
         .await
         .expect("n2 is not locked out");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_join_token_for_a_learner_seat_never_makes_a_voter() {
+    let mut c = Cluster::start(1, 3, "").await;
+    let mut tokens = TokenServiceClient::new(c.channel(1).await.expect("channel"));
+    let bearer = tokens
+        .create_token(pb::CreateTokenRequest {
+            role: pb::Role::Node as i32,
+            description: "learners".into(),
+            seat: "learner".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("a learner join token")
+        .into_inner()
+        .bearer;
+    let file = c.root.path().join("learner.token");
+    gpu_agent::tls::files::write_file(&file, &bearer, 0o600).expect("token file");
+    // n2 enrols with it while two voter seats are free; n3 with an unbound token.
+    c.add_agent(2, &file);
+    c.wait_for("n2 to join", Duration::from_secs(60), |c| async move {
+        c.status(1, false)
+            .await
+            .is_ok_and(|s| s.members.iter().any(|m| m.node_id == 2))
+    })
+    .await;
+    let unbound = c.root.path().join(gpu_tests::JOIN_TOKEN);
+    c.add_agent(3, &unbound);
+    c.wait_for(
+        "n3 to become a voter",
+        Duration::from_secs(60),
+        |c| async move {
+            c.status(1, false)
+                .await
+                .is_ok_and(|s| gpu_tests::voters(&s).contains(&3))
+        },
+    )
+    .await;
+    // Autopilot rounds come and go (every 0.5 s): the free seat stays free.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let status = c.status(1, false).await.expect("status");
+    assert_eq!(gpu_tests::voters(&status), [1, 3], "{status:?}");
+    assert!(
+        status.members.iter().any(|m| m.node_id == 2),
+        "n2 is still a member"
+    );
+    let listed = tokens
+        .list_tokens(pb::ListTokensRequest {})
+        .await
+        .expect("list")
+        .into_inner()
+        .tokens;
+    assert!(
+        listed
+            .iter()
+            .any(|t| t.description == "learners" && t.seat == "learner"),
+        "{listed:?}"
+    );
 }

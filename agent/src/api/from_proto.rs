@@ -9,7 +9,7 @@ use gpu_raft_store::container::{ContainerSpec, Mount};
 use gpu_raft_store::tenant::{Quota, TenantRecord};
 use gpu_raft_store::{
     Account, DEFAULT_RETRY_BACKOFF_S, DEFAULT_TENANT, JobKind, JobSpec, JobState, Role,
-    SchedulerSettings, SliceRequest, TokenLimits,
+    SchedulerSettings, Seat, SliceRequest, TokenLimits,
 };
 
 pub fn role(r: i32) -> Option<Role> {
@@ -195,9 +195,13 @@ pub fn token_limits(
         (first, 0) => Some((first, first)),
         (first, last) => Some((first, last)),
     };
-    if !join && (req.uses.is_some() || ids.is_some()) {
-        return Err("only join tokens (role node) have uses and node ids".into());
+    if !join && (req.uses.is_some() || ids.is_some() || !req.seat.is_empty()) {
+        return Err("only join tokens (role node) have uses, node ids and a seat".into());
     }
+    let seat = match req.seat.as_str() {
+        "" => None,
+        s => Some(Seat::parse(s)?),
+    };
     if req.uses.is_some_and(|u| u == 0 || u > MAX_JOIN_USES) {
         return Err(format!("a join token's uses must be 1..={MAX_JOIN_USES}"));
     }
@@ -205,6 +209,7 @@ pub fn token_limits(
         expires_at_ms: ttl_s.map(|t| now_ms.saturating_add(t.saturating_mul(1000))),
         uses_left: req.uses.or(join.then_some(1)),
         node_ids: ids,
+        seat,
     })
 }
 

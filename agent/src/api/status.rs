@@ -18,7 +18,7 @@ impl From<ClusterError> for Status {
             }
             ClusterError::Remote(status) => status,
             ClusterError::TooLarge { .. } => Status::invalid_argument(e.to_string()),
-            ClusterError::EdgeLearnerOnly { .. } | ClusterError::NeedsUpgrade { .. } => {
+            ClusterError::LearnerOnly { .. } | ClusterError::NeedsUpgrade { .. } => {
                 Status::failed_precondition(e.to_string())
             }
         }

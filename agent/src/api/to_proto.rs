@@ -117,6 +117,11 @@ pub(crate) fn token(t: &TokenRecord) -> pb::Token {
         uses_left: t.limits.uses_left,
         node_id_first: t.limits.node_ids.map_or(0, |(first, _)| first),
         node_id_last: t.limits.node_ids.map_or(0, |(_, last)| last),
+        seat: t
+            .limits
+            .seat
+            .map(|s| s.as_str().to_owned())
+            .unwrap_or_default(),
     }
 }
 

@@ -84,7 +84,7 @@ impl Autopilot {
         let mut ticks = LeaderTicks::new(self.cluster.clone(), self.interval);
         while let Some((view, since)) = ticks.next(&cancel).await {
             let health = |id: NodeId| {
-                if self.cluster.edge_site_of(id).is_some() {
+                if self.cluster.learner_only(id).is_some() {
                     return Health::LearnerOnly;
                 }
                 let silent = self.cluster.contacts.silent_for(id, since);

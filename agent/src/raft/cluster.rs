@@ -95,31 +95,26 @@ impl Cluster {
         }
     }
 
-    /// The edge site of `node` if it is at one: from its registration in the replicated state,
-    /// or from its join request to this leader when it has not registered yet.
-    pub fn edge_site_of(&self, node: NodeId) -> Option<String> {
-        let registered = self.state.read(|s| {
-            s.nodes
-                .get(&node)
-                .and_then(|n| n.edge.as_ref())
-                .map(|e| e.site.clone())
-        });
-        registered.or_else(|| {
+    /// Why `node` may never be a voter, if it may not: it is at an edge site (by its
+    /// registration in the replicated state, or by its join request to this leader when it
+    /// has not registered yet), or its join token made it a learner.
+    pub fn learner_only(&self, node: NodeId) -> Option<String> {
+        self.state.read(|s| s.learner_only(node)).or_else(|| {
             self.edge_joiners
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .contains(&node)
-                .then(|| "(not yet registered)".to_owned())
+                .then(|| "is at an edge site (not yet registered)".to_owned())
         })
     }
 
-    /// Refuse a membership change that would make an edge member a voter: whoever asks (the
-    /// join path, the autopilot, an operator), this is the one gate every change passes.
-    fn refuse_edge_voters(
+    /// Refuse a membership change that would make a learner-only member a voter: whoever asks
+    /// (the join path, the autopilot, an operator), this is the one gate every change passes.
+    fn refuse_learner_voters(
         &self,
         change: &ChangeMembers<NodeId, BasicNode>,
     ) -> Result<(), ClusterError> {
-        refuse_edge_voters(&self.view().voters, change, |id| self.edge_site_of(id))
+        refuse_learner_voters(&self.view().voters, change, |id| self.learner_only(id))
     }
 
     pub fn voter_target(&self) -> usize {
@@ -383,7 +378,7 @@ impl Cluster {
         let view = self.view();
         if !view.voters.contains(&node)
             && view.voters.len() < self.voter_target
-            && self.edge_site_of(node).is_none()
+            && self.learner_only(node).is_none()
         {
             tracing::info!(node_id = node, "promoting learner to voter");
             self.change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([node])), true)
@@ -399,7 +394,7 @@ impl Cluster {
         change: ChangeMembers<NodeId, BasicNode>,
         retain: bool,
     ) -> Result<(), Attempt> {
-        self.refuse_edge_voters(&change).map_err(Attempt::Fail)?;
+        self.refuse_learner_voters(&change).map_err(Attempt::Fail)?;
         let audit = super::membership_audit::record(self.id, &change);
         match self.raft.change_membership(change, retain).await {
             Ok(_) => {
@@ -513,13 +508,12 @@ where
     }
 }
 
-/// The pure rule of `Cluster::refuse_edge_voters`: no member that `site_of` places at an edge
-/// site joins the voters `current`. (An edge voter already there stays until the autopilot
-/// replaces it.)
-fn refuse_edge_voters(
+/// The pure rule of `Cluster::refuse_learner_voters`: no member that `learner_only` bars joins
+/// the voters `current`. (A barred voter already there stays until the autopilot replaces it.)
+fn refuse_learner_voters(
     current: &BTreeSet<NodeId>,
     change: &ChangeMembers<NodeId, BasicNode>,
-    site_of: impl Fn(NodeId) -> Option<String>,
+    learner_only: impl Fn(NodeId) -> Option<String>,
 ) -> Result<(), ClusterError> {
     let added: Vec<NodeId> = match change {
         ChangeMembers::AddVoterIds(ids) | ChangeMembers::ReplaceAllVoters(ids) => ids
@@ -535,8 +529,8 @@ fn refuse_edge_voters(
         _ => Vec::new(),
     };
     for node in added {
-        if let Some(site) = site_of(node) {
-            return Err(ClusterError::EdgeLearnerOnly { node, site });
+        if let Some(why) = learner_only(node) {
+            return Err(ClusterError::LearnerOnly { node, why });
         }
     }
     Ok(())
@@ -549,12 +543,12 @@ mod tests {
     #[test]
     fn no_membership_change_makes_an_edge_member_a_voter() {
         let current = BTreeSet::from([1, 2, 3]);
-        let site_of = |id: NodeId| (id == 4).then(|| "edge-1".to_owned());
-        let refused = |change| refuse_edge_voters(&current, &change, site_of);
+        let learner_only = |id: NodeId| (id == 4).then(|| "is at edge site \"edge-1\"".to_owned());
+        let refused = |change| refuse_learner_voters(&current, &change, learner_only);
         let err = refused(ChangeMembers::AddVoterIds(BTreeSet::from([4]))).expect_err("edge");
         assert_eq!(
             err.to_string(),
-            "n4 is at edge site \"edge-1\": edge agents are learners only and never become voters"
+            "n4 is at edge site \"edge-1\": it is a learner only and never becomes a voter"
         );
         assert!(refused(ChangeMembers::ReplaceAllVoters(BTreeSet::from([1, 2, 4]))).is_err());
         assert!(
@@ -578,10 +572,10 @@ mod tests {
         // in the same change (the autopilot removes it once a replacement exists).
         let with_edge_voter = BTreeSet::from([1, 2, 4]);
         assert!(
-            refuse_edge_voters(
+            refuse_learner_voters(
                 &with_edge_voter,
                 &ChangeMembers::ReplaceAllVoters(BTreeSet::from([1, 2, 5])),
-                site_of
+                learner_only
             )
             .is_ok()
         );

@@ -18,10 +18,8 @@ pub enum ClusterError {
     Raft(String),
     #[error("{}", describe(.0))]
     Remote(tonic::Status),
-    #[error(
-        "n{node} is at edge site {site:?}: edge agents are learners only and never become voters"
-    )]
-    EdgeLearnerOnly { node: NodeId, site: String },
+    #[error("n{node} {why}: it is a learner only and never becomes a voter")]
+    LearnerOnly { node: NodeId, why: String },
     #[error(
         "this change needs every member at internal protocol {needed} or newer, and one speaks {lowest}: finish the rolling upgrade first"
     )]

@@ -223,6 +223,7 @@ async fn mint_join_token(addr: &str, creds: &Creds, nodes: usize) -> anyhow::Res
         uses: Some(u32::try_from(nodes.saturating_sub(1).max(1))?),
         node_id_first: 2,
         node_id_last: u64::try_from(nodes.max(2))?,
+        seat: String::new(),
     });
     req.metadata_mut().insert("authorization", creds.bearer()?);
     let minted = client

@@ -4,7 +4,8 @@
 //! "tenant" (null when cluster-wide), "description", "created_at_ms", "created_by", "revoked",
 //! "account" (the Unix account its jobs run as: null, or `{"user", "group", "groups"}`),
 //! "expires_at_ms" (null: until revoked), "uses_left" (a join token's enrolments left; null:
-//! unlimited), "node_ids" (`[first, last]` a join token may enrol; null: any)}`;
+//! unlimited), "node_ids" (`[first, last]` a join token may enrol; null: any), "seat" (a join
+//! token's `voter`, `learner` or `edge`; null: any)}`;
 //! `list`, `set-account`, `revoke` and `whoami` print an array of them (one for the last
 //! three); `create` prints `{"token": <token>, "bearer": "<id>.<secret>"}`.
 
@@ -28,6 +29,7 @@ pub(crate) async fn run(ctx: &Ctx, verb: TokenVerb) -> Result<Answer, Failure> {
             ttl,
             uses,
             node_ids,
+            seat,
         } => {
             let (node_id_first, node_id_last) = node_ids.unwrap_or_default();
             let req = pb::CreateTokenRequest {
@@ -39,6 +41,7 @@ pub(crate) async fn run(ctx: &Ctx, verb: TokenVerb) -> Result<Answer, Failure> {
                 uses,
                 node_id_first,
                 node_id_last,
+                seat: seat.unwrap_or_default(),
             };
             let reply = ctx
                 .call(new, req, async |mut c, r| c.create_token(r).await)
@@ -128,6 +131,7 @@ fn token_json(t: &pb::Token) -> Value {
         "expires_at_ms": t.expires_at_ms,
         "uses_left": t.uses_left,
         "node_ids": (t.node_id_first > 0).then_some([t.node_id_first, t.node_id_last]),
+        "seat": (!t.seat.is_empty()).then_some(&t.seat),
     })
 }
 

@@ -87,6 +87,40 @@ pub struct TokenLimits {
     /// The node ids a join token may enrol, `first..=last`; none: any id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_ids: Option<(NodeId, NodeId)>,
+    /// Where a join token's nodes may sit in the Raft group; none: anywhere (voter-eligible).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seat: Option<Seat>,
+}
+
+/// Where a node may sit in the Raft group, as the join token that enrolled it says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Seat {
+    /// A voter, or a learner until the autopilot needs a voter (a join token's default).
+    Voter,
+    /// A learner only: it replicates and runs jobs, never votes.
+    Learner,
+    /// An edge agent: a learner only, whose agent must register with its edge site's terms.
+    Edge,
+}
+
+impl Seat {
+    pub fn parse(s: &str) -> Result<Seat, String> {
+        match s {
+            "voter" => Ok(Seat::Voter),
+            "learner" => Ok(Seat::Learner),
+            "edge" => Ok(Seat::Edge),
+            other => Err(format!("unknown seat {other:?}: voter, learner or edge")),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Seat::Voter => "voter",
+            Seat::Learner => "learner",
+            Seat::Edge => "edge",
+        }
+    }
 }
 
 impl TokenLimits {
@@ -226,6 +260,7 @@ mod tests {
             expires_at_ms: Some(100),
             uses_left: Some(2),
             node_ids: Some((4, 8)),
+            seat: None,
         });
         assert_eq!(check_limits(&t, 50), Ok(()));
         assert!(check_limits(&t, 100).is_err(), "already expired");

@@ -242,8 +242,9 @@ pub const PROTOCOL_3: u32 = 3;
 /// drop them and let an expired or used-up token in.
 pub const PROTOCOL_5: u32 = 5;
 
-/// The internal protocol version that added signed audit heads (`SignAuditHead`): an older
-/// agent cannot read the command.
+/// The internal protocol version that added signed audit heads (`SignAuditHead`: an older
+/// agent cannot read the command) and join tokens bound to a seat (an older agent would drop
+/// the binding and let a learner's token make a voter).
 pub const PROTOCOL_6: u32 = 6;
 
 /// The internal protocol version that added container jobs (`JobSpec::container`) and tenants'
@@ -259,6 +260,7 @@ impl Command {
             | Command::SetGpuPartition { .. }
             | Command::BindSlices { .. } => PROTOCOL_2,
             Command::SignAuditHead { .. } => PROTOCOL_6,
+            Command::CreateToken { token } if token.limits.seat.is_some() => PROTOCOL_6,
             Command::CreateToken { token } if !token.limits.is_none() => PROTOCOL_5,
             Command::CreateTenant { tenant } | Command::UpdateTenant { tenant }
                 if tenant.max_priority.is_some() =>
@@ -1153,12 +1155,23 @@ mod tests {
                 expires_at_ms: Some(86_400_001),
                 uses_left: Some(1),
                 node_ids: Some((4, 8)),
+                seat: None,
             },
         };
         let create = Command::CreateToken {
             token: token.clone(),
         };
         assert_eq!(create.protocol(), PROTOCOL_5);
+        let seated = Command::CreateToken {
+            token: TokenRecord {
+                limits: TokenLimits {
+                    seat: Some(crate::model::auth::Seat::Learner),
+                    ..token.limits.clone()
+                },
+                ..token.clone()
+            },
+        };
+        assert_eq!(seated.protocol(), PROTOCOL_6);
         let unlimited = Command::CreateToken {
             token: TokenRecord {
                 limits: TokenLimits::default(),

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::alert::{Alert, AlertRule};
 use crate::model::audit::{self, AuditEntry, RequestMeta, SignedHead};
-use crate::model::auth::TokenRecord;
+use crate::model::auth::{Seat, TokenRecord};
 use crate::model::cert::CertRecord;
 use crate::model::command::{Command, LogEntry};
 use crate::model::energy::EnergyBook;
@@ -63,6 +63,10 @@ pub struct ClusterState {
     /// GPU energy per job and per node.
     #[serde(default)]
     pub energy: EnergyBook,
+    /// Nodes a join token enrolled as learners only (`Seat::Learner`, `Seat::Edge`): never
+    /// voters. The latest enrolment of a node decides.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub seats: BTreeMap<NodeId, Seat>,
     /// Tenant records by name (quotas, weight, default priority). A tenant without one is
     /// unlimited.
     #[serde(default)]
@@ -219,6 +223,20 @@ impl ClusterState {
             outcome,
             &prev,
         ));
+    }
+
+    /// Why `node` may never be a voter, if it may not: it registered at an edge site, or the
+    /// join token that enrolled it made it a learner.
+    pub fn learner_only(&self, node: NodeId) -> Option<String> {
+        let site = self.nodes.get(&node).and_then(|n| n.edge.as_ref());
+        match (site, self.seats.get(&node)) {
+            (Some(terms), _) => Some(format!("is at edge site {:?}", terms.site)),
+            (None, Some(seat)) => Some(format!(
+                "was enrolled with a join token for a {} seat",
+                seat.as_str()
+            )),
+            (None, None) => None,
+        }
     }
 
     pub(crate) fn node_mut(&mut self, node: NodeId) -> Result<&mut NodeRecord, Rejection> {

@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::model::auth::Seat;
 use crate::model::job::Outcome;
 use crate::model::node::{EdgeTerms, Inventory, NodeRecord, NodeStatus, SITE_LABEL};
 use crate::model::outcome::{ApplyResult, Rejection, invalid};
@@ -29,6 +30,12 @@ impl ClusterState {
             return Err(invalid("duplicate GPU index in inventory".into()));
         }
         self.check_edge_terms(node, labels, edge).map_err(invalid)?;
+        if edge.is_none() && self.seats.get(&node) == Some(&Seat::Edge) {
+            return Err(invalid(format!(
+                "node {node} was enrolled with an edge join token: its agent must run with an \
+                 [edge] section"
+            )));
+        }
         let record = self.nodes.entry(node).or_insert_with(|| NodeRecord {
             id: node,
             addr: String::new(),
