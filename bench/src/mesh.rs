@@ -20,7 +20,7 @@ impl Mesh {
     /// request limit (every client shares the admin token; the limit is not what is measured).
     pub async fn start(n: u64) -> Mesh {
         Mesh {
-            cluster: Cluster::start(n, n as usize, "[api]\nrequests_per_second = 0\n").await,
+            cluster: Cluster::start(n, n as usize, "[api]\nrequests_per_second = 0\ntenant_requests_per_second = 0\nsource_requests_per_second = 0\n").await,
         }
     }
 }

@@ -191,6 +191,10 @@ pub(crate) enum TenantVerb {
         /// default priority).
         #[arg(long, allow_negative_numbers = true)]
         max_priority: Option<i32>,
+        /// The most jobs it may have pending at once; a submission beyond is refused
+        /// (default: no cap).
+        #[arg(long, value_name = "N")]
+        max_pending_jobs: Option<u32>,
         #[command(flatten)]
         account: AccountArgs,
         /// A host directory (with what lies below it) the tenant's container jobs may bind
@@ -214,6 +218,9 @@ pub(crate) enum TenantVerb {
         default_priority: Option<i32>,
         #[arg(long, allow_negative_numbers = true)]
         max_priority: Option<i32>,
+        /// The most jobs it may have pending at once; 0 removes the cap.
+        #[arg(long, value_name = "N")]
+        max_pending_jobs: Option<u32>,
         #[command(flatten)]
         account: AccountArgs,
         /// Remove the tenant's default account (its jobs then run as each node's own

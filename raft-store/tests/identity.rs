@@ -37,6 +37,7 @@ fn tenant(name: &str, account: Option<Account>) -> TenantRecord {
         account,
         allowed_mounts: Vec::new(),
         max_priority: None,
+        max_pending_jobs: None,
     }
 }
 

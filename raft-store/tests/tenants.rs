@@ -26,6 +26,7 @@ fn record() -> TenantRecord {
         account: None,
         allowed_mounts: Vec::new(),
         max_priority: None,
+        max_pending_jobs: None,
     }
 }
 
@@ -225,6 +226,7 @@ fn users_stay_under_their_tenants_priority_ceiling() {
         account: None,
         allowed_mounts: vec![],
         max_priority: None,
+        max_pending_jobs: None,
     };
     assert_eq!(check_priority(5, Some(&record), Role::User), Ok(()));
     assert!(check_priority(6, Some(&record), Role::User).is_err());

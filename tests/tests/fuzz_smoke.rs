@@ -126,6 +126,7 @@ fn log_entry() {
                 account: None,
                 allowed_mounts: Vec::new(),
                 max_priority: None,
+                max_pending_jobs: None,
             },
         }),
         entry(Command::PreemptJobs {

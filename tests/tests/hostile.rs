@@ -7,7 +7,8 @@
 //! - A flood of requests without credentials writes nothing to the replicated log, and the
 //!   refusing agent logs it at a bounded rate.
 //! - A user token's job without a tenant is the token's tenant's, and its priority stays under
-//!   its tenant's ceiling (no job anywhere above the priority range).
+//!   its tenant's ceiling (no job anywhere above the priority range). A tenant's pending jobs
+//!   stop at its cap, and its tokens together share one request rate (minting more buys none).
 //! - An oversized submission (each field within its own limit, the whole above what one
 //!   request may put in the log) and names with control characters are refused with the
 //!   reason, and replication carries on.
@@ -594,4 +595,82 @@ async fn a_join_token_for_a_learner_seat_never_makes_a_voter() {
             .any(|t| t.description == "learners" && t.seat == "learner"),
         "{listed:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_is_capped_in_pending_jobs_and_in_rate_across_its_tokens() {
+    let c = Cluster::start(
+        1,
+        1,
+        "[api]\nrequests_per_second = 1000\nburst = 1000\ntenant_requests_per_second = 5",
+    )
+    .await;
+    let mut tenants = gpu_proto::v1::tenant_service_client::TenantServiceClient::new(
+        c.channel(1).await.expect("channel"),
+    );
+    tenants
+        .create_tenant(pb::CreateTenantRequest {
+            name: "vision".into(),
+            max_pending_jobs: Some(2),
+            ..Default::default()
+        })
+        .await
+        .expect("a tenant with a cap");
+    let mut tokens = TokenServiceClient::new(c.channel(1).await.expect("channel"));
+    let mut users = Vec::new();
+    for _ in 0..3 {
+        let bearer = tokens
+            .create_token(pb::CreateTokenRequest {
+                role: pb::Role::User as i32,
+                tenant: "vision".into(),
+                ..Default::default()
+            })
+            .await
+            .expect("a user of vision")
+            .into_inner()
+            .bearer;
+        users.push(gpu_proto::v1::job_service_client::JobServiceClient::new(
+            c.channel_as(1, Some(&bearer)).await.expect("channel"),
+        ));
+    }
+    // Never placeable (no node has 64 GPUs): they stay pending.
+    let waiting = || pb::SubmitJobRequest {
+        spec: Some(gpu_tests::shell_job("waits", 64, "true")),
+        ..Default::default()
+    };
+    for user in &mut users[..2] {
+        user.submit_job(waiting()).await.expect("under the cap");
+    }
+    let err = users[2]
+        .submit_job(waiting())
+        .await
+        .expect_err("at the cap");
+    assert_eq!(err.code(), tonic::Code::ResourceExhausted, "{err}");
+    assert!(
+        err.message().contains("already has 2 jobs pending"),
+        "{err}"
+    );
+
+    // Five requests a second for the whole tenant (bursts of ten), whichever token sends them.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (mut refused, start) = (Vec::new(), std::time::Instant::now());
+    for i in 0..30 {
+        let list = users[i % 3].list_jobs(pb::ListJobsRequest::default()).await;
+        if let Err(e) = list {
+            refused.push(e);
+        }
+    }
+    // At most the burst plus what refilled meanwhile got through (whatever this machine's pace).
+    let allowed = (30 - refused.len()) as f64;
+    let bound = 10.0 + 5.0 * start.elapsed().as_secs_f64() + 1.0;
+    assert!(
+        !refused.is_empty() && allowed <= bound,
+        "{allowed} of 30 allowed, at most {bound} may be"
+    );
+    for e in &refused {
+        assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e}");
+        assert!(e.message().contains("tenant vision"), "{e}");
+    }
+    // Another caller is not held back by vision's flood.
+    c.list_jobs(1).await.expect("the admin is served");
 }

@@ -241,6 +241,7 @@ pub fn tenant_created(req: &pb::CreateTenantRequest) -> Result<TenantRecord, Str
         updated_at_ms: 0,
         allowed_mounts: req.allowed_mounts.clone(),
         max_priority: req.max_priority,
+        max_pending_jobs: req.max_pending_jobs,
     })
 }
 
@@ -285,6 +286,11 @@ pub fn tenant_updated(
         weight: req.weight.unwrap_or(current.weight),
         default_priority: req.default_priority.unwrap_or(current.default_priority),
         max_priority: req.max_priority.or(current.max_priority),
+        max_pending_jobs: match req.max_pending_jobs {
+            Some(0) => None,
+            Some(cap) => Some(cap),
+            None => current.max_pending_jobs,
+        },
         ..current.clone()
     })
 }

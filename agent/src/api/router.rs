@@ -27,7 +27,7 @@ use tonic_health::ServingStatus;
 use crate::api::alert::AlertApi;
 use crate::api::audit::AuditApi;
 use crate::api::auth::Auth;
-use crate::api::auth::limit::RateLimiter;
+use crate::api::auth::limit::Limits;
 use crate::api::auth::peer::PeerCheck;
 use crate::api::cert::CertApi;
 use crate::api::cluster::ClusterApi;
@@ -143,10 +143,7 @@ fn register(router: Router, names: &mut Vec<&'static str>, s: Services) -> Route
     let auth = Auth {
         cluster: cluster.clone(),
         peers: peers.clone(),
-        limiter: Arc::new(std::sync::Mutex::new(RateLimiter::new(
-            s.api.requests_per_second,
-            s.api.burst,
-        ))),
+        limits: Arc::new(std::sync::Mutex::new(Limits::new(&s.api))),
     };
     let cluster_id = s
         .tls

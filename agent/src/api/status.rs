@@ -36,6 +36,7 @@ pub(crate) fn rejected(r: Rejection) -> Status {
         Rejection::Invalid { .. } => Status::invalid_argument(r.to_string()),
         Rejection::PermissionDenied { .. } => Status::permission_denied(r.to_string()),
         Rejection::IdempotencyConflict { .. } => Status::already_exists(r.to_string()),
+        Rejection::TooManyPending { .. } => Status::resource_exhausted(r.to_string()),
         Rejection::JobFinished { .. }
         | Rejection::Stale { .. }
         | Rejection::AccountChanged { .. } => Status::failed_precondition(r.to_string()),

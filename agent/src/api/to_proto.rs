@@ -584,6 +584,7 @@ pub(crate) fn tenant(
         weight: record.map_or(1, |r| r.weight),
         default_priority: record.map_or(0, |r| r.default_priority),
         max_priority: record.map_or(0, |r| r.max_priority.unwrap_or(r.default_priority)),
+        max_pending_jobs: record.and_then(|r| r.max_pending_jobs),
         created_at_ms: record.map_or(0, |r| r.created_at_ms),
         updated_at_ms: record.map_or(0, |r| r.updated_at_ms),
         usage: usage

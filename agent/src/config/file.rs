@@ -92,6 +92,8 @@ pub struct MonitorSection {
 pub struct ApiSection {
     pub requests_per_second: Option<u32>,
     pub burst: Option<u32>,
+    pub tenant_requests_per_second: Option<u32>,
+    pub source_requests_per_second: Option<u32>,
 }
 
 /// `[tls]`, validated into `TlsSettings`.

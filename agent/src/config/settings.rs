@@ -312,19 +312,25 @@ fn is_loopback_addr(addr: &str) -> bool {
             .is_ok_and(|ip| ip.is_loopback())
 }
 
-/// Limits on the public API, per caller: each token may make `requests_per_second` requests
-/// (with bursts up to `burst`); refusals of unauthenticated requests are logged at the same
-/// rate per source address. 0 disables the limit.
+/// Limits on the public API, per agent: each token may make `requests_per_second` requests
+/// (with bursts up to `burst`), every token of one tenant together
+/// `tenant_requests_per_second`, every token used from one source address together
+/// `source_requests_per_second` (bursts of twice as many); refusals of unauthenticated
+/// requests are logged at the token rate per source address. 0 disables a limit.
 #[derive(Clone, Copy, Debug)]
 pub struct ApiSettings {
     pub requests_per_second: u32,
     pub burst: u32,
+    pub tenant_requests_per_second: u32,
+    pub source_requests_per_second: u32,
 }
 
 pub(super) fn api(a: ApiSection) -> anyhow::Result<ApiSettings> {
     let api = ApiSettings {
         requests_per_second: a.requests_per_second.unwrap_or(100),
         burst: a.burst.unwrap_or(200),
+        tenant_requests_per_second: a.tenant_requests_per_second.unwrap_or(500),
+        source_requests_per_second: a.source_requests_per_second.unwrap_or(1000),
     };
     ensure!(
         api.requests_per_second == 0 || api.burst >= 1,

@@ -42,6 +42,7 @@ fn tenant(s: &mut ClusterState, name: &str, guaranteed: u32, borrow: u32) {
                 updated_at_ms: 0,
                 allowed_mounts: Vec::new(),
                 max_priority: None,
+                max_pending_jobs: None,
             },
         },
     );

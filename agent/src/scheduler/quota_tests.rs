@@ -38,6 +38,7 @@ fn tenant(s: &mut ClusterState, name: &str, quotas: &[(&str, u32, u32)], weight:
                 updated_at_ms: 0,
                 allowed_mounts: Vec::new(),
                 max_priority: None,
+                max_pending_jobs: None,
             },
         },
     );

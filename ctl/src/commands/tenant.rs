@@ -2,7 +2,7 @@
 //!
 //! JSON (stable): a tenant is `{"name", "has_record" (false: known only from its jobs, so
 //! unlimited), "quotas": [{"gpu_type", "guaranteed", "borrow"}], "weight", "default_priority",
-//! "max_priority" (the highest its users may give a job), "account" (the default Unix account of its jobs: null, or `{"user", "group", "groups"}`),
+//! "max_priority" (the highest its users may give a job), "max_pending_jobs" (null: no cap), "account" (the default Unix account of its jobs: null, or `{"user", "group", "groups"}`),
 //! "created_at_ms", "updated_at_ms", "pending_jobs", "live_jobs", "usage": [{"gpu_type",
 //! "gpus_held", "gpu_seconds", "cluster_gpus"}], "warnings": [string]}`; `get` adds
 //! `"jobs": [{"job_id", "gpu_type", "gpu_seconds"}]` (its 1000 most recent jobs). `create`,
@@ -26,6 +26,7 @@ pub(crate) async fn run(ctx: &Ctx, verb: TenantVerb) -> Result<Answer, Failure> 
             weight,
             default_priority,
             max_priority,
+            max_pending_jobs,
             account,
             allow_mounts,
         } => {
@@ -35,6 +36,7 @@ pub(crate) async fn run(ctx: &Ctx, verb: TenantVerb) -> Result<Answer, Failure> 
                 weight,
                 default_priority,
                 max_priority,
+                max_pending_jobs,
                 account: account::from_args(account),
                 allowed_mounts: allow_mounts,
             };
@@ -48,6 +50,7 @@ pub(crate) async fn run(ctx: &Ctx, verb: TenantVerb) -> Result<Answer, Failure> 
             weight,
             default_priority,
             max_priority,
+            max_pending_jobs,
             account,
             clear_account,
             allow_mounts,
@@ -60,6 +63,7 @@ pub(crate) async fn run(ctx: &Ctx, verb: TenantVerb) -> Result<Answer, Failure> 
                 weight,
                 default_priority,
                 max_priority,
+                max_pending_jobs,
                 account: account::from_args(account),
                 clear_account,
                 allow_mounts,
@@ -112,6 +116,7 @@ fn tenant_json(t: &pb::Tenant) -> Value {
         "weight": t.weight,
         "default_priority": t.default_priority,
         "max_priority": t.max_priority,
+        "max_pending_jobs": t.max_pending_jobs,
         "account": account::json(t.account.as_ref()),
         "allowed_mounts": t.allowed_mounts,
         "created_at_ms": t.created_at_ms,
@@ -203,6 +208,11 @@ fn tenant_text(t: &pb::Tenant) -> String {
         ("Weight", t.weight.to_string()),
         ("Default priority", t.default_priority.to_string()),
         ("Max priority", t.max_priority.to_string()),
+        (
+            "Max pending jobs",
+            t.max_pending_jobs
+                .map_or_else(|| "no cap".to_owned(), |n| n.to_string()),
+        ),
         ("Default account", account::text(t.account.as_ref())),
         (
             "Allowed mounts",

@@ -261,6 +261,11 @@ impl Command {
             | Command::BindSlices { .. } => PROTOCOL_2,
             Command::SignAuditHead { .. } => PROTOCOL_6,
             Command::CreateToken { token } if token.limits.seat.is_some() => PROTOCOL_6,
+            Command::CreateTenant { tenant } | Command::UpdateTenant { tenant }
+                if tenant.max_pending_jobs.is_some() =>
+            {
+                PROTOCOL_6
+            }
             Command::CreateToken { token } if !token.limits.is_none() => PROTOCOL_5,
             Command::CreateTenant { tenant } | Command::UpdateTenant { tenant }
                 if tenant.max_priority.is_some() =>
@@ -540,6 +545,7 @@ mod tests {
                 account: None,
                 allowed_mounts: Vec::new(),
                 max_priority: None,
+                max_pending_jobs: None,
             },
         });
         expect![[r#"{"proposed_at_ms":1700000000000,"cmd":{"type":"create_tenant","tenant":{"name":"vision","quotas":{"A100":{"guaranteed":4,"borrow":2}},"weight":2,"default_priority":-1,"created_at_ms":0,"updated_at_ms":0}}}"#]]
@@ -572,6 +578,7 @@ mod tests {
                 account: None,
                 allowed_mounts: Vec::new(),
                 max_priority: None,
+                max_pending_jobs: None,
             },
         });
         expect![[r#"{"proposed_at_ms":1700000000000,"cmd":{"type":"update_tenant","tenant":{"name":"a","quotas":{},"weight":1,"default_priority":0,"created_at_ms":3,"updated_at_ms":4}}}"#]]
@@ -912,6 +919,7 @@ mod tests {
                     account: None,
                     allowed_mounts: Vec::new(),
                     max_priority: None,
+                    max_pending_jobs: None,
                 },
             },
             Command::UpdateTenant {
@@ -925,6 +933,7 @@ mod tests {
                     account: None,
                     allowed_mounts: Vec::new(),
                     max_priority: None,
+                    max_pending_jobs: None,
                 },
             },
             Command::SetSchedulerPolicy {
@@ -1128,6 +1137,7 @@ mod tests {
             account: None,
             allowed_mounts: vec!["/data".into()],
             max_priority: None,
+            max_pending_jobs: None,
         };
         let create = Command::CreateTenant {
             tenant: tenant.clone(),

@@ -70,6 +70,11 @@ pub enum Rejection {
     AccountChanged {
         now: Option<crate::model::account::Account>,
     },
+    /// The tenant has as many jobs pending as its record allows.
+    #[error(
+        "tenant {tenant} already has {cap} jobs pending, its cap: wait for some to start or ask an admin to raise it"
+    )]
+    TooManyPending { tenant: String, cap: u32 },
     #[error(
         "report for job j-{job} generation {generation} is stale (current generation {current}, {state})"
     )]

@@ -71,6 +71,10 @@ pub struct TenantRecord {
     /// empty: none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allowed_mounts: Vec<String>,
+    /// The most jobs it may have pending at once: a submission beyond it is refused; none: no
+    /// cap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_pending_jobs: Option<u32>,
 }
 
 fn one() -> u32 {
@@ -123,6 +127,9 @@ pub fn validate(t: &TenantRecord) -> Result<(), String> {
             t.default_priority,
             PRIORITY_RANGE.end()
         ));
+    }
+    if t.max_pending_jobs == Some(0) {
+        return Err("max pending jobs must be at least 1 (none: no cap)".into());
     }
     if let Some(a) = &t.account {
         validate::account(a).map_err(|e| format!("tenant {}: {e}", t.name))?;

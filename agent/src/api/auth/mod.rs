@@ -17,7 +17,7 @@ use gpu_raft_store::{Command, RequestMeta};
 use tonic::{Request, Status};
 use tracing::warn;
 
-use self::limit::{RateLimiter, Verdict};
+use self::limit::{Limits, Verdict};
 use self::peer::PeerCheck;
 use self::rbac::{Action, Identity};
 use crate::clock::now_ms;
@@ -27,8 +27,8 @@ use crate::raft::{Cluster, Credential, OnBehalf};
 pub struct Auth {
     pub cluster: Cluster,
     pub peers: PeerCheck,
-    /// Requests per token, and audited refusals per source address.
-    pub limiter: Arc<Mutex<RateLimiter>>,
+    /// Requests per token, tenant and source address, and logged refusals per source.
+    pub limits: Arc<Mutex<Limits>>,
 }
 
 /// An authenticated, authorized request: who, the audit metadata for what it writes, and the
@@ -172,17 +172,23 @@ impl Auth {
         };
         let credential = Credential(format!("{id}.{secret}"));
         meta.actor.clone_from(&identity.token_id);
-        if let Verdict::Limited { first } = self.limit(&format!("token:{}", identity.token_id)) {
+        let over = self.limits().caller(
+            &identity.token_id,
+            identity.tenant.as_deref(),
+            host_of(&meta.source),
+            Instant::now(),
+        );
+        if let Err(over) = over {
             let refusal = Status::resource_exhausted(format!(
-                "rate limit: token {} is sending too many requests; slow down",
-                identity.token_id
+                "rate limit: {} is sending too many requests; slow down",
+                over.limit
             ));
             let caller = Caller {
                 identity,
                 meta,
                 credential,
             };
-            if first {
+            if over.first {
                 self.record_denial(&caller, refusal.message()).await;
             }
             return Err(refusal);
@@ -194,22 +200,16 @@ impl Auth {
         })
     }
 
-    fn limit(&self, key: &str) -> Verdict {
-        self.limiter
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .check(key, Instant::now())
+    fn limits(&self) -> std::sync::MutexGuard<'_, Limits> {
+        self.limits.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Refuse an unauthenticated request. It is logged here, not replicated (else anyone who
     /// can reach the port could fill the cluster's log), and in a flood from one source address
     /// only the first refusal beyond the rate limit is.
     fn refuse(&self, meta: RequestMeta, refusal: Status) -> Status {
-        let host = meta
-            .source
-            .rsplit_once(':')
-            .map_or(meta.source.as_str(), |(h, _)| h);
-        let quiet = match self.limit(&format!("source:{host}")) {
+        let verdict = self.limits().refusal(host_of(&meta.source), Instant::now());
+        let quiet = match verdict {
             Verdict::Allowed => "",
             Verdict::Limited { first: true } => {
                 "; further refusals from this address are not logged until its rate drops"
@@ -238,4 +238,9 @@ impl Auth {
             warn!(error = %e, "could not audit a refused request");
         }
     }
+}
+
+/// The host part of a source address (`ip:port`, `[v6]:port`).
+fn host_of(source: &str) -> &str {
+    source.rsplit_once(':').map_or(source, |(h, _)| h)
 }

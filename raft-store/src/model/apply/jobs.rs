@@ -50,6 +50,7 @@ impl ClusterState {
         };
         self.check_stamped_account(spec, meta)?;
         self.check_mounts(spec)?;
+        self.check_pending_cap(spec)?;
         let id = self.next_job_id.max(1);
         self.next_job_id = id + 1;
         if let Some(scoped) = scoped {
@@ -64,6 +65,29 @@ impl ClusterState {
             job: id,
             existing: false,
         })
+    }
+
+    /// A tenant with a cap on pending jobs gets no more once it has that many.
+    fn check_pending_cap(&self, spec: &JobSpec) -> Result<(), Rejection> {
+        let Some(cap) = self
+            .tenants
+            .get(&spec.tenant)
+            .and_then(|t| t.max_pending_jobs)
+        else {
+            return Ok(());
+        };
+        let pending = self
+            .jobs
+            .values()
+            .filter(|j| j.state == JobState::Pending && j.spec.tenant == spec.tenant)
+            .count();
+        if pending >= cap as usize {
+            return Err(Rejection::TooManyPending {
+                tenant: spec.tenant.clone(),
+                cap,
+            });
+        }
+        Ok(())
     }
 
     /// A container job binds only host paths its tenant's record allows (no record: none).
