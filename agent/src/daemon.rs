@@ -85,6 +85,7 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
         peers: peers.clone(),
         contacts: contacts.clone(),
         faults: faults.clone(),
+        state: state.clone(),
     };
     let raft = Raft::new(
         node_id,

@@ -82,7 +82,10 @@ async fn propose_refused(c: &Cluster, proposal: serde_json::Value) -> String {
     let mut n2 = as_node(c, 2, 1).await;
     let json = serde_json::to_vec(&proposal).expect("json");
     let err = n2
-        .propose(RaftMessage { json })
+        .propose(RaftMessage {
+            json,
+            data: Vec::new(),
+        })
         .await
         .expect_err("the leader refuses the forwarded write");
     assert_eq!(err.code(), tonic::Code::PermissionDenied, "{err}");

@@ -15,9 +15,7 @@ use gpu_proto::internal::v1::{
 };
 use gpu_proto::v1 as pb;
 use gpu_raft_store::{NodeId, TypeConfig, validate};
-use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, VoteRequest,
-};
+use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, VoteRequest};
 use serde::Serialize;
 use tonic::{Request, Response, Status};
 
@@ -32,8 +30,8 @@ use crate::api::status::{bad_payload, incompatible_peer, invalid};
 use crate::gpu::GpuBackend;
 use crate::monitor::Telemetry;
 use crate::raft::peer_client::with_deadline;
-use crate::raft::protocol;
 use crate::raft::{Attempt, Cluster, ClusterError, Proposal};
+use crate::raft::{protocol, snapshot_wire};
 use crate::tls::{Subject, TlsIdentity};
 
 pub(crate) struct PeerService {
@@ -160,7 +158,10 @@ fn sender(vote: &openraft::Vote<NodeId>) -> NodeId {
 
 fn reply<T: Serialize>(value: &T) -> Result<Response<RaftMessage>, Status> {
     let json = serde_json::to_vec(value).map_err(|e| Status::internal(e.to_string()))?;
-    Ok(Response::new(RaftMessage { json }))
+    Ok(Response::new(RaftMessage {
+        json,
+        data: Vec::new(),
+    }))
 }
 
 fn not_leader(attempt: Attempt) -> Status {
@@ -203,9 +204,10 @@ impl RaftPeer for PeerService {
         &self,
         req: Request<RaftMessage>,
     ) -> Result<Response<RaftMessage>, Status> {
-        let rpc: InstallSnapshotRequest<TypeConfig> =
-            serde_json::from_slice(&req.get_ref().json).map_err(bad_payload)?;
-        self.peers.node_is(&req, sender(&rpc.vote))?;
+        let node = self.peers.node(&req)?;
+        let rpc = snapshot_wire::unpack(req.into_inner())
+            .map_err(|e| Status::invalid_argument(format!("undecodable snapshot chunk: {e}")))?;
+        PeerCheck::is(node, sender(&rpc.vote))?;
         reply(&self.cluster.raft.install_snapshot(rpc).await)
     }
 

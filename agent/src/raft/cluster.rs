@@ -226,7 +226,13 @@ impl Cluster {
             .map_err(|e| Attempt::Fail(ClusterError::Raft(e.to_string())))?;
         let mut client = self.peers.get(addr).map_err(remote)?;
         let reply = client
-            .propose(with_deadline(RaftMessage { json }, self.op_timeout))
+            .propose(with_deadline(
+                RaftMessage {
+                    json,
+                    data: Vec::new(),
+                },
+                self.op_timeout,
+            ))
             .await
             .map_err(remote)?;
         serde_json::from_slice(&reply.into_inner().json)

@@ -12,6 +12,7 @@ pub(crate) mod peer_client;
 pub(crate) mod proposal;
 pub(crate) mod proposer;
 pub mod protocol;
+pub(crate) mod snapshot_wire;
 pub(crate) mod transport_faults;
 
 pub use cluster::{Cluster, RaftView, retry_until};

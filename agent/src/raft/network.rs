@@ -1,10 +1,11 @@
 //! openraft's `RaftNetwork` over the internal gRPC peer service. Payloads are serde-JSON of
-//! openraft's own request and `Result<response, RaftError>` types. Injected transport faults
+//! openraft's own request and `Result<response, RaftError>` types; a snapshot chunk's bytes
+//! travel beside the JSON (`snapshot_wire`). Injected transport faults
 //! (`transport_faults`, off unless an admin sets some) are carried out here, per message.
 
 use gpu_proto::internal::v1::RaftMessage;
 use gpu_proto::internal::v1::raft_peer_client::RaftPeerClient;
-use gpu_raft_store::{NodeId, TypeConfig};
+use gpu_raft_store::{NodeId, StateReader, TypeConfig};
 use openraft::BasicNode;
 use openraft::error::{
     InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
@@ -20,6 +21,7 @@ use tonic::transport::Channel;
 
 use crate::raft::contact::ContactBook;
 use crate::raft::peer_client::{PeerClients, with_deadline};
+use crate::raft::snapshot_wire::{self, SNAPSHOT_BYTES};
 use crate::raft::transport_faults::{Decision, TransportFaults};
 
 /// Creates one `PeerLink` per replication target.
@@ -28,6 +30,8 @@ pub struct NetworkFactory {
     pub peers: PeerClients,
     pub contacts: ContactBook,
     pub faults: TransportFaults,
+    /// The replicated state: which protocol each target registered with.
+    pub state: StateReader,
 }
 
 impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
@@ -40,6 +44,7 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
             peers: self.peers.clone(),
             contacts: self.contacts.clone(),
             faults: self.faults.clone(),
+            state: self.state.clone(),
         }
     }
 }
@@ -50,6 +55,7 @@ pub struct PeerLink {
     peers: PeerClients,
     contacts: ContactBook,
     faults: TransportFaults,
+    state: StateReader,
 }
 
 #[derive(Clone, Copy)]
@@ -74,6 +80,28 @@ impl PeerLink {
         E: std::error::Error + DeserializeOwned,
     {
         let json = serde_json::to_vec(req).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        self.send(
+            rpc,
+            RaftMessage {
+                json,
+                data: Vec::new(),
+            },
+            option,
+        )
+        .await
+    }
+
+    /// Send `msg` as `rpc` (through the injected faults, if any) and decode the answer.
+    async fn send<Resp, E>(
+        &mut self,
+        rpc: Rpc,
+        msg: RaftMessage,
+        option: &RPCOption,
+    ) -> RpcResult<Resp, E>
+    where
+        Resp: DeserializeOwned,
+        E: std::error::Error + DeserializeOwned,
+    {
         let client = self
             .peers
             .get(&self.addr)
@@ -91,8 +119,8 @@ impl PeerLink {
         if !delay.is_zero() {
             tokio::time::sleep(delay).await;
         }
-        let send = |mut client: RaftPeerClient<Channel>, json: Vec<u8>| async move {
-            let msg = with_deadline(RaftMessage { json }, ttl);
+        let send = |mut client: RaftPeerClient<Channel>, msg: RaftMessage| async move {
+            let msg = with_deadline(msg, ttl);
             match rpc {
                 Rpc::AppendEntries => client.append_entries(msg).await,
                 Rpc::Vote => client.vote(msg).await,
@@ -102,10 +130,10 @@ impl PeerLink {
         let reply = if copies > 1 {
             // Both copies race; the peer sees the message twice, the caller one answer.
             let (first, _second) =
-                tokio::join!(send(client.clone(), json.clone()), send(client, json));
+                tokio::join!(send(client.clone(), msg.clone()), send(client, msg));
             first
         } else {
-            send(client, json).await
+            send(client, msg).await
         };
         if lose_reply {
             // The peer acted on the message; its answer is lost and the caller waits it out.
@@ -143,7 +171,15 @@ impl RaftNetwork<TypeConfig> for PeerLink {
         rpc: InstallSnapshotRequest<TypeConfig>,
         option: RPCOption,
     ) -> RpcResult<InstallSnapshotResponse<NodeId>, InstallSnapshotError> {
-        self.call(Rpc::InstallSnapshot, &rpc, &option).await
+        let target = self.target;
+        let as_bytes = self.state.read(|s| {
+            s.nodes
+                .get(&target)
+                .is_some_and(|n| n.protocol >= SNAPSHOT_BYTES)
+        });
+        let msg = snapshot_wire::pack(rpc, as_bytes)
+            .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        self.send(Rpc::InstallSnapshot, msg, &option).await
     }
 
     async fn vote(

@@ -62,7 +62,13 @@ impl PeerCheck {
 
     /// Internal RPCs that speak for a node (Raft messages): the certificate must name `claimed`.
     pub fn node_is<T>(&self, req: &Request<T>, claimed: NodeId) -> Result<(), Status> {
-        match self.node(req)? {
+        Self::is(self.node(req)?, claimed)
+    }
+
+    /// `node_is` for the node a request's certificate named (`node`), read before the
+    /// request was taken apart.
+    pub fn is(node: Option<NodeId>, claimed: NodeId) -> Result<(), Status> {
+        match node {
             Some(id) if id != claimed => Err(Status::permission_denied(format!(
                 "the certificate of node {id} may not speak as node {claimed}"
             ))),
