@@ -506,9 +506,13 @@ pub(crate) enum NodeVerb {
         /// Node id: 3 or n3.
         #[arg(value_parser = ids::node_id)]
         id: u64,
-        /// Also stop the node's running jobs (they are requeued).
+        /// Also stop the node's running jobs (they are requeued without spending an attempt).
         #[arg(long)]
         evict: bool,
+        /// Return once no job runs on the node any more (with --evict: once its jobs have
+        /// stopped and been requeued), so the agent can be stopped; bounded by --timeout.
+        #[arg(long)]
+        wait: bool,
     },
 }
 

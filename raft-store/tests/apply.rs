@@ -280,6 +280,7 @@ fn cordoned_and_down_nodes_take_no_work_and_down_requeues() {
         Command::SetNodeStatus {
             node: 1,
             status: NodeStatus::Down,
+            requeue_evicting: false,
         },
     ));
     let j = &s.jobs[&1];
@@ -306,6 +307,7 @@ fn cordoned_and_down_nodes_take_no_work_and_down_requeues() {
         Command::SetNodeStatus {
             node: 1,
             status: NodeStatus::Down,
+            requeue_evicting: false,
         },
     ));
     assert_eq!(s.jobs[&1].state, JobState::Failed);
@@ -353,6 +355,49 @@ fn eviction_requeues_without_using_an_attempt() {
         (j.state, j.attempts, j.evict_requested),
         (JobState::Pending, 0, false)
     );
+}
+
+/// A drained node whose agent stops before its eviction is reported: the node goes down with
+/// the job still asked to stop. The verdict of a protocol-6 leader requeues it as evicted (no
+/// attempt spent); the old verdict fails a job on its last attempt.
+#[test]
+fn a_node_down_while_evicting_requeues_its_jobs_as_evicted() {
+    for (requeue_evicting, want) in [(true, JobState::Pending), (false, JobState::Failed)] {
+        let mut s = cluster();
+        submit(
+            &mut s,
+            JobSpec {
+                max_attempts: 1,
+                ..spec(1)
+            },
+            None,
+        );
+        let bind = Command::BindJobs {
+            binds: vec![Bind {
+                job: 1,
+                node: 1,
+                gpus: vec![0],
+            }],
+        };
+        s.apply(&at(2, bind));
+        let drain = Command::DrainNode {
+            node: 1,
+            evict: true,
+        };
+        s.apply(&at(3, drain));
+        let down = Command::SetNodeStatus {
+            node: 1,
+            status: NodeStatus::Down,
+            requeue_evicting,
+        };
+        s.apply(&at(4, down));
+        let j = &s.jobs[&1];
+        assert_eq!(j.state, want, "{requeue_evicting}: {:?}", j.reason);
+        if requeue_evicting {
+            assert_eq!((j.attempts, j.evict_requested), (0, false));
+            assert!(s.nodes[&1].allocations.is_empty());
+        }
+    }
 }
 
 #[test]
@@ -423,9 +468,10 @@ fn arb_command() -> impl Strategy<Value = Command> {
             }
         }),
         (1u64..8).prop_map(|job| Command::CancelJob { job }),
-        (1u64..3).prop_map(|node| Command::SetNodeStatus {
+        (1u64..3, any::<bool>()).prop_map(|(node, requeue_evicting)| Command::SetNodeStatus {
             node,
-            status: NodeStatus::Down
+            status: NodeStatus::Down,
+            requeue_evicting,
         }),
         (1u64..3).prop_map(|node| register(
             node,

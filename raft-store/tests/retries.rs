@@ -221,6 +221,7 @@ fn an_eviction_gives_its_attempt_back_and_a_lost_run_is_requeued_at_once() {
         Command::SetNodeStatus {
             node: 2,
             status: NodeStatus::Down,
+            requeue_evicting: false,
         },
     ));
     let j = job(&s);

@@ -56,6 +56,10 @@ impl Liveness {
                     cmd: Command::SetNodeStatus {
                         node,
                         status: verdict,
+                        // Jobs asked to stop are requeued without spending an attempt, once
+                        // every member applies the verdict that way.
+                        requeue_evicting: self.cluster.lowest_protocol()
+                            >= gpu_raft_store::PROTOCOL_6,
                     },
                     meta: None,
                     credential: None,

@@ -156,6 +156,12 @@ impl Cluster {
         }
     }
 
+    /// The oldest internal protocol any member of the current configuration registered with
+    /// (0 while one has not registered): what a write may use.
+    pub fn lowest_protocol(&self) -> u32 {
+        super::proposer::lowest_member_protocol(&self.raft, &self.state)
+    }
+
     /// The current leader and its address, if known.
     pub fn leader(&self) -> Option<(NodeId, String)> {
         let m = self.raft.metrics();

@@ -231,7 +231,7 @@ fn admit(cmd: &Command, lowest: u32) -> Result<(), ClusterError> {
 }
 
 /// The oldest protocol any member of the current configuration registered with.
-fn lowest_member_protocol(raft: &Raft, state: &StateReader) -> u32 {
+pub(crate) fn lowest_member_protocol(raft: &Raft, state: &StateReader) -> u32 {
     let members: Vec<NodeId> = raft
         .metrics()
         .borrow()
@@ -393,6 +393,7 @@ mod tests {
         let cordon = Command::SetNodeStatus {
             node: 1,
             status: gpu_raft_store::NodeStatus::Down,
+            requeue_evicting: false,
         };
         assert!(
             admit(&cordon, 0).is_ok(),

@@ -175,6 +175,7 @@ fn a_member_failing_or_its_node_going_down_ends_the_whole_gang() {
         Command::SetNodeStatus {
             node: 1,
             status: NodeStatus::Down,
+            requeue_evicting: false,
         },
     );
     let j = &s.jobs[&1];

@@ -11,6 +11,7 @@
 use std::collections::BTreeMap;
 
 use gpu_proto::v1 as pb;
+use gpu_proto::v1::job_service_client::JobServiceClient;
 use gpu_proto::v1::node_service_client::NodeServiceClient;
 use serde_json::{Value, json};
 
@@ -42,13 +43,46 @@ pub(crate) async fn run(ctx: &Ctx, verb: NodeVerb) -> Result<Answer, Failure> {
         }
         NodeVerb::Cordon { id } => cordon(ctx, id, true).await?,
         NodeVerb::Uncordon { id } => cordon(ctx, id, false).await?,
-        NodeVerb::Drain { id, evict } => {
+        NodeVerb::Drain { id, evict, wait } => {
             let req = pb::DrainNodeRequest { id, evict };
-            ctx.call(new, req, async |mut c, r| c.drain_node(r).await)
-                .await?
+            let node = ctx
+                .call(new, req, async |mut c, r| c.drain_node(r).await)
+                .await?;
+            if wait {
+                until_no_job_runs_on(ctx, id).await?;
+            }
+            node
         }
     };
     Ok(ctx.answer(|| node_json(&node), || node_detail(&node)))
+}
+
+/// Poll until no job is bound to or running on node `id` (within `--timeout`, if given).
+async fn until_no_job_runs_on(ctx: &Ctx, id: u64) -> Result<(), Failure> {
+    let deadline = ctx.timeout.map(|t| std::time::Instant::now() + t);
+    loop {
+        let req = pb::ListJobsRequest {
+            states: vec![pb::JobState::Bound as i32, pb::JobState::Running as i32],
+            node_id: Some(id),
+            ..Default::default()
+        };
+        let left = ctx
+            .call(JobServiceClient::new, req, async |mut c, r| {
+                c.list_jobs(r).await
+            })
+            .await?
+            .jobs
+            .len();
+        if left == 0 {
+            return Ok(());
+        }
+        if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+            return Err(Failure::TimedOut(format!(
+                "timed out: {left} jobs still on n{id}"
+            )));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
 }
 
 async fn cordon(ctx: &Ctx, id: u64, cordoned: bool) -> Result<pb::Node, Failure> {

@@ -68,6 +68,11 @@ pub enum Command {
     SetNodeStatus {
         node: NodeId,
         status: NodeStatus,
+        /// Down requeues a job the cluster had asked to stop (a drain's eviction, a
+        /// preemption, a migration) as evicted, without spending an attempt, instead of as
+        /// lost: the node's lease has stopped it by now. (Without it: lost, as before.)
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        requeue_evicting: bool,
     },
     /// Stop (or resume) placing new work on a node.
     CordonNode {
@@ -243,8 +248,9 @@ pub const PROTOCOL_3: u32 = 3;
 pub const PROTOCOL_5: u32 = 5;
 
 /// The internal protocol version that added signed audit heads (`SignAuditHead`: an older
-/// agent cannot read the command) and join tokens bound to a seat (an older agent would drop
-/// the binding and let a learner's token make a voter).
+/// agent cannot read the command), join tokens bound to a seat (an older agent would drop
+/// the binding and let a learner's token make a voter), tenants' pending caps and node
+/// verdicts that requeue evicting jobs (`SetNodeStatus::requeue_evicting`).
 pub const PROTOCOL_6: u32 = 6;
 
 /// The internal protocol version that added container jobs (`JobSpec::container`) and tenants'
@@ -259,7 +265,11 @@ impl Command {
             Command::Batch { .. }
             | Command::SetGpuPartition { .. }
             | Command::BindSlices { .. } => PROTOCOL_2,
-            Command::SignAuditHead { .. } => PROTOCOL_6,
+            Command::SignAuditHead { .. }
+            | Command::SetNodeStatus {
+                requeue_evicting: true,
+                ..
+            } => PROTOCOL_6,
             Command::CreateToken { token } if token.limits.seat.is_some() => PROTOCOL_6,
             Command::CreateTenant { tenant } | Command::UpdateTenant { tenant }
                 if tenant.max_pending_jobs.is_some() =>
@@ -359,7 +369,7 @@ impl fmt::Display for Command {
             Command::SetNodeLabels { node, set, remove } => {
                 write!(f, "label n{node} +{} -{}", set.len(), remove.len())
             }
-            Command::SetNodeStatus { node, status } => write!(f, "status n{node} {status:?}"),
+            Command::SetNodeStatus { node, status, .. } => write!(f, "status n{node} {status:?}"),
             Command::CordonNode { node, cordoned } => {
                 write!(
                     f,
@@ -778,6 +788,7 @@ mod tests {
             Command::SetNodeStatus {
                 node: 1,
                 status: NodeStatus::Down,
+                requeue_evicting: false,
             },
             Command::CordonNode {
                 node: 1,
@@ -961,6 +972,7 @@ mod tests {
                     entry(Command::SetNodeStatus {
                         node: 1,
                         status: NodeStatus::Down,
+                        requeue_evicting: false,
                     }),
                 ],
             },

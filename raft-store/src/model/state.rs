@@ -126,7 +126,11 @@ impl ClusterState {
             Command::SetNodeLabels { node, set, remove } => {
                 self.set_labels(*node, set, remove, now)
             }
-            Command::SetNodeStatus { node, status } => self.set_status(*node, *status, now),
+            Command::SetNodeStatus {
+                node,
+                status,
+                requeue_evicting,
+            } => self.set_status(*node, *status, *requeue_evicting, now),
             Command::CordonNode { node, cordoned } => self.cordon(*node, *cordoned, now),
             Command::DrainNode { node, evict } => self.drain(*node, *evict, now),
             Command::SubmitJob {

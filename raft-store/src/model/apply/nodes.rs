@@ -124,21 +124,26 @@ impl ClusterState {
         &mut self,
         node: NodeId,
         status: NodeStatus,
+        requeue_evicting: bool,
         now: u64,
     ) -> Result<ApplyResult, Rejection> {
         let record = self.node_mut(node)?;
         record.status = status;
         record.updated_at_ms = now;
         if status == NodeStatus::Down {
-            let live: Vec<(JobId, u64)> = self
+            let live: Vec<(JobId, u64, bool)> = self
                 .jobs
                 .values()
                 .filter(|j| j.state.is_live() && j.on_node(node))
-                .map(|j| (j.id, j.generation))
+                .map(|j| (j.id, j.generation, j.evict_requested))
                 .collect();
-            for (job, generation) in live {
-                let outcome = Outcome::Lost {
-                    message: format!("node n{node} went down"),
+            for (job, generation, evicting) in live {
+                let outcome = if evicting && requeue_evicting {
+                    Outcome::Evicted
+                } else {
+                    Outcome::Lost {
+                        message: format!("node n{node} went down"),
+                    }
                 };
                 self.finished(job, generation, &outcome, now)?;
             }
