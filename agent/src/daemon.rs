@@ -51,6 +51,10 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()> {
     let node_id = config.node_id;
     let systemd = SdNotify::from_env();
+    if config.bootstrap && !config.data_dir.join("raft").exists() {
+        // A new cluster: what the bootstrap will write must be writable before anything is.
+        bootstrap_outputs_writable(&config.bootstrap_token_file)?;
+    }
     info!(node_id, data_dir = %config.data_dir.display(), "opening data directory");
     let (data_dir, log, sm) = gpu_raft_store::open(&config.data_dir)?;
     let state = sm.reader();
@@ -466,6 +470,9 @@ async fn enter_cluster(
         .context("reading raft state")?;
     if initialized {
         info!(node_id = config.node_id, "resuming from the data directory");
+        if config.bootstrap {
+            finish_bootstrap(config, cluster, tls).await?;
+        }
         // Ask to be (re)admitted in the background: a no-op for a current member, and the way
         // back in for a member the autopilot removed while it was down.
         let seeds = rejoin_seeds(config, cluster);
@@ -520,6 +527,73 @@ async fn enter_cluster(
     Ok(())
 }
 
+/// The bootstrap writes the admin token (and beside it the admin's certificate) after the
+/// cluster exists: check first that it can, creating the directory (0700) if need be, so a
+/// path that cannot be written stops the bootstrap before anything is.
+fn bootstrap_outputs_writable(token_file: &std::path::Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    let dir = token_file
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .with_context(|| {
+            format!(
+                "creating {} for the bootstrap admin token (nothing was written)",
+                dir.display()
+            )
+        })?;
+    let probe = token_file.with_extension("probe");
+    write_file(&probe, "", 0o600).with_context(|| {
+        format!(
+            "the bootstrap admin token cannot be written to {} (nothing was written)",
+            token_file.display()
+        )
+    })?;
+    std::fs::remove_file(&probe).ok();
+    Ok(())
+}
+
+/// A bootstrap interrupted after the cluster was created but before the admin token was
+/// recorded (a crash, a path that could not be written) is finished on the next start with
+/// `bootstrap`: once this replica has applied everything committed, a cluster with no
+/// bootstrap token gets one (and the admin certificate) now.
+async fn finish_bootstrap(
+    config: &Config,
+    cluster: &Cluster,
+    tls: Option<&TlsIdentity>,
+) -> anyhow::Result<()> {
+    cluster
+        .linearizable_read()
+        .await
+        .context("catching up before finishing the bootstrap")?;
+    let minted = cluster.state.read(|s| {
+        s.tokens
+            .values()
+            .any(|t| t.created_by == BOOTSTRAP_ACTOR)
+    });
+    if minted {
+        return Ok(());
+    }
+    warn!(
+        node_id = config.node_id,
+        path = %config.bootstrap_token_file.display(),
+        "the bootstrap was interrupted before the admin token was recorded: finishing it"
+    );
+    bootstrap_outputs_writable(&config.bootstrap_token_file)?;
+    write_bootstrap_token(cluster, &config.bootstrap_token_file).await?;
+    if let Some(tls) = tls {
+        write_bootstrap_client_cert(cluster, tls, &config.bootstrap_token_file).await?;
+    }
+    Ok(())
+}
+
+/// Who minted the bootstrap admin token, in its record.
+const BOOTSTRAP_ACTOR: &str = "system:bootstrap";
+
 /// Mint the first admin token and hand it to the operator as a 0600 file (the cluster keeps
 /// only its hash). Revoke it once real admin tokens exist.
 async fn write_bootstrap_token(cluster: &Cluster, path: &std::path::Path) -> anyhow::Result<()> {
@@ -534,7 +608,7 @@ async fn write_bootstrap_token(cluster: &Cluster, path: &std::path::Path) -> any
         tenant: None,
         description: "bootstrap admin token".into(),
         created_at_ms: crate::clock::now_ms(),
-        created_by: "system:bootstrap".into(),
+        created_by: BOOTSTRAP_ACTOR.into(),
         revoked: false,
         limits: Default::default(),
     };
