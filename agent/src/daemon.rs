@@ -570,11 +570,9 @@ async fn finish_bootstrap(
         .linearizable_read()
         .await
         .context("catching up before finishing the bootstrap")?;
-    let minted = cluster.state.read(|s| {
-        s.tokens
-            .values()
-            .any(|t| t.created_by == BOOTSTRAP_ACTOR)
-    });
+    let minted = cluster
+        .state
+        .read(|s| s.tokens.values().any(|t| t.created_by == BOOTSTRAP_ACTOR));
     if minted {
         return Ok(());
     }

@@ -48,7 +48,7 @@ fn code_name(code: tonic::Code) -> &'static str {
         tonic::Code::Unauthenticated => "unauthenticated",
         tonic::Code::ResourceExhausted => "resource exhausted",
         tonic::Code::FailedPrecondition => "failed precondition",
-        _ => "error",
+        _ => "failed",
     }
 }
 
@@ -130,12 +130,27 @@ impl Endpoints {
             match call(InterceptedService::new(channel, self.credentials.clone())).await {
                 Ok(v) => return Ok(v),
                 Err(s) if s.code() == tonic::Code::Unavailable && is_transport(&s) => {
-                    tried.push(format!("{addr}: {}", s.message()));
+                    tried.push(format!("{addr}: {}{}", s.message(), self.plaintext_hint()));
+                }
+                Err(s) if is_transport(&s) && self.tls.is_none() => {
+                    let message = format!("{}{}", s.message(), self.plaintext_hint());
+                    return Err(CallError::Status(tonic::Status::new(s.code(), message)));
                 }
                 Err(s) => return Err(CallError::Status(s)),
             }
         }
         Err(CallError::Unreachable(tried))
+    }
+
+    /// What to add to a transport error when gpuctl spoke plaintext to agents that speak TLS.
+    fn plaintext_hint(&self) -> &'static str {
+        if self.tls.is_some() {
+            ""
+        } else {
+            " (gpuctl has no CA configured, so it spoke plaintext, and agents speak TLS: set \
+             ca_file, cert_file and key_file in ~/.config/gpumesh/gpuctl.toml, or \
+             GPUCTL_CA_FILE, GPUCTL_CERT_FILE and GPUCTL_KEY_FILE)"
+        }
     }
 
     async fn connect(&self, addr: &str) -> Result<Channel, String> {

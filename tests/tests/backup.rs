@@ -246,7 +246,9 @@ fn rewrite_audit(backup: &[u8], strip: bool) -> Vec<u8> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backup_with_a_rewritten_audit_chain_is_caught_by_its_signed_heads() {
     let keep = tempfile::tempdir().expect("tempdir");
-    let (backup, old_ca) = (keep.path().join("pristine"), keep.path().join("old-ca.crt"));
+    // The backup's folder does not exist yet: `snapshot save` makes it.
+    let backup = keep.path().join("backups/pristine");
+    let old_ca = keep.path().join("old-ca.crt");
     {
         let c = Cluster::start(1, 1, "").await;
         for i in 0..3 {

@@ -47,7 +47,10 @@ fn until_token(mut agent: Child, file: &Path) -> String {
         }
         if let Ok(Some(status)) = agent.try_wait() {
             let out = agent.wait_with_output().expect("output");
-            panic!("the agent exited ({status}): {}", String::from_utf8_lossy(&out.stderr));
+            panic!(
+                "the agent exited ({status}): {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
         }
         assert!(Instant::now() < deadline, "no token in {}", file.display());
         std::thread::sleep(Duration::from_millis(100));
@@ -65,7 +68,10 @@ fn the_token_folder_is_made_and_an_unwritable_path_stops_the_bootstrap_before_an
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{stderr}");
     assert!(stderr.contains("nothing was written"), "{stderr}");
-    assert!(!dir.path().join("data").exists(), "the data directory was touched");
+    assert!(
+        !dir.path().join("data").exists(),
+        "the data directory was touched"
+    );
 
     // Fixed: the folder does not exist yet; the bootstrap makes it (0700) and writes the token.
     let token = dir.path().join("home/gpumesh/admin.token");

@@ -225,6 +225,22 @@ async fn only_cluster_certificates_get_in_and_each_speaks_only_for_itself() {
         )
         .await;
     }
+    // gpuctl without a CA speaks plaintext: the error says what to set up.
+    let out = c
+        .gpuctl()
+        .env_remove("GPUCTL_CA_FILE")
+        .env_remove("GPUCTL_CERT_FILE")
+        .env_remove("GPUCTL_KEY_FILE")
+        .args(["--endpoint", c.addr(3), "cluster", "status"])
+        .output()
+        .expect("gpuctl without a CA");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("no CA configured") && err.contains("GPUCTL_CA_FILE"),
+        "{err}"
+    );
+    assert!(!err.contains("error: error"), "{err}");
     let out = c
         .gpuctl()
         .args(["--endpoint", c.addr(3), "cert", "list", "-o", "json"])

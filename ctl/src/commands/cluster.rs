@@ -166,7 +166,7 @@ async fn save(ctx: &Ctx, file: &std::path::Path) -> Result<Answer, Failure> {
 
 fn write_private(file: &std::path::Path, data: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
     let dir = match file.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => std::path::Path::new("."),
@@ -174,6 +174,11 @@ fn write_private(file: &std::path::Path, data: &[u8]) -> std::io::Result<()> {
     let name = file
         .file_name()
         .ok_or_else(|| std::io::Error::other("FILE must name a file"))?;
+    // A backup folder that does not exist yet is made, for the admin only.
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
     let tmp = dir.join(format!(".{}.tmp", name.to_string_lossy()));
     let mut f = std::fs::OpenOptions::new()
         .write(true)
