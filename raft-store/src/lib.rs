@@ -24,11 +24,13 @@ pub use model::audit::{AuditEntry, RequestMeta, SignedHead};
 pub use model::auth::{Grant, Role, Seat, TokenLimits, TokenRecord};
 pub use model::cert::CertRecord;
 pub use model::command::{
-    Bind, Command, LogEntry, PROTOCOL_2, PROTOCOL_3, PROTOCOL_4, PROTOCOL_5, PROTOCOL_6, Preempt,
+    Bind, Command, LogEntry, PROTOCOL_2, PROTOCOL_3, PROTOCOL_4, PROTOCOL_5, PROTOCOL_6,
+    PROTOCOL_7, Preempt,
 };
 pub use model::job::{
     Binding, DEFAULT_RETRY_BACKOFF_S, DEFAULT_TENANT, Job, JobKind, JobSpec, JobState,
-    MAX_RETRY_DELAY_S, MAX_RUNS_KEPT, Outcome, Run, job_name, retry_delay_s,
+    MAX_PHASE_LEN, MAX_RETRY_DELAY_S, MAX_RUNS_KEPT, Outcome, Run, RunPhase, job_name,
+    retry_delay_s,
 };
 pub use model::kept_index::KeptIndex;
 pub use model::node::{

@@ -102,6 +102,15 @@ pub enum Command {
         job: JobId,
         generation: u64,
     },
+    /// What the live run is doing before its command starts (pulling its image), as its
+    /// node's supervisor reports it; `None`: that phase is over. Sent at most every few seconds
+    /// per run. Only protocol 7 agents read it.
+    ReportRunPhase {
+        job: JobId,
+        generation: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        phase: Option<String>,
+    },
     /// The executor saw this placement end.
     JobFinished {
         job: JobId,
@@ -253,6 +262,10 @@ pub const PROTOCOL_5: u32 = 5;
 /// verdicts that requeue evicting jobs (`SetNodeStatus::requeue_evicting`).
 pub const PROTOCOL_6: u32 = 6;
 
+/// The internal protocol version that added the live run's phase (`ReportRunPhase`: pulling
+/// an image): an older agent cannot read the command.
+pub const PROTOCOL_7: u32 = 7;
+
 /// The internal protocol version that added container jobs (`JobSpec::container`) and tenants'
 /// allowed mounts: an older agent would run a container job's command on the host.
 pub const PROTOCOL_4: u32 = 4;
@@ -265,6 +278,7 @@ impl Command {
             Command::Batch { .. }
             | Command::SetGpuPartition { .. }
             | Command::BindSlices { .. } => PROTOCOL_2,
+            Command::ReportRunPhase { .. } => PROTOCOL_7,
             Command::SignAuditHead { .. }
             | Command::SetNodeStatus {
                 requeue_evicting: true,
@@ -397,6 +411,14 @@ impl fmt::Display for Command {
                 Ok(())
             }
             Command::JobStarted { job, generation } => write!(f, "started j-{job} g{generation}"),
+            Command::ReportRunPhase {
+                job,
+                generation,
+                phase,
+            } => match phase {
+                Some(p) => write!(f, "phase j-{job} g{generation}: {p}"),
+                None => write!(f, "phase j-{job} g{generation} over"),
+            },
             Command::JobFinished {
                 job,
                 generation,

@@ -363,7 +363,24 @@ pub struct Job {
     /// A job requeued after a failed run is not placed before this time (its retry backoff).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub not_before_ms: Option<u64>,
+    /// What a live run does before its command starts ("pulling image REF: …"), as its node
+    /// last reported it (`Command::ReportRunPhase`); stale once the run it names has ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<RunPhase>,
 }
+
+/// A live run's phase before its command starts, as its node reported it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunPhase {
+    /// The run (generation) it describes.
+    pub generation: u64,
+    pub text: String,
+    /// When the node first reported a phase for this run (the log entry's time).
+    pub since_ms: u64,
+}
+
+/// The longest phase text a node may report (it is truncated before it is sent).
+pub const MAX_PHASE_LEN: usize = 200;
 
 impl Job {
     /// A job just submitted: pending, never run.
@@ -390,7 +407,15 @@ impl Job {
             gang_done: Default::default(),
             runs: Vec::new(),
             not_before_ms: None,
+            phase: None,
         }
+    }
+
+    /// The live run's phase, if its node reported one for the current run.
+    pub fn live_phase(&self) -> Option<&RunPhase> {
+        self.phase
+            .as_ref()
+            .filter(|p| self.state.is_live() && p.generation == self.generation)
     }
 
     /// Whether it waits for its retry time at `now_ms` (pending, not before a later time).

@@ -18,7 +18,9 @@ impl ClusterState {
             | Command::RaiseAlert { node: n, .. }
             | Command::ResolveAlert { node: n, .. } => *n == node,
             Command::RecordEnergy { report } => report.node == node,
-            Command::JobStarted { job, .. } | Command::JobFinished { job, .. } => runs_here(job),
+            Command::JobStarted { job, .. }
+            | Command::ReportRunPhase { job, .. }
+            | Command::JobFinished { job, .. } => runs_here(job),
             _ => false,
         }
     }

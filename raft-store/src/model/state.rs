@@ -140,6 +140,11 @@ impl ClusterState {
             Command::CancelJob { job } => self.cancel(*job, now),
             Command::BindJobs { binds } => Ok(self.bind_all(binds, now)),
             Command::JobStarted { job, generation } => self.started(*job, *generation, now),
+            Command::ReportRunPhase {
+                job,
+                generation,
+                phase,
+            } => self.run_phase(*job, *generation, phase.as_deref(), now),
             Command::JobFinished {
                 job,
                 generation,

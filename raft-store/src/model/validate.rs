@@ -258,6 +258,17 @@ pub fn free_text(what: &str, text: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// A run's phase as its node reports it: 1..=`MAX_PHASE_LEN` bytes, no control characters.
+pub fn run_phase(text: &str) -> Result<(), String> {
+    let max = crate::model::job::MAX_PHASE_LEN;
+    if text.is_empty() || text.len() > max || text.chars().any(char::is_control) {
+        return Err(format!(
+            "a run's phase must be 1..={max} bytes of printable characters"
+        ));
+    }
+    Ok(())
+}
+
 /// A client idempotency key: 1–128 printable characters.
 pub fn idempotency_key(key: &str) -> Result<(), String> {
     if key.is_empty()

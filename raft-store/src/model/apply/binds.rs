@@ -159,6 +159,7 @@ impl ClusterState {
             job.reason = None;
             job.preempted_for = None;
             job.not_before_ms = None;
+            job.phase = None;
             job.gang.clear();
             job.gang_done.clear();
             job.record_run(node, now);

@@ -2,7 +2,7 @@
 //! reports (started, finished: GPU time accounted, requeued or ended) and scheduler feedback.
 
 use crate::model::audit::RequestMeta;
-use crate::model::job::{Job, JobSpec, JobState, Outcome, retry_delay_s};
+use crate::model::job::{Job, JobSpec, JobState, Outcome, RunPhase, retry_delay_s};
 use crate::model::outcome::{ApplyResult, Rejection, invalid};
 use crate::model::partition;
 use crate::model::state::ClusterState;
@@ -166,6 +166,29 @@ impl ClusterState {
         }
     }
 
+    /// The live run's phase (`None`: over). The text is checked here (length, no control
+    /// characters): a refused report changes nothing.
+    pub(crate) fn run_phase(
+        &mut self,
+        job: JobId,
+        generation: u64,
+        phase: Option<&str>,
+        now: u64,
+    ) -> Result<ApplyResult, Rejection> {
+        if let Some(text) = phase {
+            validate::run_phase(text).map_err(invalid)?;
+        }
+        self.live_run(job, generation)?;
+        let j = self.job_mut(job)?;
+        let since_ms = j.live_phase().map_or(now, |p| p.since_ms);
+        j.phase = phase.map(|text| RunPhase {
+            generation,
+            text: text.to_owned(),
+            since_ms,
+        });
+        Ok(ApplyResult::Ok)
+    }
+
     /// Job `job`, if run `generation` of it is the live one: a report about any other run (an
     /// earlier placement, or one that already ended) is stale.
     pub(crate) fn live_run(&self, job: JobId, generation: u64) -> Result<&Job, Rejection> {
@@ -221,6 +244,7 @@ impl ClusterState {
             *j.gpu_ms.entry(t).or_insert(0) += held_ms.saturating_mul(num) / den.max(1);
         }
         j.outcome = Some(outcome.clone());
+        j.phase = None;
         if let Some(run) = j.run_mut(generation) {
             run.outcome = Some(outcome.clone());
             run.finished_at_ms = Some(now);
