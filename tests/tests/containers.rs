@@ -9,7 +9,10 @@
 //! - kill -9 of the agent running a container job: the job is requeued elsewhere, and its two
 //!   containers never run at once;
 //! - a missing image, and a command the image lacks, fail the job with the reason in `job get`
-//!   and `job why`.
+//!   and `job why`;
+//! - a pull that hangs (a registry that accepts and never answers) shows in `job get` as the
+//!   run's phase, with podman's retries, and cancel ends it at once, leaving no pull and no
+//!   container.
 //!
 //! Podman runs containers as root: without root or podman the tests say so and return, unless
 //! `GPUMESH_REQUIRE_PODMAN=1` (CI), where they fail.
@@ -585,4 +588,103 @@ async fn container_jobs_keep_the_process_jobs_rules_and_avoid_nodes_without_a_ru
             containers_of(id)
         );
     }
+}
+
+/// A registry address that accepts connections and never answers: a pull from it hangs (podman
+/// retries each TLS handshake after its 10 s timeout).
+struct SilentRegistry {
+    addr: std::net::SocketAddr,
+}
+
+impl SilentRegistry {
+    fn start() -> SilentRegistry {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            for conn in listener.incoming().flatten() {
+                held.push(conn);
+            }
+        });
+        SilentRegistry { addr }
+    }
+}
+
+/// The processes whose command line mentions `needle` (other than this test).
+fn processes_naming(needle: &str) -> Vec<String> {
+    let me = std::process::id().to_string();
+    std::fs::read_dir("/proc")
+        .map(|dir| {
+            dir.flatten()
+                .filter(|e| e.file_name().to_string_lossy() != me)
+                .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+                .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+                .filter(|c| c.contains(needle))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hanging_pull_shows_in_job_get_and_cancel_ends_it_leaving_nothing() {
+    if !podman_here() {
+        return;
+    }
+    let c = Cluster::start(1, 1, FAST_STOP).await;
+    shared_dir(&c);
+    let registry = SilentRegistry::start();
+    let image = format!("{}/gpumesh/hang:1", registry.addr);
+    let id = submit(&c, &["--image", &image, "--", "true"]);
+    let pulling = format!("pulling image {image}");
+    let shown = &pulling;
+    c.wait_for(
+        "job get to say it pulls",
+        Duration::from_secs(60),
+        |c| async move { c.job(1, id).await.is_ok_and(|j| j.phase.starts_with(shown)) },
+    )
+    .await;
+    let (code, got, err) = gpuctl(&c, &["job", "get", &id.to_string()]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(got["state"], "running", "{got}");
+    assert!(got["phase_since_ms"].as_u64().is_some(), "{got}");
+    // The table too, and podman's own retry with the registry's reason (its TLS handshake
+    // timed out after 10 s), within a report interval.
+    let table = c
+        .gpuctl()
+        .args(["--endpoint", c.addr(1), "job", "get", &id.to_string()])
+        .output()
+        .expect("gpuctl job get");
+    let table = String::from_utf8_lossy(&table.stdout).into_owned();
+    assert!(table.contains("Phase:"), "{table}");
+    assert!(table.contains(&pulling), "{table}");
+    c.wait_for(
+        "the retry to show",
+        Duration::from_secs(45),
+        |c| async move {
+            c.job(1, id).await.is_ok_and(|j| {
+                j.phase
+                    .contains("retrying (1/3) after: TLS handshake timeout")
+            })
+        },
+    )
+    .await;
+    assert!(
+        !processes_naming(&image).is_empty(),
+        "the pull is still on its way"
+    );
+    let asked = std::time::Instant::now();
+    c.cancel(1, id).await.expect("cancel");
+    let job = c.wait_job(id, Duration::from_secs(30), is_terminal).await;
+    assert_eq!(job.state, pb::JobState::Cancelled as i32, "{job:?}");
+    assert_eq!(job.phase, "", "an ended run has no phase");
+    let took = asked.elapsed();
+    assert!(took < Duration::from_secs(10), "stopped after {took:?}");
+    let image = &image;
+    c.wait_for(
+        "the pull to be gone",
+        Duration::from_secs(10),
+        |_| async move { processes_naming(image).is_empty() },
+    )
+    .await;
+    assert!(containers_of(id).is_empty(), "{:?}", containers_of(id));
 }

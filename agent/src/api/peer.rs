@@ -472,12 +472,13 @@ mod tests {
             "handed on to the handler"
         );
         let mut req = Request::new(());
+        let newer = protocol::PROTOCOL_VERSION + 1;
         req.metadata_mut()
-            .insert(protocol::HEADER, MetadataValue::from(7u32));
+            .insert(protocol::HEADER, MetadataValue::from(newer));
         let status = check_protocol(req).expect_err("refused");
         assert_eq!(status.code(), tonic::Code::FailedPrecondition);
         assert!(
-            status.message().contains("versions 7"),
+            status.message().contains(&format!("versions {newer}")),
             "{}",
             status.message()
         );

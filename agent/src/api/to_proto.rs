@@ -230,6 +230,8 @@ pub(crate) fn job(j: &Job, uuids: &BTreeMap<u32, String>) -> pb::Job {
         runs: j.runs.iter().map(run).collect(),
         not_before_ms: j.not_before_ms,
         account: j.spec.account.as_ref().map(account),
+        phase: j.live_phase().map(|p| p.text.clone()).unwrap_or_default(),
+        phase_since_ms: j.live_phase().map(|p| p.since_ms),
     }
 }
 

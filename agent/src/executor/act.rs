@@ -1,15 +1,17 @@
 //! Acting on what a pass found: each action of the diff (start, stop, report a transition),
-//! ending vm runs past their wall limit, and reporting through Raft.
+//! ending vm runs past their wall limit, reporting live runs' phases, and reporting through
+//! Raft.
 
 use std::collections::HashMap;
 
 use gpu_raft_store::{Command, Job, JobId, Outcome, Rejection};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::job_dir::{JobDir, StopReason, Supervisor};
 use super::launcher::Started;
+use super::phase_report::PhaseReports;
 use super::reconcile::{Action, Observed};
 use super::setup::Host;
 use super::{Children, Executor, vm};
@@ -156,6 +158,52 @@ impl Executor {
             && let Err(e) = dir.mark_reported()
         {
             warn!(error = %e, dir = %dir.path.display(), "cannot mark a run reported");
+        }
+    }
+
+    /// Report the phase of each live run here whose supervisor says something other than the
+    /// replicated state shows (pulling its image), as `phases` allows (not chatty).
+    pub(super) async fn report_phases(
+        &self,
+        jobs: &HashMap<JobId, Job>,
+        observed: &[Observed],
+        phases: &mut PhaseReports,
+    ) {
+        let now = std::time::Instant::now();
+        let live = |o: &&Observed| {
+            o.alive
+                && o.exit.is_none()
+                && jobs
+                    .get(&o.job)
+                    .is_some_and(|j| j.state.is_live() && j.generation == o.generation)
+        };
+        let live_runs: Vec<&Observed> = observed.iter().filter(live).collect();
+        phases.retain(|run| live_runs.iter().any(|o| (o.job, o.generation) == *run));
+        for o in live_runs {
+            let dir = JobDir::new(&self.settings.jobs_dir, o.job, o.generation);
+            let current = dir.phase();
+            let shown = jobs
+                .get(&o.job)
+                .and_then(Job::live_phase)
+                .map(|p| p.text.as_str());
+            let run = (o.job, o.generation);
+            let Some(phase) = phases.due(run, current.as_deref(), shown, now) else {
+                continue;
+            };
+            let cmd = Command::ReportRunPhase {
+                job: o.job,
+                generation: o.generation,
+                phase,
+            };
+            match self.cluster.write(cmd.clone()).await {
+                Ok(_) => {}
+                // A mesh with agents older than protocol 7, or a run the cluster moved past.
+                Err(
+                    e @ (ClusterError::NeedsUpgrade { .. }
+                    | ClusterError::Rejected(Rejection::Stale { .. })),
+                ) => debug!(error = %e, %cmd, "phase not reported"),
+                Err(e) => warn!(error = %e, %cmd, "phase report failed; will retry"),
+            }
         }
     }
 

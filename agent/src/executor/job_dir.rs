@@ -1,9 +1,10 @@
 //! One placement's directory on its node: `<jobs>/j-<id>-g<generation>/`. It is the executor's
 //! durable record of what it started, so reconciliation works the same after an agent restart:
 //! `shim.pid` (the supervisor), `stdout.log`/`stderr.log`, `stop` (why the agent asked it to
-//! stop), `exit.json` (how the run ended, written by the supervisor into space reserved when
-//! the run started), `reported` (the cluster has been told the outcome). The log files'
-//! layout (rotation) is in `log_files.rs`.
+//! stop), `phase` (what the supervisor does before the command starts: pulling the image),
+//! `exit.json` (how the run ended, written by the supervisor into space reserved when the run
+//! started), `reported` (the cluster has been told the outcome). The log files' layout
+//! (rotation) is in `log_files.rs`.
 
 use std::fs;
 use std::io::Write;
@@ -213,6 +214,24 @@ impl JobDir {
 
     pub fn request_stop(&self, reason: StopReason) -> std::io::Result<()> {
         write_atomic(&self.path.join("stop"), reason.as_str().as_bytes())
+    }
+
+    /// What the supervisor does before the job's command starts (`phase`: one line, written
+    /// by the supervisor, read by the executor, which reports it); `None` when it does nothing
+    /// of the kind, or has done it.
+    pub fn phase(&self) -> Option<String> {
+        let text = fs::read_to_string(self.path.join("phase")).ok()?;
+        let text = text.trim();
+        (!text.is_empty()).then(|| text.to_owned())
+    }
+
+    pub fn write_phase(&self, text: &str) -> std::io::Result<()> {
+        write_atomic(&self.path.join("phase"), text.as_bytes())
+    }
+
+    /// The phase is over (the job's command is starting, or the run has ended).
+    pub fn clear_phase(&self) {
+        fs::remove_file(self.path.join("phase")).ok();
     }
 
     pub fn is_reported(&self) -> bool {

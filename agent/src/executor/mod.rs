@@ -23,6 +23,7 @@ pub mod container_cmd;
 pub(crate) mod container_supervise;
 pub mod device_fence;
 mod disk_space;
+mod image_pull;
 pub mod isolation;
 pub mod job_dir;
 pub(crate) mod lease;
@@ -40,7 +41,9 @@ pub mod launcher;
 mod log_writer;
 mod mig;
 mod observe;
+mod phase_report;
 mod pre_exec;
+mod pull_progress;
 mod reconcile;
 pub mod retention;
 pub(crate) mod setup;
@@ -62,6 +65,7 @@ use tracing::warn;
 use self::desired::{Mine, desired_runs};
 pub use self::launch::prepare_run;
 pub use self::launcher::{Launcher, supervisor_command};
+use self::phase_report::PhaseReports;
 use self::reconcile::{Action, reconcile};
 pub use self::setup::Host;
 use crate::config::{Confine, ContainerSettings, RunAs, UidRange};
@@ -205,6 +209,7 @@ impl Executor {
         children.watch_units(&self.launcher, cancel.clone());
         let mut mig_errors = HashMap::new();
         let mut mine = Mine::default();
+        let mut phases = PhaseReports::default();
         let mut wait = self.settings.tick;
         loop {
             tokio::select! {
@@ -213,7 +218,9 @@ impl Executor {
                 () = children.ended.notified() => {}
                 () = tokio::time::sleep(wait) => {}
             }
-            let starting = self.pass(&children, host, &mut mig_errors, &mut mine).await;
+            let starting = self
+                .pass(&children, host, &mut mig_errors, &mut mine, &mut phases)
+                .await;
             // A supervisor just started writes its pid within milliseconds; look again soon so
             // the start is reported then, not at the next tick (a job started while nothing else
             // changed used to wait a whole tick to be reported running).
@@ -233,6 +240,7 @@ impl Executor {
         host: &Host,
         mig_errors: &mut HashMap<u32, String>,
         mine: &mut Mine,
+        phases: &mut PhaseReports,
     ) -> bool {
         let me = self.cluster.id;
         let observed = match self.observe() {
@@ -261,6 +269,7 @@ impl Executor {
             starting |= start;
             self.act(action, &jobs, children, host).await;
         }
+        self.report_phases(&jobs, &observed, phases).await;
         starting
     }
 }

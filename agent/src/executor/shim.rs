@@ -32,9 +32,11 @@ use tokio::signal::unix::{SignalKind, signal};
 use super::cgroups::{CgroupLayout, RunCgroups, V1Root, cgroup_name};
 use super::container_cmd::{self, ContainerRun, SignalCommand};
 use super::device_fence::DeviceRule;
-use super::job_dir::{JobDir, Supervisor};
+use super::image_pull::{self, Pulled};
+use super::job_dir::{JobDir, StopReason, Supervisor};
 use super::limits::{self, Enforced, Limits};
 use super::log_writer::JobLogs;
+use super::pull_progress::PullProgress;
 use super::{container_supervise, identity, isolation, job_env, pre_exec};
 
 #[derive(Debug, clap::Args)]
@@ -271,7 +273,7 @@ async fn supervise(dir: &JobDir, args: &ShimArgs) -> Outcome {
                 gid: owner.map_or_else(|| nix::unistd::getegid().as_raw(), |(_, gid)| gid),
                 groups: &args.run_as_groups,
             };
-            match prepare_container(
+            let prepared = prepare_container(
                 dir,
                 run,
                 &user,
@@ -281,13 +283,15 @@ async fn supervise(dir: &JobDir, args: &ShimArgs) -> Outcome {
                 cgroups.as_ref(),
                 &mut notes,
                 &as_runtime_user,
+                stop_asked(&mut term, dir, args),
             )
-            .await
-            {
+            .await;
+            dir.clear_phase();
+            match prepared {
                 Ok(inv) => Some(inv),
-                Err(message) => {
+                Err(outcome) => {
                     container_supervise::remove_env_file(&dir.path);
-                    return ended(cgroups, failed(message)).await;
+                    return ended(cgroups, outcome).await;
                 }
             }
         }
@@ -470,7 +474,8 @@ async fn send(container: Option<&SignalCommand>, group: Pid, signal: Signal) {
 }
 
 /// Everything before a container run can start: its environment file, its command lines (with
-/// the run's cgroup as the container's parent), and its image, fetched unless it is here.
+/// the run's cgroup as the container's parent), and its image, fetched unless it is here (its
+/// progress in the run's phase). A run stopped meanwhile (`stop`) ends at once.
 #[allow(clippy::too_many_arguments)]
 async fn prepare_container(
     dir: &JobDir,
@@ -482,8 +487,10 @@ async fn prepare_container(
     cgroups: Option<&RunCgroups>,
     notes: &mut impl Write,
     as_runtime_user: &impl Fn(&mut Command) -> Result<(), String>,
-) -> Result<container_cmd::Invocation, String> {
-    let env_file = container_supervise::write_env_file(&dir.path, env)?;
+    stop: impl std::future::Future<Output = Outcome>,
+) -> Result<container_cmd::Invocation, Outcome> {
+    let failed = |message: String| Outcome::FailedToStart { message };
+    let env_file = container_supervise::write_env_file(&dir.path, env).map_err(failed)?;
     let parent = cgroups.and_then(RunCgroups::hierarchy_path);
     let work = isolation::work_dir(&dir.path);
     let paths = container_cmd::Paths {
@@ -505,19 +512,58 @@ async fn prepare_container(
     {
         return Ok(inv);
     }
+    let mut progress = PullProgress::new(&run.image);
+    tokio::pin!(stop);
     for argv in &inv.fetch {
         writeln!(notes, "gpumesh: fetching image {}", run.image).ok();
-        let (ok, out) = container_supervise::step(argv, as_runtime_user).await?;
-        if !ok {
-            notes.write_all(out.as_bytes()).ok();
-            return Err(format!(
-                "pulling image {}: {}",
-                run.image,
-                container_supervise::last_words(&out)
-            ));
+        let pulled = image_pull::pull(argv, as_runtime_user, &mut progress, dir, &mut stop)
+            .await
+            .map_err(failed)?;
+        match pulled {
+            Pulled::Done => {}
+            Pulled::Stopped(outcome) => {
+                writeln!(
+                    notes,
+                    "gpumesh: the run was stopped while fetching its image"
+                )
+                .ok();
+                return Err(outcome);
+            }
+            Pulled::Failed(out) => {
+                notes.write_all(out.as_bytes()).ok();
+                return Err(failed(format!(
+                    "pulling image {}: {}",
+                    run.image,
+                    container_supervise::last_words(&out)
+                )));
+            }
         }
     }
     Ok(inv)
+}
+
+/// Resolves when the run must stop before its command has started (the agent's SIGTERM, or the
+/// lease ran out), with the outcome it ends with.
+async fn stop_asked(
+    term: &mut tokio::signal::unix::Signal,
+    dir: &JobDir,
+    args: &ShimArgs,
+) -> Outcome {
+    loop {
+        tokio::select! {
+            _ = term.recv() => {
+                return dir.stop_reason().map_or(
+                    Outcome::Signaled { signal: Signal::SIGTERM as i32 },
+                    StopReason::outcome,
+                );
+            }
+            () = tokio::time::sleep(CHECK_EVERY) => {
+                if lease_expired(&args.lease, args.lease_timeout) {
+                    return Outcome::Fenced;
+                }
+            }
+        }
+    }
 }
 
 fn exit_outcome(status: std::process::ExitStatus) -> Outcome {

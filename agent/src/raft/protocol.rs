@@ -28,9 +28,10 @@ pub const HEADER_MAX: &str = "x-gpumesh-protocol-max";
 /// jobs and tenants' allowed mounts (`gpu_raft_store::PROTOCOL_4`); 5: token limits and
 /// enrolments counted against their join token (`gpu_raft_store::PROTOCOL_5`), and forwarded
 /// writes carrying their caller's credential (`CREDENTIALS_FORWARDED`); 6: signed audit heads
-/// (`gpu_raft_store::PROTOCOL_6`).
-pub const PROTOCOL_VERSION: u32 = 6;
-const _: () = assert!(PROTOCOL_VERSION >= gpu_raft_store::PROTOCOL_6);
+/// (`gpu_raft_store::PROTOCOL_6`); 7: the live run's phase (`Command::ReportRunPhase`,
+/// `gpu_raft_store::PROTOCOL_7`).
+pub const PROTOCOL_VERSION: u32 = 7;
+const _: () = assert!(PROTOCOL_VERSION >= gpu_raft_store::PROTOCOL_7);
 /// The first version whose agents forward their callers' credentials with their writes.
 pub const CREDENTIALS_FORWARDED: u32 = 5;
 /// The oldest version this build still speaks with a peer.
@@ -103,10 +104,14 @@ mod tests {
             Ok(PROTOCOL_VERSION),
             "a newer build that still speaks ours"
         );
-        let err = negotiate(Some("7"), Some("9"))
+        let newer = PROTOCOL_VERSION + 1;
+        let err = negotiate(Some(&newer.to_string()), Some("99"))
             .expect_err("newer only: refused")
             .to_string();
-        assert!(err.contains("caller speaks versions 7..=9"), "{err}");
+        assert!(
+            err.contains(&format!("caller speaks versions {newer}..=99")),
+            "{err}"
+        );
         assert!(
             err.contains(&format!("this agent speaks 1..={PROTOCOL_VERSION}")),
             "{err}"

@@ -22,7 +22,9 @@
 //!   "finished_at_ms", "outcome" ("" while it runs), "exit_code", "signal"}] (oldest first,
 //!   the latest 32), "account" (the Unix account it runs as, decided at submission from the
 //!   token's or the tenant's mapping: null (the node's own `jobs.run_as`), or `{"user", "group"
-//!   (null: the user's own), "groups"}`)}`;
+//!   (null: the user's own), "groups"}`), "phase" (what the live run does before its command
+//!   starts, as its node last reported it: `"pulling image REF: copying layers (3)"`; "" when
+//!   nothing of the kind), "phase_since_ms" (when that phase began; null without one)}`;
 //! - `submit` prints `{"job_id", "existing"}` (`existing`: the idempotency key had already
 //!   created this job);
 //! - `logs` writes the job's output bytes unchanged, in both output modes (`--rank`, a gang

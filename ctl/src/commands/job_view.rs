@@ -103,6 +103,8 @@ pub(super) fn job_json(j: &pb::Job) -> Value {
         "not_before_ms": j.not_before_ms,
         "runs": j.runs.iter().map(run_json).collect::<Vec<_>>(),
         "account": account::json(j.account.as_ref()),
+        "phase": j.phase,
+        "phase_since_ms": j.phase_since_ms,
     });
     if let (Value::Object(all), Value::Object(status)) = (&mut spec_part, status_part) {
         all.extend(status);
@@ -164,7 +166,15 @@ pub(super) fn jobs_table(jobs: &[pb::Job], now_ms: u64) -> String {
                 spec.gpus.to_string(),
                 j.node_id.map_or_else(|| "-".into(), |n| format!("n{n}")),
                 units::format_duration(age),
-                or_dash(&truncate(&j.reason, REASON_WIDTH)),
+                // A live run's phase (pulling its image) where there is no reason.
+                or_dash(&truncate(
+                    if j.reason.is_empty() {
+                        &j.phase
+                    } else {
+                        &j.reason
+                    },
+                    REASON_WIDTH,
+                )),
             ]
         },
     )
@@ -191,8 +201,14 @@ pub(super) fn job_block(j: &pb::Job) -> String {
             ),
         ),
         ("State", state),
-        ("Command", command.join(" ")),
     ];
+    if !j.phase.is_empty() {
+        let since = j
+            .phase_since_ms
+            .map_or_else(String::new, |t| format!(" (since {})", units::rfc3339(t)));
+        lines.push(("Phase", format!("{}{since}", j.phase)));
+    }
+    lines.push(("Command", command.join(" ")));
     if !spec.workdir.is_empty() {
         lines.push(("Workdir", spec.workdir.clone()));
     }
@@ -410,6 +426,8 @@ pub(super) mod tests {
                 group: "research".into(),
                 groups: vec![],
             }),
+            phase: "pulling image nvcr.io/x:1: copying layers (2)".into(),
+            phase_since_ms: Some(1_700_000_001_500),
         }
     }
 
@@ -502,7 +520,7 @@ pub(super) mod tests {
         expect![[r#"
             ID    NAME   TENANT   STATE               GPUS  NODE  AGE    REASON
             j-7   bad    default  Failed              1     n1    2h48m  exited with code 1?[31m
-            j-42  train  vision   Running,cancelling  2     n3    1m40s  -
+            j-42  train  vision   Running,cancelling  2     n3    1m40s  pulling image nvcr.io/x:1: copying layers (2)
             j-43  eval   default  Pending             8     -     10s    no node has 8 free GPUs of type A100,A100,A100,A100,A100,A1…
         "#]]
         .assert_eq(&jobs_table(&[failed(), running(), pending()], now));
@@ -516,6 +534,7 @@ pub(super) mod tests {
             Tenant:      vision
             Account:     alice:research
             State:       Running (cancel requested)
+            Phase:       pulling image nvcr.io/x:1: copying layers (2) (since 2023-11-14T22:13:21Z)
             Command:     python train.py --note 'it'\''s a test' ''
             Workdir:     /data/run
             GPUs:        2 (types A100,H100; at least 40960 MiB each)
@@ -674,6 +693,8 @@ pub(super) mod tests {
               "nodes": 1,
               "not_before_ms": null,
               "outcome": "",
+              "phase": "pulling image nvcr.io/x:1: copying layers (2)",
+              "phase_since_ms": 1700000001500,
               "priority": -5,
               "reason": "",
               "retry_backoff_s": null,

@@ -1,7 +1,8 @@
 //! `gpuctl run [submit flags] -- CMD`: an interactive job, like Slurm's `srun`.
 //!
 //! It submits the job (with an idempotency key, as `job submit` does), tells on stderr what
-//! the job waits for until it is placed ("pending: <reason>", "bound to n2"), then copies the
+//! the job waits for until it is placed ("pending: <reason>", "bound to n2") and what its run
+//! does before its command starts ("pulling image REF: copying layers (3)"), then copies the
 //! run's stdout to stdout and its stderr to stderr, both live; a job whose failed runs are
 //! retried is followed into each new run. The first Ctrl-C (SIGINT) cancels the job and keeps
 //! streaming until it has stopped; a second one exits at once. The exit code is the job's:
@@ -95,7 +96,11 @@ async fn follow(ctx: &Ctx, id: u64) -> Result<pb::Job, Failure> {
                 .filter(|r| r.generation == job.generation)
                 .map_or(job.attempts, |r| r.attempt);
             note(&format!("j-{id} {}", placement(&job, attempt)));
-            stream_run(ctx, id, attempt).await;
+            // The run's phase (pulling its image) is told beside its output until it ends.
+            tokio::select! {
+                () = stream_run(ctx, id, attempt) => {}
+                () = show_phases(ctx, id, job.generation) => {}
+            }
             shown.clear();
             continue;
         }
@@ -108,6 +113,30 @@ async fn follow(ctx: &Ctx, id: u64) -> Result<pb::Job, Failure> {
         }
         tokio::time::sleep(POLL).await;
     }
+}
+
+/// How often a run's phase is read while its output streams.
+const PHASE_POLL: Duration = Duration::from_secs(1);
+
+/// Tell each new phase of run `generation` (`pulling image REF: …`) on stderr while it lasts;
+/// never returns (the run's output streaming decides when the run is over).
+async fn show_phases(ctx: &Ctx, id: u64, generation: u64) {
+    let mut shown = String::new();
+    loop {
+        if let Some(Ok(job)) = job_wait::poll(ctx, id, None).await
+            && let Some(text) = new_phase(&job, generation, &shown)
+        {
+            note(&format!("j-{id} {text}"));
+            shown = text;
+        }
+        tokio::time::sleep(PHASE_POLL).await;
+    }
+}
+
+/// The phase of run `generation` to tell, when it is not the one `shown` last.
+fn new_phase(job: &pb::Job, generation: u64, shown: &str) -> Option<String> {
+    (job.generation == generation && !job.phase.is_empty() && job.phase != shown)
+        .then(|| job.phase.clone())
 }
 
 /// `bound to n2 (attempt 1/3)`, `bound to n1,n2 (attempt 2/2)`.
@@ -196,6 +225,29 @@ mod tests {
         ] {
             assert_eq!(exit_code(&job, interrupted), code, "{job:?}");
         }
+    }
+
+    #[test]
+    fn each_new_phase_of_the_run_is_told_once() {
+        let job = |generation, phase: &str| pb::Job {
+            generation,
+            phase: phase.into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            new_phase(&job(1, "pulling image a"), 1, ""),
+            Some("pulling image a".into())
+        );
+        assert_eq!(
+            new_phase(&job(1, "pulling image a"), 1, "pulling image a"),
+            None
+        );
+        assert_eq!(new_phase(&job(1, ""), 1, "pulling image a"), None, "over");
+        assert_eq!(
+            new_phase(&job(2, "pulling image a"), 1, ""),
+            None,
+            "another run"
+        );
     }
 
     #[test]
