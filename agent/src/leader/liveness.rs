@@ -102,6 +102,7 @@ mod tests {
             slices: Default::default(),
             edge: None,
             protocol: 1,
+            images: Default::default(),
             registered_at_ms: 0,
             updated_at_ms: 0,
         };

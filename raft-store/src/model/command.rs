@@ -111,6 +111,14 @@ pub enum Command {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         phase: Option<String>,
     },
+    /// The container images node `node`'s runtime holds (canonical names, at most
+    /// `container::MAX_NODE_IMAGES`), replacing its last report. Sent when they change. Only
+    /// protocol 7 agents read it.
+    ReportImages {
+        node: NodeId,
+        #[serde(default)]
+        images: BTreeSet<String>,
+    },
     /// The executor saw this placement end.
     JobFinished {
         job: JobId,
@@ -263,7 +271,7 @@ pub const PROTOCOL_5: u32 = 5;
 pub const PROTOCOL_6: u32 = 6;
 
 /// The internal protocol version that added the live run's phase (`ReportRunPhase`: pulling
-/// an image): an older agent cannot read the command.
+/// an image) and the images a node holds (`ReportImages`): an older agent cannot read them.
 pub const PROTOCOL_7: u32 = 7;
 
 /// The internal protocol version that added container jobs (`JobSpec::container`) and tenants'
@@ -278,7 +286,7 @@ impl Command {
             Command::Batch { .. }
             | Command::SetGpuPartition { .. }
             | Command::BindSlices { .. } => PROTOCOL_2,
-            Command::ReportRunPhase { .. } => PROTOCOL_7,
+            Command::ReportRunPhase { .. } | Command::ReportImages { .. } => PROTOCOL_7,
             Command::SignAuditHead { .. }
             | Command::SetNodeStatus {
                 requeue_evicting: true,
@@ -419,6 +427,9 @@ impl fmt::Display for Command {
                 Some(p) => write!(f, "phase j-{job} g{generation}: {p}"),
                 None => write!(f, "phase j-{job} g{generation} over"),
             },
+            Command::ReportImages { node, images } => {
+                write!(f, "images n{node}: {}", images.len())
+            }
             Command::JobFinished {
                 job,
                 generation,

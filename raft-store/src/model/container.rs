@@ -66,6 +66,55 @@ pub fn validate(spec: &ContainerSpec) -> Result<(), String> {
     Ok(())
 }
 
+/// The most images a node reports holding (the most recent ones its runtime lists).
+pub const MAX_NODE_IMAGES: usize = 256;
+
+/// The name a runtime stores `image` under, so that a job's reference and a node's listing
+/// compare: the registry made explicit (`docker.io` when none is named, with `library/` for a
+/// one-component path there) and the tag `latest` when neither a tag nor a digest is given.
+/// `busybox` → `docker.io/library/busybox:latest`; `localhost/x:1` stays. Podman may resolve a
+/// short name through other search registries: such a job is simply not matched.
+pub fn canonical_image(image: &str) -> String {
+    let (name, digest) = match image.split_once('@') {
+        Some((name, digest)) => (name, Some(digest)),
+        None => (image, None),
+    };
+    let first = name.split('/').next().unwrap_or_default();
+    let has_registry = name.contains('/') && (first.contains(['.', ':']) || first == "localhost");
+    let mut full = match (has_registry, name.contains('/')) {
+        (true, _) => name.to_owned(),
+        (false, true) => format!("docker.io/{name}"),
+        (false, false) => format!("docker.io/library/{name}"),
+    };
+    let last = full.rsplit('/').next().unwrap_or_default();
+    if !last.contains(':') && digest.is_none() {
+        full.push_str(":latest");
+    }
+    if let Some(d) = digest {
+        full.push('@');
+        full.push_str(d);
+    }
+    full
+}
+
+/// A node's report of the images it holds: at most `MAX_NODE_IMAGES`, each a canonical image
+/// reference.
+pub fn node_images(images: &std::collections::BTreeSet<String>) -> Result<(), String> {
+    if images.len() > MAX_NODE_IMAGES {
+        return Err(format!(
+            "a node reports at most {MAX_NODE_IMAGES} images, not {}",
+            images.len()
+        ));
+    }
+    for i in images {
+        image_reference(i)?;
+        if canonical_image(i) != *i {
+            return Err(format!("image {i:?} is not in canonical form"));
+        }
+    }
+    Ok(())
+}
+
 /// An image reference in the grammar of the distribution spec: an optional registry host
 /// (with a port), slash-separated lower-case path components, an optional tag and an
 /// optional `sha256` digest.

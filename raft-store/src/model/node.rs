@@ -1,7 +1,7 @@
 //! Nodes in the replicated state: a registered agent, its GPU inventory, its schedulability
 //! and which job holds each of its GPUs.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -140,6 +140,11 @@ pub struct NodeRecord {
     /// The internal protocol version its agent announced at its last registration.
     #[serde(default = "first_protocol", skip_serializing_if = "is_first_protocol")]
     pub protocol: u32,
+    /// The container images its runtime holds, by canonical name (`container::canonical_image`),
+    /// as its agent last reported them (`Command::ReportImages`; at most
+    /// `container::MAX_NODE_IMAGES`). Placement prefers nodes that hold a job's image.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub images: BTreeSet<String>,
     pub registered_at_ms: u64,
     pub updated_at_ms: u64,
 }

@@ -16,7 +16,8 @@ impl ClusterState {
             Command::RegisterNode { node: n, .. }
             | Command::GangMemberFinished { node: n, .. }
             | Command::RaiseAlert { node: n, .. }
-            | Command::ResolveAlert { node: n, .. } => *n == node,
+            | Command::ResolveAlert { node: n, .. }
+            | Command::ReportImages { node: n, .. } => *n == node,
             Command::RecordEnergy { report } => report.node == node,
             Command::JobStarted { job, .. }
             | Command::ReportRunPhase { job, .. }

@@ -123,6 +123,7 @@ impl ClusterState {
                 *protocol,
                 now,
             ),
+            Command::ReportImages { node, images } => self.set_images(*node, images),
             Command::SetNodeLabels { node, set, remove } => {
                 self.set_labels(*node, set, remove, now)
             }

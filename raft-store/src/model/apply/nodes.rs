@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::model::auth::Seat;
+use crate::model::container;
 use crate::model::job::Outcome;
 use crate::model::node::{EdgeTerms, Inventory, NodeRecord, NodeStatus, SITE_LABEL};
 use crate::model::outcome::{ApplyResult, Rejection, invalid};
@@ -50,6 +51,7 @@ impl ClusterState {
             slices: BTreeMap::new(),
             edge: None,
             protocol,
+            images: BTreeSet::new(),
             registered_at_ms: now,
             updated_at_ms: now,
         });
@@ -60,6 +62,19 @@ impl ClusterState {
         record.inventory.clone_from(inventory);
         record.status = NodeStatus::Ready;
         record.updated_at_ms = now;
+        Ok(ApplyResult::Ok)
+    }
+
+    /// The images node `node`'s runtime holds, replacing what it reported before. Each must be
+    /// a canonical image reference, at most `MAX_NODE_IMAGES` of them.
+    pub(crate) fn set_images(
+        &mut self,
+        node: NodeId,
+        images: &BTreeSet<String>,
+    ) -> Result<ApplyResult, Rejection> {
+        container::node_images(images).map_err(invalid)?;
+        let record = self.node_mut(node)?;
+        record.images.clone_from(images);
         Ok(ApplyResult::Ok)
     }
 
