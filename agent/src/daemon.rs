@@ -19,6 +19,7 @@ use crate::executor::lease::LeaseKeeper;
 use crate::executor::retention::Retention;
 use crate::executor::{DiskLimits, Executor, ExecutorSettings, Host, Launcher};
 use crate::gpu::{self, GpuBackend};
+use crate::host::images::{ImageReporter, NodeImages};
 use crate::host::inventory::InventoryReporter;
 use crate::host::sd_notify::SdNotify;
 use crate::host::watchdog::Watchdog;
@@ -161,6 +162,7 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
         tasks.spawn(metrics.run(cancel.clone()));
     }
     let jobs_dir = config.jobs.disk.dir.clone();
+    let images = NodeImages::new(node_id, &config.containers);
     let services = Services {
         cluster: cluster.clone(),
         reachable_within: config.reachable_within(),
@@ -171,6 +173,7 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
         tls: tls.clone(),
         api: config.api,
         transport_faults: config.raft.fault_injection.then_some(faults),
+        images: images.clone(),
     };
     tasks.spawn(serve(listener, services, cancel.clone()));
     info!(node_id, "watching raft for a fatal error");
@@ -245,6 +248,13 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
         interval: Duration::from_secs(2),
     };
     tasks.spawn(reporter.run(cancel.clone()));
+    info!(node_id, every = ?config.containers.image_refresh, "reporting this node's container images");
+    let image_reporter = ImageReporter {
+        cluster: cluster.clone(),
+        images,
+        every: config.containers.image_refresh,
+    };
+    tasks.spawn(image_reporter.run(cancel.clone()));
     info!(
         node_id,
         rules = config.monitor.rules.len(),

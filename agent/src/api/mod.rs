@@ -9,6 +9,7 @@ pub(crate) mod cert;
 pub(crate) mod cluster;
 pub mod from_proto;
 pub(crate) mod gpu;
+mod image;
 pub(crate) mod job;
 mod log_target;
 pub(crate) mod logs;

@@ -11,8 +11,10 @@ use tonic::{Request, Response, Status};
 use crate::api::auth::Auth;
 use crate::api::auth::rbac::Action;
 use crate::api::from_proto;
+use crate::api::image;
 use crate::api::status::{invalid, rejected};
 use crate::api::to_proto;
+use crate::host::images::NodeImages;
 use crate::raft::Cluster;
 use crate::raft::transport_faults::{FaultRule, TransportFaults};
 
@@ -21,6 +23,8 @@ pub(crate) struct NodeApi {
     pub auth: Auth,
     /// This agent's Raft transport faults; `None` unless `raft.fault_injection` is set.
     pub transport_faults: Option<TransportFaults>,
+    /// This node's container images (pulls asked of this agent for its own node).
+    pub images: NodeImages,
 }
 
 impl NodeApi {
@@ -57,6 +61,37 @@ impl NodeApi {
 
 #[tonic::async_trait]
 impl NodeService for NodeApi {
+    async fn pull_image(
+        &self,
+        req: Request<pb::PullImageRequest>,
+    ) -> Result<Response<pb::PullImageResponse>, Status> {
+        let node = req.get_ref().node_id;
+        let caller = self
+            .auth
+            .check(
+                &req,
+                "node.pull_image",
+                &format!("node/n{node}"),
+                Action::ManageNodes,
+            )
+            .await?;
+        let req = req.into_inner();
+        validate::free_text("image", &req.image).map_err(invalid)?;
+        self.node(node)?;
+        let image = req.image.clone();
+        let result = image::pull_on(&self.cluster, &self.images, req).await;
+        // Not a replicated change, but a mutation of the node all the same: audited.
+        let outcome = match &result {
+            Ok(r) if r.already_present => format!("image {image} already on n{node}"),
+            Ok(_) => format!("pulled image {image} on n{node}"),
+            Err(s) => format!("pulling image {image} on n{node} failed: {}", s.message()),
+        };
+        self.cluster
+            .write_as(Command::RecordAction { outcome }, caller.on_behalf())
+            .await?;
+        result.map(Response::new)
+    }
+
     async fn list_nodes(
         &self,
         req: Request<pb::ListNodesRequest>,

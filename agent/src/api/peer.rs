@@ -25,9 +25,11 @@ use crate::api::auth::peer::PeerCheck;
 use crate::api::auth::rbac::Action;
 use crate::api::cluster::status_view;
 use crate::api::gpu::{local_inject, local_stats, local_telemetry};
+use crate::api::image::pull_here;
 use crate::api::logs::{self, LogRequest, LogStream};
 use crate::api::status::{bad_payload, incompatible_peer, invalid};
 use crate::gpu::GpuBackend;
+use crate::host::images::NodeImages;
 use crate::monitor::Telemetry;
 use crate::raft::peer_client::with_deadline;
 use crate::raft::{Attempt, Cluster, ClusterError, Proposal};
@@ -44,6 +46,8 @@ pub(crate) struct PeerService {
     pub auth: Auth,
     /// `None` without TLS.
     pub tls: Option<TlsIdentity>,
+    /// This node's container images (`LocalPullImage`).
+    pub images: NodeImages,
 }
 
 impl PeerService {
@@ -362,6 +366,16 @@ impl RaftPeer for PeerService {
             req.get_ref(),
         )
         .map(Response::new)
+    }
+
+    async fn local_pull_image(
+        &self,
+        req: Request<pb::PullImageRequest>,
+    ) -> Result<Response<pb::PullImageResponse>, Status> {
+        self.peers.node(&req)?;
+        pull_here(&self.images, req.get_ref())
+            .await
+            .map(Response::new)
     }
 
     async fn local_inject_fault(

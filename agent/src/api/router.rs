@@ -58,6 +58,8 @@ pub(crate) struct Services {
     pub api: ApiSettings,
     /// The live transport faults, when `raft.fault_injection` lets an admin set them.
     pub transport_faults: Option<TransportFaults>,
+    /// This node's container images.
+    pub images: crate::host::images::NodeImages,
 }
 
 /// Serve every service on `listener` (TLS when this agent has an identity) until `cancel`;
@@ -160,6 +162,7 @@ fn register(router: Router, names: &mut Vec<&'static str>, s: Services) -> Route
         peers,
         auth: auth.clone(),
         tls: s.tls.clone(),
+        images: s.images.clone(),
     })
     .max_decoding_message_size(max)
     .max_encoding_message_size(max);
@@ -173,6 +176,7 @@ fn register(router: Router, names: &mut Vec<&'static str>, s: Services) -> Route
         cluster: cluster.clone(),
         auth: auth.clone(),
         transport_faults: s.transport_faults,
+        images: s.images.clone(),
     };
     let alert_api = AlertApi {
         cluster: cluster.clone(),

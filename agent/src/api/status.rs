@@ -4,6 +4,7 @@ use gpu_raft_store::Rejection;
 use tonic::Status;
 
 use crate::api::log_target::LogTargetError;
+use crate::host::images::PullError;
 use crate::raft::ClusterError;
 use crate::tls::enroll::IssueError;
 
@@ -40,6 +41,14 @@ pub(crate) fn rejected(r: Rejection) -> Status {
         Rejection::JobFinished { .. }
         | Rejection::Stale { .. }
         | Rejection::AccountChanged { .. } => Status::failed_precondition(r.to_string()),
+    }
+}
+
+/// A pull a node could not make: it has no podman, or the registry refused or failed.
+pub(crate) fn pull_failed(e: PullError) -> Status {
+    match e {
+        PullError::NoPodman { .. } => Status::failed_precondition(e.to_string()),
+        PullError::Failed { .. } => Status::aborted(e.to_string()),
     }
 }
 

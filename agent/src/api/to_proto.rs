@@ -51,6 +51,7 @@ pub(crate) fn node(n: &NodeRecord) -> pb::Node {
             .collect(),
         cpu_cores: n.inventory.cpu_cores,
         memory_mib: n.inventory.memory_mib,
+        images: n.images.iter().cloned().collect(),
     }
 }
 

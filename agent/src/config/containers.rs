@@ -3,6 +3,7 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::{bail, ensure};
 use serde::{Deserialize, Serialize};
@@ -17,6 +18,10 @@ pub struct ContainersSection {
     pub network: Option<String>,
     /// The OCI runtime podman uses (`runc`, `crun`); unset: podman's own choice.
     pub oci_runtime: Option<String>,
+    /// How often the node's image list is read and reported when it changed (default 30s;
+    /// also at once after `gpuctl image pull`).
+    #[serde(default, with = "humantime_serde")]
+    pub image_refresh: Option<Duration>,
 }
 
 /// A container runtime gpumesh knows how to drive.
@@ -85,7 +90,11 @@ pub struct ContainerSettings {
     pub runtimes: Vec<RuntimeKind>,
     pub network: ContainerNetwork,
     pub oci_runtime: Option<String>,
+    pub image_refresh: Duration,
 }
+
+/// `containers.image_refresh` when not set.
+pub(super) const DEFAULT_IMAGE_REFRESH: Duration = Duration::from_secs(30);
 
 impl Default for ContainerSettings {
     fn default() -> Self {
@@ -97,6 +106,7 @@ impl Default for ContainerSettings {
             ],
             network: ContainerNetwork::Host,
             oci_runtime: None,
+            image_refresh: DEFAULT_IMAGE_REFRESH,
         }
     }
 }
@@ -169,10 +179,16 @@ pub(super) fn settings(c: ContainersSection) -> anyhow::Result<ContainerSettings
             "containers.oci_runtime {r:?} is not a runtime name or path"
         );
     }
+    let image_refresh = c.image_refresh.unwrap_or(defaults.image_refresh);
+    ensure!(
+        image_refresh >= Duration::from_secs(1),
+        "containers.image_refresh must be at least 1s, got {image_refresh:?}"
+    );
     Ok(ContainerSettings {
         runtimes,
         network,
         oci_runtime: c.oci_runtime,
+        image_refresh,
     })
 }
 
@@ -187,8 +203,9 @@ mod tests {
     #[test]
     fn defaults_and_choices() {
         assert_eq!(parse("").expect("valid"), ContainerSettings::default());
-        let c = parse("runtimes = [\"enroot\", \"singularity\"]\nnetwork = \"none\"\noci_runtime = \"runc\"\n")
+        let c = parse("runtimes = [\"enroot\", \"singularity\"]\nnetwork = \"none\"\noci_runtime = \"runc\"\nimage_refresh = \"2s\"\n")
             .expect("valid");
+        assert_eq!(c.image_refresh, Duration::from_secs(2));
         assert_eq!(c.runtimes, [RuntimeKind::Enroot, RuntimeKind::Apptainer]);
         assert_eq!(c.network, ContainerNetwork::None);
         assert_eq!(c.oci_runtime.as_deref(), Some("runc"));
@@ -205,6 +222,7 @@ mod tests {
             ("runtimes = [\"podman\", \"podman\"]", "twice"),
             ("network = \"bridge\"", "host or none"),
             ("oci_runtime = \"runc --debug\"", "oci_runtime"),
+            ("image_refresh = \"100ms\"", "at least 1s"),
         ] {
             let e = parse(text).expect_err(text).to_string();
             assert!(e.contains(says), "{text}: {e}");
