@@ -10,6 +10,8 @@ use crate::{ids, units};
 
 /// Per-request deadline when `--timeout` is not given.
 pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+/// `image pull`'s deadline when `--timeout` is not given: large images over a slow link.
+pub(crate) const PULL_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 
 #[derive(Parser, Debug)]
 #[command(
@@ -67,6 +69,9 @@ pub(crate) enum Noun {
     /// Every GPU of the cluster with its state and live telemetry.
     #[command(subcommand)]
     Gpu(GpuVerb),
+    /// Container images on the nodes: pre-pull one so jobs using it start at once.
+    #[command(subcommand)]
+    Image(ImageVerb),
     /// Submit, inspect, follow and cancel jobs.
     #[command(subcommand)]
     Job(JobVerb),
@@ -513,6 +518,23 @@ pub(crate) enum NodeVerb {
         /// stopped and been requeued), so the agent can be stopped; bounded by --timeout.
         #[arg(long)]
         wait: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub(crate) enum ImageVerb {
+    /// Pull an image on a node (or on every node with a container runtime) through its agent;
+    /// waits until the pulls have ended [--timeout default: 30m]. A node that holds the image
+    /// already answers at once. `gpuctl node get` lists each node's images.
+    Pull {
+        /// The node (3 or n3).
+        #[arg(long, value_parser = ids::node_id, conflicts_with = "all")]
+        node: Option<u64>,
+        /// Every node with a container runtime.
+        #[arg(long)]
+        all: bool,
+        /// The image reference, e.g. nvcr.io/nvidia/pytorch:24.05-py3.
+        image: String,
     },
 }
 

@@ -17,7 +17,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use gpu_proto::tls;
 
-use crate::cli::{Cli, DEFAULT_TIMEOUT, Noun};
+use crate::cli::{Cli, DEFAULT_TIMEOUT, Noun, PULL_TIMEOUT};
 use crate::client::{Credentials, Endpoints};
 use crate::commands::{Answer, Ctx, Failure};
 use crate::config::{CtlConfig, DEFAULT_ENDPOINT};
@@ -137,7 +137,12 @@ fn main() -> ExitCode {
     let ctx = Ctx {
         endpoints: Endpoints::new(
             endpoints,
-            cli.timeout.unwrap_or(DEFAULT_TIMEOUT),
+            cli.timeout
+                .unwrap_or(if matches!(cli.command, Noun::Image(_)) {
+                    PULL_TIMEOUT
+                } else {
+                    DEFAULT_TIMEOUT
+                }),
             credentials,
             tls,
         ),
@@ -149,6 +154,7 @@ fn main() -> ExitCode {
             Noun::Cluster(verb) => commands::cluster::run(&ctx, verb).await,
             Noun::Node(verb) => commands::node::run(&ctx, verb).await,
             Noun::Gpu(verb) => commands::gpu::run(&ctx, verb).await,
+            Noun::Image(verb) => commands::image::run(&ctx, verb).await,
             Noun::Job(verb) => commands::job::run(&ctx, verb).await,
             Noun::Debug(verb) => commands::debug::run(&ctx, verb).await,
             Noun::Token(verb) => commands::token::run(&ctx, verb).await,

@@ -191,11 +191,46 @@ impl tokio_stream::Stream for DiesLater {
 
 #[tonic::async_trait]
 impl NodeService for Fake {
+    /// n1 and n2 have a container runtime, n3 has none.
     async fn list_nodes(
         &self,
         _: Request<pb::ListNodesRequest>,
     ) -> Result<Response<pb::ListNodesResponse>, Status> {
-        Err(Status::unimplemented("not faked"))
+        let node = |id: u64, runtime: bool| pb::Node {
+            id,
+            labels: runtime
+                .then(|| {
+                    (
+                        "gpumesh.io/container-runtime".to_owned(),
+                        "podman".to_owned(),
+                    )
+                })
+                .into_iter()
+                .collect(),
+            ..Default::default()
+        };
+        Ok(Response::new(pb::ListNodesResponse {
+            nodes: vec![node(3, false), node(2, true), node(1, true)],
+        }))
+    }
+
+    /// n1 pulls, n2 holds the image already, any other node fails.
+    async fn pull_image(
+        &self,
+        req: Request<pb::PullImageRequest>,
+    ) -> Result<Response<pb::PullImageResponse>, Status> {
+        let req = req.into_inner();
+        match req.node_id {
+            1 | 2 => Ok(Response::new(pb::PullImageResponse {
+                node_id: req.node_id,
+                image: format!("docker.io/library/{}:latest", req.image),
+                already_present: req.node_id == 2,
+            })),
+            n => Err(Status::aborted(format!(
+                "pulling image {} on node {n}: unauthorized",
+                req.image
+            ))),
+        }
     }
 
     async fn get_node(
@@ -540,5 +575,48 @@ fn list_cancel_cordon_inject_render() {
             faults[0].xid
         ),
         (4, 2, pb::GpuFault::Xid as i32, 79)
+    );
+}
+
+#[test]
+fn image_pull_answers_per_node_and_fails_when_any_node_fails() {
+    let (_, addr) = serve();
+    let one = gpuctl(&addr, &["image", "pull", "--node", "n1", "busybox"]);
+    assert_eq!(one.code, Some(0), "{}", one.stderr);
+    assert!(
+        text(&one).contains("n1    docker.io/library/busybox:latest  pulled"),
+        "{}",
+        text(&one)
+    );
+    let all = gpuctl(&addr, &["-o", "json", "image", "pull", "--all", "busybox"]);
+    assert_eq!(all.code, Some(0), "{}", all.stderr);
+    let v: serde_json::Value = serde_json::from_slice(&all.stdout).expect("json");
+    let nodes: Vec<(u64, &str)> = v
+        .as_array()
+        .expect("array")
+        .iter()
+        .map(|r| {
+            (
+                r["node_id"].as_u64().unwrap_or_default(),
+                r["result"].as_str().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        nodes,
+        [(1, "pulled"), (2, "already-present")],
+        "only the nodes with a runtime"
+    );
+    let failed = gpuctl(&addr, &["image", "pull", "--node", "3", "busybox"]);
+    assert_eq!(failed.code, Some(2));
+    assert!(failed.stderr.contains("n3: "), "{}", failed.stderr);
+    assert!(failed.stderr.contains("unauthorized"), "{}", failed.stderr);
+    assert!(text(&failed).contains("failed"), "{}", text(&failed));
+    let neither = gpuctl(&addr, &["image", "pull", "busybox"]);
+    assert_eq!(neither.code, Some(2));
+    assert!(
+        neither.stderr.contains("--node, or --all"),
+        "{}",
+        neither.stderr
     );
 }

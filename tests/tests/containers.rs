@@ -10,6 +10,8 @@
 //!   containers never run at once;
 //! - a missing image, and a command the image lacks, fail the job with the reason in `job get`
 //!   and `job why`;
+//! - each node lists the images it holds (`node get`), pulls through its agent (`image pull`),
+//!   refuses bad input, answers a failed pull with the registry's reason, and audits each;
 //! - a pull that hangs (a registry that accepts and never answers) shows in `job get` as the
 //!   run's phase, with podman's retries, and cancel ends it at once, leaving no pull and no
 //!   container.
@@ -52,7 +54,13 @@ struct Image(String);
 
 impl Image {
     fn build(root: &Path) -> Image {
-        let rootfs = root.join("rootfs");
+        Image::build_tagged(root, "1")
+    }
+
+    /// The image as `localhost/gpumesh-test-<pid>:<tag>` (tests that remove it use a tag of
+    /// their own).
+    fn build_tagged(root: &Path, tag: &str) -> Image {
+        let rootfs = root.join(format!("rootfs-{tag}"));
         let bin = rootfs.join("bin");
         std::fs::create_dir_all(&bin).expect("rootfs");
         for dir in ["dev", "proc", "sys", "tmp", "etc"] {
@@ -66,7 +74,7 @@ impl Image {
         ] {
             std::os::unix::fs::symlink("busybox", bin.join(tool)).expect("link");
         }
-        let tar = root.join("rootfs.tar");
+        let tar = root.join(format!("rootfs-{tag}.tar"));
         run(
             "tar",
             &[
@@ -77,7 +85,7 @@ impl Image {
                 ".",
             ],
         );
-        let name = format!("localhost/gpumesh-test-{}:1", std::process::id());
+        let name = format!("localhost/gpumesh-test-{}:{tag}", std::process::id());
         run("podman", &["import", &tar.to_string_lossy(), &name]);
         Image(name)
     }
@@ -687,4 +695,99 @@ async fn a_hanging_pull_shows_in_job_get_and_cancel_ends_it_leaving_nothing() {
     )
     .await;
     assert!(containers_of(id).is_empty(), "{:?}", containers_of(id));
+}
+
+/// The images node `node` holds, as `node get` shows them.
+async fn images_of(c: &Cluster, node: u64) -> Vec<String> {
+    c.node(1, node, false)
+        .await
+        .map(|n| n.images)
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_list_their_images_and_pull_them_through_their_agent() {
+    if !podman_here() {
+        return;
+    }
+    let c = Cluster::start(
+        2,
+        1,
+        "[jobs]\nstop_grace = \"2s\"\n[containers]\nimage_refresh = \"1s\"\n",
+    )
+    .await;
+    let image = Image::build_tagged(c.root.path(), "inventory");
+    let name = &image.0;
+    for node in [1, 2] {
+        c.wait_for(
+            "the node to list the image",
+            Duration::from_secs(30),
+            |c| async move { images_of(c, node).await.contains(name) },
+        )
+        .await;
+    }
+    let (code, node, err) = gpuctl(&c, &["node", "get", "2"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        node["images"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|i| i == name.as_str())),
+        "{node}"
+    );
+
+    // Through n1's API, carried out by n2's agent: the node holds it, no registry is asked.
+    let (code, pulled, err) = gpuctl(&c, &["image", "pull", "--node", "2", name]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(pulled[0]["result"], "already-present", "{pulled}");
+    assert_eq!(pulled[0]["image"], name.as_str(), "{pulled}");
+    let (code, pulled, err) = gpuctl(&c, &["image", "pull", "--all", name]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(pulled.as_array().map(Vec::len), Some(2), "{pulled}");
+
+    // A pull the registry cannot serve fails with its reason, on the node asked.
+    let missing = "localhost/gpumesh-no-such-image:1";
+    let (code, pulled, err) = gpuctl(&c, &["image", "pull", "--node", "2", missing]);
+    assert_eq!(code, Some(2), "{pulled}");
+    assert!(
+        err.contains(&format!("pulling image {missing} on node 2:")),
+        "{err}"
+    );
+    assert_eq!(pulled[0]["result"], "failed", "{pulled}");
+    // Bad input: refused before any node is asked.
+    for (args, says) in [
+        (
+            vec!["--node", "2", "Not/A/Valid:ref:x"],
+            "not a valid reference",
+        ),
+        (vec!["--node", "9", "busybox"], "node 9"),
+    ] {
+        let mut all = vec!["image", "pull"];
+        all.extend_from_slice(&args);
+        let (code, _, err) = gpuctl(&c, &all);
+        assert_eq!(code, Some(2), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+    // Every pull asked is in the audit log.
+    let (code, audit, err) = gpuctl(&c, &["audit", "list"]);
+    assert_eq!(code, Some(0), "{err}");
+    let text = audit.to_string();
+    assert!(
+        text.contains(&format!("image {name} already on n2")),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("pulling image {missing} on n2 failed")),
+        "{text}"
+    );
+
+    // An image removed from the node leaves its list at the next refresh.
+    run("podman", &["rmi", "--force", name]);
+    for node in [1, 2] {
+        c.wait_for(
+            "the node to drop the image",
+            Duration::from_secs(30),
+            |c| async move { !images_of(c, node).await.contains(name) },
+        )
+        .await;
+    }
 }

@@ -9,6 +9,7 @@ pub(crate) mod debug;
 pub(crate) mod gpu;
 mod gpu_partition;
 mod gpu_view;
+pub(crate) mod image;
 pub(crate) mod job;
 mod job_logs;
 mod job_submit;

@@ -2,8 +2,10 @@
 //!
 //! JSON (stable): a node is `{"id", "addr", "status" ("ready"|"down"|"unknown"), "cordoned",
 //! "labels": {k: v}, "cpu_cores", "memory_mib", "gpus": [GPU], "registered_at_ms",
-//! "updated_at_ms", "edge"}` (`edge`: null, or `{"site", "lease_ms", "down_after_ms"}` for a node
-//! at an edge site: a learner only, fenced and judged down by its site's terms) with each GPU `{"index", "uuid", "model", "gpu_type", "memory_mib",
+//! "updated_at_ms", "edge", "images"}` (`edge`: null, or `{"site", "lease_ms", "down_after_ms"}`
+//! for a node at an edge site: a learner only, fenced and judged down by its site's terms;
+//! `images`: the container images its runtime holds, canonical names, sorted) with each GPU
+//! `{"index", "uuid", "model", "gpu_type", "memory_mib",
 //! "numa_node" (null when unknown), "nvlink_peers": [index], "healthy", "job_id" (null when no
 //! job holds it)}`. `list` prints an array of nodes; every other verb prints the node as it is
 //! after the call.
@@ -144,6 +146,7 @@ fn node_json(n: &pb::Node) -> Value {
             "lease_ms": e.lease_ms,
             "down_after_ms": e.down_after_ms,
         })),
+        "images": n.images,
     })
 }
 
@@ -219,6 +222,13 @@ fn node_detail(n: &pb::Node) -> String {
             units::format_duration(std::time::Duration::from_millis(e.down_after_ms))
         ));
     }
+    if !n.images.is_empty() {
+        out.push_str(&format!(
+            "images ({}): {}\n",
+            n.images.len(),
+            n.images.join(", ")
+        ));
+    }
     if n.gpus.is_empty() {
         return out;
     }
@@ -279,6 +289,7 @@ mod tests {
             cpu_cores: 64,
             memory_mib: 512 * 1024,
             edge: None,
+            images: vec![],
         }
     }
 
@@ -293,7 +304,13 @@ mod tests {
             gpu(3, None, true),
         ];
         vec![
-            node(1, pb::NodeStatus::Ready, false, mixed),
+            pb::Node {
+                images: vec![
+                    "docker.io/library/busybox:latest".into(),
+                    "nvcr.io/nvidia/pytorch:24.05-py3".into(),
+                ],
+                ..node(1, pb::NodeStatus::Ready, false, mixed)
+            },
             node(2, pb::NodeStatus::Down, true, vec![]),
             node(
                 3,
@@ -328,6 +345,7 @@ mod tests {
         expect![[r#"
             NODE  ADDRESS        STATUS  GPUS                FREE  LABELS
             n1    10.0.0.1:7070  Ready   3xA100-80GB,1xH100  2     rack=r7,zone=a
+            images (2): docker.io/library/busybox:latest, nvcr.io/nvidia/pytorch:24.05-py3
 
             GPU  MODEL      TYPE  MEMORY  NUMA  NVLINK  STATE      JOB
             0    A100-80GB  a100  80 GiB  0     1       busy       j-42
@@ -357,6 +375,10 @@ mod tests {
               "edge": null,
               "gpus": null,
               "id": 1,
+              "images": [
+                "docker.io/library/busybox:latest",
+                "nvcr.io/nvidia/pytorch:24.05-py3"
+              ],
               "labels": {
                 "rack": "r7",
                 "zone": "a"
