@@ -8,6 +8,8 @@ mod explain;
 #[cfg(test)]
 mod gang_tests;
 mod history;
+#[cfg(test)]
+mod image_locality_tests;
 mod order;
 #[cfg(test)]
 mod order_tests;

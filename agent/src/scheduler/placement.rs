@@ -2,9 +2,15 @@
 //! whose matching free GPUs leave the smallest hole, keeping big holes for big jobs — the
 //! fragmentation-aware packing), GPUs inside a node chosen by topology (one NUMA node, then
 //! NVLink-connected), and all-or-nothing multi-node gangs when the policy allows them.
+//!
+//! Image locality: for a container job, a node that would have to pull the job's image counts
+//! as leaving `Policy::image_locality` more GPUs idle than it does (on equal cost the smaller
+//! hole wins), so among nodes that fit equally well or nearly (by default: a hole at most one
+//! GPU bigger) the one already holding the image wins and the job starts without a pull.
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use gpu_raft_store::container::canonical_image;
 use gpu_raft_store::{CONTAINER_RUNTIME_LABEL, ClusterState, GpuRecord, JobSpec, NodeId, gpu_fits};
 
 /// One schedulable node as a pass sees it.
@@ -16,6 +22,8 @@ pub(crate) struct Slot<'a> {
     /// Every GPU, healthy or not (what the node could offer once empty and repaired: a job
     /// that needs a GPU that is down waits for it rather than being called impossible).
     pub all: Vec<&'a GpuRecord>,
+    /// The container images the node holds (canonical names).
+    pub images: &'a BTreeSet<String>,
 }
 
 /// A placement: node slots with the GPU indexes taken on each. One part, except for gangs.
@@ -29,10 +37,12 @@ pub(crate) struct Nodes<'a> {
     free_total: usize,
     /// The most GPUs on one node (the largest plain single-node job).
     pub largest_node: usize,
+    /// What a pull costs, in GPUs of hole (`Policy::image_locality`; 0: image locality off).
+    image_miss: usize,
 }
 
 impl<'a> Nodes<'a> {
-    pub(super) fn new(state: &'a ClusterState) -> Self {
+    pub(super) fn new(state: &'a ClusterState, image_miss: usize) -> Self {
         let slots: Vec<Slot<'a>> = state
             .nodes
             .values()
@@ -42,6 +52,7 @@ impl<'a> Nodes<'a> {
                 labels: n.effective_labels(),
                 free: n.free_gpus().collect(),
                 all: n.inventory.gpus.iter().collect(),
+                images: &n.images,
             })
             .collect();
         let most = slots.iter().map(|s| s.free.len()).max().unwrap_or(0);
@@ -56,6 +67,16 @@ impl<'a> Nodes<'a> {
             buckets,
             free_total,
             largest_node,
+            image_miss,
+        }
+    }
+
+    /// The extra cost of placing on slot `i`: `image_miss` when `spec` is a container job
+    /// whose image the node lacks (`image`: its canonical name), else 0.
+    fn pull_cost(&self, i: usize, image: Option<&String>) -> usize {
+        match image {
+            Some(image) if !self.slots[i].images.contains(image) => self.image_miss,
+            _ => 0,
         }
     }
 
@@ -129,27 +150,42 @@ impl<'a> Nodes<'a> {
         pick_gpus(&fitting, want)
     }
 
-    /// Best fit on one node: fewest matching free GPUs that still fit, then fewest free GPUs,
-    /// then lowest node id. Buckets are scanned from the smallest hole up, so the first exact
-    /// fit ends the search.
+    /// Best fit on one node: the smallest cost — the hole left (matching free GPUs beyond the
+    /// job's) plus the pull cost — then the smallest hole, then fewest free GPUs, then lowest
+    /// node id. Buckets are scanned from the smallest hole up, so the first placement
+    /// of cost 0 ends the search.
     fn find_single(&self, spec: &JobSpec, avoid: Option<usize>) -> Option<(usize, Vec<u32>)> {
         let want = spec.gpus as usize;
-        let mut best: Option<(usize, usize)> = None; // (matching, slot)
+        let image = self.image_of(spec);
+        let mut best: Option<((usize, usize), usize)> = None; // ((cost, hole), slot)
         'scan: for bucket in self.buckets.iter().skip(want) {
             for &i in bucket {
                 if Some(i) == avoid || !selector_matches(spec, &self.slots[i].labels) {
                     continue;
                 }
                 let matching = matching_free(&self.slots[i], spec);
-                if matching >= want && best.is_none_or(|(m, _)| matching < m) {
-                    best = Some((matching, i));
-                    if matching == want {
+                if matching < want {
+                    continue;
+                }
+                let hole = matching - want;
+                let key = (hole + self.pull_cost(i, image.as_ref()), hole);
+                if best.is_none_or(|(k, _)| key < k) {
+                    best = Some((key, i));
+                    if key.0 == 0 {
                         break 'scan;
                     }
                 }
             }
         }
         best.map(|(_, i)| (i, self.pick_in(i, spec, want)))
+    }
+
+    /// The canonical name of a container job's image, when image locality is on.
+    fn image_of(&self, spec: &JobSpec) -> Option<String> {
+        spec.container
+            .as_ref()
+            .filter(|_| self.image_miss > 0)
+            .map(|c| canonical_image(&c.image))
     }
 
     /// A gang over several nodes, all or nothing: the nodes with the most matching free GPUs
@@ -181,18 +217,23 @@ impl<'a> Nodes<'a> {
     }
 
     /// A gang the job asked for (`--nodes K`): K distinct nodes with `gpus / K` matching free
-    /// GPUs each, the tightest fits first (big holes stay for big jobs), in node id order on
-    /// ties; member 0 (the rank-0 node) is the first. All or nothing.
+    /// GPUs each, the tightest fits first (big holes stay for big jobs; a node that must pull
+    /// the image counts as its pull cost more), in node id order on ties; member 0 (the rank-0 node) is the first. All or nothing.
     fn find_even_gang(&self, spec: &JobSpec, avoid: Option<usize>) -> Option<Placement> {
         let per = spec.gpus_per_node() as usize;
         let k = spec.node_count() as usize;
-        let mut fits: Vec<(usize, usize)> = self
+        let image = self.image_of(spec);
+        let mut fits: Vec<((usize, usize), usize)> = self
             .slots
             .iter()
             .enumerate()
             .filter(|(i, s)| Some(*i) != avoid && selector_matches(spec, &s.labels))
             .map(|(i, s)| (matching_free(s, spec), i))
             .filter(|(m, _)| *m >= per)
+            .map(|(m, i)| {
+                let hole = m - per;
+                ((hole + self.pull_cost(i, image.as_ref()), hole), i)
+            })
             .collect();
         if fits.len() < k {
             return None;

@@ -111,7 +111,7 @@ struct Pass<'a> {
 
 impl<'a> Pass<'a> {
     fn new(state: &'a ClusterState, policy: &'a Policy, env: &'a PlanEnv) -> Self {
-        let nodes = Nodes::new(state);
+        let nodes = Nodes::new(state, policy.image_locality);
         Self {
             state,
             policy,

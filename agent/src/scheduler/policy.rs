@@ -33,7 +33,16 @@ pub struct Policy {
     /// Place MIG and shared slices on the most used GPU that fits (fragmentation-aware); off:
     /// the first GPU that fits, in node and GPU order (the simulator's baseline).
     pub slice_best_fit: bool,
+    /// What a node lacking a container job's image costs in placement, in GPUs of hole left
+    /// idle: a node holding the image wins over one that fits as well or up to this many GPUs
+    /// better. 0: image locality off.
+    pub image_locality: usize,
 }
+
+/// `Policy::image_locality` by default: a node holding the image wins over one whose hole is
+/// one GPU smaller (equal cost: the smaller hole). Measured in `image_locality_tests.rs`
+/// (docs/scheduling.md).
+pub(crate) const DEFAULT_IMAGE_LOCALITY: usize = 2;
 
 /// One day: the default half-life of past usage.
 pub const DEFAULT_HALF_LIFE_MS: u64 = 24 * 3600 * 1000;
@@ -51,6 +60,7 @@ impl Default for Policy {
             explain: true,
             max_binds_per_pass: 1024,
             slice_best_fit: true,
+            image_locality: DEFAULT_IMAGE_LOCALITY,
         }
     }
 }
