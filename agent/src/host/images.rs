@@ -184,7 +184,7 @@ impl ImageReporter {
                 images = count,
                 "reported this node's images"
             ),
-            // A mesh with agents older than protocol 6 cannot read the report yet.
+            // A mesh with agents older than protocol 7 cannot read the report yet.
             Err(e @ ClusterError::NeedsUpgrade { .. }) => {
                 debug!(node_id = node, error = %e, "images not reported");
             }

@@ -36,7 +36,7 @@ fn container_node(s: &mut ClusterState, id: NodeId, gpus: u32) {
             labels,
             inventory,
             edge: None,
-            protocol: 6,
+            protocol: 7,
         },
     );
 }

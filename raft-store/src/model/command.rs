@@ -999,6 +999,15 @@ mod tests {
                     signature: "3045".into(),
                 },
             },
+            Command::ReportRunPhase {
+                job: 7,
+                generation: 2,
+                phase: Some("pulling image busybox".into()),
+            },
+            Command::ReportImages {
+                node: 2,
+                images: BTreeSet::from(["docker.io/library/busybox:latest".into()]),
+            },
             Command::Batch {
                 entries: vec![
                     entry(Command::CancelJob { job: 7 }),
@@ -1051,9 +1060,14 @@ mod tests {
     #[test]
     fn only_what_protocol_2_added_waits_for_protocol_2() {
         let added = ["batch", "set_gpu_partition", "bind_slices"];
-        // Commands later protocols added (tested in `accounts_wait_for_protocol_3` and
-        // `signed_audit_heads_wait_for_protocol_6`).
-        let added_by_3 = ["set_token_account", "sign_audit_head"];
+        // Commands later protocols added (tested in `accounts_wait_for_protocol_3`,
+        // `signed_audit_heads_wait_for_protocol_6` and `image_reports_wait_for_protocol_7`).
+        let added_by_3 = [
+            "set_token_account",
+            "sign_audit_head",
+            "report_run_phase",
+            "report_images",
+        ];
         for cmd in every_command() {
             let tag = serde_json::to_value(&cmd).expect("encode")["type"].clone();
             let is_new = added.iter().any(|t| tag == *t);
@@ -1303,5 +1317,29 @@ mod tests {
             assert_eq!(cmd.protocol(), PROTOCOL_6, "{cmd}");
             expect![[r#"{"proposed_at_ms":1700000000000,"cmd":{"type":"sign_audit_head","head":{"seq":4,"hash":"abababababababababababababababababababababababababababababababab","time_ms":0,"key_id":"cdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcd","signature":"3045"}}}"#]].assert_eq(&serde_json::to_string(&entry(cmd)).unwrap_or_default());
         }
+    }
+
+    #[test]
+    fn image_reports_wait_for_protocol_7() {
+        let reports: Vec<String> = every_command()
+            .into_iter()
+            .filter(|c| {
+                matches!(
+                    c,
+                    Command::ReportRunPhase { .. } | Command::ReportImages { .. }
+                )
+            })
+            .map(|cmd| {
+                assert_eq!(cmd.protocol(), PROTOCOL_7, "{cmd}");
+                serde_json::to_string(&entry(cmd)).unwrap_or_default()
+            })
+            .collect();
+        expect![[r#"
+            [
+                "{\"proposed_at_ms\":1700000000000,\"cmd\":{\"type\":\"report_run_phase\",\"job\":7,\"generation\":2,\"phase\":\"pulling image busybox\"}}",
+                "{\"proposed_at_ms\":1700000000000,\"cmd\":{\"type\":\"report_images\",\"node\":2,\"images\":[\"docker.io/library/busybox:latest\"]}}",
+            ]
+        "#]]
+        .assert_debug_eq(&reports);
     }
 }
