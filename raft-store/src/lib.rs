@@ -13,8 +13,8 @@ mod storage;
 pub mod testing;
 
 pub use model::{
-    alert, audit, auth, cert, container, digest, energy, job, mig, node, partition, scheduler,
-    slice_fit, tenant, validate,
+    alert, audit, auth, cert, container, digest, energy, job, mig, node, partition, registry,
+    scheduler, slice_fit, tenant, validate,
 };
 pub use storage::backup;
 

@@ -16,6 +16,7 @@ use crate::model::energy::EnergyReport;
 use crate::model::job::{JobSpec, Outcome};
 use crate::model::node::{EdgeTerms, Inventory, NodeStatus};
 use crate::model::partition::{PartitionSpec, SliceBind};
+use crate::model::registry::SealedCredential;
 use crate::model::scheduler::SchedulerSettings;
 use crate::model::tenant::TenantRecord;
 use crate::{JobId, NodeId};
@@ -184,6 +185,14 @@ pub enum Command {
     UpdateTenant {
         tenant: TenantRecord,
     },
+    /// Set (or with `None` remove) tenant `tenant`'s login at `registry`, its password sealed
+    /// by the proposing agent. Admins only (`apply` re-checks). Only protocol 7 agents read it.
+    SetRegistryCredential {
+        tenant: String,
+        registry: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        credential: Option<SealedCredential>,
+    },
     /// The leader's preemptions: stop each job (SIGTERM, grace, SIGKILL, through the
     /// eviction path) so the pending job it names can run; the job is requeued without using
     /// an attempt. Each is re-checked on apply (only downward, never for a borrower).
@@ -271,7 +280,8 @@ pub const PROTOCOL_5: u32 = 5;
 pub const PROTOCOL_6: u32 = 6;
 
 /// The internal protocol version that added the live run's phase (`ReportRunPhase`: pulling
-/// an image) and the images a node holds (`ReportImages`): an older agent cannot read them.
+/// an image), the images a node holds (`ReportImages`) and tenants' sealed registry logins
+/// (`SetRegistryCredential`): an older agent cannot read them.
 pub const PROTOCOL_7: u32 = 7;
 
 /// The internal protocol version that added container jobs (`JobSpec::container`) and tenants'
@@ -286,7 +296,9 @@ impl Command {
             Command::Batch { .. }
             | Command::SetGpuPartition { .. }
             | Command::BindSlices { .. } => PROTOCOL_2,
-            Command::ReportRunPhase { .. } | Command::ReportImages { .. } => PROTOCOL_7,
+            Command::ReportRunPhase { .. }
+            | Command::ReportImages { .. }
+            | Command::SetRegistryCredential { .. } => PROTOCOL_7,
             Command::SignAuditHead { .. }
             | Command::SetNodeStatus {
                 requeue_evicting: true,
@@ -430,6 +442,15 @@ impl fmt::Display for Command {
             Command::ReportImages { node, images } => {
                 write!(f, "images n{node}: {}", images.len())
             }
+            // Never the sealed password, nor the username.
+            Command::SetRegistryCredential {
+                tenant,
+                registry,
+                credential,
+            } => match credential {
+                Some(_) => write!(f, "registry credential {tenant}@{registry} set"),
+                None => write!(f, "registry credential {tenant}@{registry} removed"),
+            },
             Command::JobFinished {
                 job,
                 generation,
@@ -1008,6 +1029,16 @@ mod tests {
                 node: 2,
                 images: BTreeSet::from(["docker.io/library/busybox:latest".into()]),
             },
+            Command::SetRegistryCredential {
+                tenant: "t".into(),
+                registry: "nvcr.io".into(),
+                credential: Some(SealedCredential {
+                    username: "robot".into(),
+                    sealed: "0a1b".into(),
+                    key_id: "ef".repeat(32),
+                    set_at_ms: 0,
+                }),
+            },
             Command::Batch {
                 entries: vec![
                     entry(Command::CancelJob { job: 7 }),
@@ -1067,6 +1098,7 @@ mod tests {
             "sign_audit_head",
             "report_run_phase",
             "report_images",
+            "set_registry_credential",
         ];
         for cmd in every_command() {
             let tag = serde_json::to_value(&cmd).expect("encode")["type"].clone();
@@ -1326,7 +1358,9 @@ mod tests {
             .filter(|c| {
                 matches!(
                     c,
-                    Command::ReportRunPhase { .. } | Command::ReportImages { .. }
+                    Command::ReportRunPhase { .. }
+                        | Command::ReportImages { .. }
+                        | Command::SetRegistryCredential { .. }
                 )
             })
             .map(|cmd| {
@@ -1338,6 +1372,7 @@ mod tests {
             [
                 "{\"proposed_at_ms\":1700000000000,\"cmd\":{\"type\":\"report_run_phase\",\"job\":7,\"generation\":2,\"phase\":\"pulling image busybox\"}}",
                 "{\"proposed_at_ms\":1700000000000,\"cmd\":{\"type\":\"report_images\",\"node\":2,\"images\":[\"docker.io/library/busybox:latest\"]}}",
+                "{\"proposed_at_ms\":1700000000000,\"cmd\":{\"type\":\"set_registry_credential\",\"tenant\":\"t\",\"registry\":\"nvcr.io\",\"credential\":{\"username\":\"robot\",\"sealed\":\"0a1b\",\"key_id\":\"efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef\",\"set_at_ms\":0}}}",
             ]
         "#]]
         .assert_debug_eq(&reports);

@@ -176,7 +176,8 @@ pub fn image_reference(image: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn registry_host(host: &str) -> Result<(), String> {
+/// A registry host name with an optional port.
+pub fn registry_host(host: &str) -> Result<(), String> {
     let (name, port) = match host.rsplit_once(':') {
         Some((name, port)) => (name, Some(port)),
         None => (host, None),

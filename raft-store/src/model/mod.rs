@@ -19,6 +19,7 @@ pub mod node;
 pub(crate) mod outcome;
 pub mod partition;
 mod provenance;
+pub mod registry;
 pub mod scheduler;
 pub mod slice_fit;
 pub(crate) mod state;

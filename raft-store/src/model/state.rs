@@ -15,6 +15,7 @@ use crate::model::job::Job;
 use crate::model::job_log::JobLog;
 use crate::model::node::NodeRecord;
 use crate::model::outcome::{ApplyResult, Rejection, invalid};
+use crate::model::registry::SealedCredential;
 use crate::model::scheduler::SchedulerSettings;
 use crate::model::tenant::TenantRecord;
 use crate::{JobId, NodeId};
@@ -52,6 +53,9 @@ pub struct ClusterState {
     /// The policy the leader schedules with.
     #[serde(default)]
     pub scheduler: SchedulerSettings,
+    /// Tenant → registry → its login there, the password sealed (`registry.rs`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub registry_credentials: BTreeMap<String, BTreeMap<String, SealedCredential>>,
     /// Operators' alert rules by name (overriding built-in and configured ones).
     #[serde(default)]
     pub alert_rules: BTreeMap<String, AlertRule>,
@@ -173,6 +177,11 @@ impl ClusterState {
             }
             Command::CreateTenant { tenant } => self.put_tenant(tenant, false, now, meta),
             Command::UpdateTenant { tenant } => self.put_tenant(tenant, true, now, meta),
+            Command::SetRegistryCredential {
+                tenant,
+                registry,
+                credential,
+            } => self.set_registry_credential(tenant, registry, credential.as_ref(), now, meta),
             Command::SetSchedulerPolicy { settings } => self.set_scheduler_policy(settings),
             Command::SetAlertRule { rule } => self.set_alert_rule(rule),
             Command::DeleteAlertRule { name } => self.delete_alert_rule(name),
