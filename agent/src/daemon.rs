@@ -328,6 +328,7 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
         settings,
         host,
         launcher,
+        tls: tls.clone(),
     };
     tasks.spawn(executor.run(cancel.clone()));
     info!(node_id, keep = ?config.jobs.disk.keep_finished_runs, "removing ended runs' directories after jobs.keep_finished_runs");

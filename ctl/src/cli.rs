@@ -250,6 +250,22 @@ pub(crate) enum TenantVerb {
         #[arg(long)]
         stale: bool,
     },
+    /// Set the tenant's login at a container registry, used to pull its jobs' images
+    /// (admins). The password is read from a file (never the command line), sealed by the
+    /// agent (a voter: it holds the CA key) and never shown again.
+    SetRegistryCredential {
+        tenant: String,
+        /// The registry host as images name it: nvcr.io, localhost:5000, docker.io.
+        registry: String,
+        #[arg(long, required_unless_present = "remove")]
+        username: Option<String>,
+        /// A file holding the password or token (one line; a final newline is dropped).
+        #[arg(long, required_unless_present = "remove", conflicts_with = "remove")]
+        password_file: Option<std::path::PathBuf>,
+        /// Remove the tenant's login at the registry instead.
+        #[arg(long, conflicts_with = "username")]
+        remove: bool,
+    },
 }
 
 #[derive(Subcommand, Debug)]

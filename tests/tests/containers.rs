@@ -12,6 +12,9 @@
 //!   and `job why`;
 //! - each node lists the images it holds (`node get`), pulls through its agent (`image pull`),
 //!   refuses bad input, answers a failed pull with the registry's reason, and audits each;
+//! - a tenant's registry login is sealed by a voter (a learner refuses), reaches only its job's
+//!   pull (a 0600 auth file, opened for a learner by the voter, gone when the pull ends), and
+//!   is nowhere in job get, tenant get, the audit log, the agents' logs or their Raft data;
 //! - a pull that hangs (a registry that accepts and never answers) shows in `job get` as the
 //!   run's phase, with podman's retries, and cancel ends it at once, leaving no pull and no
 //!   container.
@@ -790,4 +793,137 @@ async fn nodes_list_their_images_and_pull_them_through_their_agent() {
         )
         .await;
     }
+}
+
+/// Every file under `dir` whose bytes contain `needle`.
+fn files_containing(dir: &Path, needle: &[u8]) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return found;
+    };
+    for e in entries.flatten() {
+        let path = e.path();
+        if path.is_dir() {
+            found.extend(files_containing(&path, needle));
+        } else if std::fs::read(&path).is_ok_and(|b| b.windows(needle.len()).any(|w| w == needle)) {
+            found.push(path);
+        }
+    }
+    found
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_registry_login_is_sealed_never_shown_and_given_only_to_its_pull() {
+    if !podman_here() {
+        return;
+    }
+    // n1 is the voter (it holds the CA key), n2 a learner: it runs the job and must ask n1 to
+    // open the login.
+    let c = Cluster::start(2, 1, FAST_STOP).await;
+    shared_dir(&c);
+    let registry = SilentRegistry::start();
+    let host = registry.addr.to_string();
+    const PASSWORD: &str = "s3cret-Pa55word-XYZ";
+    let file = c.root.path().join("password");
+    std::fs::write(&file, format!("{PASSWORD}\n")).expect("password file");
+    let file = file.to_string_lossy().into_owned();
+    let set = [
+        "tenant",
+        "set-registry-credential",
+        "ct",
+        &host,
+        "--username",
+        "robot",
+        "--password-file",
+        &file,
+    ];
+    // A learner holds no CA key: it cannot seal, and says where to go.
+    let learner = c
+        .gpuctl()
+        .args(["--endpoint", c.addr(2)])
+        .args(set)
+        .output()
+        .expect("gpuctl");
+    assert_eq!(learner.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&learner.stderr);
+    assert!(err.contains("holds no CA key"), "{err}");
+    let (code, tenant, err) = gpuctl(&c, &set);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(
+        tenant["registry_logins"][0]["username"], "robot",
+        "{tenant}"
+    );
+    assert_eq!(tenant["registry_logins"][0]["registry"], host.as_str());
+
+    // The job runs on the learner, whose pull gets the login as a 0600 auth file.
+    let (code, _, err) = gpuctl(&c, &["node", "cordon", "1"]);
+    assert_eq!(code, Some(0), "{err}");
+    let image = format!("{host}/gpumesh/private:1");
+    let id = submit(&c, &["--image", &image, "--", "true"]);
+    let shown = &image;
+    c.wait_for(
+        "the pull to start",
+        Duration::from_secs(60),
+        |c| async move {
+            c.job(1, id)
+                .await
+                .is_ok_and(|j| j.phase.starts_with(&format!("pulling image {shown}")))
+        },
+    )
+    .await;
+    let auth = c.run_dir(2, id, 1).join("registry-auth.json");
+    let mode = std::fs::metadata(&auth)
+        .expect("the auth file")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let v: Value = serde_json::from_slice(&std::fs::read(&auth).expect("read")).expect("json");
+    // base64("robot:s3cret-Pa55word-XYZ")
+    assert_eq!(
+        v["auths"][host.as_str()]["auth"],
+        "cm9ib3Q6czNjcmV0LVBhNTV3b3JkLVhZWg=="
+    );
+    let pulls = processes_naming(&image);
+    assert!(
+        pulls
+            .iter()
+            .any(|p| p.contains(&format!("--authfile {}", auth.display()))),
+        "{pulls:?}"
+    );
+    c.cancel(1, id).await.expect("cancel");
+    c.wait_job(id, Duration::from_secs(30), is_terminal).await;
+    assert!(!auth.exists(), "the login goes with the pull");
+
+    // Nowhere to be read: not job get, tenant get, the audit log, the agents' logs, their Raft
+    // data (log, snapshot) or the run's files.
+    for args in [
+        vec!["job", "get", &id.to_string()],
+        vec!["tenant", "get", "ct"],
+        vec!["tenant", "list"],
+        vec!["audit", "list"],
+    ] {
+        let (code, out, err) = gpuctl(&c, &args);
+        assert_eq!(code, Some(0), "{args:?}: {err}");
+        assert!(!out.to_string().contains(PASSWORD), "{args:?}: {out}");
+    }
+    let table = c
+        .gpuctl()
+        .args(["--endpoint", c.addr(1), "tenant", "get", "ct"])
+        .output()
+        .expect("gpuctl tenant get");
+    let table = String::from_utf8_lossy(&table.stdout).into_owned();
+    assert!(table.contains(&format!("{host} (robot)")), "{table}");
+    assert!(!table.contains(PASSWORD), "{table}");
+    // The check reads the replicated data as stored: the login's username is there in the clear.
+    assert!(
+        !files_containing(&c.root.path().join("node-2"), b"robot").is_empty(),
+        "the learner's Raft data holds the (sealed) login"
+    );
+    let leaks = files_containing(c.root.path(), PASSWORD.as_bytes());
+    let file = PathBuf::from(&file);
+    assert_eq!(
+        leaks.iter().filter(|p| **p != file).count(),
+        0,
+        "the password in plain text: {leaks:?}"
+    );
 }

@@ -10,8 +10,9 @@ use gpu_proto::internal::v1::raft_peer_server::RaftPeer;
 use gpu_proto::internal::v1::{
     FetchSigningKeyRequest, FetchSigningKeyResponse, IssueCertificateRequest,
     IssueCertificateResponse, JoinRequest, JoinResponse, LeaderStatusRequest,
-    LocalGpuTelemetryRequest, LocalGpuTelemetryResponse, RaftMessage, ReadIndexRequest,
-    ReadIndexResponse, ReadRunLogRequest, RenewCertificateRequest,
+    LocalGpuTelemetryRequest, LocalGpuTelemetryResponse, OpenRegistryLoginRequest,
+    OpenRegistryLoginResponse, RaftMessage, ReadIndexRequest, ReadIndexResponse, ReadRunLogRequest,
+    RenewCertificateRequest,
 };
 use gpu_proto::v1 as pb;
 use gpu_raft_store::{NodeId, TypeConfig, validate};
@@ -27,13 +28,14 @@ use crate::api::cluster::status_view;
 use crate::api::gpu::{local_inject, local_stats, local_telemetry};
 use crate::api::image::pull_here;
 use crate::api::logs::{self, LogRequest, LogStream};
-use crate::api::status::{bad_payload, incompatible_peer, invalid};
+use crate::api::status::{bad_payload, incompatible_peer, invalid, sealing_failed};
 use crate::gpu::GpuBackend;
 use crate::host::images::NodeImages;
 use crate::monitor::Telemetry;
 use crate::raft::peer_client::with_deadline;
 use crate::raft::{Attempt, Cluster, ClusterError, Proposal};
 use crate::raft::{protocol, snapshot_wire};
+use crate::tls::registry_login;
 use crate::tls::{Subject, TlsIdentity};
 
 pub(crate) struct PeerService {
@@ -366,6 +368,49 @@ impl RaftPeer for PeerService {
             req.get_ref(),
         )
         .map(Response::new)
+    }
+
+    async fn open_registry_login(
+        &self,
+        req: Request<OpenRegistryLoginRequest>,
+    ) -> Result<Response<OpenRegistryLoginResponse>, Status> {
+        let Some(node) = self.peers.node(&req)? else {
+            return Err(Status::failed_precondition(
+                "registry logins are opened only over TLS",
+            ));
+        };
+        let r = req.into_inner();
+        let found = self.cluster.state.read(|s| {
+            let job = s.jobs.get(&r.job_id)?;
+            if !registry_login::may_open(job, r.generation, node) {
+                return None;
+            }
+            let image = &job.spec.container.as_ref()?.image;
+            let registry = gpu_raft_store::registry::registry_of(image);
+            let sealed = s
+                .registry_credentials
+                .get(&job.spec.tenant)?
+                .get(&registry)?
+                .clone();
+            Some((job.spec.tenant.clone(), registry, sealed))
+        });
+        let Some((tenant, registry, sealed)) = found else {
+            return Err(Status::permission_denied(format!(
+                "node {node} has no live run j-{} g{} with a registry login",
+                r.job_id, r.generation
+            )));
+        };
+        let material = self
+            .tls()?
+            .current()
+            .ok_or_else(|| sealing_failed(crate::tls::sealing::SealError::NoKey))?;
+        let password = crate::tls::sealing::open(&material, &tenant, &registry, &sealed)
+            .map_err(sealing_failed)?;
+        Ok(Response::new(OpenRegistryLoginResponse {
+            registry,
+            username: sealed.username,
+            password,
+        }))
     }
 
     async fn local_pull_image(

@@ -190,6 +190,7 @@ fn register(router: Router, names: &mut Vec<&'static str>, s: Services) -> Route
     let tenant_api = TenantApi {
         cluster: cluster.clone(),
         auth: auth.clone(),
+        tls: s.tls.clone(),
     };
     let job_api = JobApi {
         cluster: cluster.clone(),

@@ -7,6 +7,7 @@ use crate::api::log_target::LogTargetError;
 use crate::host::images::PullError;
 use crate::raft::ClusterError;
 use crate::tls::enroll::IssueError;
+use crate::tls::sealing::SealError;
 
 impl From<ClusterError> for Status {
     fn from(e: ClusterError) -> Self {
@@ -41,6 +42,16 @@ pub(crate) fn rejected(r: Rejection) -> Status {
         Rejection::JobFinished { .. }
         | Rejection::Stale { .. }
         | Rejection::AccountChanged { .. } => Status::failed_precondition(r.to_string()),
+    }
+}
+
+/// A secret this agent could not seal or open: it holds no CA key (a learner), or the secret
+/// belongs to another CA or does not open.
+pub(crate) fn sealing_failed(e: SealError) -> Status {
+    match e {
+        SealError::NoKey | SealError::OtherKey { .. } => Status::failed_precondition(e.to_string()),
+        SealError::DoesNotOpen => Status::data_loss(e.to_string()),
+        SealError::Crypto(_) => Status::internal(e.to_string()),
     }
 }
 

@@ -9,14 +9,18 @@ use tonic::{Request, Response, Status};
 use crate::api::auth::Auth;
 use crate::api::auth::rbac::Action;
 use crate::api::from_proto;
-use crate::api::status::{invalid, rejected};
+use crate::api::status::{invalid, rejected, sealing_failed};
 use crate::api::to_proto;
 use crate::clock::now_ms;
 use crate::raft::Cluster;
+use crate::tls::TlsIdentity;
+use crate::tls::sealing;
 
 pub(crate) struct TenantApi {
     pub cluster: Cluster,
     pub auth: Auth,
+    /// This agent's TLS material: a voter's holds the CA key that seals registry passwords.
+    pub tls: Option<TlsIdentity>,
 }
 
 impl TenantApi {
@@ -34,6 +38,55 @@ impl TenantApi {
 
 #[tonic::async_trait]
 impl TenantService for TenantApi {
+    async fn set_registry_credential(
+        &self,
+        req: Request<pb::SetRegistryCredentialRequest>,
+    ) -> Result<Response<pb::Tenant>, Status> {
+        let object = format!("tenant/{}", req.get_ref().tenant);
+        let caller = self
+            .auth
+            .check(
+                &req,
+                "tenant.set_registry_credential",
+                &object,
+                Action::ManageTenants,
+            )
+            .await?;
+        let r = req.into_inner();
+        let name = r.tenant.trim().to_owned();
+        gpu_raft_store::registry::registry(&r.registry).map_err(invalid)?;
+        self.view(&name)?;
+        let credential = if r.remove {
+            if !r.username.is_empty() || !r.password.is_empty() {
+                return Err(invalid(
+                    "removing a registry login takes no username or password",
+                ));
+            }
+            None
+        } else {
+            if r.password.is_empty() || r.password.len() > 4096 {
+                return Err(invalid("a registry password must be 1..=4096 bytes"));
+            }
+            let tls = self
+                .tls
+                .as_ref()
+                .and_then(TlsIdentity::current)
+                .ok_or_else(|| sealing_failed(sealing::SealError::NoKey))?;
+            let sealed = sealing::seal(&tls, &name, &r.registry, &r.username, &r.password)
+                .map_err(sealing_failed)?;
+            // Early, friendly errors (the username's rules); apply re-checks.
+            gpu_raft_store::registry::validate(&r.registry, &sealed).map_err(invalid)?;
+            Some(sealed)
+        };
+        let cmd = Command::SetRegistryCredential {
+            tenant: name.clone(),
+            registry: r.registry,
+            credential,
+        };
+        self.cluster.write_as(cmd, caller.on_behalf()).await?;
+        Ok(Response::new(self.view(&name)?))
+    }
+
     async fn create_tenant(
         &self,
         req: Request<pb::CreateTenantRequest>,

@@ -605,6 +605,17 @@ pub(crate) fn tenant(
         live_jobs: jobs.iter().filter(|j| j.state.is_live()).count() as u64,
         account: record.and_then(|r| r.account.as_ref()).map(account),
         allowed_mounts: record.map(|r| r.allowed_mounts.clone()).unwrap_or_default(),
+        registry_logins: s
+            .registry_credentials
+            .get(name)
+            .into_iter()
+            .flatten()
+            .map(|(registry, c)| pb::RegistryLogin {
+                registry: registry.clone(),
+                username: c.username.clone(),
+                set_at_ms: c.set_at_ms,
+            })
+            .collect(),
     })
 }
 

@@ -39,6 +39,10 @@ pub struct ContainerRun {
     pub network: ContainerNetwork,
     /// Podman's OCI runtime (`--runtime`), if configured.
     pub oci_runtime: Option<String>,
+    /// The tenant's login at the image's registry, as a runtime auth file in the run directory
+    /// (root's, 0600, removed once the pull is over); `None`: pull anonymously.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth_file: Option<PathBuf>,
 }
 
 /// A host device node and its path in the container.
@@ -198,7 +202,14 @@ fn podman(
     args.extend(command.iter().map(OsString::from));
     Invocation {
         have_image: Some(argv(p, &["image", "exists", &run.image])),
-        fetch: vec![argv(p, &["pull", "--quiet", &run.image])],
+        // Not --quiet: the supervisor turns the progress lines into the run's phase.
+        fetch: vec![match &run.auth_file {
+            Some(auth) => argv(
+                p,
+                &["pull", "--authfile", &auth.to_string_lossy(), &run.image],
+            ),
+            None => argv(p, &["pull", &run.image]),
+        }],
         run: args,
         signal: Some(SignalCommand {
             prefix: argv(p, &["kill", "--signal"]),
@@ -341,6 +352,7 @@ mod tests {
             ],
             network: ContainerNetwork::Host,
             oci_runtime: Some("runc".into()),
+            auth_file: None,
         }
     }
 
@@ -385,7 +397,18 @@ mod tests {
         let fetch: Vec<String> = inv.fetch.iter().map(|a| render(a)).collect();
         assert_eq!(
             fetch,
-            ["/usr/bin/podman pull --quiet nvcr.io/nvidia/pytorch:24.05-py3"]
+            ["/usr/bin/podman pull nvcr.io/nvidia/pytorch:24.05-py3"]
+        );
+        let with_login = build(&ContainerRun {
+            auth_file: Some("/jobs/j-7-g2/registry-auth.json".into()),
+            ..run(RuntimeKind::Podman, "/usr/bin/podman")
+        });
+        let fetch: Vec<String> = with_login.fetch.iter().map(|a| render(a)).collect();
+        assert_eq!(
+            fetch,
+            [
+                "/usr/bin/podman pull --authfile /jobs/j-7-g2/registry-auth.json nvcr.io/nvidia/pytorch:24.05-py3"
+            ]
         );
         let signal = inv.signal.expect("podman signals through the runtime");
         assert_eq!(

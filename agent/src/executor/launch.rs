@@ -27,7 +27,10 @@ use super::job_dir::JobDir;
 use super::launcher::{Started, SupervisorStart};
 use super::limits::Limits;
 use super::setup::Host;
-use super::{Executor, ExecutorSettings, container_supervise, disk_space, isolation, job_env, vm};
+use super::{
+    Executor, ExecutorSettings, container_supervise, disk_space, isolation, job_env, registry_auth,
+    vm,
+};
 use crate::gpu::GpuBackend;
 
 /// Variables a run gets from where it runs (placement, gang, slice).
@@ -65,10 +68,22 @@ impl Executor {
         run_env.extend(slice_env);
         let confinement = self.confinement(&job.spec, binding, host);
         let limits = confinement.limits;
-        let container = match &job.spec.container {
+        let mut container = match &job.spec.container {
             Some(c) => Some(self.container_run(job.id, c, binding)?),
             None => None,
         };
+        // The tenant's login at the image's registry, if it has one: opened now, written as the
+        // runtime's auth file once the run directory exists.
+        let login = crate::tls::registry_login::for_run(
+            &self.cluster,
+            self.tls.as_ref(),
+            job,
+            binding.generation,
+        )
+        .await?;
+        if let (Some(run), Some(_)) = (container.as_mut(), &login) {
+            run.auth_file = Some(registry_auth::path(&dir.path));
+        }
         let (settings, spec, run) = (self.settings.clone(), job.spec.clone(), dir.clone());
         let node = self.cluster.id;
         // NSS may ask a remote directory (LDAP, SSSD): never on the executor's own thread.
@@ -85,6 +100,9 @@ impl Executor {
         })
         .await
         .map_err(|e| format!("preparing the run: {e}"))??;
+        if let Some(l) = &login {
+            registry_auth::write(&dir.path, &l.registry, &l.username, &l.password)?;
+        }
         self.launcher
             .start(SupervisorStart {
                 exe: &self.settings.agent_exe,
@@ -176,6 +194,7 @@ impl Executor {
             devices,
             network: c.network,
             oci_runtime: c.oci_runtime.clone(),
+            auth_file: None,
         })
     }
 

@@ -45,6 +45,7 @@ mod phase_report;
 mod pre_exec;
 mod pull_progress;
 mod reconcile;
+mod registry_auth;
 pub mod retention;
 pub(crate) mod setup;
 mod systemd_bus;
@@ -143,6 +144,9 @@ pub struct Executor {
     pub host: Host,
     /// How supervisors are started, chosen once at start (`Launcher::choose`).
     pub launcher: Launcher,
+    /// This agent's TLS material: a voter's CA key opens tenants' registry logins here;
+    /// elsewhere a voter opens them (`RaftPeer.OpenRegistryLogin`).
+    pub tls: Option<crate::tls::TlsIdentity>,
 }
 
 /// How soon a pass looks again while a supervisor it started has not written its pid.

@@ -37,7 +37,7 @@ use super::job_dir::{JobDir, StopReason, Supervisor};
 use super::limits::{self, Enforced, Limits};
 use super::log_writer::JobLogs;
 use super::pull_progress::PullProgress;
-use super::{container_supervise, identity, isolation, job_env, pre_exec};
+use super::{container_supervise, identity, isolation, job_env, pre_exec, registry_auth};
 
 #[derive(Debug, clap::Args)]
 pub struct ShimArgs {
@@ -286,7 +286,9 @@ async fn supervise(dir: &JobDir, args: &ShimArgs) -> Outcome {
                 stop_asked(&mut term, dir, args),
             )
             .await;
+            // The pull is over: the registry login goes at once.
             dir.clear_phase();
+            registry_auth::remove(&dir.path);
             match prepared {
                 Ok(inv) => Some(inv),
                 Err(outcome) => {

@@ -6,6 +6,8 @@ pub mod client;
 pub(crate) mod enroll;
 pub mod files;
 pub mod pki;
+pub mod registry_login;
+pub mod sealing;
 pub(crate) mod server;
 pub mod signature;
 pub(crate) mod signing_key;

@@ -1,8 +1,10 @@
-//! `gpuctl tenant create|update|get|list`.
+//! `gpuctl tenant create|update|get|list|set-registry-credential`.
 //!
 //! JSON (stable): a tenant is `{"name", "has_record" (false: known only from its jobs, so
 //! unlimited), "quotas": [{"gpu_type", "guaranteed", "borrow"}], "weight", "default_priority",
 //! "max_priority" (the highest its users may give a job), "max_pending_jobs" (null: no cap), "account" (the default Unix account of its jobs: null, or `{"user", "group", "groups"}`),
+//! "allowed_mounts": [dir], "registry_logins": [{"registry", "username", "set_at_ms"}] (never a
+//! password),
 //! "created_at_ms", "updated_at_ms", "pending_jobs", "live_jobs", "usage": [{"gpu_type",
 //! "gpus_held", "gpu_seconds", "cluster_gpus"}], "warnings": [string]}`; `get` adds
 //! `"jobs": [{"job_id", "gpu_type", "gpu_seconds"}]` (its 1000 most recent jobs). `create`,
@@ -77,6 +79,29 @@ pub(crate) async fn run(ctx: &Ctx, verb: TenantVerb) -> Result<Answer, Failure> 
             ctx.call(new, req, async |mut c, r| c.get_tenant(r).await)
                 .await?
         }
+        TenantVerb::SetRegistryCredential {
+            tenant,
+            registry,
+            username,
+            password_file,
+            remove,
+        } => {
+            let password = match &password_file {
+                Some(path) => read_password(path).map_err(Failure::Usage)?,
+                None => String::new(),
+            };
+            let req = pb::SetRegistryCredentialRequest {
+                tenant,
+                registry,
+                username: username.unwrap_or_default(),
+                password,
+                remove,
+            };
+            ctx.call(new, req, async |mut c, r| {
+                c.set_registry_credential(r).await
+            })
+            .await?
+        }
         TenantVerb::List { stale } => {
             let req = pb::ListTenantsRequest { stale };
             let list = ctx
@@ -87,6 +112,17 @@ pub(crate) async fn run(ctx: &Ctx, verb: TenantVerb) -> Result<Answer, Failure> 
         }
     };
     Ok(ctx.answer(|| tenant_json(&tenant), || tenant_text(&tenant)))
+}
+
+/// The password in `path`: its first line, without the line break.
+fn read_password(path: &std::path::Path) -> Result<String, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("reading the password file {}: {e}", path.display()))?;
+    let password = text.lines().next().unwrap_or_default().to_owned();
+    if password.is_empty() {
+        return Err(format!("the password file {} is empty", path.display()));
+    }
+    Ok(password)
 }
 
 fn quotas_pb(quotas: Vec<(String, u32, u32)>) -> Vec<pb::GpuQuota> {
@@ -119,6 +155,11 @@ fn tenant_json(t: &pb::Tenant) -> Value {
         "max_pending_jobs": t.max_pending_jobs,
         "account": account::json(t.account.as_ref()),
         "allowed_mounts": t.allowed_mounts,
+        "registry_logins": t.registry_logins.iter().map(|l| json!({
+            "registry": l.registry,
+            "username": l.username,
+            "set_at_ms": l.set_at_ms,
+        })).collect::<Vec<_>>(),
         "created_at_ms": t.created_at_ms,
         "updated_at_ms": t.updated_at_ms,
         "pending_jobs": t.pending_jobs,
@@ -220,6 +261,19 @@ fn tenant_text(t: &pb::Tenant) -> String {
                 "none".to_owned()
             } else {
                 t.allowed_mounts.join(", ")
+            },
+        ),
+        (
+            "Registry logins",
+            if t.registry_logins.is_empty() {
+                "none".to_owned()
+            } else {
+                let logins: Vec<String> = t
+                    .registry_logins
+                    .iter()
+                    .map(|l| format!("{} ({})", l.registry, l.username))
+                    .collect();
+                logins.join(", ")
             },
         ),
         ("Pending jobs", t.pending_jobs.to_string()),

@@ -119,6 +119,7 @@ fn rights_needed<'a>(state: &'a ClusterState, cmd: &'a Command) -> Result<Vec<Ac
                 .collect()
         }
         Command::SetSchedulerPolicy { .. } => vec![Action::ManageScheduler],
+        Command::SetRegistryCredential { .. } => vec![Action::ManageTenants],
         Command::SetAlertRule { .. } | Command::DeleteAlertRule { .. } => {
             vec![Action::ManageAlerts]
         }
