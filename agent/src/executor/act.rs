@@ -118,6 +118,8 @@ impl Executor {
     ) {
         info!(job_id = job, generation, %outcome, "finished");
         let dir = JobDir::new(&self.settings.jobs_dir, job, generation);
+        // A supervisor that died mid-pull left the registry login behind.
+        super::registry_auth::remove(&dir.path);
         // A gang member that exited 0 reports only itself: the gang succeeds when
         // every member has. Any other end ends the whole gang.
         let gang = jobs.get(&job).is_some_and(|j| !j.gang.is_empty());

@@ -103,7 +103,8 @@ impl Executor {
         if let Some(l) = &login {
             registry_auth::write(&dir.path, &l.registry, &l.username, &l.password)?;
         }
-        self.launcher
+        let started = self
+            .launcher
             .start(SupervisorStart {
                 exe: &self.settings.agent_exe,
                 args,
@@ -115,7 +116,12 @@ impl Executor {
                 gpu_nodes: self.unit_gpu_nodes(binding),
                 extra_devices: self.unit_extra_devices(),
             })
-            .await
+            .await;
+        // No supervisor will pull, nor remove the login: it goes now.
+        if started.is_err() {
+            registry_auth::remove(&dir.path);
+        }
+        started
     }
 
     /// What confines the run: its limits, and a device fence letting it open its own GPUs'
