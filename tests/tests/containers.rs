@@ -15,6 +15,7 @@
 //! - a tenant's registry login is sealed by a voter (a learner refuses), reaches only its job's
 //!   pull (a 0600 auth file, opened for a learner by the voter, gone when the pull ends), and
 //!   is nowhere in job get, tenant get, the audit log, the agents' logs or their Raft data;
+//! - `gpuctl run` tells the pull's phase on stderr, and Ctrl-C cancels the pulling job;
 //! - a pull that hangs (a registry that accepts and never answers) shows in `job get` as the
 //!   run's phase, with podman's retries, and cancel ends it at once, leaving no pull and no
 //!   container.
@@ -847,6 +848,35 @@ async fn a_tenants_registry_login_is_sealed_never_shown_and_given_only_to_its_pu
     assert_eq!(learner.status.code(), Some(2));
     let err = String::from_utf8_lossy(&learner.stderr);
     assert!(err.contains("holds no CA key"), "{err}");
+    // Only admins: an operator is refused at the edge (and would be by apply), and a tenant's
+    // user may not pull images onto nodes either.
+    for (role, tenant, args) in [
+        ("operator", None, set.to_vec()),
+        (
+            "user",
+            Some("ct"),
+            vec!["image", "pull", "--node", "2", "busybox"],
+        ),
+    ] {
+        let mut mint = vec!["token", "create", "--role", role];
+        if let Some(t) = tenant {
+            mint.extend_from_slice(&["--tenant", t]);
+        }
+        let (code, token, err) = gpuctl(&c, &mint);
+        assert_eq!(code, Some(0), "{err}");
+        let bearer = token["bearer"].as_str().expect("bearer");
+        let refused = c
+            .gpuctl()
+            .env("GPUCTL_TOKEN", bearer)
+            .env_remove("GPUCTL_TOKEN_FILE")
+            .args(["--endpoint", c.addr(1)])
+            .args(&args)
+            .output()
+            .expect("gpuctl");
+        let err = String::from_utf8_lossy(&refused.stderr);
+        assert_eq!(refused.status.code(), Some(2), "{role}: {err}");
+        assert!(err.to_lowercase().contains("permission"), "{role}: {err}");
+    }
     let (code, tenant, err) = gpuctl(&c, &set);
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(
@@ -926,4 +956,57 @@ async fn a_tenants_registry_login_is_sealed_never_shown_and_given_only_to_its_pu
         0,
         "the password in plain text: {leaks:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gpuctl_run_tells_the_pull_and_ctrl_c_cancels_it() {
+    use std::io::BufRead;
+    if !podman_here() {
+        return;
+    }
+    let c = Cluster::start(1, 1, FAST_STOP).await;
+    shared_dir(&c);
+    let registry = SilentRegistry::start();
+    let image = format!("{}/gpumesh/interactive:1", registry.addr);
+    let mut child = c
+        .gpuctl()
+        .args([
+            "--endpoint",
+            c.addr(1),
+            "run",
+            "--tenant",
+            "ct",
+            "--image",
+            &image,
+        ])
+        .args(["--", "true"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("gpuctl run");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let mut seen = Vec::new();
+    let told = loop {
+        match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(line) if line.contains(&format!("pulling image {image}")) => break line,
+            Ok(line) => seen.push(line),
+            Err(e) => panic!("no pull phase on stderr ({e}): {seen:?}"),
+        }
+    };
+    assert!(told.starts_with("gpuctl: j-"), "{told}");
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("pid"));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).expect("SIGINT");
+    let status = child.wait().expect("gpuctl ends");
+    assert_eq!(status.code(), Some(130), "cancelled by Ctrl-C");
 }

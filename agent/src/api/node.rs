@@ -77,6 +77,8 @@ impl NodeService for NodeApi {
             .await?;
         let req = req.into_inner();
         validate::free_text("image", &req.image).map_err(invalid)?;
+        // The node as the leader knows it (this replica may lag a join).
+        self.consistent(false).await?;
         self.node(node)?;
         let image = req.image.clone();
         let result = image::pull_on(&self.cluster, &self.images, req).await;

@@ -55,6 +55,8 @@ impl TenantService for TenantApi {
         let r = req.into_inner();
         let name = r.tenant.trim().to_owned();
         gpu_raft_store::registry::registry(&r.registry).map_err(invalid)?;
+        // The tenant as the leader knows it (this replica may lag a creation just made).
+        self.cluster.linearizable_read().await?;
         self.view(&name)?;
         let credential = if r.remove {
             if !r.username.is_empty() || !r.password.is_empty() {
