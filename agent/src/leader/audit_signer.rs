@@ -31,6 +31,10 @@ impl AuditSigner {
     pub(crate) async fn run(self, cancel: CancellationToken) {
         let mut ticks = LeaderTicks::new(self.cluster.clone(), self.interval);
         while ticks.next(&cancel).await.is_some() {
+            // During a rolling upgrade an older member could not read the head: wait for it.
+            if self.cluster.lowest_protocol() < gpu_raft_store::PROTOCOL_6 {
+                continue;
+            }
             let Some(head) = self.unsigned_head() else {
                 continue;
             };
