@@ -50,15 +50,21 @@ pub(crate) fn write_env_file(
         text.push_str(&format!("{k}={v}\n"));
     }
     let path = dir.join(ENV_FILE);
-    std::fs::remove_file(&path).ok();
+    write_private(&path, text.as_bytes())
+        .map_err(|e| format!("writing {}: {e}", path.display()))?;
+    Ok(path)
+}
+
+/// Replace `path` with a new file of `bytes` that only its owner (root) may read: made 0600 at
+/// creation, never readable by anyone else in between.
+pub(crate) fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    std::fs::remove_file(path).ok();
     std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
-        .open(&path)
-        .and_then(|mut f| f.write_all(text.as_bytes()))
-        .map_err(|e| format!("writing {}: {e}", path.display()))?;
-    Ok(path)
+        .open(path)
+        .and_then(|mut f| f.write_all(bytes))
 }
 
 /// Remove the environment file (the run has ended).
@@ -73,6 +79,19 @@ pub(crate) async fn step(
     argv: &[OsString],
     prepare: impl FnOnce(&mut Command) -> Result<(), String>,
 ) -> Result<(bool, String), String> {
+    let (mut cmd, program) = runtime_command(argv, prepare)?;
+    let out = cmd.output().await.map_err(|e| format!("{program}: {e}"))?;
+    let mut text = String::from_utf8_lossy(&out.stderr).into_owned();
+    text.push_str(&String::from_utf8_lossy(&out.stdout));
+    Ok((out.status.success(), text))
+}
+
+/// The runtime command `argv`, its output piped, made the job's by `prepare`; and the
+/// program's name, for errors.
+pub(crate) fn runtime_command(
+    argv: &[OsString],
+    prepare: impl FnOnce(&mut Command) -> Result<(), String>,
+) -> Result<(Command, String), String> {
     let program = argv.first().ok_or("an empty runtime command")?;
     let mut cmd = Command::new(program);
     cmd.args(&argv[1..])
@@ -81,13 +100,7 @@ pub(crate) async fn step(
         .stderr(Stdio::piped())
         .kill_on_drop(true);
     prepare(&mut cmd)?;
-    let out = cmd
-        .output()
-        .await
-        .map_err(|e| format!("{}: {e}", program.to_string_lossy()))?;
-    let mut text = String::from_utf8_lossy(&out.stderr).into_owned();
-    text.push_str(&String::from_utf8_lossy(&out.stdout));
-    Ok((out.status.success(), text))
+    Ok((cmd, program.to_string_lossy().into_owned()))
 }
 
 /// The last line of a runtime's output that says something: the reason it gives.

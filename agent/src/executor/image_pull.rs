@@ -5,12 +5,12 @@
 
 use std::ffi::OsString;
 use std::future::Future;
-use std::process::Stdio;
 
 use gpu_raft_store::Outcome;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 
+use super::container_supervise::runtime_command;
 use super::job_dir::JobDir;
 use super::pull_progress::PullProgress;
 
@@ -35,17 +35,8 @@ pub(crate) async fn pull(
     dir: &JobDir,
     stop: impl Future<Output = Outcome>,
 ) -> Result<Pulled, String> {
-    let program = argv.first().ok_or("an empty runtime command")?;
-    let mut cmd = Command::new(program);
-    cmd.args(&argv[1..])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    prepare(&mut cmd)?;
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| format!("{}: {e}", program.to_string_lossy()))?;
+    let (mut cmd, program) = runtime_command(argv, prepare)?;
+    let mut child = cmd.spawn().map_err(|e| format!("{program}: {e}"))?;
     let (Some(stderr), Some(stdout)) = (child.stderr.take(), child.stdout.take()) else {
         return Err("the runtime's output pipes are missing".into());
     };

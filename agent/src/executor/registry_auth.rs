@@ -4,9 +4,9 @@
 //! file in the run directory, 0600 and root's, which the supervisor removes as soon as the
 //! pull is over. The password is never logged, never in `container.json` or `env.json`.
 
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+
+use super::container_supervise::write_private;
 
 /// The auth file's name in a run directory.
 const FILE: &str = "registry-auth.json";
@@ -27,13 +27,7 @@ pub(crate) fn write(
     let path = path(dir);
     let auth = base64(format!("{username}:{password}").as_bytes());
     let json = serde_json::json!({ "auths": { registry: { "auth": auth } } });
-    std::fs::remove_file(&path).ok();
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&path)
-        .and_then(|mut f| f.write_all(json.to_string().as_bytes()))
+    write_private(&path, json.to_string().as_bytes())
         .map_err(|e| format!("writing the registry login for {registry}: {e}"))?;
     Ok(path)
 }
