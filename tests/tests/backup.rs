@@ -10,6 +10,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use gpu_proto::v1 as pb;
+use gpu_proto::v1::audit_service_client::AuditServiceClient;
+use gpu_proto::v1::cert_service_client::CertServiceClient;
 use gpu_tests::{ADMIN_TOKEN, AgentCommand, Cluster, Placement, bin, free_addr, shell_job};
 
 /// Every job as (name, state, command): what "intact" means here.
@@ -152,6 +154,10 @@ async fn snapshot_of_a_mesh_restores_into_a_fresh_mesh_with_every_job() {
         })
         .collect();
     let first = placements[0].addr.clone();
+    let restored_at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as u64;
     let c = Cluster::start_prepared(3, "", placements, AgentCommand::default(), |c| {
         let root = c.root.path();
         let out = restore(&backup, &root.join("node-1"), &first, root);
@@ -166,6 +172,38 @@ async fn snapshot_of_a_mesh_restores_into_a_fresh_mesh_with_every_job() {
     .await;
     let after = jobs_summary(&c.list_jobs(2).await.expect("list on the new mesh"));
     assert_eq!(after, before, "jobs differ after the restore");
+    // The restore is in the audit log, and the old cluster's certificates are listed as
+    // revoked (the new CA trusts none of them).
+    let mut audit = AuditServiceClient::new(c.channel(1).await.expect("channel"));
+    let entries = audit
+        .list_audit(pb::ListAuditRequest::default())
+        .await
+        .expect("audit")
+        .into_inner()
+        .entries;
+    assert!(
+        entries.iter().any(|e| e.verb == "cluster.restore"),
+        "{entries:#?}"
+    );
+    let mut certs = CertServiceClient::new(c.channel(1).await.expect("channel"));
+    let listed = certs
+        .list_certificates(pb::ListCertificatesRequest::default())
+        .await
+        .expect("cert list")
+        .into_inner()
+        .certificates;
+    assert!(
+        listed.iter().any(|r| r.subject == "node 2"),
+        "the old records are kept: {listed:?}"
+    );
+    for old in listed
+        .iter()
+        .filter(|r| r.subject == "node 2" || r.subject == "node 3")
+    {
+        if old.issued_at_ms < restored_at {
+            assert!(old.revoked, "{old:?}");
+        }
+    }
     // The new mesh carries on: ids continue after the restored ones, and jobs run.
     let next = c
         .submit(3, shell_job("after", 1, "true"), "k-after")

@@ -60,6 +60,7 @@ pub async fn run(o: &RestoreOptions) -> anyhow::Result<Restored> {
     let (header, mut state) = gpu_raft_store::backup::decode(&bytes)
         .with_context(|| format!("refusing {}", o.from.display()))?;
     state.audit_signers = trusted_audit_signers(o, &state)?;
+    gpu_raft_store::backup::mark_restored(&mut state, &header, crate::clock::now_ms());
     let tls_dir = TlsDir::in_data_dir(&o.data_dir);
     if tls_dir.dir.exists() {
         bail!(

@@ -11,6 +11,7 @@ use openraft::{BasicNode, CommittedLeaderId, Membership, StoredMembership, Vote}
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::model::audit::{self, AuditEntry, RequestMeta};
 use crate::model::state::ClusterState;
 use crate::storage::error::OpenError;
 use crate::storage::state_machine::{MachineData, StateReader};
@@ -103,6 +104,39 @@ impl StateReader {
         })
     }
 }
+
+/// What a restore changes in a backup's state before it seeds the new cluster (a new CA): the
+/// old CA's certificates are marked revoked (the new CA trusts none of them, and `cert list`
+/// must not show them as valid), and the restore itself is appended to the audit chain.
+pub fn mark_restored(state: &mut ClusterState, header: &BackupHeader, now_ms: u64) {
+    for cert in state.certificates.values_mut().filter(|c| !c.revoked) {
+        cert.revoked = true;
+        cert.revoked_reason = RESTORED_AWAY.into();
+    }
+    let meta = RequestMeta {
+        actor: "system:restore".into(),
+        verb: "cluster.restore".into(),
+        object: format!(
+            "backup of cluster {} at index {}",
+            header.cluster_id.get(..16).unwrap_or(&header.cluster_id),
+            header.index
+        ),
+        request_id: String::new(),
+        source: "gpu-agent restore".into(),
+    };
+    let prev = state
+        .audit
+        .last()
+        .map_or(audit::GENESIS, |e| e.hash.as_str())
+        .to_owned();
+    let seq = state.audit.len() as u64 + 1;
+    state
+        .audit
+        .push(AuditEntry::new(seq, now_ms, &meta, "ok".into(), &prev));
+}
+
+/// Why a restored cluster lists its predecessor's certificates as revoked.
+pub const RESTORED_AWAY: &str = "issued by the CA of the cluster this one was restored from";
 
 /// Read and verify a backup: a foreign, newer, truncated or corrupt file is refused with why.
 pub fn decode(bytes: &[u8]) -> Result<(BackupHeader, ClusterState), BackupError> {
@@ -257,5 +291,32 @@ mod tests {
         let reader = sm.reader();
         assert_eq!(reader.applied_index(), 10);
         assert_eq!(reader.read(|s| s.next_job_id), 42);
+    }
+
+    #[test]
+    fn a_restore_revokes_the_old_certificates_and_is_audited() {
+        let mut s = state();
+        s.certificates.insert(
+            "0a".into(),
+            crate::model::cert::CertRecord {
+                serial: "0a".into(),
+                subject: "node 1".into(),
+                not_after_ms: u64::MAX,
+                issued_at_ms: 1,
+                revoked: false,
+                revoked_reason: String::new(),
+            },
+        );
+        let bytes = encode(&s, "ab12", 17, 3, 1000);
+        let (header, mut restored) = decode(&bytes).expect("decode");
+        mark_restored(&mut restored, &header, 5000);
+        let cert = &restored.certificates["0a"];
+        assert!(cert.revoked && cert.revoked_reason == RESTORED_AWAY);
+        let entry = restored.audit.last().expect("audited");
+        assert_eq!(
+            (entry.verb.as_str(), entry.time_ms, entry.seq),
+            ("cluster.restore", 5000, 1)
+        );
+        assert_eq!(audit::verify(&restored.audit), Ok(1));
     }
 }
