@@ -2,12 +2,11 @@
 
 use gpu_proto::v1 as pb;
 use gpu_proto::v1::audit_service_server::AuditService;
-use gpu_raft_store::audit;
 use tonic::{Request, Response, Status};
 
 use crate::api::auth::Auth;
 use crate::api::auth::rbac::Action;
-use crate::leader::audit_signer::UNSIGNED_GRACE;
+use crate::leader::audit_signer::verify_chain;
 use crate::raft::Cluster;
 use crate::tls::TlsIdentity;
 use crate::tls::signature::TrustedSigners;
@@ -76,14 +75,7 @@ impl AuditService for AuditApi {
             let pems = own_ca.iter().chain(&s.audit_signers).chain(&also_trusted);
             let result = TrustedSigners::of(pems.map(String::as_str))
                 .map_err(|e| format!("a CA certificate to trust does not parse: {e}"))
-                .and_then(|trusted| {
-                    audit::verify_signed(
-                        &s.audit,
-                        &s.audit_heads,
-                        |h| trusted.check(h),
-                        UNSIGNED_GRACE.as_millis() as u64,
-                    )
-                });
+                .and_then(|trusted| verify_chain(s, &trusted));
             let head = s.audit.last().map(|e| e.hash.clone()).unwrap_or_default();
             (result, head)
         });

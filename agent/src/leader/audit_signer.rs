@@ -6,20 +6,35 @@
 
 use std::time::Duration;
 
-use gpu_raft_store::{Command, SignedHead};
+use gpu_raft_store::audit::{self, Coverage};
+use gpu_raft_store::{ClusterState, Command, SignedHead};
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use super::ticks::LeaderTicks;
 use crate::raft::{Attempt, Cluster, Proposal};
 use crate::tls::TlsIdentity;
-use crate::tls::signature::sign_head;
+use crate::tls::signature::{TrustedSigners, sign_head};
 
 /// How often the leader signs the head while the chain grows.
 pub(crate) const SIGN_INTERVAL: Duration = Duration::from_secs(5);
 /// How old an entry may be, against the chain's newest, before a verifier expects a signed
 /// head to cover it: well above `SIGN_INTERVAL`, to ride out a change of leader.
-pub(crate) const UNSIGNED_GRACE: Duration = Duration::from_secs(120);
+const UNSIGNED_GRACE: Duration = Duration::from_secs(120);
+
+/// Check `state`'s audit chain and signed heads against the CA certificates `trusted`, with
+/// the grace this signer's cadence allows: what `gpuctl audit verify` and `restore` both ask.
+pub(crate) fn verify_chain(
+    state: &ClusterState,
+    trusted: &TrustedSigners,
+) -> Result<Coverage, String> {
+    audit::verify_signed(
+        &state.audit,
+        &state.audit_heads,
+        |h| trusted.check(h),
+        UNSIGNED_GRACE.as_millis() as u64,
+    )
+}
 
 pub(crate) struct AuditSigner {
     pub cluster: Cluster,

@@ -8,9 +8,9 @@ use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, bail};
-use gpu_raft_store::{NodeId, audit};
+use gpu_raft_store::NodeId;
 
-use crate::leader::audit_signer::UNSIGNED_GRACE;
+use crate::leader::audit_signer::verify_chain;
 use crate::tls::files::write_file;
 use crate::tls::signature::TrustedSigners;
 use crate::tls::{Subject, TlsDir, enroll, pki};
@@ -132,13 +132,7 @@ fn trusted_audit_signers(
             o.from.display()
         )
     };
-    let coverage = audit::verify_signed(
-        &state.audit,
-        &state.audit_heads,
-        |h| trusted.check(h),
-        UNSIGNED_GRACE.as_millis() as u64,
-    )
-    .map_err(refuse)?;
+    let coverage = verify_chain(state, &trusted).map_err(refuse)?;
     // The signer signs within seconds of a write: a backup of a cluster that wrote something
     // without a single signed head had its heads removed.
     if coverage.signed_through == 0 && !state.audit.is_empty() {

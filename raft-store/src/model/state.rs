@@ -229,19 +229,19 @@ impl ClusterState {
             (_, ApplyResult::Rejected { reason }) => format!("rejected: {reason}"),
             _ => "ok".to_owned(),
         };
+        self.append_audit(entry.proposed_at_ms, meta, outcome);
+    }
+
+    /// Append one entry to the audit log, chained to the one before.
+    pub fn append_audit(&mut self, time_ms: u64, meta: &RequestMeta, outcome: String) {
         let prev = self
             .audit
             .last()
             .map_or(audit::GENESIS, |e| e.hash.as_str())
             .to_owned();
         let seq = self.audit.len() as u64 + 1;
-        self.audit.push(AuditEntry::new(
-            seq,
-            entry.proposed_at_ms,
-            meta,
-            outcome,
-            &prev,
-        ));
+        self.audit
+            .push(AuditEntry::new(seq, time_ms, meta, outcome, &prev));
     }
 
     /// Why `node` may never be a voter, if it may not: it registered at an edge site, or the

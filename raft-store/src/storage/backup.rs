@@ -11,7 +11,7 @@ use openraft::{BasicNode, CommittedLeaderId, Membership, StoredMembership, Vote}
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::model::audit::{self, AuditEntry, RequestMeta};
+use crate::model::audit::RequestMeta;
 use crate::model::state::ClusterState;
 use crate::storage::error::OpenError;
 use crate::storage::state_machine::{MachineData, StateReader};
@@ -124,15 +124,7 @@ pub fn mark_restored(state: &mut ClusterState, header: &BackupHeader, now_ms: u6
         request_id: String::new(),
         source: "gpu-agent restore".into(),
     };
-    let prev = state
-        .audit
-        .last()
-        .map_or(audit::GENESIS, |e| e.hash.as_str())
-        .to_owned();
-    let seq = state.audit.len() as u64 + 1;
-    state
-        .audit
-        .push(AuditEntry::new(seq, now_ms, &meta, "ok".into(), &prev));
+    state.append_audit(now_ms, &meta, "ok".into());
 }
 
 /// Why a restored cluster lists its predecessor's certificates as revoked.
@@ -317,6 +309,6 @@ mod tests {
             (entry.verb.as_str(), entry.time_ms, entry.seq),
             ("cluster.restore", 5000, 1)
         );
-        assert_eq!(audit::verify(&restored.audit), Ok(1));
+        assert_eq!(crate::model::audit::verify(&restored.audit), Ok(1));
     }
 }
