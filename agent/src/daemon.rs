@@ -41,11 +41,12 @@ use crate::raft::network::NetworkFactory;
 use crate::raft::peer_client::PeerClients;
 use crate::raft::transport_faults::TransportFaults;
 use crate::scheduler::Policy;
+use crate::tls::ca_keeper::CaKeeper;
 use crate::tls::enroll::{self, Renewer, TlsIdentity};
 use crate::tls::files::write_file;
-use crate::tls::signing_key::SigningKeyKeeper;
 use crate::tls::{NodeTls, Subject, TlsDir};
 use gpu_proto::tls::{read_public, read_secret};
+use gpu_raft_store::ca::CaSet;
 
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
@@ -206,6 +207,7 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
     if let Some(identity) = &tls {
         info!(node_id, validity = ?config.tls.cert_validity, "starting certificate renewal");
         let view = cluster.clone();
+        let state = cluster.state.clone();
         let renewer = Renewer {
             identity: identity.clone(),
             node_id,
@@ -217,9 +219,13 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
                     .map(|(_, addr)| addr)
                     .collect()
             }),
+            from_old_ca: Arc::new(move |cert_pem| {
+                let signing = state.read(|s| s.ca.as_ref().and_then(CaSet::signing_cert_pem));
+                signing.is_some_and(|ca| !crate::tls::pki::issued_by(cert_pem, &ca))
+            }),
         };
         tasks.spawn(renewer.run(cancel.clone()));
-        let keeper = SigningKeyKeeper {
+        let keeper = CaKeeper {
             identity: identity.clone(),
             cluster: cluster.clone(),
             interval: Duration::from_secs(2),

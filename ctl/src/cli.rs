@@ -285,6 +285,31 @@ pub(crate) enum CertVerb {
         #[arg(long, default_value = "")]
         reason: String,
     },
+    /// The cluster CA and its rotation: introduce a new CA, switch to it, retire the old one
+    /// (docs/operations.md, "Rotating the cluster CA").
+    #[command(subcommand)]
+    Ca(CaVerb),
+}
+
+#[derive(Subcommand, Debug)]
+pub(crate) enum CaVerb {
+    /// The trusted CAs, which one signs, the members that have not installed every CA, and the
+    /// certificates in use from a CA that no longer signs.
+    Status,
+    /// Write the trust bundle (every trusted CA, PEM) to FILE, or to stdout: what gpuctl's
+    /// ca_file and every other client should trust.
+    Bundle {
+        #[arg(long)]
+        out: Option<std::path::PathBuf>,
+    },
+    /// Step 1: make a new CA and trust it beside the signing one (send it to a voter).
+    Introduce,
+    /// Step 2: sign with the introduced CA from now on; every agent renews its certificate at
+    /// once. Refused until every member has installed the new CA (send it to a voter).
+    Switch,
+    /// Step 3: trust the old CA no more. Refused while a certificate in use chains to it. With
+    /// the key id of an introduced CA, calls the rotation off instead.
+    Retire { key_id: Option<String> },
 }
 
 #[derive(Subcommand, Debug)]

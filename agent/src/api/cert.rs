@@ -1,4 +1,5 @@
-//! Public `CertService`: the certificates the cluster CA issued, and revocation by serial.
+//! Public `CertService`: the certificates the cluster CA issued, revocation by serial, and the
+//! CA rotation (`cert_ca.rs`).
 
 use gpu_proto::v1 as pb;
 use gpu_proto::v1::cert_service_server::CertService;
@@ -26,6 +27,7 @@ fn view(c: &CertRecord) -> pb::CertificateRecord {
         issued_at_ms: c.issued_at_ms,
         revoked: c.revoked,
         revoked_reason: c.revoked_reason.clone(),
+        issuer: c.issuer.clone(),
     }
 }
 
@@ -73,6 +75,35 @@ impl CertService for CertApi {
             cert_pem,
             ca_cert_pem,
         }))
+    }
+
+    async fn get_ca_status(
+        &self,
+        req: Request<pb::GetCaStatusRequest>,
+    ) -> Result<Response<pb::CaStatus>, Status> {
+        self.auth
+            .check(&req, "cert.ca.status", "cert/ca", Action::ManageNodes)
+            .await?;
+        self.cluster.linearizable_read().await?;
+        Ok(Response::new(self.ca_status()?))
+    }
+
+    async fn rotate_ca(
+        &self,
+        req: Request<pb::RotateCaRequest>,
+    ) -> Result<Response<pb::CaStatus>, Status> {
+        let step = req.get_ref().step();
+        let caller = self
+            .auth
+            .check(
+                &req,
+                "cert.ca.rotate",
+                &format!("cert/ca/{}", step.as_str_name()),
+                Action::RotateCa,
+            )
+            .await?;
+        let key_id = req.into_inner().key_id;
+        Ok(Response::new(self.rotate(step, &key_id, &caller).await?))
     }
 
     async fn revoke_certificate(

@@ -6,6 +6,7 @@ pub(crate) mod alert;
 pub(crate) mod audit;
 pub mod auth;
 pub(crate) mod cert;
+mod cert_ca;
 pub(crate) mod cluster;
 pub mod from_proto;
 pub(crate) mod gpu;

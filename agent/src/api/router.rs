@@ -104,11 +104,7 @@ pub(crate) async fn serve(listener: TcpListener, s: Services, cancel: Cancellati
 }
 
 fn server_tls(identity: &TlsIdentity) -> anyhow::Result<Arc<rustls::ServerConfig>> {
-    let ca = identity
-        .current()
-        .map(|t| t.ca_cert_pem)
-        .unwrap_or_default();
-    crate::tls::server::server_config(&ca, identity.slot.clone())
+    crate::tls::server::server_config(identity.slot.clone())
 }
 
 /// The server's limits against hostile or broken clients and dead peers.

@@ -41,7 +41,8 @@ pub(crate) fn rejected(r: Rejection) -> Status {
         Rejection::TooManyPending { .. } => Status::resource_exhausted(r.to_string()),
         Rejection::JobFinished { .. }
         | Rejection::Stale { .. }
-        | Rejection::AccountChanged { .. } => Status::failed_precondition(r.to_string()),
+        | Rejection::AccountChanged { .. }
+        | Rejection::NotNow { .. } => Status::failed_precondition(r.to_string()),
     }
 }
 
@@ -84,7 +85,7 @@ impl From<IssueError> for Status {
     fn from(e: IssueError) -> Self {
         match e {
             IssueError::Refused(why) => Status::invalid_argument(why),
-            IssueError::NotASigner => Status::unavailable(e.to_string()),
+            IssueError::NotASigner | IssueError::NotTakenUp => Status::unavailable(e.to_string()),
             IssueError::NotRecorded(e) => e.into(),
         }
     }

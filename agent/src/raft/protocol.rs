@@ -29,9 +29,10 @@ pub const HEADER_MAX: &str = "x-gpumesh-protocol-max";
 /// enrolments counted against their join token (`gpu_raft_store::PROTOCOL_5`), and forwarded
 /// writes carrying their caller's credential (`CREDENTIALS_FORWARDED`); 6: signed audit heads
 /// (`gpu_raft_store::PROTOCOL_6`); 7: the live run's phase (`Command::ReportRunPhase`,
-/// `gpu_raft_store::PROTOCOL_7`).
-pub const PROTOCOL_VERSION: u32 = 7;
-const _: () = assert!(PROTOCOL_VERSION >= gpu_raft_store::PROTOCOL_7);
+/// `gpu_raft_store::PROTOCOL_7`); 8: CA rotation and the issuer of recorded certificates
+/// (`gpu_raft_store::PROTOCOL_8`).
+pub const PROTOCOL_VERSION: u32 = 8;
+const _: () = assert!(PROTOCOL_VERSION >= gpu_raft_store::PROTOCOL_8);
 /// The first version whose agents forward their callers' credentials with their writes.
 pub const CREDENTIALS_FORWARDED: u32 = 5;
 /// The oldest version this build still speaks with a peer.

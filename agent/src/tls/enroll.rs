@@ -24,14 +24,17 @@ use tracing::{info, warn};
 use super::files::{NodeTls, TlsDir};
 use super::pki::{self, KeyedCert, Subject};
 use super::server::CertSlot;
+use super::signature;
 use crate::raft::peer_client::{PeerClients, with_deadline};
 use crate::raft::{Cluster, ClusterError, OnBehalf};
 
 /// The cluster CA lives this long.
-const CA_VALIDITY: Duration = Duration::from_secs(10 * 365 * 86_400);
+pub(crate) const CA_VALIDITY: Duration = Duration::from_secs(10 * 365 * 86_400);
 /// Client certificates (people and tools) live this long; agents renew their own far sooner.
 pub(crate) const CLIENT_VALIDITY: Duration = Duration::from_secs(365 * 86_400);
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often the renewer looks whether its certificate is due.
+const LOOK_AGAIN: Duration = Duration::from_secs(2);
 
 /// Why a certificate was not issued.
 #[derive(Debug, thiserror::Error)]
@@ -42,6 +45,9 @@ pub enum IssueError {
     /// This agent does not hold the CA key (it is not a signer, or not yet).
     #[error("this agent does not sign certificates (only voters hold the CA key)")]
     NotASigner,
+    /// The cluster switched to a new CA, whose key this agent has not taken up yet.
+    #[error("this agent has not taken up the cluster's new CA yet: ask again in a few seconds")]
+    NotTakenUp,
     /// Signed, but not recorded (so not handed out).
     #[error(transparent)]
     NotRecorded(#[from] ClusterError),
@@ -108,7 +114,15 @@ impl TlsIdentity {
         by: Option<OnBehalf>,
         enrolled_with: Option<String>,
     ) -> Result<String, IssueError> {
-        let (cert_pem, record) = self.sign(csr_pem, subject)?;
+        let signing = cluster
+            .state
+            .read(|s| s.ca.as_ref().map(|ca| ca.signing.clone()));
+        let (cert_pem, mut record) = self.sign(csr_pem, subject, signing.as_deref())?;
+        // Older agents would drop the issuer (`PROTOCOL_8`); once a rotation began, every
+        // member reads it.
+        if signing.is_none() && cluster.lowest_protocol() < gpu_raft_store::PROTOCOL_8 {
+            record.issuer.clear();
+        }
         let cmd = Command::RecordCertificate {
             cert: record,
             enrolled_with,
@@ -117,13 +131,24 @@ impl TlsIdentity {
         Ok(cert_pem)
     }
 
-    /// Sign `csr_pem` for `subject` with the cluster CA; also returns the record to replicate.
-    /// Agents get `validity`, clients a year.
-    fn sign(&self, csr_pem: &str, subject: &Subject) -> Result<(String, CertRecord), IssueError> {
+    /// Sign `csr_pem` for `subject` with the signing CA (key id `signing`, when the cluster
+    /// names one: a CA rotation began); also returns the record to replicate. Agents get
+    /// `validity`, clients a year.
+    fn sign(
+        &self,
+        csr_pem: &str,
+        subject: &Subject,
+        signing: Option<&str>,
+    ) -> Result<(String, CertRecord), IssueError> {
         let ca = self
             .current()
             .and_then(|tls| tls.signing_ca())
             .ok_or(IssueError::NotASigner)?;
+        let issuer =
+            signature::key_id(&ca.cert_pem).map_err(|e| IssueError::Refused(e.to_string()))?;
+        if signing.is_some_and(|want| want != issuer) {
+            return Err(IssueError::NotTakenUp);
+        }
         let now = SystemTime::now();
         let validity = match subject {
             Subject::Node(_) => self.validity,
@@ -139,6 +164,7 @@ impl TlsIdentity {
             issued_at_ms: ms(now),
             revoked: false,
             revoked_reason: String::new(),
+            issuer,
         };
         Ok((cert, record))
     }
@@ -160,23 +186,27 @@ impl TlsIdentity {
     /// without it, so the key file is gone from disk too.
     pub fn drop_ca_key(&self) -> anyhow::Result<()> {
         let tls = self.current().context("no TLS material yet")?;
-        self.install(NodeTls {
-            ca_key_pem: None,
-            ..tls
-        })
+        self.install(NodeTls::keyless(tls.ca_cert_pem, tls.node))
     }
 
-    /// Keep the CA key a signer handed us (this agent became a voter), once checked against
-    /// our CA certificate.
-    pub fn adopt_ca_key(&self, key_pem: String) -> anyhow::Result<()> {
+    /// Keep the CA key a signer handed us (this agent became a voter, or the CA it holds the
+    /// key of no longer signs), once checked: it must be the key of the CA `signing` names
+    /// (its key id), or without a rotation, of one our trust bundle holds.
+    pub fn adopt_ca_key(&self, key_pem: String, signing: Option<&str>) -> anyhow::Result<()> {
         let tls = self.current().context("no TLS material yet")?;
-        if !pki::key_matches(&tls.ca_cert_pem, &key_pem) {
-            bail!("the key we were handed is not our CA's");
-        }
-        self.install(NodeTls {
+        let adopted = NodeTls {
             ca_key_pem: Some(key_pem),
             ..tls
-        })
+        };
+        let ca = adopted
+            .signing_ca()
+            .context("the key we were handed is not the key of a CA we trust")?;
+        if let Some(want) = signing
+            && signature::key_id(&ca.cert_pem)? != want
+        {
+            bail!("the key we were handed is not the signing CA's ({want})");
+        }
+        self.install(adopted)
     }
 }
 
@@ -186,9 +216,8 @@ pub(crate) fn bootstrap(node_id: NodeId, validity: Duration) -> anyhow::Result<N
     let ca = pki::new_ca(now, CA_VALIDITY)?;
     let node = pki::issue(&ca, &Subject::Node(node_id), now, validity)?;
     Ok(NodeTls {
-        ca_cert_pem: ca.cert_pem,
         ca_key_pem: Some(ca.key_pem),
-        node,
+        ..NodeTls::keyless(ca.cert_pem, node)
     })
 }
 
@@ -247,13 +276,13 @@ pub(crate) async fn join(
     bail!("no seed addresses to enrol through")
 }
 
-/// Check that an answer is a certificate for `want`; keep `ca_key_pem` (a signer's own, on
-/// renewal), whatever the answer carries.
+/// Check that an answer is a certificate for `want`. On renewal (`ours`), only the
+/// certificate changes: the CAs we trust and hold keys of stay ours.
 fn accept(
     reply: IssueCertificateResponse,
     key_pem: String,
     want: Subject,
-    ca_key_pem: Option<String>,
+    ours: Option<NodeTls>,
 ) -> anyhow::Result<NodeTls> {
     let info = pki::inspect_pem(&reply.cert_pem).context("the certificate we were given")?;
     if info.subject != want {
@@ -262,13 +291,15 @@ fn accept(
             info.subject
         );
     }
-    Ok(NodeTls {
-        ca_cert_pem: reply.ca_cert_pem,
-        ca_key_pem,
-        node: KeyedCert {
-            cert_pem: reply.cert_pem,
-            key_pem,
-        },
+    let node = KeyedCert {
+        cert_pem: reply.cert_pem,
+        key_pem,
+    };
+    // A renewal keeps what we trust: the replicated CA set decides that (`ca_keeper.rs`), not
+    // the peer that answered, which may not have caught up with it.
+    Ok(match ours {
+        Some(ours) => NodeTls { node, ..ours },
+        None => NodeTls::keyless(reply.ca_cert_pem, node),
     })
 }
 
@@ -278,6 +309,9 @@ pub(crate) struct Renewer {
     pub node_id: NodeId,
     /// Where to ask: the members' addresses, read fresh each time.
     pub peers_of: Arc<dyn Fn() -> Vec<String> + Send + Sync>,
+    /// Whether a certificate (PEM) is from a CA that no longer signs (after a CA rotation's
+    /// switch): then it is renewed at once.
+    pub from_old_ca: Arc<dyn Fn(&str) -> bool + Send + Sync>,
 }
 
 impl Renewer {
@@ -285,7 +319,8 @@ impl Renewer {
         // After a failed attempt, wait longer before the next (peers may all be down).
         let mut floor = Duration::from_secs(1);
         loop {
-            let wait = self.time_until_due().unwrap_or(Duration::from_secs(60));
+            // Look again within `LOOK_AGAIN` at most: a CA switch makes the renewal due at once.
+            let wait = self.time_until_due().unwrap_or(LOOK_AGAIN).min(LOOK_AGAIN);
             tokio::select! {
                 () = cancel.cancelled() => return,
                 () = tokio::time::sleep(wait.max(floor)) => {}
@@ -310,6 +345,9 @@ impl Renewer {
     fn time_until_due(&self) -> Option<Duration> {
         let tls = self.identity.current()?;
         let info = pki::inspect_pem(&tls.node.cert_pem).ok()?;
+        if (self.from_old_ca)(&tls.node.cert_pem) {
+            return Some(Duration::ZERO);
+        }
         let renew_at = info.not_after.checked_sub(self.identity.validity / 3)?;
         Some(
             renew_at
@@ -334,7 +372,7 @@ impl Renewer {
             };
             match answer {
                 Ok(reply) => {
-                    let ours = self.identity.current().and_then(|t| t.ca_key_pem);
+                    let ours = self.identity.current();
                     let tls = accept(
                         reply.into_inner(),
                         key_pem,
@@ -352,7 +390,7 @@ impl Renewer {
     }
 }
 
-fn ms(t: SystemTime) -> u64 {
+pub(crate) fn ms(t: SystemTime) -> u64 {
     t.duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }

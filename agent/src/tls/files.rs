@@ -1,6 +1,8 @@
-//! The agent's TLS material on disk, `<data_dir>/tls/`: `ca.crt`, `node.crt`, `node.key`, and
-//! on the agents that sign certificates (the voters) `ca.key`. Keys are written 0600
-//! (atomically: temp file, fsync, rename) and refused when other users could read them.
+//! The agent's TLS material on disk, `<data_dir>/tls/`: `ca.crt` (the CAs it trusts: one, or
+//! two while the CA is rotated), `node.crt`, `node.key`, and on the agents that sign
+//! certificates (the voters) `ca.key`, the signing CA's key, and during a rotation
+//! `ca.next.key`, the introduced CA's. Keys are written 0600 (atomically: temp file, fsync,
+//! rename) and refused when other users could read them.
 
 use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
@@ -10,31 +12,74 @@ use anyhow::{Context, bail};
 
 use gpu_proto::tls::{read_public, read_secret};
 
-use super::pki::KeyedCert;
+use super::pki::{self, KeyedCert};
+use super::signature;
 
 /// Everything an agent needs to speak TLS as itself, and to sign when it is a signer.
 #[derive(Clone)]
 pub struct NodeTls {
+    /// The CA certificates this agent trusts (PEM): the cluster's CA, or two while it is
+    /// rotated.
     pub ca_cert_pem: String,
-    /// The CA's private key: on the agents that sign certificates (voters), none elsewhere.
+    /// The signing CA's private key: on the agents that sign certificates (voters), none
+    /// elsewhere.
     pub ca_key_pem: Option<String>,
+    /// The private key of a CA introduced to replace the signing one (voters, during a
+    /// rotation).
+    pub next_ca_key_pem: Option<String>,
     pub node: KeyedCert,
 }
 
 impl NodeTls {
-    /// The CA with its key, when this agent holds the key.
-    pub fn signing_ca(&self) -> Option<KeyedCert> {
-        self.ca_key_pem.as_ref().map(|key_pem| KeyedCert {
-            cert_pem: self.ca_cert_pem.clone(),
-            key_pem: key_pem.clone(),
-        })
+    /// Material without CA keys (a learner's, an edge agent's, a joiner's).
+    pub fn keyless(ca_cert_pem: String, node: KeyedCert) -> Self {
+        Self {
+            ca_cert_pem,
+            ca_key_pem: None,
+            next_ca_key_pem: None,
+            node,
+        }
     }
+
+    /// The signing CA with its key, when this agent holds the key.
+    pub fn signing_ca(&self) -> Option<KeyedCert> {
+        self.ca_key_pem
+            .as_ref()
+            .and_then(|key| keyed(&self.ca_cert_pem, key))
+    }
+
+    /// The introduced CA with its key, when this agent holds the key.
+    pub fn next_ca(&self) -> Option<KeyedCert> {
+        self.next_ca_key_pem
+            .as_ref()
+            .and_then(|key| keyed(&self.ca_cert_pem, key))
+    }
+
+    /// The key ids of the CAs this agent trusts.
+    pub fn trusted_key_ids(&self) -> std::collections::BTreeSet<String> {
+        pki::certs_in(&self.ca_cert_pem)
+            .iter()
+            .filter_map(|pem| signature::key_id(pem).ok())
+            .collect()
+    }
+}
+
+/// The certificate of `bundle` that `key_pem` is the key of, with the key.
+fn keyed(bundle: &str, key_pem: &str) -> Option<KeyedCert> {
+    pki::certs_in(bundle)
+        .into_iter()
+        .find(|cert| pki::key_matches(cert, key_pem))
+        .map(|cert_pem| KeyedCert {
+            cert_pem,
+            key_pem: key_pem.to_owned(),
+        })
 }
 
 impl std::fmt::Debug for NodeTls {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("NodeTls")
             .field("signer", &self.ca_key_pem.is_some())
+            .field("next_ca_key", &self.next_ca_key_pem.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -74,10 +119,14 @@ impl TlsDir {
                 self.dir.display()
             );
         }
-        let ca_key = self.dir.join("ca.key");
+        let key = |name: &str| {
+            let path = self.dir.join(name);
+            path.exists().then(|| read_secret(&path)).transpose()
+        };
         Ok(Some(NodeTls {
             ca_cert_pem: read_public(&paths[0])?,
-            ca_key_pem: ca_key.exists().then(|| read_secret(&ca_key)).transpose()?,
+            ca_key_pem: key("ca.key")?,
+            next_ca_key_pem: key("ca.next.key")?,
             node: KeyedCert {
                 cert_pem: read_public(&paths[1])?,
                 key_pem: read_secret(&paths[2])?,
@@ -98,6 +147,9 @@ impl TlsDir {
         write_file(&new.join("ca.crt"), &tls.ca_cert_pem, 0o644)?;
         if let Some(key) = &tls.ca_key_pem {
             write_file(&new.join("ca.key"), key, 0o600)?;
+        }
+        if let Some(key) = &tls.next_ca_key_pem {
+            write_file(&new.join("ca.next.key"), key, 0o600)?;
         }
         write_file(&new.join("node.key"), &tls.node.key_pem, 0o600)?;
         write_file(&new.join("node.crt"), &tls.node.cert_pem, 0o644)?;
@@ -178,9 +230,8 @@ mod tests {
         )
         .expect("node");
         let signer = NodeTls {
-            ca_cert_pem: ca.cert_pem.clone(),
             ca_key_pem: Some(ca.key_pem.clone()),
-            node: node.clone(),
+            ..NodeTls::keyless(ca.cert_pem.clone(), node.clone())
         };
         // Without the CA key (a learner): no ca.key, and it loads as such.
         tls_dir
@@ -196,7 +247,26 @@ mod tests {
         let loaded = tls_dir.load().expect("load").expect("present");
         assert!(loaded.node.cert_pem.contains("BEGIN CERTIFICATE"));
         assert_eq!(loaded.ca_key_pem.as_deref(), Some(ca.key_pem.as_str()));
-        for key in ["ca.key", "node.key"] {
+        assert!(loaded.next_ca_key_pem.is_none());
+
+        // During a rotation: two CAs trusted, the next one's key kept beside the signing one.
+        let next = pki::new_ca(now, std::time::Duration::from_secs(3600)).expect("next ca");
+        tls_dir
+            .store(&NodeTls {
+                ca_cert_pem: format!("{}{}", ca.cert_pem, next.cert_pem),
+                next_ca_key_pem: Some(next.key_pem.clone()),
+                ..signer.clone()
+            })
+            .expect("store");
+        let loaded = tls_dir.load().expect("load").expect("present");
+        assert_eq!(loaded.trusted_key_ids().len(), 2);
+        let signing = loaded.signing_ca().expect("signing");
+        assert_eq!(signing.cert_pem.trim(), ca.cert_pem.trim());
+        assert_eq!(
+            loaded.next_ca().expect("next").cert_pem.trim(),
+            next.cert_pem.trim()
+        );
+        for key in ["ca.key", "ca.next.key", "node.key"] {
             let mode = std::fs::metadata(tls_dir.dir.join(key))
                 .expect("stat")
                 .permissions()

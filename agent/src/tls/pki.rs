@@ -84,11 +84,20 @@ pub struct CertInfo {
     pub not_after: SystemTime,
 }
 
-/// A new self-signed cluster CA.
+/// A new self-signed cluster CA. Its name carries the day it was made, so that the CAs
+/// trusted side by side during a rotation have names of their own.
 pub fn new_ca(now: SystemTime, validity: Duration) -> Result<KeyedCert, PkiError> {
     let key = KeyPair::generate()?;
     let mut params = CertificateParams::default();
-    params.distinguished_name = name("gpumesh cluster CA");
+    let made = time::OffsetDateTime::from(now);
+    // The key id's first 8 hex digits (`signature::key_id`).
+    let tag = hex::encode(&Sha256::digest(key.public_key_raw())[..4]);
+    params.distinguished_name = name(&format!(
+        "gpumesh cluster CA {}-{:02}-{:02} {tag}",
+        made.year(),
+        u8::from(made.month()),
+        made.day()
+    ));
     params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
     params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
     set_validity(&mut params, now, validity);
@@ -167,6 +176,39 @@ pub fn inspect_pem(pem: &str) -> Result<CertInfo, PkiError> {
     inspect(&first_der(pem)?)
 }
 
+/// Whether the CA of `ca_pem` signed the certificate `cert_pem`.
+pub fn issued_by(cert_pem: &str, ca_pem: &str) -> bool {
+    use x509_parser::prelude::*;
+    let (Ok(cert), Ok(ca)) = (first_der(cert_pem), first_der(ca_pem)) else {
+        return false;
+    };
+    match (
+        X509Certificate::from_der(&cert),
+        X509Certificate::from_der(&ca),
+    ) {
+        (Ok((_, cert)), Ok((_, ca))) => cert.verify_signature(Some(ca.public_key())).is_ok(),
+        _ => false,
+    }
+}
+
+/// A CA certificate's common name and expiry.
+pub fn describe_ca(cert_pem: &str) -> Result<(String, SystemTime), PkiError> {
+    use x509_parser::prelude::*;
+    let der = first_der(cert_pem)?;
+    let (_, cert) = X509Certificate::from_der(&der).map_err(|e| PkiError::Parse(e.to_string()))?;
+    let name = cert
+        .subject()
+        .iter_common_name()
+        .next()
+        .and_then(|cn| cn.as_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    let not_after = u64::try_from(cert.validity().not_after.timestamp())
+        .map(|s| SystemTime::UNIX_EPOCH + Duration::from_secs(s))
+        .unwrap_or(SystemTime::UNIX_EPOCH);
+    Ok((name, not_after))
+}
+
 /// Whether `key_pem` is the private key of the certificate `cert_pem` (a CA key handed to a
 /// new signer is checked before it is kept).
 pub fn key_matches(cert_pem: &str, key_pem: &str) -> bool {
@@ -185,6 +227,24 @@ pub fn key_matches(cert_pem: &str, key_pem: &str) -> bool {
 /// SHA-256 of a certificate's DER, hex: how operators pin a CA.
 pub fn fingerprint(pem: &str) -> Result<String, PkiError> {
     Ok(hex::encode(Sha256::digest(first_der(pem)?)))
+}
+
+/// Each certificate of a PEM bundle (a trust bundle holds one CA, or two while the CA is
+/// rotated), as PEM text of its own.
+pub fn certs_in(bundle: &str) -> Vec<String> {
+    const BEGIN: &str = "-----BEGIN CERTIFICATE-----";
+    const END: &str = "-----END CERTIFICATE-----";
+    let mut certs = Vec::new();
+    let mut rest = bundle;
+    while let Some(start) = rest.find(BEGIN) {
+        let Some(len) = rest[start..].find(END) else {
+            break;
+        };
+        let end = start + len + END.len();
+        certs.push(format!("{}\n", &rest[start..end]));
+        rest = &rest[end..];
+    }
+    certs
 }
 
 fn first_der(pem: &str) -> Result<Vec<u8>, PkiError> {

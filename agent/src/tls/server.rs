@@ -1,5 +1,5 @@
 //! The agent's TLS listener. Connections are accepted here (not by tonic) so that the
-//! certificate can be replaced at run time (rotation) and so that a client without a
+//! certificate and the trusted CAs can be replaced at run time (renewal, CA rotation) and so that a client without a
 //! certificate can still complete a handshake for the one call that gives it one: whether a
 //! request may proceed without a certificate is decided per RPC (`api::auth::peer`), not here.
 //! A handshake that does not finish in time is dropped; plaintext and HTTP/1.1 fail it.
@@ -11,11 +11,15 @@ use std::time::Duration;
 
 use anyhow::Context;
 use futures::Stream;
+use rustls::client::danger::HandshakeSignatureValid;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
-use rustls::{RootCertStore, ServerConfig};
+use rustls::{
+    DigitallySignedStruct, DistinguishedName, RootCertStore, ServerConfig, SignatureScheme,
+};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, mpsc};
 use tokio_rustls::TlsAcceptor;
@@ -39,26 +43,113 @@ pub(crate) fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
-/// The certificate this agent presents; empty until it has one (a joining agent).
+/// The certificate this agent presents, and the CAs whose client certificates it accepts;
+/// empty until it has them (a joining agent). Both are replaced in place (a renewal, a CA
+/// rotation) for the next handshake on.
 #[derive(Debug, Default)]
 pub struct CertSlot {
     current: RwLock<Option<Arc<CertifiedKey>>>,
+    trust: Arc<TrustSlot>,
 }
 
 impl CertSlot {
-    /// Present `node` (with the CA certificate as its chain) from the next handshake on.
-    pub fn set(&self, node: &KeyedCert, ca_cert_pem: &str) -> anyhow::Result<()> {
+    /// Present `node` and accept clients of the CAs of `ca_bundle_pem` from the next handshake
+    /// on.
+    pub fn set(&self, node: &KeyedCert, ca_bundle_pem: &str) -> anyhow::Result<()> {
         let key = PrivateKeyDer::from_pem_slice(node.key_pem.as_bytes())
             .context("reading the node key")?;
         let signer = rustls::crypto::ring::sign::any_supported_type(&key)
             .context("the node key is of an unsupported type")?;
-        let chain = vec![cert_der(&node.cert_pem)?, cert_der(ca_cert_pem)?];
-        let certified = CertifiedKey::new(chain, signer);
+        let certified = CertifiedKey::new(vec![cert_der(&node.cert_pem)?], signer);
         certified.keys_match().map_err(|e| {
             anyhow::anyhow!("the node key does not belong to the node certificate: {e}")
         })?;
+        let verifier = client_verifier(ca_bundle_pem)?;
         *self.current.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(certified));
+        *self
+            .trust
+            .current
+            .write()
+            .unwrap_or_else(|p| p.into_inner()) = Some(verifier);
         Ok(())
+    }
+}
+
+/// Client certificates verified against every CA of `bundle_pem`; clients without one pass
+/// the handshake (each RPC decides whether it needs one).
+fn client_verifier(bundle_pem: &str) -> anyhow::Result<Arc<dyn ClientCertVerifier>> {
+    let mut roots = RootCertStore::empty();
+    for pem in super::pki::certs_in(bundle_pem) {
+        roots.add(cert_der(&pem)?).context("a CA certificate")?;
+    }
+    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
+        .allow_unauthenticated()
+        .build()
+        .context("building the client certificate verifier")
+}
+
+/// The client certificate verifier of the moment (`CertSlot::set`).
+#[derive(Debug, Default)]
+struct TrustSlot {
+    current: RwLock<Option<Arc<dyn ClientCertVerifier>>>,
+}
+
+impl TrustSlot {
+    fn get(&self) -> Result<Arc<dyn ClientCertVerifier>, rustls::Error> {
+        self.current
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .ok_or_else(|| rustls::Error::General("this agent trusts no CA yet".into()))
+    }
+}
+
+impl ClientCertVerifier for TrustSlot {
+    fn offer_client_auth(&self) -> bool {
+        true
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        false
+    }
+
+    /// No hints: the CAs change at run time, and our clients hold one certificate each.
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        &[]
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        self.get()?
+            .verify_client_cert(end_entity, intermediates, now)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.get()?.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.get()?.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        provider()
+            .signature_verification_algorithms
+            .supported_schemes()
     }
 }
 
@@ -75,23 +166,12 @@ pub(crate) fn cert_der(pem: &str) -> anyhow::Result<CertificateDer<'static>> {
     CertificateDer::from_pem_slice(pem.as_bytes()).context("reading a PEM certificate")
 }
 
-/// TLS 1.2+ with h2, client certificates verified against the cluster CA when presented.
-pub(crate) fn server_config(
-    ca_cert_pem: &str,
-    slot: Arc<CertSlot>,
-) -> anyhow::Result<Arc<ServerConfig>> {
-    let mut roots = RootCertStore::empty();
-    roots
-        .add(cert_der(ca_cert_pem)?)
-        .context("the CA certificate")?;
-    let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
-        .allow_unauthenticated()
-        .build()
-        .context("building the client certificate verifier")?;
+/// TLS 1.2+ with h2, client certificates verified against the cluster's CAs when presented.
+pub(crate) fn server_config(slot: Arc<CertSlot>) -> anyhow::Result<Arc<ServerConfig>> {
     let mut config = ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .context("TLS protocol versions")?
-        .with_client_cert_verifier(verifier)
+        .with_client_cert_verifier(slot.trust.clone())
         .with_cert_resolver(slot);
     config.alpn_protocols = vec![b"h2".to_vec()];
     Ok(Arc::new(config))

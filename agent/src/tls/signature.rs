@@ -43,12 +43,19 @@ pub struct TrustedSigners {
 }
 
 impl TrustedSigners {
-    /// Trust the CA of each certificate; one that does not parse is refused with why.
+    /// Trust the CA of each certificate (a PEM text may hold several, a trust bundle); one
+    /// that does not parse is refused with why.
     pub fn of<'a>(cert_pems: impl IntoIterator<Item = &'a str>) -> Result<Self, PkiError> {
         let mut keys = BTreeMap::new();
         for pem in cert_pems {
-            let key = public_key(pem)?;
-            keys.insert(hex::encode(Sha256::digest(&key)), key);
+            let certs = super::pki::certs_in(pem);
+            if certs.is_empty() {
+                public_key(pem)?;
+            }
+            for cert in certs {
+                let key = public_key(&cert)?;
+                keys.insert(hex::encode(Sha256::digest(&key)), key);
+            }
         }
         Ok(Self { keys })
     }

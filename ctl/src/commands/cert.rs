@@ -2,7 +2,8 @@
 //!
 //! JSON (stable): a certificate is `{"serial", "subject" ("node 3", "client admin", or "" for a
 //! revoked serial the cluster never issued), "not_after_ms", "issued_at_ms", "revoked",
-//! "revoked_reason"}`; both verbs print an array of them.
+//! "revoked_reason", "issuer" (the signing CA's key id; "" before the first CA rotation)}`;
+//! both verbs print an array of them.
 
 use gpu_proto::v1 as pb;
 use gpu_proto::v1::cert_service_client::CertServiceClient;
@@ -17,6 +18,7 @@ pub(crate) async fn run(ctx: &Ctx, verb: CertVerb) -> Result<Answer, Failure> {
     let new = CertServiceClient::new;
     let certs = match verb {
         CertVerb::Request { out_dir } => return request(ctx, &out_dir).await,
+        CertVerb::Ca(verb) => return super::cert_ca::run(ctx, verb).await,
         CertVerb::List => {
             let req = pb::ListCertificatesRequest {};
             ctx.call(new, req, async |mut c, r| c.list_certificates(r).await)
@@ -92,6 +94,7 @@ fn cert_json(c: &pb::CertificateRecord) -> Value {
         "issued_at_ms": c.issued_at_ms,
         "revoked": c.revoked,
         "revoked_reason": c.revoked_reason,
+        "issuer": c.issuer,
     })
 }
 
@@ -117,7 +120,7 @@ fn certs_table(certs: &[pb::CertificateRecord]) -> String {
 }
 
 /// Time left until `not_after_ms`, roughly.
-fn expiry(not_after_ms: u64) -> String {
+pub(super) fn expiry(not_after_ms: u64) -> String {
     if not_after_ms == 0 {
         return "-".into();
     }

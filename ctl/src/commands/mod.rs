@@ -4,6 +4,7 @@ mod account;
 pub(crate) mod alert;
 pub(crate) mod audit;
 pub(crate) mod cert;
+mod cert_ca;
 pub(crate) mod cluster;
 pub(crate) mod debug;
 pub(crate) mod gpu;

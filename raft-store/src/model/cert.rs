@@ -20,6 +20,10 @@ pub struct CertRecord {
     pub revoked: bool,
     #[serde(default)]
     pub revoked_reason: String,
+    /// The key id of the CA that signed it; empty for certificates recorded before the first
+    /// CA rotation (the cluster's first CA signed them) and by agents older than protocol 8.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub issuer: String,
 }
 
 /// A serial as certificates carry it: 1–20 bytes of lower-case hex.

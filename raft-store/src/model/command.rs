@@ -12,6 +12,7 @@ use crate::model::account::Account;
 use crate::model::alert::{AlertRule, Remediation, Severity};
 use crate::model::audit::{RequestMeta, SignedHead};
 use crate::model::auth::TokenRecord;
+use crate::model::ca::{CaCert, ResealedCredential};
 use crate::model::energy::EnergyReport;
 use crate::model::job::{JobSpec, Outcome};
 use crate::model::node::{EdgeTerms, Inventory, NodeStatus};
@@ -257,6 +258,30 @@ pub enum Command {
     SignAuditHead {
         head: SignedHead,
     },
+    /// Trust CA `next` beside the signing CA `current` (named, so that the state holds it from
+    /// the first rotation on); `sealed_key` is `next`'s private key sealed under `current`'s.
+    /// Only protocol 8 agents read it (and the three below).
+    IntroduceCa {
+        current: CaCert,
+        next: CaCert,
+        sealed_key: String,
+    },
+    /// Sign with the introduced CA `key_id` from now on; `resealed` are the registry logins
+    /// sealed under the old CA's key, sealed again under the new one's.
+    SwitchCa {
+        key_id: String,
+        #[serde(default)]
+        resealed: Vec<ResealedCredential>,
+    },
+    /// Trust CA `key_id` no more (or, for a CA introduced but not switched to, call it off).
+    RetireCa {
+        key_id: String,
+    },
+    /// The CAs agent `node` has installed (trusts), by key id.
+    ReportTrust {
+        node: NodeId,
+        key_ids: BTreeSet<String>,
+    },
 }
 
 /// The internal protocol version that added `Batch`, `SetGpuPartition`, `BindSlices` and sliced
@@ -284,6 +309,11 @@ pub const PROTOCOL_6: u32 = 6;
 /// (`SetRegistryCredential`): an older agent cannot read them.
 pub const PROTOCOL_7: u32 = 7;
 
+/// The internal protocol version that added CA rotation (`IntroduceCa`, `SwitchCa`,
+/// `RetireCa`, `ReportTrust`) and the issuing CA of a recorded certificate
+/// (`CertRecord::issuer`, which an older agent would drop): an older agent cannot read them.
+pub const PROTOCOL_8: u32 = 8;
+
 /// The internal protocol version that added container jobs (`JobSpec::container`) and tenants'
 /// allowed mounts: an older agent would run a container job's command on the host.
 pub const PROTOCOL_4: u32 = 4;
@@ -296,6 +326,11 @@ impl Command {
             Command::Batch { .. }
             | Command::SetGpuPartition { .. }
             | Command::BindSlices { .. } => PROTOCOL_2,
+            Command::IntroduceCa { .. }
+            | Command::SwitchCa { .. }
+            | Command::RetireCa { .. }
+            | Command::ReportTrust { .. } => PROTOCOL_8,
+            Command::RecordCertificate { cert, .. } if !cert.issuer.is_empty() => PROTOCOL_8,
             Command::ReportRunPhase { .. }
             | Command::ReportImages { .. }
             | Command::SetRegistryCredential { .. } => PROTOCOL_7,
@@ -472,6 +507,25 @@ impl fmt::Display for Command {
             Command::RevokeCertificate { serial, .. } => {
                 write!(f, "certificate revoke {serial}")
             }
+            Command::IntroduceCa { current, next, .. } => write!(
+                f,
+                "ca introduce {} beside {}",
+                short(&next.key_id),
+                short(&current.key_id)
+            ),
+            Command::SwitchCa { key_id, resealed } => write!(
+                f,
+                "ca switch to {} ({} logins resealed)",
+                short(key_id),
+                resealed.len()
+            ),
+            Command::RetireCa { key_id } => write!(f, "ca retire {}", short(key_id)),
+            Command::ReportTrust { node, key_ids } => {
+                write!(f, "trust n{node}:")?;
+                key_ids
+                    .iter()
+                    .try_for_each(|id| write!(f, " {}", short(id)))
+            }
             Command::AuditDenied { reason } => write!(f, "denied: {reason}"),
             Command::RecordAction { outcome } => write!(f, "action: {outcome}"),
             Command::NoteUnschedulable { reasons } => write!(f, "unschedulable x{}", reasons.len()),
@@ -541,6 +595,11 @@ impl fmt::Display for Command {
             }
         }
     }
+}
+
+/// The first 16 hex digits of a key id, as people read it.
+fn short(key_id: &str) -> &str {
+    key_id.get(..16).unwrap_or(key_id)
 }
 
 #[cfg(test)]
@@ -914,6 +973,7 @@ mod tests {
                     issued_at_ms: 1,
                     revoked: false,
                     revoked_reason: String::new(),
+                    issuer: String::new(),
                 },
                 enrolled_with: None,
             },
@@ -1288,6 +1348,7 @@ mod tests {
                 issued_at_ms: 1,
                 revoked: false,
                 revoked_reason: String::new(),
+                issuer: String::new(),
             },
             enrolled_with: Some("j1".into()),
         };

@@ -6,6 +6,7 @@ pub mod alert;
 mod apply;
 pub mod audit;
 pub mod auth;
+pub mod ca;
 pub mod cert;
 pub(crate) mod command;
 pub mod container;

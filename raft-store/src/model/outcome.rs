@@ -75,6 +75,9 @@ pub enum Rejection {
         "tenant {tenant} already has {cap} jobs pending, its cap: wait for some to start or ask an admin to raise it"
     )]
     TooManyPending { tenant: String, cap: u32 },
+    /// Not now: the cluster is not in a state where the command can take effect.
+    #[error("{message}")]
+    NotNow { message: String },
     #[error(
         "report for job j-{job} generation {generation} is stale (current generation {current}, {state})"
     )]

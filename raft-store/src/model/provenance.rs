@@ -17,7 +17,8 @@ impl ClusterState {
             | Command::GangMemberFinished { node: n, .. }
             | Command::RaiseAlert { node: n, .. }
             | Command::ResolveAlert { node: n, .. }
-            | Command::ReportImages { node: n, .. } => *n == node,
+            | Command::ReportImages { node: n, .. }
+            | Command::ReportTrust { node: n, .. } => *n == node,
             Command::RecordEnergy { report } => report.node == node,
             Command::JobStarted { job, .. }
             | Command::ReportRunPhase { job, .. }

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::model::alert::{Alert, AlertRule};
 use crate::model::audit::{self, AuditEntry, RequestMeta, SignedHead};
 use crate::model::auth::{Seat, TokenRecord};
+use crate::model::ca::CaSet;
 use crate::model::cert::CertRecord;
 use crate::model::command::{Command, LogEntry};
 use crate::model::energy::EnergyBook;
@@ -50,6 +51,9 @@ pub struct ClusterState {
     /// Certificates by serial: those the CA issued, and every revoked one.
     #[serde(default)]
     pub certificates: BTreeMap<String, CertRecord>,
+    /// The cluster CAs, once a rotation has begun (`ca.rs`); before, the CA each agent holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca: Option<CaSet>,
     /// The policy the leader schedules with.
     #[serde(default)]
     pub scheduler: SchedulerSettings,
@@ -203,6 +207,14 @@ impl ClusterState {
             Command::BindSlices { binds } => Ok(self.bind_slices(binds, now)),
             Command::RecordEnergy { report } => self.record_energy(report),
             Command::SignAuditHead { head } => self.sign_audit_head(head, now),
+            Command::IntroduceCa {
+                current,
+                next,
+                sealed_key,
+            } => self.introduce_ca(current, next, sealed_key, now),
+            Command::SwitchCa { key_id, resealed } => self.switch_ca(key_id, resealed, now),
+            Command::RetireCa { key_id } => self.retire_ca(key_id, now),
+            Command::ReportTrust { node, key_ids } => self.report_trust(*node, key_ids),
         }
     }
 

@@ -113,6 +113,9 @@ pub fn mark_restored(state: &mut ClusterState, header: &BackupHeader, now_ms: u6
         cert.revoked = true;
         cert.revoked_reason = RESTORED_AWAY.into();
     }
+    // The restored cluster has a CA of its own: the old cluster's CAs (and any rotation of
+    // them under way) are not its.
+    state.ca = None;
     let meta = RequestMeta {
         actor: "system:restore".into(),
         verb: "cluster.restore".into(),
@@ -297,6 +300,7 @@ mod tests {
                 issued_at_ms: 1,
                 revoked: false,
                 revoked_reason: String::new(),
+                issuer: String::new(),
             },
         );
         let bytes = encode(&s, "ab12", 17, 3, 1000);

@@ -120,6 +120,9 @@ fn rights_needed<'a>(state: &'a ClusterState, cmd: &'a Command) -> Result<Vec<Ac
         }
         Command::SetSchedulerPolicy { .. } => vec![Action::ManageScheduler],
         Command::SetRegistryCredential { .. } => vec![Action::ManageTenants],
+        Command::IntroduceCa { .. } | Command::SwitchCa { .. } | Command::RetireCa { .. } => {
+            vec![Action::RotateCa]
+        }
         Command::SetAlertRule { .. } | Command::DeleteAlertRule { .. } => {
             vec![Action::ManageAlerts]
         }

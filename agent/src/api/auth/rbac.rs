@@ -42,6 +42,8 @@ pub enum Action<'a> {
     Backup,
     /// Map tokens and tenants to the Unix accounts jobs run as: admins only.
     MapAccounts,
+    /// Rotate the cluster CA: admins only.
+    RotateCa,
 }
 
 impl Identity {
@@ -105,6 +107,7 @@ fn describe(action: Action<'_>) -> String {
         Action::ReadTenant(t) => format!("read tenant {t}"),
         Action::Backup => "back up the cluster state".into(),
         Action::MapAccounts => "map tokens or tenants to Unix accounts".into(),
+        Action::RotateCa => "rotate the cluster CA".into(),
     }
 }
 
@@ -133,6 +136,8 @@ mod tests {
             (&op, Action::ManageNodes, true),
             (&admin, Action::InjectNetworkFaults, true),
             (&op, Action::InjectNetworkFaults, false),
+            (&admin, Action::RotateCa, true),
+            (&op, Action::RotateCa, false),
             (&op, Action::ManageScheduler, true),
             (&admin, Action::ManageScheduler, true),
             (&ta, Action::ManageScheduler, false),

@@ -74,6 +74,7 @@ impl ClusterState {
                 issued_at_ms: 0,
                 revoked: false,
                 revoked_reason: String::new(),
+                issuer: String::new(),
             });
         record.revoked = true;
         record.revoked_reason = reason.to_owned();
@@ -166,6 +167,7 @@ mod tests {
             issued_at_ms: 10,
             revoked: false,
             revoked_reason: String::new(),
+            issuer: String::new(),
         };
         apply(
             s,

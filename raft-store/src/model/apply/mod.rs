@@ -5,6 +5,7 @@
 mod alerts;
 mod audit_heads;
 mod binds;
+mod ca;
 mod certificates;
 mod energy;
 mod gangs;
