@@ -306,10 +306,20 @@ pub(crate) enum CaVerb {
     Introduce,
     /// Step 2: sign with the introduced CA from now on; every agent renews its certificate at
     /// once. Refused until every member has installed the new CA (send it to a voter).
-    Switch,
+    Switch {
+        /// Do not wait for members the cluster declared Down (they must join anew after the
+        /// retire).
+        #[arg(long)]
+        skip_down: bool,
+    },
     /// Step 3: trust the old CA no more. Refused while a certificate in use chains to it. With
     /// the key id of an introduced CA, calls the rotation off instead.
-    Retire { key_id: Option<String> },
+    Retire {
+        key_id: Option<String>,
+        /// Do not wait for members the cluster declared Down to renew.
+        #[arg(long)]
+        skip_down: bool,
+    },
 }
 
 #[derive(Subcommand, Debug)]

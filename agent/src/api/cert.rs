@@ -102,8 +102,7 @@ impl CertService for CertApi {
                 Action::RotateCa,
             )
             .await?;
-        let key_id = req.into_inner().key_id;
-        Ok(Response::new(self.rotate(step, &key_id, &caller).await?))
+        Ok(Response::new(self.rotate(req.get_ref(), &caller).await?))
     }
 
     async fn revoke_certificate(

@@ -59,10 +59,10 @@ impl CertApi {
 
     pub(crate) async fn rotate(
         &self,
-        step: pb::CaStep,
-        key_id: &str,
+        req: &pb::RotateCaRequest,
         caller: &Caller,
     ) -> Result<pb::CaStatus, Status> {
+        let (step, key_id) = (req.step(), req.key_id.as_str());
         self.cluster.linearizable_read().await?;
         let tls = self
             .identity()?
@@ -78,13 +78,13 @@ impl CertApi {
                 let set = set.ok_or_else(|| {
                     Status::failed_precondition("no CA is introduced: introduce one first")
                 })?;
-                self.all_installed(&set)?;
+                self.all_installed(&set, req.skip_down)?;
                 rotation::switch(&tls, &set, &logins).map_err(refused)?
             }
             pb::CaStep::Retire => {
                 let key_id = retiring(set.as_ref(), key_id)?;
                 if set.as_ref().is_some_and(|s| role(s, &key_id) == "old") {
-                    self.all_renewed()?;
+                    self.all_renewed(req.skip_down)?;
                 }
                 gpu_raft_store::Command::RetireCa { key_id }
             }
@@ -100,13 +100,11 @@ impl CertApi {
 
     /// A switch waits until every member trusts every CA: a member that does not would refuse
     /// the certificates of the new CA, and be cut off.
-    fn all_installed(&self, set: &CaSet) -> Result<(), Status> {
+    fn all_installed(&self, set: &CaSet, skip_down: bool) -> Result<(), Status> {
         let missing: Vec<String> = self
-            .cluster
-            .view()
-            .members
-            .keys()
-            .filter(|id| !set.installed_by(**id))
+            .members(skip_down)
+            .into_iter()
+            .filter(|id| !set.installed_by(*id))
             .map(|id| format!("n{id}"))
             .collect();
         if missing.is_empty() {
@@ -114,7 +112,8 @@ impl CertApi {
         }
         Err(Status::failed_precondition(format!(
             "{} {} not installed the introduced CA yet: running agents do within seconds; bring \
-             a stopped one up, or remove it from the cluster, before the switch",
+             a stopped one up (or, once the cluster declares it Down, pass --skip-down and \
+             join it anew after the rotation)",
             missing.join(", "),
             if missing.len() == 1 { "has" } else { "have" }
         )))
@@ -122,20 +121,38 @@ impl CertApi {
 }
 
 impl CertApi {
+    /// The members a rotation step waits for: all, or with `skip_down` those not Down.
+    fn members(&self, skip_down: bool) -> Vec<gpu_raft_store::NodeId> {
+        let members = self.cluster.view().members;
+        self.cluster.state.read(|s| {
+            let down = |id: &gpu_raft_store::NodeId| {
+                s.nodes
+                    .get(id)
+                    .is_some_and(|n| n.status == gpu_raft_store::NodeStatus::Down)
+            };
+            members
+                .keys()
+                .copied()
+                .filter(|id| !(skip_down && down(id)))
+                .collect()
+        })
+    }
+
     /// A retire waits until every member presents a certificate of the signing CA: one that
     /// does not would be refused by every other member once the old CA is gone.
-    fn all_renewed(&self) -> Result<(), Status> {
-        let members = self.cluster.view().members;
+    fn all_renewed(&self, skip_down: bool) -> Result<(), Status> {
+        let members = self.members(skip_down);
         let now = crate::clock::now_ms();
         let behind = self
             .cluster
             .state
-            .read(|s| s.members_not_renewed(members.keys().copied(), now));
+            .read(|s| s.members_not_renewed(members, now));
         if behind.is_empty() {
             return Ok(());
         }
         Err(Status::failed_precondition(format!(
-            "{} {} no certificate of the signing CA on record yet: running agents renew within              seconds of the switch; bring a stopped one up, or remove it from the cluster, first",
+            "{} {} no certificate of the signing CA on record yet: running agents renew within              seconds of the switch; bring a stopped one up (or, once the cluster declares it \
+             Down, pass --skip-down and join it anew afterwards)",
             behind.join(", "),
             if behind.len() == 1 { "has" } else { "have" }
         )))

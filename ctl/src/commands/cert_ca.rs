@@ -15,9 +15,10 @@ use crate::output::table_of;
 
 pub(crate) async fn run(ctx: &Ctx, verb: CaVerb) -> Result<Answer, Failure> {
     let new = CertServiceClient::new;
-    let step = |step: pb::CaStep, key_id: Option<String>| pb::RotateCaRequest {
+    let step = |step: pb::CaStep, key_id: Option<String>, skip_down: bool| pb::RotateCaRequest {
         step: step.into(),
         key_id: key_id.unwrap_or_default(),
+        skip_down,
     };
     let rotate = async |req| {
         ctx.call(new, req, async |mut c, r| c.rotate_ca(r).await)
@@ -29,9 +30,11 @@ pub(crate) async fn run(ctx: &Ctx, verb: CaVerb) -> Result<Answer, Failure> {
             ctx.call(new, req, async |mut c, r| c.get_ca_status(r).await)
                 .await?
         }
-        CaVerb::Introduce => rotate(step(pb::CaStep::Introduce, None)).await?,
-        CaVerb::Switch => rotate(step(pb::CaStep::Switch, None)).await?,
-        CaVerb::Retire { key_id } => rotate(step(pb::CaStep::Retire, key_id.clone())).await?,
+        CaVerb::Introduce => rotate(step(pb::CaStep::Introduce, None, false)).await?,
+        CaVerb::Switch { skip_down } => rotate(step(pb::CaStep::Switch, None, *skip_down)).await?,
+        CaVerb::Retire { key_id, skip_down } => {
+            rotate(step(pb::CaStep::Retire, key_id.clone(), *skip_down)).await?
+        }
     };
     if let CaVerb::Bundle { out } = verb {
         return bundle(&status.bundle_pem, out.as_deref());
