@@ -118,10 +118,12 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
         None
     } else {
         let material = tls_material(&config, &cluster).await?;
+        let state = cluster.state.clone();
         let identity = TlsIdentity::new(
             TlsDir::in_data_dir(&config.data_dir),
             peers.clone(),
             config.tls.cert_validity,
+            Arc::new(move |serial| state.read(|s| s.is_revoked(serial))),
         );
         identity.install(material)?;
         Some(identity)

@@ -15,6 +15,8 @@
 //! - Idle connections from one address cannot take the handshake permits everyone else needs.
 //! - Revoking the certificate a voter uses now (with nothing newer to replace it) is refused:
 //!   two such revocations would lock a three-voter cluster out.
+//! - A revoked host stops receiving the replicated state: agents check the certificates of the
+//!   peers they dial against the revocation list, and dial every peer again after one.
 //! - The CA key never goes over the wire to a joining agent: only voters hold it (a new voter
 //!   fetches it from another), a learner's certificate cannot fetch it, and enrolment through
 //!   a learner is passed on to the leader.
@@ -539,6 +541,49 @@ async fn revoking_a_voters_current_certificate_is_refused() {
         .read_index(gpu_proto::internal::v1::ReadIndexRequest {})
         .await
         .expect("n2 is not locked out");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_host_stops_receiving_the_replicated_state() {
+    // Three voters and a learner: the learner's certificate may be revoked (no lock-out).
+    let c = Cluster::start(4, 3, "").await;
+    let voters = gpu_tests::voters(&c.status(1, false).await.expect("status"));
+    let learner = (1..=4).find(|id| !voters.contains(id)).expect("a learner");
+    let (cert_pem, _) = c.node_identity(learner);
+    let serial = gpu_agent::tls::pki::inspect_pem(&cert_pem)
+        .expect("the learner's certificate")
+        .serial;
+    let out = c
+        .gpuctl()
+        .args(["--endpoint", c.addr(1), "cert", "revoke", &serial])
+        .output()
+        .expect("gpuctl cert revoke");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Once every agent has seen the revocation and dialled its peers again (keeper: 2 s).
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let applied = |s: pb::ClusterStatus| s.applied_index;
+    let before = applied(c.status(learner, true).await.expect("the learner answers"));
+    for i in 0..5 {
+        c.label(1, 1, &format!("after-revocation-{i}"), "x")
+            .await
+            .expect("the cluster writes on");
+    }
+    let leader_at = applied(c.status(1, false).await.expect("status"));
+    assert!(leader_at > before + 4, "{leader_at} vs {before}");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let learner_at = applied(c.status(learner, true).await.expect("the learner answers"));
+    assert!(
+        learner_at < leader_at,
+        "the revoked learner still received the log: it applied {learner_at}, the leader {leader_at}"
+    );
+    assert!(
+        c.logs().contains("Revoked"),
+        "the leader says why it no longer reaches the learner"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,6 +7,7 @@
 //! - a CA rotation (`gpu_raft_store::ca`): every agent installs the CAs the cluster trusts and
 //!   reports them (`ReportTrust`); voters open the introduced CA's sealed key, take it up as
 //!   the signing key at the switch, and forget a key the cluster no longer names.
+//! - revocations: after one, every peer is dialled again, its certificate checked anew.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -32,14 +33,29 @@ pub(crate) struct CaKeeper {
 
 impl CaKeeper {
     pub(crate) async fn run(self, cancel: CancellationToken) {
+        let mut revocations = 0;
         loop {
             tokio::select! {
                 () = cancel.cancelled() => return,
                 () = tokio::time::sleep(self.interval) => {}
             }
+            self.redial_on_revocation(&mut revocations);
             if let Err(e) = self.keep().await {
                 warn!(error = %format!("{e:#}"), "could not bring this agent's CA material in line with the cluster's; trying again");
             }
+        }
+    }
+
+    /// Connections are checked against the revocation list when they are made: after a
+    /// revocation, every peer is dialled again, so that a revoked peer is dropped at once.
+    fn redial_on_revocation(&self, seen: &mut usize) {
+        let revoked = self
+            .cluster
+            .state
+            .read(|s| s.certificates.values().filter(|c| c.revoked).count());
+        if revoked != *seen {
+            *seen = revoked;
+            self.identity.peers.redial();
         }
     }
 

@@ -21,6 +21,7 @@ use gpu_raft_store::{CertRecord, Command, NodeId};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use super::client::Revoked;
 use super::files::{NodeTls, TlsDir};
 use super::pki::{self, KeyedCert, Subject};
 use super::server::CertSlot;
@@ -62,16 +63,19 @@ pub struct TlsIdentity {
     pub peers: PeerClients,
     /// Lifetime of the certificates this agent signs (its own and its peers').
     pub validity: Duration,
+    /// The cluster's revocation list, which the peers we dial are checked against.
+    revoked: Revoked,
     current: Arc<RwLock<Option<NodeTls>>>,
 }
 
 impl TlsIdentity {
-    pub fn new(dir: TlsDir, peers: PeerClients, validity: Duration) -> Self {
+    pub fn new(dir: TlsDir, peers: PeerClients, validity: Duration, revoked: Revoked) -> Self {
         Self {
             dir,
             slot: Arc::default(),
             peers,
             validity,
+            revoked,
             current: Arc::default(),
         }
     }
@@ -80,8 +84,11 @@ impl TlsIdentity {
     pub fn install(&self, tls: NodeTls) -> anyhow::Result<()> {
         self.dir.store(&tls)?;
         self.slot.set(&tls.node, &tls.ca_cert_pem)?;
-        self.peers
-            .use_tls(super::client::config(&tls.ca_cert_pem, Some(&tls.node)));
+        self.peers.use_tls(super::client::peer_config(
+            &tls.ca_cert_pem,
+            Some(&tls.node),
+            self.revoked.clone(),
+        )?);
         *self.current.write().unwrap_or_else(|p| p.into_inner()) = Some(tls);
         Ok(())
     }
@@ -231,7 +238,12 @@ pub(crate) async fn join(
 ) -> anyhow::Result<NodeTls> {
     let (key_pem, csr_pem) = pki::new_request()?;
     let peers = PeerClients::default();
-    peers.use_tls(super::client::config(ca_cert_pem, None));
+    // A joiner has no revocation list yet: it trusts the CA it was given.
+    peers.use_tls(super::client::peer_config(
+        ca_cert_pem,
+        None,
+        Arc::new(|_: &str| false),
+    )?);
     let bearer: tonic::metadata::MetadataValue<_> = format!("Bearer {}", join_token.trim())
         .parse()
         .context("the join token has characters a header cannot carry")?;

@@ -173,6 +173,10 @@ pub(crate) fn server_config(slot: Arc<CertSlot>) -> anyhow::Result<Arc<ServerCon
         .context("TLS protocol versions")?
         .with_client_cert_verifier(slot.trust.clone())
         .with_cert_resolver(slot);
+    // No session resumption: a resumed session would skip the client certificate's checks
+    // against the CAs trusted now (a CA retired since, say). Connections are long-lived.
+    config.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
+    config.send_tls13_tickets = 0;
     config.alpn_protocols = vec![b"h2".to_vec()];
     Ok(Arc::new(config))
 }
