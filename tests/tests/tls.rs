@@ -385,6 +385,26 @@ async fn certificates_rotate_before_they_expire() {
     for (id, (a, b)) in (1..=3).zip(first.iter().zip(&now)) {
         assert_ne!(a, b, "n{id} renewed its certificate");
     }
+    // Each renewal is in the audit log, in the renewing node's name.
+    let audit = c
+        .gpuctl()
+        .args(["--endpoint", c.addr(1), "-o", "json", "audit", "list"])
+        .output()
+        .expect("gpuctl audit list");
+    let entries: serde_json::Value =
+        serde_json::from_slice(&audit.stdout).unwrap_or(serde_json::Value::Null);
+    let renewed: std::collections::BTreeSet<&str> = entries
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| e["verb"] == "cert.renew" && e["outcome"] == "ok")
+        .filter_map(|e| e["actor"].as_str())
+        .collect();
+    assert_eq!(
+        renewed,
+        ["node 1", "node 2", "node 3"].into_iter().collect(),
+        "{entries}"
+    );
     // Every first certificate has expired: a restarted agent must get back in on new
     // connections with its renewed one, and writes must flow.
     c.kill(3);

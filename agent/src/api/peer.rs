@@ -509,7 +509,20 @@ impl RaftPeer for PeerService {
             .peers
             .node(&req)?
             .ok_or_else(|| Status::failed_precondition("this agent runs without TLS"))?;
-        self.certify(&req.get_ref().csr_pem, node, None, None).await
+        // Audited, with the node its certificate names as the actor.
+        let meta = gpu_raft_store::RequestMeta {
+            actor: format!("node {node}"),
+            verb: "cert.renew".into(),
+            object: format!("node/{node}"),
+            request_id: String::new(),
+            source: req.remote_addr().map(|a| a.to_string()).unwrap_or_default(),
+        };
+        let by = crate::raft::OnBehalf {
+            meta,
+            credential: None,
+        };
+        self.certify(&req.get_ref().csr_pem, node, Some(by), None)
+            .await
     }
 }
 

@@ -44,8 +44,8 @@ pub(crate) fn vouch(
     let Some(credential) = &proposal.credential else {
         // A write for a caller needs the caller's own credential, except from a voter of a
         // build from before credentials were forwarded (a rolling upgrade: voters are trusted
-        // as they are).
-        return if from.voter && !from.sends_credentials {
+        // as they are), and a voter's record of a node's renewal, whose caller is that node.
+        return if from.voter && (!from.sends_credentials || is_renewal(&proposal.cmd, meta)) {
             Ok(())
         } else {
             Err(format!(
@@ -85,6 +85,15 @@ pub(crate) fn vouch(
         }
     }
     Ok(())
+}
+
+/// Whether `cmd` records a node's renewed certificate on the node's own behalf (`meta`).
+fn is_renewal(cmd: &Command, meta: &gpu_raft_store::RequestMeta) -> bool {
+    matches!(
+        cmd,
+        Command::RecordCertificate { cert, enrolled_with: None }
+            if cert.subject.starts_with("node ") && meta.actor == cert.subject
+    )
 }
 
 /// The rights a client's request for `cmd` needs, as the API's handlers check them (a
@@ -196,6 +205,40 @@ mod tests {
         voter: false,
         sends_credentials: true,
     };
+
+    #[test]
+    fn a_voter_records_a_nodes_renewal_in_that_nodes_name_only() {
+        let s = ClusterState::new();
+        let renewal = |subject: &str| Command::RecordCertificate {
+            cert: gpu_raft_store::CertRecord {
+                serial: "0a".into(),
+                subject: subject.into(),
+                not_after_ms: 10,
+                issued_at_ms: 1,
+                revoked: false,
+                revoked_reason: String::new(),
+                issuer: String::new(),
+            },
+            enrolled_with: None,
+        };
+        let voter = Forwarder {
+            voter: true,
+            ..LEARNER
+        };
+        let mut p = proposal(renewal("node 3"), Some("node 3"), None);
+        assert_eq!(vouch(&s, voter, &mut p, 1), Ok(()));
+        for (from, subject, actor) in [
+            (LEARNER, "node 3", "node 3"),
+            (voter, "node 3", "node 4"),
+            (voter, "client admin", "client admin"),
+        ] {
+            let mut p = proposal(renewal(subject), Some(actor), None);
+            assert!(
+                vouch(&s, from, &mut p, 1).is_err(),
+                "{from:?} {subject} as {actor}"
+            );
+        }
+    }
 
     #[test]
     fn the_leader_makes_the_credentials_token_the_actor_and_checks_its_rights() {
