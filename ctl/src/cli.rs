@@ -502,6 +502,13 @@ pub(crate) enum ClusterVerb {
     /// Backups of the replicated state (admins only).
     #[command(subcommand)]
     Snapshot(SnapshotVerb),
+    /// Hand leadership to another voter (before restarting the leader's host): to N, or to
+    /// the most caught-up voter that answers. Refused, changing nothing, for a learner, a
+    /// member that is down or lags, or a non-member. Send it to a voter.
+    TransferLeader {
+        #[arg(long)]
+        to: Option<u64>,
+    },
 }
 
 #[derive(Subcommand, Debug)]

@@ -15,7 +15,8 @@ use crate::api::auth::Auth;
 use crate::api::auth::rbac::Action;
 use crate::api::to_proto::{self, Liveness};
 use crate::raft::peer_client::with_deadline;
-use crate::raft::{Attempt, Cluster, ClusterError, retry_until};
+use crate::raft::{Attempt, Cluster, ClusterError, retry_until, transfer};
+use gpu_raft_store::Command;
 
 pub(crate) struct ClusterApi {
     pub cluster: Cluster,
@@ -37,8 +38,83 @@ pub(crate) fn status_view(
     to_proto::cluster_status(&cluster.view(), cluster.voter_target(), liveness)
 }
 
+/// Hand leadership over as the leader (`to`, or the best voter): who leads afterwards.
+pub(crate) async fn transfer_here(
+    cluster: &Cluster,
+    reachable_within: Duration,
+    to: Option<u64>,
+) -> Result<pb::TransferLeadershipResponse, Status> {
+    let view = cluster.view();
+    if !view.is_leader {
+        return Err(Status::unavailable("this agent is not the leader"));
+    }
+    let answered = |id| cluster.contacts.heard_within(id, reachable_within);
+    let to = transfer::choose(&view, to, answered).map_err(Status::failed_precondition)?;
+    let leader = transfer::hand_over(cluster, to)
+        .await
+        .map_err(Status::aborted)?;
+    Ok(pb::TransferLeadershipResponse {
+        from: cluster.id,
+        leader,
+    })
+}
+
 #[tonic::async_trait]
 impl ClusterService for ClusterApi {
+    async fn transfer_leadership(
+        &self,
+        req: Request<pb::TransferLeadershipRequest>,
+    ) -> Result<Response<pb::TransferLeadershipResponse>, Status> {
+        let caller = self
+            .auth
+            .check(
+                &req,
+                "cluster.transfer-leader",
+                "cluster",
+                Action::ManageNodes,
+            )
+            .await?;
+        let to = req.into_inner().to;
+        let view = self.cluster.view();
+        let result = match self.cluster.leader() {
+            None => Err(Status::unavailable(
+                "no leader is known: nothing to transfer",
+            )),
+            Some((id, _)) if id == self.cluster.id => {
+                transfer_here(&self.cluster, self.reachable_within, to).await
+            }
+            // Only a voter's word moves leadership (voters are the cluster's root of trust).
+            Some(_) if !view.voters.contains(&self.cluster.id) => Err(Status::failed_precondition(
+                format!("n{} is a learner: send this to a voter", self.cluster.id),
+            )),
+            Some((_, addr)) => {
+                let mut client = self.cluster.peers.get(&addr)?;
+                let forwarded = pb::TransferLeadershipRequest { to };
+                let deadline = Duration::from_secs(10);
+                client
+                    .transfer_leadership(with_deadline(forwarded, deadline))
+                    .await
+                    .map(Response::into_inner)
+            }
+        };
+        let outcome = match &result {
+            Ok(r) if Some(r.leader) == to || to.is_none() => {
+                format!("leadership moved from n{} to n{}", r.from, r.leader)
+            }
+            Ok(r) => format!(
+                "leadership moved from n{} to n{} (n{} was asked for)",
+                r.from,
+                r.leader,
+                to.unwrap_or_default()
+            ),
+            Err(s) => format!("leadership transfer refused: {}", s.message()),
+        };
+        self.cluster
+            .write_as(Command::RecordAction { outcome }, caller.on_behalf())
+            .await?;
+        result.map(Response::new)
+    }
+
     async fn get_status(
         &self,
         req: Request<pb::GetStatusRequest>,

@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use gpu_proto::internal::v1::raft_peer_server::RaftPeer;
 use gpu_proto::internal::v1::{
-    FetchSigningKeyRequest, FetchSigningKeyResponse, IssueCertificateRequest,
-    IssueCertificateResponse, JoinRequest, JoinResponse, LeaderStatusRequest,
-    LocalGpuTelemetryRequest, LocalGpuTelemetryResponse, OpenRegistryLoginRequest,
-    OpenRegistryLoginResponse, RaftMessage, ReadIndexRequest, ReadIndexResponse, ReadRunLogRequest,
-    RenewCertificateRequest,
+    CampaignRequest, CampaignResponse, FetchSigningKeyRequest, FetchSigningKeyResponse,
+    IssueCertificateRequest, IssueCertificateResponse, JoinRequest, JoinResponse,
+    LeaderStatusRequest, LocalGpuTelemetryRequest, LocalGpuTelemetryResponse,
+    OpenRegistryLoginRequest, OpenRegistryLoginResponse, RaftMessage, ReadIndexRequest,
+    ReadIndexResponse, ReadRunLogRequest, RenewCertificateRequest,
 };
 use gpu_proto::v1 as pb;
 use gpu_raft_store::{NodeId, TypeConfig, validate};
@@ -499,6 +499,44 @@ impl RaftPeer for PeerService {
             .ok_or_else(|| Status::unavailable("this agent does not hold the CA key"))?;
         tracing::info!(node_id = node, "handed the CA key to a new voter");
         Ok(Response::new(FetchSigningKeyResponse { ca_key_pem }))
+    }
+
+    async fn transfer_leadership(
+        &self,
+        req: Request<pb::TransferLeadershipRequest>,
+    ) -> Result<Response<pb::TransferLeadershipResponse>, Status> {
+        let node = self.peers.node(&req)?;
+        if node.is_some_and(|n| !self.cluster.view().voters.contains(&n)) {
+            return Err(Status::permission_denied(
+                "only a voter may ask to move leadership",
+            ));
+        }
+        let to = req.into_inner().to;
+        crate::api::cluster::transfer_here(&self.cluster, self.reachable_within, to)
+            .await
+            .map(Response::new)
+    }
+
+    async fn campaign(
+        &self,
+        req: Request<CampaignRequest>,
+    ) -> Result<Response<CampaignResponse>, Status> {
+        let node = self.peers.node(&req)?;
+        let leader = self.cluster.view().leader;
+        let from = match (node, leader) {
+            (Some(n), Some(l)) if n == l => n,
+            (None, Some(l)) => l,
+            _ => {
+                return Err(Status::permission_denied(
+                    "only the leader may ask a voter to campaign",
+                ));
+            }
+        };
+        if !self.cluster.view().voters.contains(&self.cluster.id) {
+            return Err(Status::failed_precondition("a learner cannot lead"));
+        }
+        tokio::spawn(crate::raft::transfer::campaign(self.cluster.clone(), from));
+        Ok(Response::new(CampaignResponse {}))
     }
 
     async fn renew_certificate(

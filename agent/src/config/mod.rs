@@ -82,6 +82,7 @@ impl Config {
             op_timeout: (self.raft.election_timeout_max * 10).max(Duration::from_secs(5)),
             voter_target: self.raft.voter_target,
             edge: self.edge.is_some(),
+            lease: self.raft.election_timeout_max,
         }
     }
 

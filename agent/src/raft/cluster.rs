@@ -50,6 +50,9 @@ pub struct ClusterSettings {
     pub voter_target: usize,
     /// Whether this agent is at an edge site (it asks to join as a learner only).
     pub edge: bool,
+    /// The voters' lease on a leader (openraft's `election_timeout_max`): how long after the
+    /// leader's last heartbeat a vote for another can be granted.
+    pub lease: Duration,
 }
 
 #[derive(Clone)]
@@ -67,6 +70,7 @@ pub struct Cluster {
     voter_target: usize,
     /// Whether this agent is at an edge site (it asks to join as a learner only).
     edge: bool,
+    pub(crate) lease: Duration,
     /// Members this leader admitted as edge learners, before their registration (which
     /// records it in the replicated state) has been applied.
     edge_joiners: Arc<std::sync::Mutex<BTreeSet<NodeId>>>,
@@ -91,6 +95,7 @@ impl Cluster {
             op_timeout: settings.op_timeout,
             voter_target: settings.voter_target,
             edge: settings.edge,
+            lease: settings.lease,
             edge_joiners: Arc::default(),
         }
     }

@@ -13,6 +13,7 @@ pub(crate) mod proposal;
 pub(crate) mod proposer;
 pub mod protocol;
 pub(crate) mod snapshot_wire;
+pub(crate) mod transfer;
 pub(crate) mod transport_faults;
 
 pub use cluster::{Cluster, RaftView, retry_until};

@@ -1,11 +1,12 @@
-//! `gpuctl cluster status|members|snapshot save`.
+//! `gpuctl cluster status|members|snapshot save|transfer-leader`.
 //!
 //! JSON (stable): `status` prints the object below; `members` prints the `members` array.
 //! `{"node_id", "leader_id" (null when none), "leader_addr", "term", "commit_index",
 //!   "applied_index", "last_log_index", "voter_target", "members": [{"node_id", "addr",
 //!   "role" ("voter"|"learner"), "is_leader", "reachable" (null on a stale view),
 //!   "last_contact_ms_ago", "matched_index"}]}`
-//! `snapshot save` prints `{"file", "index", "cluster_id", "bytes"}`.
+//! `snapshot save` prints `{"file", "index", "cluster_id", "bytes"}`; `transfer-leader`
+//! `{"from", "leader"}`.
 
 use gpu_proto::v1 as pb;
 use gpu_proto::v1::cluster_service_client::ClusterServiceClient;
@@ -20,6 +21,7 @@ pub(crate) async fn run(ctx: &Ctx, verb: ClusterVerb) -> Result<Answer, Failure>
         ClusterVerb::Status { stale } => (stale, false),
         ClusterVerb::Members { stale } => (stale, true),
         ClusterVerb::Snapshot(SnapshotVerb::Save { file }) => return save(ctx, &file).await,
+        ClusterVerb::TransferLeader { to } => return transfer(ctx, to).await,
     };
     let req = pb::GetStatusRequest { stale };
     let status = ctx
@@ -35,6 +37,25 @@ pub(crate) async fn run(ctx: &Ctx, verb: ClusterVerb) -> Result<Answer, Failure>
         positive: status.leader_id.is_some(),
         ..answer
     })
+}
+
+/// `transfer-leader`: who led, and who leads now.
+async fn transfer(ctx: &Ctx, to: Option<u64>) -> Result<Answer, Failure> {
+    let req = pb::TransferLeadershipRequest { to };
+    let moved = ctx
+        .call(ClusterServiceClient::new, req, async |mut c, r| {
+            c.transfer_leadership(r).await
+        })
+        .await?;
+    Ok(ctx.answer(
+        || json!({"from": moved.from, "leader": moved.leader}),
+        || {
+            format!(
+                "leadership moved from n{} to n{}\n",
+                moved.from, moved.leader
+            )
+        },
+    ))
 }
 
 fn role(m: &pb::Member) -> &'static str {
