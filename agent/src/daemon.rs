@@ -346,18 +346,16 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
         keep: config.jobs.disk.keep_finished_runs,
     };
     tasks.spawn(retention.run(cancel.clone()));
-    if systemd.enabled() {
-        info!(
-            node_id,
-            "telling systemd we are ready once caught up with the cluster"
-        );
-        tasks.spawn(notify_ready(
-            cluster.clone(),
-            systemd.clone(),
-            cancel.clone(),
-        ));
-    }
-    info!(node_id, "agent ready");
+    info!(
+        node_id,
+        systemd = systemd.enabled(),
+        "agent started: it says it is ready once caught up with the cluster"
+    );
+    tasks.spawn(announce_ready(
+        cluster.clone(),
+        systemd.clone(),
+        cancel.clone(),
+    ));
 
     cancel.cancelled().await;
     info!(node_id, "shutting down");
@@ -442,10 +440,11 @@ async fn watch_fatal(
     }
 }
 
-/// `READY=1` once this agent has caught up: a leader confirmed a read index with a quorum
-/// and the local replica has applied it. Until then systemd sees the unit as starting (a
-/// restarted agent without a majority to talk to stays there, with a STATUS saying why).
-async fn notify_ready(cluster: Cluster, systemd: SdNotify, cancel: CancellationToken) {
+/// "agent ready" (and systemd's `READY=1`) once this agent has caught up: a leader confirmed
+/// a read index with a quorum and the local replica has applied it. Until then systemd sees
+/// the unit as starting (a restarted agent without a majority to talk to stays there, with a
+/// STATUS saying why).
+async fn announce_ready(cluster: Cluster, systemd: SdNotify, cancel: CancellationToken) {
     let _ = systemd.status("waiting to catch up with the cluster");
     loop {
         let caught_up = tokio::select! {
@@ -467,7 +466,7 @@ async fn notify_ready(cluster: Cluster, systemd: SdNotify, cancel: CancellationT
     info!(
         node_id = cluster.id,
         log_index = applied,
-        "caught up: notifying systemd READY=1"
+        "agent ready: caught up with the cluster"
     );
     if let Err(e) = systemd.ready() {
         warn!(error = %e, "could not tell systemd we are ready");

@@ -341,14 +341,26 @@ async fn wait_for_signal() {
     }
 }
 
+/// Logs on stderr, `RUST_LOG` (default: info, and openraft's errors only). ERROR is kept for
+/// what needs a human: openraft's replication logs every failed RPC to a peer that is down or
+/// restarting at ERROR (twice a second), which a planned restart must not page anyone for.
+/// That peer shows as unreachable in `gpuctl cluster members`, and a node that stays away is
+/// declared Down (a WARN, and an alert) by the leader.
 fn init_tracing(format: LogFormat) {
+    use tracing_subscriber::Layer;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=error"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Plain => builder.init(),
-        LogFormat::Json => builder.json().init(),
-    }
+    let routine = tracing_subscriber::filter::filter_fn(|meta| {
+        !(meta.target() == "openraft::replication" && *meta.level() == tracing::Level::ERROR)
+    });
+    let layer = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let layer = match format {
+        LogFormat::Plain => layer.boxed(),
+        LogFormat::Json => layer.json().boxed(),
+    };
+    tracing_subscriber::registry()
+        .with(layer.with_filter(filter).with_filter(routine))
+        .init();
 }

@@ -10,7 +10,7 @@ use gpu_tests::Cluster;
 
 use crate::netns::Netns;
 
-/// The line `gpu-agent run` logs once its start-up script is done.
+/// The line `gpu-agent run` logs once it has started and caught up with the cluster.
 const READY: &str = "agent ready";
 
 /// Wait (up to 30 s) until every running agent's log says it is ready.

@@ -23,6 +23,20 @@ fn gpuctl(c: &Cluster, via: u64, args: &[&str]) -> (Option<i32>, Value, String) 
     )
 }
 
+/// `line` without its terminal colour codes.
+fn plain(line: &str) -> String {
+    let mut out = String::new();
+    let mut chars = line.chars();
+    while let Some(ch) = chars.next() {
+        if ch == '\u{1b}' {
+            chars.by_ref().find(|c| c.is_ascii_alphabetic());
+        } else {
+            out.push(ch);
+        }
+    }
+    out
+}
+
 async fn leader(c: &Cluster, via: u64) -> Option<u64> {
     c.status(via, false).await.ok().and_then(|s| s.leader_id)
 }
@@ -96,6 +110,53 @@ async fn leadership_moves_to_a_voter_on_request_and_nowhere_else() {
     assert_eq!(code, Some(0), "{err}");
     let now = moved["leader"].as_u64().expect("a leader");
     assert!(now != next && voters.contains(&now), "{moved}");
+
+    // A planned restart of the former leader, as the upgrade procedure does it: it says it is
+    // ready only once caught up, and no agent logs an ERROR for it.
+    let commit = c.status(now, false).await.expect("status").commit_index;
+    let restarted_at = c.log_of(1).len();
+    c.terminate(1);
+    let mut stopped = None;
+    for _ in 0..200 {
+        stopped = c.exited(1);
+        if stopped.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        stopped.is_some_and(|s| s.success()),
+        "n1 stops cleanly: {stopped:?}"
+    );
+    c.start_agent(1);
+    c.wait_for("n1 ready again", Duration::from_secs(30), |c| {
+        let log = c.log_of(1);
+        async move {
+            log.get(restarted_at..)
+                .is_some_and(|l| l.contains("agent ready"))
+        }
+    })
+    .await;
+    let log = c.log_of(1);
+    let ready = log[restarted_at..]
+        .lines()
+        .find(|l| l.contains("agent ready"))
+        .expect("the ready line");
+    let index: u64 = plain(ready)
+        .split("log_index=")
+        .nth(1)
+        .map(|r| {
+            r.chars()
+                .take_while(char::is_ascii_digit)
+                .collect::<String>()
+        })
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no log index in {ready:?}"));
+    assert!(
+        index >= commit,
+        "ready at {index}, before the cluster's {commit}: {ready}"
+    );
+
     let errors: Vec<String> = (1..=4)
         .flat_map(|id| {
             let log = c.log_of(id);
@@ -109,7 +170,7 @@ async fn leadership_moves_to_a_voter_on_request_and_nowhere_else() {
         .collect();
     assert!(
         errors.is_empty(),
-        "ERROR lines during planned moves:\n{}",
+        "ERROR lines during planned moves and a restart:\n{}",
         errors.join("\n")
     );
 
