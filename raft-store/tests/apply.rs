@@ -357,6 +357,35 @@ fn eviction_requeues_without_using_an_attempt() {
     );
 }
 
+#[test]
+fn evicting_the_last_schedulable_node_would_strand_its_jobs() {
+    let mut s = cluster();
+    submit(&mut s, spec(1), None);
+    s.apply(&at(
+        2,
+        Command::BindJobs {
+            binds: vec![Bind {
+                job: 1,
+                node: 1,
+                gpus: vec![0],
+            }],
+        },
+    ));
+    assert_eq!(s.eviction_strands(1), None, "n2 can take the job");
+    assert_eq!(s.eviction_strands(2), None, "n2 runs nothing");
+    s.apply(&at(
+        3,
+        Command::CordonNode {
+            node: 2,
+            cordoned: true,
+        },
+    ));
+    let why = s
+        .eviction_strands(1)
+        .expect("n1 is the last schedulable node");
+    assert!(why.contains("last schedulable node"), "{why}");
+}
+
 /// A drained node whose agent stops before its eviction is reported: the node goes down with
 /// the job still asked to stop. The verdict of a protocol-6 leader requeues it as evicted (no
 /// attempt spent); the old verdict fails a job on its last attempt.

@@ -185,6 +185,12 @@ impl NodeService for NodeApi {
         req: Request<pb::DrainNodeRequest>,
     ) -> Result<Response<pb::Node>, Status> {
         let pb::DrainNodeRequest { id, evict } = *req.get_ref();
+        if evict {
+            self.consistent(false).await?;
+            if let Some(why) = self.cluster.state.read(|s| s.eviction_strands(id)) {
+                return Err(Status::failed_precondition(why));
+            }
+        }
         self.change(
             &req,
             "node.drain",

@@ -185,6 +185,29 @@ impl ClusterState {
         Ok(ApplyResult::Ok)
     }
 
+    /// Why evicting `node`'s jobs would strand them, if it would: it runs live jobs and no
+    /// other node could take one (none is Ready, uncordoned and has a GPU).
+    pub fn eviction_strands(&self, node: NodeId) -> Option<String> {
+        let live = self
+            .jobs
+            .values()
+            .filter(|j| j.state.is_live() && j.on_node(node))
+            .count();
+        let elsewhere = self.nodes.values().any(|n| {
+            n.id != node
+                && n.status == NodeStatus::Ready
+                && !n.cordoned
+                && !n.inventory.gpus.is_empty()
+        });
+        (live > 0 && !elsewhere).then(|| {
+            format!(
+                "n{node} is the last schedulable node: its {live} live job(s) would have nowhere \
+                 to go. Uncordon or add another node first, or `gpuctl node cordon {node}` to \
+                 stop new placements and let them finish (nothing was changed)"
+            )
+        })
+    }
+
     /// `SetNodeLabels`: the operator's labels after the change must still be valid.
     pub(crate) fn set_labels(
         &mut self,
