@@ -508,6 +508,10 @@ pub(crate) enum ClusterVerb {
     TransferLeader {
         #[arg(long)]
         to: Option<u64>,
+        /// Only if node N leads; otherwise change nothing (for scripts: "make sure N does not
+        /// lead before restarting it").
+        #[arg(long, value_name = "N")]
+        from: Option<u64>,
     },
 }
 

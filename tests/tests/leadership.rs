@@ -110,6 +110,17 @@ async fn leadership_moves_to_a_voter_on_request_and_nowhere_else() {
     assert_eq!(code, Some(0), "{err}");
     let now = moved["leader"].as_u64().expect("a leader");
     assert!(now != next && voters.contains(&now), "{moved}");
+    // `--from` a voter that does not lead: nothing moves.
+    let (code, stays, err) = gpuctl(
+        &c,
+        now,
+        &["cluster", "transfer-leader", "--from", &to(next)],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(
+        (stays["from"].as_u64(), stays["leader"].as_u64()),
+        (Some(now), Some(now))
+    );
 
     // A planned restart of the former leader, as the upgrade procedure does it: it says it is
     // ready only once caught up, and no agent logs an ERROR for it.

@@ -42,12 +42,19 @@ pub(crate) fn status_view(
 pub(crate) async fn transfer_here(
     cluster: &Cluster,
     reachable_within: Duration,
-    to: Option<u64>,
+    req: pb::TransferLeadershipRequest,
 ) -> Result<pb::TransferLeadershipResponse, Status> {
     let view = cluster.view();
     if !view.is_leader {
         return Err(Status::unavailable("this agent is not the leader"));
     }
+    if req.from.is_some_and(|from| from != cluster.id) {
+        return Ok(pb::TransferLeadershipResponse {
+            from: cluster.id,
+            leader: cluster.id,
+        });
+    }
+    let to = req.to;
     let answered = |id| cluster.contacts.heard_within(id, reachable_within);
     let to = transfer::choose(&view, to, answered).map_err(Status::failed_precondition)?;
     let leader = transfer::hand_over(cluster, to)
@@ -74,14 +81,15 @@ impl ClusterService for ClusterApi {
                 Action::ManageNodes,
             )
             .await?;
-        let to = req.into_inner().to;
+        let req = req.into_inner();
+        let to = req.to;
         let view = self.cluster.view();
         let result = match self.cluster.leader() {
             None => Err(Status::unavailable(
                 "no leader is known: nothing to transfer",
             )),
             Some((id, _)) if id == self.cluster.id => {
-                transfer_here(&self.cluster, self.reachable_within, to).await
+                transfer_here(&self.cluster, self.reachable_within, req).await
             }
             // Only a voter's word moves leadership (voters are the cluster's root of trust).
             Some(_) if !view.voters.contains(&self.cluster.id) => Err(Status::failed_precondition(
@@ -89,15 +97,17 @@ impl ClusterService for ClusterApi {
             )),
             Some((_, addr)) => {
                 let mut client = self.cluster.peers.get(&addr)?;
-                let forwarded = pb::TransferLeadershipRequest { to };
                 let deadline = Duration::from_secs(10);
                 client
-                    .transfer_leadership(with_deadline(forwarded, deadline))
+                    .transfer_leadership(with_deadline(req, deadline))
                     .await
                     .map(Response::into_inner)
             }
         };
         let outcome = match &result {
+            Ok(r) if r.leader == r.from => {
+                format!("n{} leads and stays (not the one named)", r.from)
+            }
             Ok(r) if Some(r.leader) == to || to.is_none() => {
                 format!("leadership moved from n{} to n{}", r.from, r.leader)
             }

@@ -511,8 +511,7 @@ impl RaftPeer for PeerService {
                 "only a voter may ask to move leadership",
             ));
         }
-        let to = req.into_inner().to;
-        crate::api::cluster::transfer_here(&self.cluster, self.reachable_within, to)
+        crate::api::cluster::transfer_here(&self.cluster, self.reachable_within, req.into_inner())
             .await
             .map(Response::new)
     }

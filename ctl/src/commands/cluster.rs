@@ -21,7 +21,7 @@ pub(crate) async fn run(ctx: &Ctx, verb: ClusterVerb) -> Result<Answer, Failure>
         ClusterVerb::Status { stale } => (stale, false),
         ClusterVerb::Members { stale } => (stale, true),
         ClusterVerb::Snapshot(SnapshotVerb::Save { file }) => return save(ctx, &file).await,
-        ClusterVerb::TransferLeader { to } => return transfer(ctx, to).await,
+        ClusterVerb::TransferLeader { to, from } => return transfer(ctx, to, from).await,
     };
     let req = pb::GetStatusRequest { stale };
     let status = ctx
@@ -40,8 +40,8 @@ pub(crate) async fn run(ctx: &Ctx, verb: ClusterVerb) -> Result<Answer, Failure>
 }
 
 /// `transfer-leader`: who led, and who leads now.
-async fn transfer(ctx: &Ctx, to: Option<u64>) -> Result<Answer, Failure> {
-    let req = pb::TransferLeadershipRequest { to };
+async fn transfer(ctx: &Ctx, to: Option<u64>, from: Option<u64>) -> Result<Answer, Failure> {
+    let req = pb::TransferLeadershipRequest { to, from };
     let moved = ctx
         .call(ClusterServiceClient::new, req, async |mut c, r| {
             c.transfer_leadership(r).await
@@ -49,11 +49,12 @@ async fn transfer(ctx: &Ctx, to: Option<u64>) -> Result<Answer, Failure> {
         .await?;
     Ok(ctx.answer(
         || json!({"from": moved.from, "leader": moved.leader}),
-        || {
-            format!(
+        || match moved.from == moved.leader {
+            true => format!("n{} leads; nothing to move\n", moved.leader),
+            false => format!(
                 "leadership moved from n{} to n{}\n",
                 moved.from, moved.leader
-            )
+            ),
         },
     ))
 }
