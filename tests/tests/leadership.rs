@@ -174,7 +174,7 @@ async fn leadership_moves_to_a_voter_on_request_and_nowhere_else() {
             let since = log.get(logged[id as usize - 1]..).unwrap_or("").to_owned();
             since
                 .lines()
-                .filter(|l| l.contains("ERROR"))
+                .filter(|l| plain(l).split_whitespace().nth(1) == Some("ERROR"))
                 .map(|l| format!("n{id}: {l}"))
                 .collect::<Vec<_>>()
         })
