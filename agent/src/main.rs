@@ -355,7 +355,11 @@ fn init_tracing(format: LogFormat) {
     let routine = tracing_subscriber::filter::filter_fn(|meta| {
         !(meta.target() == "openraft::replication" && *meta.level() == tracing::Level::ERROR)
     });
-    let layer = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    // Colours only on a terminal: journald and log shippers get plain text.
+    let colour = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let layer = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(colour);
     let layer = match format {
         LogFormat::Plain => layer.boxed(),
         LogFormat::Json => layer.json().boxed(),

@@ -12,7 +12,8 @@
 //!   build under test is the one installed).
 //!
 //! Bootstrap and join, drain-and-stop with a job running on the drained host, a rolling
-//! restart of the leader's host with leadership moved first, a backup. Then: every job
+//! restart of the leader's host with leadership moved first, a backup, the admin certificate
+//! renewed (gpuctl goes on with the new one). Then: every job
 //! succeeded (none failed, none lost), leadership left the restarted host, the backup is
 //! there, and no agent logged an ERROR line.
 
@@ -360,6 +361,7 @@ fn the_operations_guide_works_as_written() {
         .expect("the backup folder")
         .count();
     assert_eq!(backups, 1);
+    hosts.follow(&doc, "Renew the admin certificate");
 
     // Nothing lost, nothing failed.
     for id in &jobs {
@@ -376,7 +378,10 @@ fn the_operations_guide_works_as_written() {
         assert_eq!(job["state"], "succeeded", "{job}");
     }
     let moved = hosts.gpuctl(&["job", "get", &pinned_id]);
-    assert_eq!(moved["attempts"], 1, "one attempt: the evicted run spent none: {moved}");
+    assert_eq!(
+        moved["attempts"], 1,
+        "one attempt: the evicted run spent none: {moved}"
+    );
     let errors: Vec<String> = (1..=3)
         .flat_map(|id| {
             hosts
