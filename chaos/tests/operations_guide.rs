@@ -12,8 +12,8 @@
 //!   build under test is the one installed).
 //!
 //! Bootstrap and join, drain-and-stop with a job running on the drained host, a rolling
-//! restart of the leader's host with leadership moved first, a backup, the admin certificate
-//! renewed (gpuctl goes on with the new one). Then: every job
+//! restart of the leader's host with leadership moved first, a backup, a restore of the whole
+//! cluster from it (every host into the new cluster), the admin certificate renewed. Then: every job
 //! succeeded (none failed, none lost), leadership left the restarted host, the backup is
 //! there, and no agent logged an ERROR line.
 
@@ -356,32 +356,40 @@ fn the_operations_guide_works_as_written() {
     }
     jobs.push(submit(&["--name", "after-upgrade", "--", "true"]));
 
-    hosts.follow(&doc, "Back up and restore");
-    let backups = std::fs::read_dir(hosts.host_root("workstation").join("gpumesh-backups"))
-        .expect("the backup folder")
-        .count();
-    assert_eq!(backups, 1);
-    hosts.follow(&doc, "Renew the admin certificate");
-
     // Nothing lost, nothing failed.
-    for id in &jobs {
-        let id = id.to_string();
-        wait_until(
-            &format!("job {id} to end"),
-            Duration::from_secs(120),
-            || {
-                let state = hosts.gpuctl(&["job", "get", &id])["state"].clone();
-                state != "pending" && state != "running"
-            },
-        );
-        let job = hosts.gpuctl(&["job", "get", &id]);
-        assert_eq!(job["state"], "succeeded", "{job}");
-    }
+    let all_succeeded = || {
+        for id in &jobs {
+            let id = id.to_string();
+            wait_until(
+                &format!("job {id} to end"),
+                Duration::from_secs(120),
+                || {
+                    let state = hosts.gpuctl(&["job", "get", &id])["state"].clone();
+                    state != "pending" && state != "running"
+                },
+            );
+            let job = hosts.gpuctl(&["job", "get", &id]);
+            assert_eq!(job["state"], "succeeded", "{job}");
+        }
+    };
+    all_succeeded();
     let moved = hosts.gpuctl(&["job", "get", &pinned_id]);
     assert_eq!(
         moved["attempts"], 1,
         "one attempt: the evicted run spent none: {moved}"
     );
+
+    hosts.follow(&doc, "Back up");
+    let backups = std::fs::read_dir(hosts.host_root("workstation").join("gpumesh-backups"))
+        .expect("the backup folder")
+        .count();
+    assert_eq!(backups, 1);
+    hosts.follow(&doc, "Restore");
+    let members = hosts.gpuctl(&["cluster", "members"]);
+    assert_eq!(members.as_array().map(Vec::len), Some(3), "{members}");
+    all_succeeded();
+    hosts.follow(&doc, "Renew the admin certificate");
+
     let errors: Vec<String> = (1..=3)
         .flat_map(|id| {
             hosts
