@@ -568,6 +568,14 @@ pub(crate) enum NodeVerb {
         #[arg(value_parser = ids::node_id)]
         id: u64,
     },
+    /// Remove a learner from the cluster for good: it leaves the membership and its
+    /// certificates are revoked (the host must join anew under a new id). Refused for a voter,
+    /// a non-member, or a node running jobs (drain it first). Send it to a voter.
+    Remove {
+        /// Node id: 3 or n3.
+        #[arg(value_parser = ids::node_id)]
+        id: u64,
+    },
     /// Cordon a node and, with --evict, stop its jobs so they are requeued elsewhere.
     Drain {
         /// Node id: 3 or n3.

@@ -13,6 +13,7 @@ use tonic::{Request, Response, Status};
 
 use crate::api::auth::Auth;
 use crate::api::auth::rbac::Action;
+use crate::api::leader_route::{Route, route};
 use crate::api::to_proto::{self, Liveness};
 use crate::raft::peer_client::with_deadline;
 use crate::raft::{Attempt, Cluster, ClusterError, retry_until, transfer};
@@ -83,26 +84,13 @@ impl ClusterService for ClusterApi {
             .await?;
         let req = req.into_inner();
         let to = req.to;
-        let view = self.cluster.view();
-        let result = match self.cluster.leader() {
-            None => Err(Status::unavailable(
-                "no leader is known: nothing to transfer",
-            )),
-            Some((id, _)) if id == self.cluster.id => {
-                transfer_here(&self.cluster, self.reachable_within, req).await
-            }
-            // Only a voter's word moves leadership (voters are the cluster's root of trust).
-            Some(_) if !view.voters.contains(&self.cluster.id) => Err(Status::failed_precondition(
-                format!("n{} is a learner: send this to a voter", self.cluster.id),
-            )),
-            Some((_, addr)) => {
-                let mut client = self.cluster.peers.get(&addr)?;
-                let deadline = Duration::from_secs(10);
-                client
-                    .transfer_leadership(with_deadline(req, deadline))
-                    .await
-                    .map(Response::into_inner)
-            }
+        let result = match route(&self.cluster) {
+            Err(s) => Err(s),
+            Ok(Route::Here) => transfer_here(&self.cluster, self.reachable_within, req).await,
+            Ok(Route::Leader(mut leader)) => leader
+                .transfer_leadership(with_deadline(req, Duration::from_secs(10)))
+                .await
+                .map(Response::into_inner),
         };
         let outcome = match &result {
             Ok(r) if r.leader == r.from => {

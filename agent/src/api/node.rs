@@ -2,6 +2,7 @@
 //! when the config allows it) faults injected into this agent's Raft transport.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
 use gpu_proto::v1 as pb;
 use gpu_proto::v1::node_service_server::NodeService;
@@ -12,10 +13,13 @@ use crate::api::auth::Auth;
 use crate::api::auth::rbac::Action;
 use crate::api::from_proto;
 use crate::api::image;
+use crate::api::leader_route::{Route, route};
+use crate::api::node_remove::remove_here;
 use crate::api::status::{invalid, rejected};
 use crate::api::to_proto;
 use crate::host::images::NodeImages;
 use crate::raft::Cluster;
+use crate::raft::peer_client::with_deadline;
 use crate::raft::transport_faults::{FaultRule, TransportFaults};
 
 pub(crate) struct NodeApi {
@@ -198,6 +202,39 @@ impl NodeService for NodeApi {
             Command::DrainNode { node: id, evict },
         )
         .await
+    }
+
+    async fn remove_node(
+        &self,
+        req: Request<pb::RemoveNodeRequest>,
+    ) -> Result<Response<pb::RemoveNodeResponse>, Status> {
+        let id = req.get_ref().id;
+        let caller = self
+            .auth
+            .check(
+                &req,
+                "node.remove",
+                &format!("node/n{id}"),
+                Action::ManageNodes,
+            )
+            .await?;
+        let req = req.into_inner();
+        let result = match route(&self.cluster) {
+            Err(s) => Err(s),
+            Ok(Route::Here) => remove_here(&self.cluster, id).await,
+            Ok(Route::Leader(mut leader)) => leader
+                .remove_node(with_deadline(req, Duration::from_secs(30)))
+                .await
+                .map(Response::into_inner),
+        };
+        let outcome = match &result {
+            Ok(r) => format!("removed n{id}, revoked {}", r.revoked.join(", ")),
+            Err(s) => format!("removing n{id} refused: {}", s.message()),
+        };
+        self.cluster
+            .write_as(Command::RecordAction { outcome }, caller.on_behalf())
+            .await?;
+        result.map(Response::new)
     }
 
     async fn inject_network_fault(

@@ -505,13 +505,18 @@ impl RaftPeer for PeerService {
         &self,
         req: Request<pb::TransferLeadershipRequest>,
     ) -> Result<Response<pb::TransferLeadershipResponse>, Status> {
-        let node = self.peers.node(&req)?;
-        if node.is_some_and(|n| !self.cluster.view().voters.contains(&n)) {
-            return Err(Status::permission_denied(
-                "only a voter may ask to move leadership",
-            ));
-        }
+        crate::api::leader_route::from_a_voter(&self.cluster, self.peers.node(&req)?)?;
         crate::api::cluster::transfer_here(&self.cluster, self.reachable_within, req.into_inner())
+            .await
+            .map(Response::new)
+    }
+
+    async fn remove_node(
+        &self,
+        req: Request<pb::RemoveNodeRequest>,
+    ) -> Result<Response<pb::RemoveNodeResponse>, Status> {
+        crate::api::leader_route::from_a_voter(&self.cluster, self.peers.node(&req)?)?;
+        crate::api::node_remove::remove_here(&self.cluster, req.get_ref().id)
             .await
             .map(Response::new)
     }

@@ -1,4 +1,4 @@
-//! `gpuctl node list|get|label|cordon|uncordon|drain`.
+//! `gpuctl node list|get|label|cordon|uncordon|drain|remove`.
 //!
 //! JSON (stable): a node is `{"id", "addr", "status" ("ready"|"down"|"unknown"), "cordoned",
 //! "labels": {k: v}, "cpu_cores", "memory_mib", "gpus": [GPU], "registered_at_ms",
@@ -7,8 +7,8 @@
 //! `images`: the container images its runtime holds, canonical names, sorted) with each GPU
 //! `{"index", "uuid", "model", "gpu_type", "memory_mib",
 //! "numa_node" (null when unknown), "nvlink_peers": [index], "healthy", "job_id" (null when no
-//! job holds it)}`. `list` prints an array of nodes; every other verb prints the node as it is
-//! after the call.
+//! job holds it)}`. `list` prints an array of nodes; `remove` prints `{"removed", "revoked":
+//! [serial]}`; every other verb prints the node as it is after the call.
 
 use std::collections::BTreeMap;
 
@@ -42,6 +42,21 @@ pub(crate) async fn run(ctx: &Ctx, verb: NodeVerb) -> Result<Answer, Failure> {
             let req = label_request(id, &changes).map_err(Failure::Usage)?;
             ctx.call(new, req, async |mut c, r| c.label_node(r).await)
                 .await?
+        }
+        NodeVerb::Remove { id } => {
+            let req = pb::RemoveNodeRequest { id };
+            let removed = ctx
+                .call(new, req, async |mut c, r| c.remove_node(r).await)
+                .await?;
+            return Ok(ctx.answer(
+                || serde_json::json!({"removed": id, "revoked": removed.revoked}),
+                || {
+                    format!(
+                        "removed n{id}; revoked {} certificate(s)\n",
+                        removed.revoked.len()
+                    )
+                },
+            ));
         }
         NodeVerb::Cordon { id } => cordon(ctx, id, true).await?,
         NodeVerb::Uncordon { id } => cordon(ctx, id, false).await?,
