@@ -279,6 +279,13 @@ impl NodeService for Fake {
     ) -> Result<Response<pb::InjectNetworkFaultResponse>, Status> {
         Err(Status::unimplemented("not faked"))
     }
+
+    async fn remove_node(
+        &self,
+        _: Request<pb::RemoveNodeRequest>,
+    ) -> Result<Response<pb::RemoveNodeResponse>, Status> {
+        Err(Status::unimplemented("not faked"))
+    }
 }
 
 #[tonic::async_trait]
