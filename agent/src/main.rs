@@ -342,9 +342,9 @@ async fn wait_for_signal() {
 }
 
 /// Logs on stderr, `RUST_LOG` (default: info, and openraft's errors only). ERROR is kept for
-/// what needs a human: openraft's replication logs every failed RPC to a peer that is down or
-/// restarting at ERROR (twice a second), which a planned restart must not page anyone for.
-/// That peer shows as unreachable in `gpuctl cluster members`, and a node that stays away is
+/// what needs a human: openraft logs at ERROR every failed RPC to a peer that is down or
+/// restarting (`peer_unreachable`), which a planned restart must not page anyone for. That
+/// peer shows as unreachable in `gpuctl cluster members`, and a node that stays away is
 /// declared Down (a WARN, and an alert) by the leader.
 fn init_tracing(format: LogFormat) {
     use tracing_subscriber::Layer;
@@ -352,9 +352,7 @@ fn init_tracing(format: LogFormat) {
     use tracing_subscriber::util::SubscriberInitExt;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=error"));
-    let routine = tracing_subscriber::filter::filter_fn(|meta| {
-        !(meta.target() == "openraft::replication" && *meta.level() == tracing::Level::ERROR)
-    });
+    let routine = tracing_subscriber::filter::filter_fn(|meta| !peer_unreachable(meta));
     // Colours only on a terminal: journald and log shippers get plain text.
     let colour = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let layer = tracing_subscriber::fmt::layer()
@@ -367,4 +365,14 @@ fn init_tracing(format: LogFormat) {
     tracing_subscriber::registry()
         .with(layer.with_filter(filter).with_filter(routine))
         .init();
+}
+
+/// openraft's ERROR events about one peer's RPC failing: every one of replication's (a
+/// heartbeat or an append to a peer that does not answer), and the core's that name the peer
+/// (`target`: a read-index confirmation or a vote request that timed out or failed).
+fn peer_unreachable(meta: &tracing::Metadata<'_>) -> bool {
+    *meta.level() == tracing::Level::ERROR
+        && (meta.target() == "openraft::replication"
+            || (meta.target() == "openraft::core::raft_core"
+                && meta.fields().field("target").is_some()))
 }

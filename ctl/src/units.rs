@@ -131,6 +131,20 @@ pub(crate) fn format_duration(d: Duration) -> String {
     }
 }
 
+/// Time left until `not_after_ms`, roughly.
+pub(crate) fn time_left(not_after_ms: u64) -> String {
+    if not_after_ms == 0 {
+        return "-".into();
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    match not_after_ms.checked_sub(now) {
+        None => "expired".into(),
+        Some(ms) => format_duration(std::time::Duration::from_secs(ms / 1000)),
+    }
+}
+
 /// Milliseconds since the Unix epoch as RFC 3339 UTC, to the second: `2023-11-14T22:13:20Z`.
 pub(crate) fn rfc3339(ms: u64) -> String {
     let secs = ms / 1000;

@@ -538,6 +538,22 @@ impl Cluster {
         cmd
     }
 
+    /// `gpuctl -o json ARGS` against agent `via`, as the admin: its exit code, its JSON answer
+    /// (`Null` when it printed none) and its stderr.
+    pub fn gpuctl_json(&self, via: u64, args: &[&str]) -> (Option<i32>, serde_json::Value, String) {
+        let out = self
+            .gpuctl()
+            .args(["--endpoint", self.addr(via), "-o", "json"])
+            .args(args)
+            .output()
+            .expect("run gpuctl");
+        (
+            out.status.code(),
+            serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
     /// Mint a join token through n1 and leave it 0600 in the root directory.
     async fn mint_join_token(&self) {
         use std::os::unix::fs::PermissionsExt;

@@ -14,17 +14,7 @@ use gpu_tests::{Cluster, shell_job};
 use serde_json::Value;
 
 fn gpuctl(c: &Cluster, via: u64, args: &[&str]) -> (Option<i32>, Value, String) {
-    let out = c
-        .gpuctl()
-        .args(["--endpoint", c.addr(via), "-o", "json"])
-        .args(args)
-        .output()
-        .expect("run gpuctl");
-    (
-        out.status.code(),
-        serde_json::from_slice(&out.stdout).unwrap_or(Value::Null),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    c.gpuctl_json(via, args)
 }
 
 fn ok(c: &Cluster, via: u64, args: &[&str]) -> Value {
@@ -43,6 +33,16 @@ async fn ca_status(c: &Cluster, via: u64) -> Option<pb::CaStatus> {
     let mut certs = CertServiceClient::new(c.channel(via).await.ok()?);
     let reply = certs.get_ca_status(pb::GetCaStatusRequest {}).await.ok()?;
     Some(reply.into_inner())
+}
+
+/// What the guide's step 2 and 6 do: the trust bundle into the CA file the tools use.
+fn export_bundle(c: &Cluster) {
+    let file = c.root.path().join("ca.crt");
+    ok(
+        c,
+        1,
+        &["cert", "ca", "bundle", "--out", &file.to_string_lossy()],
+    );
 }
 
 fn certs_in(path: &Path) -> usize {
@@ -136,17 +136,7 @@ async fn the_cluster_ca_is_rotated_without_losing_a_job_or_a_member() {
         !tls_file(&c, learner, "ca.key").exists() && !tls_file(&c, learner, "ca.next.key").exists(),
         "a learner holds no CA key"
     );
-    ok(
-        &c,
-        1,
-        &[
-            "cert",
-            "ca",
-            "bundle",
-            "--out",
-            &root.join("ca.crt").to_string_lossy(),
-        ],
-    );
+    export_bundle(&c);
     assert_eq!(certs_in(&root.join("ca.crt")), 2);
 
     // 2. Switch: every agent renews under the new CA; only the admin's certificate is old.
@@ -210,17 +200,7 @@ async fn the_cluster_ca_is_rotated_without_losing_a_job_or_a_member() {
         |c| async move { (1..=4).all(|id| certs_in(&tls_file(c, id, "ca.crt")) == 1) },
     )
     .await;
-    ok(
-        &c,
-        1,
-        &[
-            "cert",
-            "ca",
-            "bundle",
-            "--out",
-            &root.join("ca.crt").to_string_lossy(),
-        ],
-    );
+    export_bundle(&c);
     assert!(
         voters
             .iter()

@@ -1,7 +1,7 @@
 //! The operator's drain, with real agents: `gpuctl node drain N --evict` and the agent stopped
 //! at once (before the eviction is reported) requeues the job without spending its only
 //! attempt; `--wait` returns once the node runs nothing, so stopping the agent then loses
-//! nothing either.
+//! nothing either; evicting the last schedulable node's job is refused.
 
 use std::time::Duration;
 
@@ -77,16 +77,36 @@ async fn a_drained_node_whose_agent_stops_at_once_loses_no_job() {
         "the eviction spent no attempt: {moved:?}"
     );
 
-    // With --wait, the drain returns once the node runs nothing: its agent may stop then.
+    // Evicting the last schedulable node's job (the leader is cordoned, the victim down) is
+    // refused, and changes nothing: the job keeps running where it is.
     let second = moved.node_id.expect("placed");
+    let refused = c
+        .gpuctl()
+        .args([
+            "--endpoint",
+            c.addr(1),
+            "node",
+            "drain",
+            &second.to_string(),
+            "--evict",
+        ])
+        .output()
+        .expect("gpuctl node drain");
+    assert_eq!(refused.status.code(), Some(2));
+    let why = String::from_utf8_lossy(&refused.stderr);
+    assert!(why.contains("last schedulable node"), "{why}");
+    let now = c.job(leader, job).await.expect("job");
+    assert!(
+        running_elsewhere(&now, victim) && now.node_id == Some(second),
+        "{now:?}"
+    );
+
+    // With somewhere to go, --wait returns once the node runs nothing (its agent may stop then,
+    // which would leave one voter of three here, so it stays up).
+    cordon(&c, leader, "uncordon").await;
     drain(&c, second, true).await;
     let now = c.job(leader, job).await.expect("job");
-    assert_eq!(
-        now.state,
-        pb::JobState::Pending as i32,
-        "after --wait: {now:?}"
-    );
-    cordon(&c, leader, "uncordon").await;
+    assert_ne!(now.node_id, Some(second), "after --wait: {now:?}");
     let last = c
         .wait_job(job, Duration::from_secs(60), |j| {
             j.state == pb::JobState::Running as i32 || j.state == pb::JobState::Failed as i32

@@ -10,17 +10,7 @@ use gpu_tests::{Cluster, shell_job};
 use serde_json::Value;
 
 fn gpuctl(c: &Cluster, via: u64, args: &[&str]) -> (Option<i32>, Value, String) {
-    let out = c
-        .gpuctl()
-        .args(["--endpoint", c.addr(via), "-o", "json"])
-        .args(args)
-        .output()
-        .expect("run gpuctl");
-    (
-        out.status.code(),
-        serde_json::from_slice(&out.stdout).unwrap_or(Value::Null),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    c.gpuctl_json(via, args)
 }
 
 /// `line` without its terminal colour codes.

@@ -105,7 +105,7 @@ impl tower::Service<Uri> for TlsDialer {
             let host = host.trim_start_matches('[').trim_end_matches(']');
             let tcp = TcpStream::connect((host, port)).await?;
             tcp.set_nodelay(true)?;
-            let name = ServerName::try_from(crate::tls::pki::SERVER_NAME)?;
+            let name = ServerName::try_from(gpu_proto::TLS_SERVER_NAME)?;
             Ok(TokioIo::new(connector.connect(name, tcp).await?))
         })
     }

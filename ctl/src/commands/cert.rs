@@ -114,21 +114,7 @@ fn certs_table(certs: &[pb::CertificateRecord]) -> String {
             } else {
                 "valid".into()
             },
-            expiry(c.not_after_ms),
+            units::time_left(c.not_after_ms),
         ]
     })
-}
-
-/// Time left until `not_after_ms`, roughly.
-pub(super) fn expiry(not_after_ms: u64) -> String {
-    if not_after_ms == 0 {
-        return "-".into();
-    }
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
-    match not_after_ms.checked_sub(now) {
-        None => "expired".into(),
-        Some(ms) => units::format_duration(std::time::Duration::from_secs(ms / 1000)),
-    }
 }

@@ -8,10 +8,10 @@ use gpu_proto::v1 as pb;
 use gpu_proto::v1::cert_service_client::CertServiceClient;
 use serde_json::json;
 
-use super::cert::expiry;
 use super::{Answer, Ctx, Failure};
 use crate::cli::CaVerb;
 use crate::output::table_of;
+use crate::units;
 
 pub(crate) async fn run(ctx: &Ctx, verb: CaVerb) -> Result<Answer, Failure> {
     let new = CertServiceClient::new;
@@ -81,7 +81,7 @@ fn status_text(s: &pb::CaStatus) -> String {
             c.key_id.get(..16).unwrap_or(&c.key_id).to_owned(),
             c.name.clone(),
             c.role.clone(),
-            expiry(c.not_after_ms),
+            units::time_left(c.not_after_ms),
         ]
     });
     if !s.not_installed.is_empty() {

@@ -238,7 +238,3 @@ impl ClusterState {
 fn no_rotation() -> Rejection {
     not_now("no CA rotation has begun: introduce a CA first".into())
 }
-
-#[cfg(test)]
-#[path = "ca_tests.rs"]
-mod tests;

@@ -6,6 +6,8 @@ mod alerts;
 mod audit_heads;
 mod binds;
 mod ca;
+#[cfg(test)]
+mod ca_tests;
 mod certificates;
 mod energy;
 mod gangs;
