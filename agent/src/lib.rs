@@ -8,6 +8,7 @@
 //! `api/to_proto.rs` and `api/from_proto.rs`.
 
 pub mod api;
+pub mod build_info;
 pub(crate) mod clock;
 pub mod config;
 pub mod daemon;

@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 #[derive(Parser)]
 #[command(
     name = "gpu-agent",
-    version,
+    version = gpu_agent::build_info::LONG_VERSION,
     about = "gpumesh agent: one identical daemon per GPU host"
 )]
 struct Cli {

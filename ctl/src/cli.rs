@@ -16,7 +16,7 @@ pub(crate) const PULL_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 #[derive(Parser, Debug)]
 #[command(
     name = "gpuctl",
-    version,
+    version = crate::VERSION,
     about = "Control a gpumesh GPU cluster through any of its agents"
 )]
 pub(crate) struct Cli {

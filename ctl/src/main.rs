@@ -22,6 +22,15 @@ use crate::client::{Credentials, Endpoints};
 use crate::commands::{Answer, Ctx, Failure};
 use crate::config::{CtlConfig, DEFAULT_ENDPOINT};
 
+/// What `gpuctl --version` prints after the name: the version and the commit it was built
+/// from (`build.rs`), `0.1.0 (commit 3439984)`.
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("GPUMESH_COMMIT"),
+    ")"
+);
+
 /// The bearer token: `GPUCTL_TOKEN`, else the token file. Without either, requests go out
 /// unauthenticated and the agent says so.
 fn load_credentials(token_file: Option<&std::path::Path>) -> Result<Credentials, String> {
