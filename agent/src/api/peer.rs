@@ -162,12 +162,15 @@ fn sender(vote: &openraft::Vote<NodeId>) -> NodeId {
     vote.leader_id().node_id
 }
 
+/// A Raft answer, naming this agent's build (the leader learns each member's from these).
 fn reply<T: Serialize>(value: &T) -> Result<Response<RaftMessage>, Status> {
     let json = serde_json::to_vec(value).map_err(|e| Status::internal(e.to_string()))?;
-    Ok(Response::new(RaftMessage {
+    let mut resp = Response::new(RaftMessage {
         json,
         data: Vec::new(),
-    }))
+    });
+    protocol::stamp_build(&mut resp);
+    Ok(resp)
 }
 
 fn not_leader(attempt: Attempt) -> Status {

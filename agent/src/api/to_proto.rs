@@ -303,6 +303,11 @@ pub(crate) fn cluster_status(
                 reachable,
                 last_contact_ms_ago: ago,
                 matched_index: view.matched.get(&id).copied(),
+                build: if is_self {
+                    Some(crate::build_info::BUILD.to_owned())
+                } else {
+                    liveness.as_ref().and_then(|l| l.contacts.build_of(id))
+                },
             }
         })
         .collect();

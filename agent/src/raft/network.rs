@@ -21,6 +21,7 @@ use tonic::transport::Channel;
 
 use crate::raft::contact::ContactBook;
 use crate::raft::peer_client::{PeerClients, with_deadline};
+use crate::raft::protocol;
 use crate::raft::snapshot_wire::{self, SNAPSHOT_BYTES};
 use crate::raft::transport_faults::{Decision, TransportFaults};
 
@@ -145,6 +146,9 @@ impl PeerLink {
             _ => RPCError::Network(NetworkError::new(&status)),
         })?;
         self.contacts.heard_from(self.target);
+        if let Some(build) = protocol::build_of(&reply) {
+            self.contacts.heard_build(self.target, build);
+        }
         let result: Result<Resp, RaftError<NodeId, E>> =
             serde_json::from_slice(&reply.into_inner().json)
                 .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;

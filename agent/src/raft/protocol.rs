@@ -11,6 +11,12 @@
 //! only once every member announces the new version (`NodeRecord.protocol`, see
 //! `gpu_raft_store::PROTOCOL_2`). Raise `MIN_COMPATIBLE` only when this build can no longer talk
 //! to the older one. A mesh is upgraded one agent at a time between overlapping ranges.
+//!
+//! Every answer of the peer service names the build that gave it (`x-gpumesh-build`,
+//! `build_info::BUILD`), so the leader knows each member's build from its Raft replies and
+//! `gpuctl cluster members` shows version skew during a rolling upgrade. It is response
+//! metadata, never replicated state: no protocol version gates it, and an older build, which
+//! does not send it, is shown as unknown.
 
 use std::ops::RangeInclusive;
 
@@ -21,6 +27,8 @@ use tonic::metadata::MetadataValue;
 pub const HEADER: &str = "x-gpumesh-protocol";
 /// The metadata key of the newest version the caller speaks.
 pub const HEADER_MAX: &str = "x-gpumesh-protocol-max";
+/// The response metadata key naming the answering agent's build.
+pub const BUILD_HEADER: &str = "x-gpumesh-build";
 /// The version this build speaks. 1: the first; 2: `Command::Batch` (the leader's group
 /// commit) and GPU partitioning (MIG layouts, slice placements, sliced and vm jobs), which a
 /// leader writes only once every member has registered with 2 or more; 3: job accounts, retries
@@ -87,6 +95,19 @@ pub fn stamp<T>(req: &mut Request<T>) {
     metadata.insert(HEADER_MAX, MetadataValue::from(PROTOCOL_VERSION));
 }
 
+/// Mark an answer of the peer service with this agent's build.
+pub fn stamp_build<T>(resp: &mut tonic::Response<T>) {
+    resp.metadata_mut().insert(
+        BUILD_HEADER,
+        MetadataValue::from_static(crate::build_info::BUILD),
+    );
+}
+
+/// The build a peer's answer names, if it names one that reads as text.
+pub fn build_of<T>(resp: &tonic::Response<T>) -> Option<&str> {
+    resp.metadata().get(BUILD_HEADER)?.to_str().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -149,5 +170,18 @@ mod tests {
             .get(HEADER)
             .map(|v| v.to_str().unwrap_or("?"));
         assert_eq!(first, Some("1"));
+    }
+
+    #[test]
+    fn an_answer_names_its_build() {
+        let mut resp = tonic::Response::new(());
+        assert_eq!(build_of(&resp), None, "an older build's answer");
+        stamp_build(&mut resp);
+        assert_eq!(build_of(&resp), Some(crate::build_info::BUILD));
+        assert!(
+            crate::build_info::BUILD.starts_with(concat!(env!("CARGO_PKG_VERSION"), "+")),
+            "{}",
+            crate::build_info::BUILD
+        );
     }
 }

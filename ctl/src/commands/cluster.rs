@@ -4,7 +4,8 @@
 //! `{"node_id", "leader_id" (null when none), "leader_addr", "term", "commit_index",
 //!   "applied_index", "last_log_index", "voter_target", "members": [{"node_id", "addr",
 //!   "role" ("voter"|"learner"), "is_leader", "reachable" (null on a stale view),
-//!   "last_contact_ms_ago", "matched_index"}]}`
+//!   "last_contact_ms_ago", "matched_index", "build" (version+commit, `0.1.0+3439984`; null
+//!   when unknown: a stale view's other members, or a build older than the field)}]}`
 //! `snapshot save` prints `{"file", "index", "cluster_id", "bytes"}`; `transfer-leader`
 //! `{"from", "leader"}`.
 
@@ -76,6 +77,7 @@ fn member_json(m: &pb::Member) -> Value {
         "reachable": m.reachable,
         "last_contact_ms_ago": m.last_contact_ms_ago,
         "matched_index": m.matched_index,
+        "build": m.build,
     })
 }
 
@@ -122,6 +124,7 @@ fn members_table(members: &[pb::Member]) -> String {
             "REACHABLE",
             "LAST CONTACT",
             "MATCHED",
+            "BUILD",
         ],
         members,
         |m| {
@@ -138,6 +141,7 @@ fn members_table(members: &[pb::Member]) -> String {
                     .map_or_else(|| "-".into(), |ms| format!("{ms}ms")),
                 m.matched_index
                     .map_or_else(|| "-".into(), |i| i.to_string()),
+                m.build.clone().unwrap_or_else(|| "?".into()),
             ]
         },
     )
