@@ -111,17 +111,18 @@ for page in "$man_tmp"/*.1; do
 done
 chmod 0644 "$root"/usr/share/man/man1/*.1.gz "$root"/usr/share/*-completion*/completions/* 2>/dev/null || true
 
-# Configuration: root-only (it names token files); data: the agent's, passable by job users;
-# runs (jobs.dir, beside the data): passable by job users, who must reach
-# /var/lib/gpumesh-jobs/<run>/work, which the agent creates and chowns.
-install -d -m 0750 "$root/etc/gpumesh"
+# Configuration: readable by all, as Debian has it: agent.toml holds no secret (join tokens and
+# keys live in files of their own, 0600, and the agent refuses one that others can read).
+# Data: the agent's, passable by job users; runs (jobs.dir, beside the data): passable by job
+# users, who must reach /var/lib/gpumesh-jobs/<run>/work, which the agent creates and chowns.
+install -d -m 0755 "$root/etc/gpumesh"
 install -d -m 0711 "$root/var/lib/gpumesh"
 install -d -m 0711 "$root/var/lib/gpumesh-jobs"
 install -d -m 0750 "$root/var/log/gpumesh"
 if [ ! -e "$root/etc/gpumesh/agent.toml" ]; then
   sed -e 's/^# run_as = "nobody"/run_as = "gpumesh"/' \
       "$here/config/agent.example.toml" >"$root/etc/gpumesh/agent.toml"
-  chmod 0640 "$root/etc/gpumesh/agent.toml"
+  chmod 0644 "$root/etc/gpumesh/agent.toml"
   say "wrote /etc/gpumesh/agent.toml: set node_id, advertise and bootstrap/join before starting"
 else
   say "kept the existing /etc/gpumesh/agent.toml"

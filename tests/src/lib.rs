@@ -7,6 +7,7 @@
 //! them, and every other agent enrols with it. Every client connection is mutual TLS.
 
 pub mod fuzz;
+pub mod package;
 pub mod records;
 
 use std::collections::{BTreeMap, BTreeSet};
