@@ -1,5 +1,6 @@
 //! The README's quickstart, end to end: `gpu-agent dev --nodes 3` forms a mesh and
-//! `gpuctl cluster status -o json` shows one leader and three members; SIGTERM stops it all.
+//! `gpuctl cluster status -o json` shows one leader and three members, each with its build;
+//! SIGTERM stops it all.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -89,6 +90,16 @@ fn dev_mesh_serves_gpuctl_and_stops_on_sigterm() {
     );
     let members: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(members.as_array().map(Vec::len), Some(3));
+    // Each agent's build, as the leader heard it in its Raft answers (all one binary here).
+    for m in members.as_array().into_iter().flatten() {
+        assert_eq!(m["build"], gpu_agent::build_info::BUILD, "{members}");
+    }
+    let table = gpuctl(&endpoint, &["cluster", "members"]);
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        table.lines().next().is_some_and(|h| h.contains("BUILD")),
+        "{table}"
+    );
 
     let pid = Pid::from_raw(i32::try_from(dev.id()).expect("pid"));
     kill(pid, Signal::SIGTERM).expect("SIGTERM");
