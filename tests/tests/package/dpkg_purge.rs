@@ -50,6 +50,18 @@ fn dpkg_installs_runs_and_purges_without_a_trace() {
     {
         return;
     }
+    let installed = Command::new("dpkg-query")
+        .args(["-W", "-f", "${Status}", "gpumesh"])
+        .output()
+        .expect("dpkg-query runs");
+    let state = String::from_utf8_lossy(&installed.stdout);
+    assert!(
+        state
+            .split_whitespace()
+            .last()
+            .is_none_or(|s| s == "not-installed"),
+        "gpumesh is on this machine ({state}): the test needs a machine without it"
+    );
     let deb = deb(Path::new(super::WORK));
     let scratch = tempfile::tempdir().expect("tempdir");
     let said = run(Command::new("unshare")
