@@ -90,9 +90,15 @@ fn dev_mesh_serves_gpuctl_and_stops_on_sigterm() {
     );
     let members: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(members.as_array().map(Vec::len), Some(3));
-    // Each agent's build, as the leader heard it in its Raft answers (all one binary here).
+    // Each agent's build, as the leader heard it in its Raft answers, and the protocol it
+    // registered with (all one binary here).
     for m in members.as_array().into_iter().flatten() {
         assert_eq!(m["build"], gpu_agent::build_info::BUILD, "{members}");
+        assert_eq!(
+            m["protocol"],
+            gpu_agent::raft::protocol::PROTOCOL_VERSION,
+            "{members}"
+        );
     }
     let table = gpuctl(&endpoint, &["cluster", "members"]);
     let table = String::from_utf8_lossy(&table.stdout);

@@ -1,6 +1,7 @@
 //! Public `ClusterService`: the Raft group's state as the leader (or, with `stale`, this agent)
 //! sees it, this agent's replica digest, and backups of the replicated state.
 
+use std::collections::BTreeMap;
 use std::pin::Pin;
 use std::time::Duration;
 
@@ -36,7 +37,18 @@ pub(crate) fn status_view(
         contacts: &cluster.contacts,
         reachable_within: r,
     });
-    to_proto::cluster_status(&cluster.view(), cluster.voter_target(), liveness)
+    let protocols = cluster.state.read(|s| {
+        s.nodes
+            .iter()
+            .map(|(&id, n)| (id, n.protocol))
+            .collect::<BTreeMap<_, _>>()
+    });
+    to_proto::cluster_status(
+        &cluster.view(),
+        &protocols,
+        cluster.voter_target(),
+        liveness,
+    )
 }
 
 /// Hand leadership over as the leader (`to`, or the best voter): who leads afterwards.

@@ -270,8 +270,11 @@ pub(crate) struct Liveness<'a> {
     pub reachable_within: std::time::Duration,
 }
 
+/// The Raft view as `ClusterStatus`; `protocols` is the protocol each member's node registered
+/// with (from the replica).
 pub(crate) fn cluster_status(
     view: &RaftView,
+    protocols: &BTreeMap<u64, u32>,
     voter_target: usize,
     liveness: Option<Liveness<'_>>,
 ) -> pb::ClusterStatus {
@@ -308,6 +311,7 @@ pub(crate) fn cluster_status(
                 } else {
                     liveness.as_ref().and_then(|l| l.contacts.build_of(id))
                 },
+                protocol: protocols.get(&id).copied(),
             }
         })
         .collect();

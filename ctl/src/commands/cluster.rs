@@ -5,7 +5,8 @@
 //!   "applied_index", "last_log_index", "voter_target", "members": [{"node_id", "addr",
 //!   "role" ("voter"|"learner"), "is_leader", "reachable" (null on a stale view),
 //!   "last_contact_ms_ago", "matched_index", "build" (version+commit, `0.1.0+3439984`; null
-//!   when unknown: a stale view's other members, or a build older than the field)}]}`
+//!   when unknown: a stale view's other members, or a build older than the field), "protocol"
+//!   (the internal protocol version its agent registered with; null when unknown)}]}`
 //! `snapshot save` prints `{"file", "index", "cluster_id", "bytes"}`; `transfer-leader`
 //! `{"from", "leader"}`.
 
@@ -78,6 +79,7 @@ fn member_json(m: &pb::Member) -> Value {
         "last_contact_ms_ago": m.last_contact_ms_ago,
         "matched_index": m.matched_index,
         "build": m.build,
+        "protocol": m.protocol,
     })
 }
 
@@ -125,6 +127,7 @@ fn members_table(members: &[pb::Member]) -> String {
             "LAST CONTACT",
             "MATCHED",
             "BUILD",
+            "PROTOCOL",
         ],
         members,
         |m| {
@@ -142,6 +145,7 @@ fn members_table(members: &[pb::Member]) -> String {
                 m.matched_index
                     .map_or_else(|| "-".into(), |i| i.to_string()),
                 m.build.clone().unwrap_or_else(|| "?".into()),
+                m.protocol.map_or_else(|| "?".into(), |p| p.to_string()),
             ]
         },
     )
