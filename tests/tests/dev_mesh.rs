@@ -90,8 +90,19 @@ fn dev_mesh_serves_gpuctl_and_stops_on_sigterm() {
     );
     let members: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(members.as_array().map(Vec::len), Some(3));
-    // Each agent's build, as the leader heard it in its Raft answers, and the protocol it
-    // registered with (all one binary here).
+    // Each agent's build, as the leader heard it in its Raft answers (all one binary here),
+    // and the protocol it registered with, once every agent's registration is applied (it
+    // follows the join).
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    let members = loop {
+        let out = gpuctl(&endpoint, &["cluster", "members", "-o", "json"]);
+        let members: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        let all = members.as_array().into_iter().flatten();
+        if all.clone().all(|m| !m["protocol"].is_null()) || std::time::Instant::now() > deadline {
+            break members;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
     for m in members.as_array().into_iter().flatten() {
         assert_eq!(m["build"], gpu_agent::build_info::BUILD, "{members}");
         assert_eq!(
