@@ -14,12 +14,12 @@ git_in() { git -C "$repo" "$@" 2>/dev/null; }
 
 commit="${GPUMESH_BUILD_COMMIT:-$(git_in rev-parse --short=7 HEAD || true)}"
 commit="$(printf '%s' "$commit" | tr 'A-F' 'a-f')"
-commit_epoch="${SOURCE_DATE_EPOCH:-$(git_in log -1 --format=%ct HEAD || true)}"
 case "$commit" in
   "" | *[!0-9a-f]*)
     echo "version.sh: no commit: build from a git checkout or set GPUMESH_BUILD_COMMIT (hex)" >&2
     exit 2 ;;
 esac
+commit_epoch="${SOURCE_DATE_EPOCH:-$(git_in log -1 --format=%ct "$commit^{commit}" || true)}"
 case "$commit_epoch" in
   "" | *[!0-9]*)
     echo "version.sh: no commit time: build from a git checkout or set SOURCE_DATE_EPOCH" >&2
