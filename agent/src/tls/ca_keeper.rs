@@ -185,14 +185,9 @@ struct Held {
 }
 
 fn held(tls: &NodeTls) -> anyhow::Result<Held> {
-    let id = |ca: Option<super::KeyedCert>| {
-        ca.map(|c| signature::key_id(&c.cert_pem))
-            .transpose()
-            .map_err(anyhow::Error::from)
-    };
     Ok(Held {
-        signing: id(tls.signing_ca())?,
-        next: id(tls.next_ca())?,
+        signing: tls.signing_key_id()?,
+        next: tls.next_key_id()?,
         trusted: tls.trusted_key_ids(),
     })
 }

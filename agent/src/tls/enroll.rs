@@ -205,11 +205,11 @@ impl TlsIdentity {
             ca_key_pem: Some(key_pem),
             ..tls
         };
-        let ca = adopted
-            .signing_ca()
+        let id = adopted
+            .signing_key_id()?
             .context("the key we were handed is not the key of a CA we trust")?;
         if let Some(want) = signing
-            && signature::key_id(&ca.cert_pem)? != want
+            && id != want
         {
             bail!("the key we were handed is not the signing CA's ({want})");
         }

@@ -55,6 +55,16 @@ impl NodeTls {
             .and_then(|key| keyed(&self.ca_cert_pem, key))
     }
 
+    /// The key id of the signing CA, when this agent holds its key.
+    pub fn signing_key_id(&self) -> Result<Option<String>, pki::PkiError> {
+        key_id_of(self.signing_ca())
+    }
+
+    /// The key id of the introduced CA, when this agent holds its key.
+    pub fn next_key_id(&self) -> Result<Option<String>, pki::PkiError> {
+        key_id_of(self.next_ca())
+    }
+
     /// The key ids of the CAs this agent trusts.
     pub fn trusted_key_ids(&self) -> std::collections::BTreeSet<String> {
         pki::certs_in(&self.ca_cert_pem)
@@ -62,6 +72,10 @@ impl NodeTls {
             .filter_map(|pem| signature::key_id(pem).ok())
             .collect()
     }
+}
+
+fn key_id_of(ca: Option<KeyedCert>) -> Result<Option<String>, pki::PkiError> {
+    ca.map(|c| signature::key_id(&c.cert_pem)).transpose()
 }
 
 /// The certificate of `bundle` that `key_pem` is the key of, with the key.

@@ -61,16 +61,11 @@ pub fn switch(
     logins: &BTreeMap<String, BTreeMap<String, SealedCredential>>,
 ) -> Result<Command, RotationError> {
     let next = set.next.as_ref().ok_or(RotationError::NotCaughtUp)?;
-    let held = |ca: Option<KeyedCert>| {
-        ca.map(|c| signature::key_id(&c.cert_pem))
-            .transpose()
-            .map_err(crypto)
-    };
     if tls.ca_key_pem.is_none() {
         return Err(RotationError::NotASigner);
     }
-    if held(tls.signing_ca())?.as_ref() != Some(&set.signing)
-        || held(tls.next_ca())?.as_ref() != Some(&next.key_id)
+    if tls.signing_key_id().map_err(crypto)?.as_ref() != Some(&set.signing)
+        || tls.next_key_id().map_err(crypto)?.as_ref() != Some(&next.key_id)
     {
         return Err(RotationError::NotCaughtUp);
     }
