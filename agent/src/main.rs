@@ -346,13 +346,21 @@ async fn wait_for_signal() {
 /// restarting (`peer_unreachable`), which a planned restart must not page anyone for. That
 /// peer shows as unreachable in `gpuctl cluster members`, and a node that stays away is
 /// declared Down (a WARN, and an alert) by the leader.
+///
+/// One filter, both conditions (`FilterExt::and`): each call site is then enabled or disabled
+/// once and for all. Two filters stacked on the layer would have disagreed on every debug and
+/// trace call site (the level filter says never, the other always), which makes each of them,
+/// thousands per write in openraft, h2 and tonic, evaluated anew on every call (it cost a
+/// quarter of the write path).
 fn init_tracing(format: LogFormat) {
     use tracing_subscriber::Layer;
+    use tracing_subscriber::filter::{FilterExt, LevelFilter};
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+    let levels = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=error"));
-    let routine = tracing_subscriber::filter::filter_fn(|meta| !peer_unreachable(meta));
+    let routine = tracing_subscriber::filter::filter_fn(|meta| !peer_unreachable(meta))
+        .with_max_level_hint(LevelFilter::TRACE);
     // Colours only on a terminal: journald and log shippers get plain text.
     let colour = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let layer = tracing_subscriber::fmt::layer()
@@ -363,7 +371,7 @@ fn init_tracing(format: LogFormat) {
         LogFormat::Json => layer.json().boxed(),
     };
     tracing_subscriber::registry()
-        .with(layer.with_filter(filter).with_filter(routine))
+        .with(layer.with_filter(levels.and(routine)))
         .init();
 }
 
