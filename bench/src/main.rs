@@ -37,6 +37,22 @@ enum Cmd {
         #[arg(long, default_value_t = 100_000)]
         state_jobs: usize,
     },
+    /// Only the replicated writes, in rounds that alternate the targets (gpumesh, etcd,
+    /// gpumesh, …): for comparing builds and changes to the write path quickly.
+    Writes {
+        /// Measure gpumesh alone.
+        #[arg(long)]
+        skip_etcd: bool,
+        /// Closed-loop clients of each run, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "1,64")]
+        clients: Vec<usize>,
+        /// Seconds each run lasts.
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+        /// Rounds over every client count.
+        #[arg(long, default_value_t = 1)]
+        rounds: usize,
+    },
 }
 
 /// How long and how often each part runs.
@@ -83,12 +99,20 @@ const PLACE_EVERY: Duration = Duration::from_millis(20);
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let Cmd::Run {
-        quick,
-        skip_etcd,
-        json,
-        state_jobs,
-    } = Cli::parse().command;
+    let (quick, skip_etcd, json, state_jobs) = match Cli::parse().command {
+        Cmd::Run {
+            quick,
+            skip_etcd,
+            json,
+            state_jobs,
+        } => (quick, skip_etcd, json, state_jobs),
+        Cmd::Writes {
+            skip_etcd,
+            clients,
+            seconds,
+            rounds,
+        } => return writes_only(skip_etcd, &clients, Duration::from_secs(seconds), rounds).await,
+    };
     let plan = Plan::new(quick, state_jobs);
     let report = run(&plan, quick, skip_etcd).await?;
     if let Some(path) = json {
@@ -96,6 +120,40 @@ async fn main() -> anyhow::Result<()> {
             .with_context(|| format!("writing {}", path.display()))?;
     }
     print!("{}", report.markdown());
+    Ok(())
+}
+
+async fn writes_only(
+    skip_etcd: bool,
+    clients: &[usize],
+    run_for: Duration,
+    rounds: usize,
+) -> anyhow::Result<()> {
+    let mesh = Mesh::start(3).await;
+    let write_bytes = mesh::submission_bytes();
+    let etcd = if skip_etcd {
+        None
+    } else {
+        Some(Etcd::start(3, write_bytes.saturating_sub(22)).await?)
+    };
+    for round in 0..rounds {
+        let mut writes = Vec::new();
+        for (i, &c) in clients.iter().enumerate() {
+            let run = (round * clients.len() + i) as u64;
+            let gpumesh = load::closed_loop(&mesh, c, run_for, run).await?;
+            let etcd = match &etcd {
+                Some(e) => Some(load::closed_loop(e, c, run_for, run).await?),
+                None => None,
+            };
+            writes.push(WriteRow { gpumesh, etcd });
+        }
+        println!("Round {}:\n", round + 1);
+        print!(
+            "{}",
+            gpu_bench::report::writes_markdown(write_bytes, &writes)
+        );
+        println!();
+    }
     Ok(())
 }
 

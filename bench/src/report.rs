@@ -32,6 +32,42 @@ pub struct WriteRow {
     pub etcd: Option<LoadResult>,
 }
 
+/// The replicated-writes table: one row per client count, etcd beside gpumesh where it ran.
+pub fn writes_markdown(write_bytes: usize, writes: &[WriteRow]) -> String {
+    let mut md = String::new();
+    let w = &mut md;
+    let _ = writeln!(
+        w,
+        "Replicated writes, 3 members, {} B each (gpumesh: job submissions; etcd: puts):\n",
+        write_bytes
+    );
+    let _ = writeln!(
+        w,
+        "| clients | gpumesh writes/s | etcd writes/s | ratio | gpumesh p50 / p99 / max ms | etcd p50 / p99 / max ms | errors (gpumesh, etcd) |"
+    );
+    let _ = writeln!(w, "|---|---|---|---|---|---|---|");
+    for row in writes {
+        let g = &row.gpumesh;
+        let (e_rate, e_lat, e_err) = match &row.etcd {
+            Some(e) => (format!("{:.0}", e.writes_per_s), lat(&e.latency), e.errors),
+            None => ("–".into(), "–".into(), 0),
+        };
+        let r = row
+            .etcd
+            .as_ref()
+            .map_or("–".into(), |e| ratio(g.writes_per_s, e.writes_per_s));
+        let _ = writeln!(
+            w,
+            "| {} | {:.0} | {e_rate} | {r} | {} | {e_lat} | {}, {e_err} |",
+            g.clients,
+            g.writes_per_s,
+            lat(&g.latency),
+            g.errors
+        );
+    }
+    md
+}
+
 /// The machine, in one line: CPU model, cores, kernel.
 pub fn machine() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
@@ -73,35 +109,7 @@ impl Report {
             self.fsync.count,
             lat(&self.fsync)
         );
-        let _ = writeln!(
-            w,
-            "Replicated writes, 3 members, {} B each (gpumesh: job submissions; etcd: puts):\n",
-            self.write_bytes
-        );
-        let _ = writeln!(
-            w,
-            "| clients | gpumesh writes/s | etcd writes/s | ratio | gpumesh p50 / p99 / max ms | etcd p50 / p99 / max ms | errors (gpumesh, etcd) |"
-        );
-        let _ = writeln!(w, "|---|---|---|---|---|---|---|");
-        for row in &self.writes {
-            let g = &row.gpumesh;
-            let (e_rate, e_lat, e_err) = match &row.etcd {
-                Some(e) => (format!("{:.0}", e.writes_per_s), lat(&e.latency), e.errors),
-                None => ("–".into(), "–".into(), 0),
-            };
-            let r = row
-                .etcd
-                .as_ref()
-                .map_or("–".into(), |e| ratio(g.writes_per_s, e.writes_per_s));
-            let _ = writeln!(
-                w,
-                "| {} | {:.0} | {e_rate} | {r} | {} | {e_lat} | {}, {e_err} |",
-                g.clients,
-                g.writes_per_s,
-                lat(&g.latency),
-                g.errors
-            );
-        }
+        w.push_str(&writes_markdown(self.write_bytes, &self.writes));
         let _ = writeln!(
             w,
             "\nSubmit → bound and submit → running, p50 / p99 / max ms ({} jobs each):\n",
