@@ -153,6 +153,17 @@ pub const ALL: &[Entry] = &[
         nemesis: Nemesis::RetryStorm {
             min_keys: 6,
             tasks: 4,
+            keyless: false,
+        },
+    },
+    Entry {
+        short: "c17",
+        name: "c17-keyless-retry-storm",
+        default_seed: 17,
+        nemesis: Nemesis::RetryStorm {
+            min_keys: 6,
+            tasks: 4,
+            keyless: true,
         },
     },
 ];

@@ -23,6 +23,15 @@ pub enum Outcome {
     Info,
 }
 
+/// What makes a submission's retries one request.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Keyed {
+    /// The job's idempotency key.
+    Idempotency,
+    /// The request id alone (`x-request-id`), the job keyless.
+    RequestId,
+}
+
 #[derive(Clone)]
 pub struct Client {
     /// Mutual-TLS endpoints of the agents, as the cluster's admin.
@@ -120,13 +129,41 @@ impl Client {
         Ok(req)
     }
 
-    /// Submit `spec` under `key` through agent `via`; records the operation.
+    /// Submit `spec` under idempotency key `key` through agent `via`; records the operation.
     pub async fn submit(
         &self,
         process: &str,
         via: u64,
         spec: pb::JobSpec,
         key: &str,
+        deadline: Duration,
+    ) -> anyhow::Result<Outcome> {
+        self.submit_keyed(process, via, spec, key, Keyed::Idempotency, deadline)
+            .await
+    }
+
+    /// Submit `spec` without an idempotency key, as a raw API client would, with `key` as the
+    /// request id (`x-request-id`) of every try: only exactly-once writes keep its retries from
+    /// creating a job each. Records the operation under `key`.
+    pub async fn submit_keyless(
+        &self,
+        process: &str,
+        via: u64,
+        spec: pb::JobSpec,
+        key: &str,
+        deadline: Duration,
+    ) -> anyhow::Result<Outcome> {
+        self.submit_keyed(process, via, spec, key, Keyed::RequestId, deadline)
+            .await
+    }
+
+    async fn submit_keyed(
+        &self,
+        process: &str,
+        via: u64,
+        spec: pb::JobSpec,
+        key: &str,
+        keyed: Keyed,
         deadline: Duration,
     ) -> anyhow::Result<Outcome> {
         let base = Event {
@@ -137,9 +174,24 @@ impl Client {
         self.recorder.record(base.clone())?;
         let msg = pb::SubmitJobRequest {
             spec: Some(spec),
-            idempotency_key: key.to_owned(),
+            idempotency_key: match keyed {
+                Keyed::Idempotency => key.to_owned(),
+                Keyed::RequestId => String::new(),
+            },
         };
-        let (outcome, event) = match self.connect(via, msg, deadline).await {
+        let connected = self
+            .connect(via, msg, deadline)
+            .await
+            .and_then(|(c, mut req)| {
+                if keyed == Keyed::RequestId {
+                    let id = key
+                        .parse()
+                        .map_err(|_| format!("{key:?} cannot be a header"))?;
+                    req.metadata_mut().insert("x-request-id", id);
+                }
+                Ok((c, req))
+            });
+        let (outcome, event) = match connected {
             Err(e) => (
                 Outcome::Fail,
                 Event {

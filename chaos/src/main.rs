@@ -27,7 +27,7 @@ struct Cli {
 enum Command {
     /// Run the named scenarios one after another (`gpu-chaos list` names them).
     Run {
-        /// Scenario names: c1, c3, c5, c9, c10-paused, c10-cut, c16.
+        /// Scenario names: c1, c3, c5, c9, c10-paused, c10-cut, c16, c17.
         #[arg(required = true)]
         scenarios: Vec<String>,
         #[command(flatten)]

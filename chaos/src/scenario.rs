@@ -43,8 +43,13 @@ pub enum Nemesis {
     /// C4: restart every agent gracefully, one after another, under load.
     RollingRestart,
     /// C16: keys stormed one after another by `tasks` concurrent submitters each, at least
-    /// `min_keys` of them and until a leader kill midway has healed.
-    RetryStorm { min_keys: usize, tasks: usize },
+    /// `min_keys` of them and until a leader kill midway has healed. C17 (`keyless`): the
+    /// same with no idempotency key, the key sent as each try's request id.
+    RetryStorm {
+        min_keys: usize,
+        tasks: usize,
+        keyless: bool,
+    },
     /// C9: `SIGSTOP` the leader past the election timeout, then `SIGCONT` it, `rounds` times.
     LeaderPause { rounds: u32 },
     /// C10: `SIGSTOP` an agent running jobs past its lease until its runs are re-placed.
@@ -369,12 +374,17 @@ async fn inject(
         }
         Nemesis::KillAll => nemesis::kill_all(c, rec, rng).await,
         Nemesis::RollingRestart => nemesis::rolling_restart(c, rec, rng).await,
-        Nemesis::RetryStorm { min_keys, tasks } => {
+        Nemesis::RetryStorm {
+            min_keys,
+            tasks,
+            keyless,
+        } => {
             let stop = Arc::new(AtomicBool::new(false));
             let task = tokio::spawn(storm::storm(
                 client.clone(),
                 min_keys,
                 tasks,
+                keyless,
                 stop.clone(),
                 rng.random(),
                 name.to_owned(),
@@ -471,7 +481,12 @@ fn to_final(jobs: &[gpu_proto::v1::Job]) -> Vec<FinalJob> {
     jobs.iter()
         .map(|j| FinalJob {
             id: j.id,
-            key: j.idempotency_key.clone(),
+            // A keyless job is known by its name, which the workload makes its key.
+            key: if j.idempotency_key.is_empty() {
+                j.spec.as_ref().map(|s| s.name.clone()).unwrap_or_default()
+            } else {
+                j.idempotency_key.clone()
+            },
             state: state_name(j.state),
             generation: j.generation,
             reason: j.reason.clone(),

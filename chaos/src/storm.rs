@@ -1,5 +1,6 @@
 //! C16 client retry storm: each idempotency key is submitted concurrently by several tasks,
 //! each through a different agent, with short random deadlines, retrying until acknowledged.
+//! C17 storms keyless submissions the same way, each key sent as the request id of every try.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -16,11 +17,14 @@ use crate::workload::job_spec;
 const TRIES: usize = 40;
 
 /// Storm keys one after another, `tasks` concurrent submitters per key, until `stop` is set
-/// and at least `min_keys` keys are done. Keys are `<prefix>-storm-<k>`.
+/// and at least `min_keys` keys are done. Keys are `<prefix>-storm-<k>`, and the job's name;
+/// `keyless`: sent as request ids, not idempotency keys.
+#[allow(clippy::too_many_arguments)]
 pub async fn storm(
     client: Client,
     min_keys: usize,
     tasks: usize,
+    keyless: bool,
     stop: Arc<AtomicBool>,
     seed: u64,
     prefix: String,
@@ -41,9 +45,15 @@ pub async fn storm(
                 let process = format!("storm-{k}-{t}");
                 for _ in 0..TRIES {
                     let deadline = Duration::from_millis(rng.random_range(20..300));
-                    let outcome = client
-                        .submit(&process, via, spec.clone(), &key, deadline)
-                        .await?;
+                    let outcome = if keyless {
+                        client
+                            .submit_keyless(&process, via, spec.clone(), &key, deadline)
+                            .await?
+                    } else {
+                        client
+                            .submit(&process, via, spec.clone(), &key, deadline)
+                            .await?
+                    };
                     if let Outcome::Ok(_) = outcome {
                         break;
                     }

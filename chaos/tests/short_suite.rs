@@ -2,7 +2,7 @@
 //! every node at once), C4 (rolling restart under load), C5 (leader isolated), C9 (leader
 //! paused), C10 (GPU holder paused, and cut off, past its lease), C11 (Raft messages delayed,
 //! lost and duplicated in the agents), C12 (a voter lost for good), C13 (a follower behind a
-//! purged log), C14 (crashes at failpoints), C15 (fsync errors) and C16 (client retry storm)
+//! purged log), C14 (crashes at failpoints), C15 (fsync errors), C16 (client retry storm) and C17 (the storm without idempotency keys)
 //! with the fixed seeds and parameters of `gpu_chaos::catalog` (`GPUMESH_CHAOS_SEED`
 //! overrides); every checker must find nothing. The partition scenarios run the agents in
 //! network namespaces and are skipped with a message where those are unavailable.
@@ -63,6 +63,11 @@ async fn c3_kill_every_node_at_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c16_client_retry_storm() {
     scenario("c16").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c17_keyless_retries_across_a_leader_kill() {
+    scenario("c17").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

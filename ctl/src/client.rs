@@ -52,13 +52,16 @@ fn code_name(code: tonic::Code) -> &'static str {
     }
 }
 
-/// A connection to one agent that sends the caller's bearer token and a fresh request id with
-/// every call.
+/// A connection to one agent that sends the caller's bearer token and the request id of the
+/// call it serves.
 pub(crate) type Conn = InterceptedService<Channel, Credentials>;
 
 #[derive(Clone, Debug)]
 pub(crate) struct Credentials {
     authorization: Option<MetadataValue<Ascii>>,
+    /// The request id every attempt of one call carries (`Endpoints::call`), so that the
+    /// agents apply a write that reached them twice only once.
+    request_id: Option<MetadataValue<Ascii>>,
 }
 
 impl Credentials {
@@ -71,7 +74,18 @@ impl Credentials {
                     .map_err(|_| "the token has characters a header cannot carry".to_owned())
             })
             .transpose()?;
-        Ok(Self { authorization })
+        Ok(Self {
+            authorization,
+            request_id: None,
+        })
+    }
+
+    /// These credentials, with a new request id for every attempt of one call.
+    fn for_one_request(&self) -> Self {
+        Self {
+            authorization: self.authorization.clone(),
+            request_id: format!("{:016x}", rand::random::<u64>()).parse().ok(),
+        }
     }
 }
 
@@ -80,9 +94,8 @@ impl Interceptor for Credentials {
         if let Some(auth) = &self.authorization {
             req.metadata_mut().insert("authorization", auth.clone());
         }
-        let id = format!("{:016x}", rand::random::<u64>());
-        if let Ok(v) = id.parse() {
-            req.metadata_mut().insert("x-request-id", v);
+        if let Some(id) = &self.request_id {
+            req.metadata_mut().insert("x-request-id", id.clone());
         }
         Ok(req)
     }
@@ -119,6 +132,9 @@ impl Endpoints {
         Fut: std::future::Future<Output = Result<T, tonic::Status>>,
     {
         let mut tried = Vec::new();
+        // One id for every agent tried: a write whose answer was lost with the agent that took
+        // it is answered, not applied again, by the next.
+        let credentials = self.credentials.for_one_request();
         for addr in &self.addrs {
             let channel = match self.connect(addr).await {
                 Ok(c) => c,
@@ -127,7 +143,7 @@ impl Endpoints {
                     continue;
                 }
             };
-            match call(InterceptedService::new(channel, self.credentials.clone())).await {
+            match call(InterceptedService::new(channel, credentials.clone())).await {
                 Ok(v) => return Ok(v),
                 Err(s) if s.code() == tonic::Code::Unavailable && is_transport(&s) => {
                     tried.push(format!("{addr}: {}{}", s.message(), self.plaintext_hint()));

@@ -23,6 +23,10 @@ struct Fake {
     /// Offsets asked for by `JobLogs`, in order.
     log_offsets: Arc<Mutex<Vec<u64>>>,
     submits: Arc<Mutex<Vec<pb::SubmitJobRequest>>>,
+    /// The `x-request-id` of each submission, in order.
+    submit_request_ids: Arc<Mutex<Vec<String>>>,
+    /// Every submission fails as a connection reset mid-call would (the answer lost).
+    loses_submits: bool,
     faults: Arc<Mutex<Vec<pb::InjectFaultRequest>>>,
 }
 
@@ -70,6 +74,19 @@ impl JobService for Fake {
         &self,
         req: Request<pb::SubmitJobRequest>,
     ) -> Result<Response<pb::SubmitJobResponse>, Status> {
+        let request_id = req
+            .metadata()
+            .get("x-request-id")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        self.submit_request_ids
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(request_id);
+        if self.loses_submits {
+            return Err(Status::unavailable("transport error: connection reset"));
+        }
         let req = req.into_inner();
         self.submits
             .lock()
@@ -332,7 +349,10 @@ impl GpuService for Fake {
 
 /// Serve a fresh fake on a free port for the rest of the test process.
 fn serve() -> (Fake, String) {
-    let fake = Fake::default();
+    serve_fake(Fake::default())
+}
+
+fn serve_fake(fake: Fake) -> (Fake, String) {
     let (tx, rx) = std::sync::mpsc::channel();
     let served = fake.clone();
     std::thread::spawn(move || {
@@ -472,6 +492,35 @@ fn logs_resume_at_the_offset_written_when_the_stream_breaks() {
         .unwrap_or_else(PoisonError::into_inner)
         .clone();
     assert_eq!(offsets, [0, 6]);
+}
+
+#[test]
+fn an_answer_lost_mid_call_is_retried_on_the_next_agent_as_the_same_request() {
+    let (lossy, lossy_addr) = serve_fake(Fake {
+        loses_submits: true,
+        ..Fake::default()
+    });
+    let (fake, addr) = serve();
+    let run = gpuctl(
+        &format!("{lossy_addr},{addr}"),
+        &["job", "submit", "--", "/bin/train.sh"],
+    );
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let ids = |f: &Fake| {
+        f.submit_request_ids
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    };
+    let (first, retry) = (ids(&lossy), ids(&fake));
+    assert_eq!(first.len(), 1, "{first:?}");
+    assert!(!first[0].is_empty(), "no request id sent");
+    assert_eq!(retry, first, "the retry is another request");
+    // The next call is another request.
+    let again = gpuctl(&addr, &["job", "submit", "--", "/bin/train.sh"]);
+    assert_eq!(again.code, Some(0), "{}", again.stderr);
+    let after = ids(&fake);
+    assert_ne!(after[1], after[0]);
 }
 
 #[test]

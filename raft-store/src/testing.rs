@@ -21,6 +21,7 @@ pub fn at(ms: u64, cmd: Command) -> LogEntry {
         proposed_at_ms: ms,
         cmd,
         meta: None,
+        request: None,
     }
 }
 
@@ -95,6 +96,7 @@ pub fn register_entry(index: u64) -> Entry {
             proposed_at_ms: index,
             cmd,
             meta: None,
+            request: None,
         }),
     }
 }

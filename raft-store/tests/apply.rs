@@ -7,7 +7,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use gpu_raft_store::testing::{at, register, spec, submit};
 use gpu_raft_store::{
     ApplyResult, Bind, ClusterState, Command, GpuRecord, JobSpec, JobState, LogEntry, NodeStatus,
-    Outcome, Rejection, RequestMeta, Role, SchedulerSettings, TokenRecord, audit, scheduler,
+    Outcome, Rejection, RequestMeta, RequestStamp, Role, SchedulerSettings, TokenRecord, audit,
+    requests, scheduler,
 };
 use proptest::prelude::*;
 
@@ -241,6 +242,48 @@ fn binds_are_revalidated() {
     assert_eq!(bound, vec![1]);
     assert_eq!(rejected.len(), 6, "{rejected:?}");
     assert!(rejected[0].1.contains("held by j-1"), "{rejected:?}");
+}
+
+#[test]
+fn a_stamped_request_applied_twice_takes_effect_once_and_answers_the_same() {
+    let mut s = cluster();
+    let submission = |request_id: &str, at_ms: u64| {
+        let mut entry = by(
+            "alice",
+            Command::SubmitJob {
+                spec: spec(1),
+                idempotency_key: None,
+            },
+        );
+        entry.proposed_at_ms = at_ms;
+        entry.meta.as_mut().expect("meta").request_id = request_id.into();
+        entry.request = RequestStamp::of(entry.meta.as_ref().expect("meta"), &entry.cmd);
+        entry
+    };
+    let first = s.apply(&submission("r1", 10));
+    let audited = s.audit.len();
+    let after_first = s.clone();
+    assert_eq!(
+        s.apply(&submission("r1", 20)),
+        first,
+        "the copy gets the first answer"
+    );
+    assert_eq!(
+        s, after_first,
+        "and changes nothing, not even the audit log"
+    );
+    assert_eq!(s.audit.len(), audited);
+    // Another request is applied, and a copy past the window is applied again.
+    let second = s.apply(&submission("r2", 30));
+    assert_ne!(second, first);
+    let late = s.apply(&submission("r1", 10 + requests::WINDOW_MS + 1));
+    assert_ne!(late, first);
+    assert_eq!(s.jobs.len(), 3);
+    // An unstamped entry (written before every member spoke PROTOCOL_9) is never matched.
+    let mut unstamped = submission("r2", 40);
+    unstamped.request = None;
+    s.apply(&unstamped);
+    assert_eq!(s.jobs.len(), 4);
 }
 
 #[test]
@@ -626,6 +669,7 @@ fn by(actor: &str, cmd: Command) -> LogEntry {
         proposed_at_ms: 9,
         cmd,
         meta: Some(meta),
+        request: None,
     }
 }
 

@@ -57,6 +57,7 @@ fn by(actor: &str, cmd: Command) -> LogEntry {
             request_id: "r".into(),
             source: "127.0.0.1:1".into(),
         }),
+        request: None,
     }
 }
 

@@ -67,6 +67,7 @@ pub fn submit_request(data: &[u8]) {
             idempotency_key: None,
         },
         meta: None,
+        request: None,
     };
     let result = ClusterState::new().apply(&entry);
     assert!(

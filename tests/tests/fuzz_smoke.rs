@@ -67,6 +67,7 @@ fn entry(cmd: Command) -> Vec<u8> {
         proposed_at_ms: 1_700_000_000_000,
         cmd,
         meta: None,
+        request: None,
     })
     .expect("json")
 }

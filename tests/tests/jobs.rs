@@ -1,6 +1,6 @@
 //! Jobs end to end on real agents: submit → bind → run pinned to GPUs → finish; no GPU runs two
-//! jobs at once; node loss requeues without running a job twice; idempotent submission; bad
-//! input.
+//! jobs at once; node loss requeues without running a job twice; idempotent submission;
+//! exactly-once keyless requests; bad input.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 
 use gpu_agent::host::proc_stat::ProcStat;
 use gpu_proto::v1 as pb;
+use gpu_proto::v1::job_service_client::JobServiceClient;
+use gpu_proto::v1::token_service_client::TokenServiceClient;
 use gpu_tests::records::{self, RunRecord};
 use gpu_tests::{Cluster, is_terminal, shell_job};
 
@@ -272,6 +274,64 @@ async fn idempotent_submission_survives_a_leader_change() {
         .await
         .expect_err("same key, different spec");
     assert_eq!(err.code(), tonic::Code::AlreadyExists, "{err}");
+}
+
+/// A keyless submission through `via` as `bearer`, with `request_id` as its `x-request-id`.
+async fn submit_keyless(
+    c: &Cluster,
+    via: u64,
+    bearer: &str,
+    request_id: &str,
+    spec: pb::JobSpec,
+) -> pb::SubmitJobResponse {
+    let mut jobs = JobServiceClient::new(c.channel_as(via, Some(bearer)).await.expect("channel"));
+    let mut req = tonic::Request::new(pb::SubmitJobRequest {
+        spec: Some(spec),
+        idempotency_key: String::new(),
+    });
+    req.metadata_mut()
+        .insert("x-request-id", request_id.parse().expect("header"));
+    jobs.submit_job(req).await.expect("submit").into_inner()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyless_request_retried_through_other_agents_creates_one_job() {
+    let c = Cluster::start(3, 3, "").await;
+    let admin = c.admin_token();
+    let spec = shell_job("retried", 0, "true");
+    let first = submit_keyless(&c, 1, &admin, "req-1", spec.clone()).await;
+    // The retries a client makes when an answer is lost, through the other agents: one of
+    // them a follower that forwards it, one perhaps the leader.
+    for via in [2, 3, 1] {
+        let again = submit_keyless(&c, via, &admin, "req-1", spec.clone()).await;
+        assert_eq!(again.job_id, first.job_id, "a retry through n{via}");
+    }
+    // Another request id is another request, and so is the same id from another caller.
+    let second = submit_keyless(&c, 2, &admin, "req-2", spec.clone()).await;
+    assert_ne!(second.job_id, first.job_id);
+    let mut tokens = TokenServiceClient::new(c.channel(1).await.expect("channel"));
+    let user = tokens
+        .create_token(pb::CreateTokenRequest {
+            role: pb::Role::User as i32,
+            tenant: "default".into(),
+            description: "another caller".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("a user token")
+        .into_inner()
+        .bearer;
+    let theirs = submit_keyless(&c, 3, &user, "req-1", spec).await;
+    assert!(![first.job_id, second.job_id].contains(&theirs.job_id));
+    let named: Vec<u64> = c
+        .list_jobs(1)
+        .await
+        .expect("list")
+        .into_iter()
+        .filter(|j| j.spec.as_ref().is_some_and(|s| s.name == "retried"))
+        .map(|j| j.id)
+        .collect();
+    assert_eq!(named.len(), 3, "jobs {named:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

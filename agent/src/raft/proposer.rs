@@ -14,7 +14,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use gpu_raft_store::{
-    ApplyResult, ClusterState, Command, LogEntry, NodeId, PROTOCOL_2, Raft, StateReader, TypeConfig,
+    ApplyResult, ClusterState, Command, LogEntry, NodeId, PROTOCOL_2, PROTOCOL_9, Raft,
+    RequestStamp, StateReader, TypeConfig,
 };
 use openraft::error::ClientWriteError;
 use openraft::raft::ClientWriteResult;
@@ -130,7 +131,7 @@ async fn run(
         if lowest < PROTOCOL_2 {
             // As before batching: each write its own entry, all of them handed over at once.
             counts.add(1);
-            propose_plain(&raft, first, None).await;
+            propose_plain(&raft, first, None, lowest).await;
             continue;
         }
         let Ok(permit) = in_flight.clone().acquire_owned().await else {
@@ -157,16 +158,24 @@ async fn run(
         }
         counts.add(group.len());
         if group.len() == 1 {
-            propose_plain(&raft, group.remove(0), Some(permit)).await;
+            propose_plain(&raft, group.remove(0), Some(permit), lowest).await;
         } else {
-            propose_batch(&raft, group, permit).await;
+            propose_batch(&raft, group, permit, lowest).await;
         }
     }
 }
 
 /// Hand one write to Raft as an entry of its own; `permit` (if any) is held until it lands.
-async fn propose_plain(raft: &Raft, w: Waiting, permit: Option<tokio::sync::OwnedSemaphorePermit>) {
-    let landing = raft.client_write_ff(stamp(w.proposal, now_ms())).await;
+/// `lowest`: the oldest protocol a member speaks.
+async fn propose_plain(
+    raft: &Raft,
+    w: Waiting,
+    permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    lowest: u32,
+) {
+    let landing = raft
+        .client_write_ff(stamp(w.proposal, now_ms(), lowest))
+        .await;
     tokio::spawn(async move {
         let outcome = match landing {
             Ok(rx) => rx.await.map_err(|_| "raft stopped".to_owned()),
@@ -182,6 +191,7 @@ async fn propose_batch(
     raft: &Raft,
     group: Vec<Waiting>,
     permit: tokio::sync::OwnedSemaphorePermit,
+    lowest: u32,
 ) {
     let now = now_ms();
     let mut replies = Vec::with_capacity(group.len());
@@ -189,13 +199,14 @@ async fn propose_batch(
         .into_iter()
         .map(|w| {
             replies.push(w.reply);
-            stamp(w.proposal, now)
+            stamp(w.proposal, now, lowest)
         })
         .collect();
     let batch = LogEntry {
         proposed_at_ms: now,
         cmd: Command::Batch { entries },
         meta: None,
+        request: None,
     };
     let n = replies.len();
     let landing = raft.client_write_ff(batch).await;
@@ -211,11 +222,18 @@ async fn propose_batch(
     });
 }
 
-fn stamp(proposal: Proposal, now: u64) -> LogEntry {
+/// The entry `proposal` becomes at `now`; an API request's is stamped for exactly-once
+/// apply when every member speaks `PROTOCOL_9` (`lowest`).
+fn stamp(proposal: Proposal, now: u64, lowest: u32) -> LogEntry {
+    let request = match &proposal.meta {
+        Some(meta) if lowest >= PROTOCOL_9 => RequestStamp::of(meta, &proposal.cmd),
+        _ => None,
+    };
     LogEntry {
         proposed_at_ms: now,
         cmd: proposal.cmd,
         meta: proposal.meta,
+        request,
     }
 }
 
@@ -359,6 +377,42 @@ mod tests {
     }
 
     #[test]
+    fn api_requests_are_stamped_for_exactly_once_apply_only_when_every_member_reads_it() {
+        let request = |request_id: &str| Proposal {
+            cmd: Command::CancelJob { job: 3 },
+            meta: Some(gpu_raft_store::RequestMeta {
+                actor: "alice".into(),
+                verb: "job.cancel".into(),
+                object: "job/3".into(),
+                request_id: request_id.into(),
+                source: "10.0.0.9:5000".into(),
+            }),
+            credential: None,
+        };
+        let stamped = stamp(request("r1"), 5, PROTOCOL_9).request;
+        assert!(stamped.is_some_and(|s| s.key == "alice\nr1"));
+        assert_eq!(
+            stamp(request("r1"), 5, PROTOCOL_9 - 1).request,
+            None,
+            "n-1 reads no stamp"
+        );
+        assert_eq!(
+            stamp(request(""), 5, PROTOCOL_9).request,
+            None,
+            "no request id"
+        );
+        let own_report = Proposal {
+            meta: None,
+            ..request("r1")
+        };
+        assert_eq!(
+            stamp(own_report, 5, PROTOCOL_9).request,
+            None,
+            "not an API request"
+        );
+    }
+
+    #[test]
     fn batches_wait_until_every_member_has_registered_a_protocol_that_reads_them() {
         let mut state = ClusterState::default();
         let register = |node, protocol| LogEntry {
@@ -372,6 +426,7 @@ mod tests {
                 protocol,
             },
             meta: None,
+            request: None,
         };
         state.apply(&register(1, 2));
         state.apply(&register(2, 1));

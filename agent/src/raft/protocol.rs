@@ -38,9 +38,10 @@ pub const BUILD_HEADER: &str = "x-gpumesh-build";
 /// writes carrying their caller's credential (`CREDENTIALS_FORWARDED`); 6: signed audit heads
 /// (`gpu_raft_store::PROTOCOL_6`); 7: the live run's phase (`Command::ReportRunPhase`,
 /// `gpu_raft_store::PROTOCOL_7`); 8: CA rotation and the issuer of recorded certificates
-/// (`gpu_raft_store::PROTOCOL_8`).
-pub const PROTOCOL_VERSION: u32 = 8;
-const _: () = assert!(PROTOCOL_VERSION >= gpu_raft_store::PROTOCOL_8);
+/// (`gpu_raft_store::PROTOCOL_8`); 9: exactly-once writes (`LogEntry::request`,
+/// `gpu_raft_store::PROTOCOL_9`).
+pub const PROTOCOL_VERSION: u32 = 9;
+const _: () = assert!(PROTOCOL_VERSION >= gpu_raft_store::PROTOCOL_9);
 /// The first version whose agents forward their callers' credentials with their writes.
 pub const CREDENTIALS_FORWARDED: u32 = 5;
 /// The oldest version this build still speaks with a peer.

@@ -112,6 +112,7 @@ fn timeline(
             proposed_at_ms: at,
             cmd,
             meta: None,
+            request: None,
         })
     };
     let size = s.jobs.values().filter(|j| !j.state.is_terminal()).count() + s.nodes.len();

@@ -23,6 +23,7 @@ pub(crate) fn apply_at(s: &mut ClusterState, now_ms: u64, cmd: Command) -> Apply
         proposed_at_ms: now_ms,
         cmd,
         meta: None,
+        request: None,
     })
 }
 

@@ -18,6 +18,7 @@ use crate::model::job::{JobSpec, Outcome};
 use crate::model::node::{EdgeTerms, Inventory, NodeStatus};
 use crate::model::partition::{PartitionSpec, SliceBind};
 use crate::model::registry::SealedCredential;
+use crate::model::requests::RequestStamp;
 use crate::model::scheduler::SchedulerSettings;
 use crate::model::tenant::TenantRecord;
 use crate::{JobId, NodeId};
@@ -31,6 +32,10 @@ pub struct LogEntry {
     /// Who asked, for API requests; `apply` turns it into exactly one audit entry.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub meta: Option<RequestMeta>,
+    /// Which request this is, for exactly-once writes (`requests.rs`): stamped by the leader
+    /// on API requests once every member speaks `PROTOCOL_9`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<RequestStamp>,
 }
 
 /// A state change proposed through Raft.
@@ -313,6 +318,10 @@ pub const PROTOCOL_7: u32 = 7;
 /// `RetireCa`, `ReportTrust`) and the issuing CA of a recorded certificate
 /// (`CertRecord::issuer`, which an older agent would drop): an older agent cannot read them.
 pub const PROTOCOL_8: u32 = 8;
+
+/// The internal protocol version that added exactly-once writes (`LogEntry::request`): an
+/// older agent would apply a request's second copy, which the others answer without applying.
+pub const PROTOCOL_9: u32 = 9;
 
 /// The internal protocol version that added container jobs (`JobSpec::container`) and tenants'
 /// allowed mounts: an older agent would run a container job's command on the host.
@@ -613,6 +622,7 @@ mod tests {
             proposed_at_ms: 1_700_000_000_000,
             cmd,
             meta: None,
+            request: None,
         }
     }
 
@@ -1137,6 +1147,7 @@ mod tests {
                     proposed_at_ms: 1,
                     cmd: cmd.clone(),
                     meta: None,
+                    request: None,
                 }),
             };
             let bytes = serde_json::to_vec(&entry).expect("encode");
@@ -1296,7 +1307,8 @@ mod tests {
         assert_eq!(create.protocol(), PROTOCOL_4);
         assert_eq!(Command::UpdateTenant { tenant }.protocol(), PROTOCOL_4);
         expect![[r#"{"proposed_at_ms":1,"cmd":{"type":"submit_job","spec":{"name":"train","tenant":"default","command":["python"],"env":{},"workdir":null,"gpus":0,"gpu_types":[],"min_gpu_memory_mib":0,"node_selector":{},"priority":0,"runtime_estimate_s":null,"wall_time_limit_s":null,"max_attempts":1,"cpu_millis":null,"memory_mib":null,"container":{"image":"localhost/train:1","mounts":[{"source":"/data","target":"/data","read_only":true}]}},"idempotency_key":null}}"#]]
-            .assert_eq(&serde_json::to_string(&LogEntry { proposed_at_ms: 1, cmd: submit, meta: None }).expect("encodes"));
+            .assert_eq(&serde_json::to_string(&LogEntry { proposed_at_ms: 1, cmd: submit, meta: None, request: None,
+ }).expect("encodes"));
     }
 
     #[test]

@@ -39,6 +39,7 @@ mod tests {
             proposed_at_ms: at,
             meta: None,
             cmd,
+            request: None,
         }
     }
 

@@ -21,6 +21,7 @@ pub(crate) mod outcome;
 pub mod partition;
 mod provenance;
 pub mod registry;
+pub mod requests;
 pub mod scheduler;
 pub mod slice_fit;
 pub(crate) mod state;

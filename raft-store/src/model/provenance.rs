@@ -43,6 +43,7 @@ mod tests {
             proposed_at_ms: 1,
             cmd,
             meta: None,
+            request: None,
         });
     }
 

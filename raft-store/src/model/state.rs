@@ -17,6 +17,7 @@ use crate::model::job_log::JobLog;
 use crate::model::node::NodeRecord;
 use crate::model::outcome::{ApplyResult, Rejection, invalid};
 use crate::model::registry::SealedCredential;
+use crate::model::requests::RequestLedger;
 use crate::model::scheduler::SchedulerSettings;
 use crate::model::tenant::TenantRecord;
 use crate::{JobId, NodeId};
@@ -79,6 +80,9 @@ pub struct ClusterState {
     /// unlimited.
     #[serde(default)]
     pub tenants: BTreeMap<String, TenantRecord>,
+    /// The answers of recent API requests, for exactly-once writes (`requests.rs`).
+    #[serde(default, skip_serializing_if = "RequestLedger::is_empty")]
+    pub requests: RequestLedger,
     /// Which jobs changed state lately (local, never serialized).
     #[serde(skip)]
     pub job_log: JobLog,
@@ -98,13 +102,22 @@ impl ClusterState {
 
     /// Apply one entry. Pure: the result depends only on `self` and `entry`. A rejected command
     /// leaves the state untouched, except that an API request (one with `meta`) always gets
-    /// exactly one audit entry, whatever its outcome.
+    /// exactly one audit entry, whatever its outcome. A request applied before (`entry.request`,
+    /// still remembered) changes nothing and gets its first answer.
     pub fn apply(&mut self, entry: &LogEntry) -> ApplyResult {
+        let now = entry.proposed_at_ms;
+        if let Some(first) = (entry.request.as_ref()).and_then(|r| self.requests.answer(r, now)) {
+            return first.clone();
+        }
         let result = self
             .apply_command(entry)
             .unwrap_or_else(|reason| ApplyResult::Rejected { reason });
         if let Some(meta) = &entry.meta {
             self.record_audit(entry, meta, &result);
+        }
+        if let Some(request) = &entry.request {
+            self.requests
+                .remember(request, entry.proposed_at_ms, &result);
         }
         result
     }

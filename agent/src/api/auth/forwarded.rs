@@ -181,6 +181,7 @@ mod tests {
                 proposed_at_ms: 1,
                 cmd: Command::CreateToken { token },
                 meta: None,
+                request: None,
             });
         }
         s

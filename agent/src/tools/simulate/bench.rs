@@ -63,6 +63,7 @@ pub fn setup(
                 idempotency_key: None,
             },
             meta: None,
+            request: None,
         });
     }
     let policy = Policy {

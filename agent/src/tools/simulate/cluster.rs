@@ -65,6 +65,7 @@ pub(crate) fn build(spec: &str) -> Result<(ClusterState, u64), BadCluster> {
                     protocol: 1,
                 },
                 meta: None,
+                request: None,
             });
             if let ApplyResult::Rejected { reason } = result {
                 return Err(bad(reason.to_string()));

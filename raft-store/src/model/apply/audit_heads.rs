@@ -62,6 +62,7 @@ mod tests {
             proposed_at_ms: 7,
             cmd,
             meta,
+            request: None,
         })
     }
 

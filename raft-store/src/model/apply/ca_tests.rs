@@ -12,6 +12,7 @@ fn apply_at(s: &mut ClusterState, at: u64, cmd: Command) -> ApplyResult {
         proposed_at_ms: at,
         cmd,
         meta: None,
+        request: None,
     })
 }
 

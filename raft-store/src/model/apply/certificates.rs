@@ -134,6 +134,7 @@ mod tests {
             proposed_at_ms: 10,
             cmd,
             meta: None,
+            request: None,
         })
     }
 
