@@ -25,6 +25,7 @@ use crate::host::sd_notify::SdNotify;
 use crate::host::watchdog::Watchdog;
 use crate::leader::audit_signer::{AuditSigner, SIGN_INTERVAL};
 use crate::leader::autopilot::Autopilot;
+use crate::leader::expiry::{EXPIRY_INTERVAL, Expiry};
 use crate::leader::liveness::Liveness;
 use crate::leader::scheduler_loop::Scheduler;
 use crate::monitor::Telemetry;
@@ -408,6 +409,11 @@ fn start_leader_tasks(
         interval: Duration::from_millis(500),
     };
     tasks.spawn(liveness.run(cancel.clone()));
+    let expiry = Expiry {
+        cluster: cluster.clone(),
+        interval: EXPIRY_INTERVAL,
+    };
+    tasks.spawn(expiry.run(cancel.clone()));
 }
 
 /// Stop the agent when Raft stops on a fatal error (a storage write or fsync that failed):

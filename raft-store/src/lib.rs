@@ -20,6 +20,7 @@ pub use storage::backup;
 
 pub use model::account::Account;
 pub use model::alert::{Alert, AlertRule};
+pub use model::apply::expiry::{CERT_RECORD_GRACE_MS, Expired, IDEMPOTENCY_WINDOW_MS};
 pub use model::audit::{AuditEntry, RequestMeta, SignedHead};
 pub use model::auth::{Grant, Role, Seat, TokenLimits, TokenRecord};
 pub use model::cert::CertRecord;

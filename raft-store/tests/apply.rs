@@ -6,9 +6,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use gpu_raft_store::testing::{at, register, spec, submit};
 use gpu_raft_store::{
-    ApplyResult, Bind, ClusterState, Command, GpuRecord, JobSpec, JobState, LogEntry, NodeStatus,
-    Outcome, Rejection, RequestMeta, RequestStamp, Role, SchedulerSettings, TokenRecord, audit,
-    requests, scheduler,
+    ApplyResult, Bind, CERT_RECORD_GRACE_MS, ClusterState, Command, GpuRecord,
+    IDEMPOTENCY_WINDOW_MS, JobSpec, JobState, LogEntry, NodeStatus, Outcome, Rejection,
+    RequestMeta, RequestStamp, Role, SchedulerSettings, TokenRecord, audit, requests, scheduler,
 };
 use proptest::prelude::*;
 
@@ -284,6 +284,70 @@ fn a_stamped_request_applied_twice_takes_effect_once_and_answers_the_same() {
     unstamped.request = None;
     s.apply(&unstamped);
     assert_eq!(s.jobs.len(), 4);
+}
+
+#[test]
+fn expired_certificate_records_and_old_idempotency_keys_are_forgotten() {
+    let mut s = cluster();
+    let record = |serial: &str, not_after_ms| Command::RecordCertificate {
+        cert: gpu_raft_store::CertRecord {
+            serial: serial.into(),
+            subject: "node 2".into(),
+            not_after_ms,
+            issued_at_ms: 1,
+            revoked: false,
+            revoked_reason: String::new(),
+            issuer: String::new(),
+        },
+        enrolled_with: None,
+    };
+    s.apply(&at(1, record("0a", 1_000)));
+    s.apply(&at(1, record("0b", 1_000)));
+    s.apply(&at(1, record("0c", u64::MAX / 2)));
+    s.apply(&at(
+        2,
+        Command::RevokeCertificate {
+            serial: "0b".into(),
+            reason: "stolen".into(),
+        },
+    ));
+    let first = submit(&mut s, spec(1), Some("k"));
+    let ApplyResult::JobSubmitted { job, .. } = first else {
+        panic!("{first:?}")
+    };
+
+    let in_grace = 1_000 + CERT_RECORD_GRACE_MS;
+    assert!(s.expired(in_grace).is_empty(), "{:?}", s.expired(in_grace));
+    let expired = s.expired(in_grace + 1);
+    assert_eq!(expired.certificates, ["0a", "0b"], "revoked or not");
+    assert!(
+        expired.idempotency_keys.is_empty(),
+        "the key's window is open"
+    );
+
+    let later = 1 + IDEMPOTENCY_WINDOW_MS + 1;
+    let before = s.clone();
+    assert_eq!(s.apply(&at(later, Command::ForgetExpired)), ApplyResult::Ok);
+    assert_eq!(
+        s.certificates.keys().collect::<Vec<_>>(),
+        ["0c"],
+        "the valid certificate stays"
+    );
+    assert!(s.idempotency.is_empty());
+    assert_eq!(s.jobs, before.jobs, "the job itself stays");
+    assert!(s.expired(later).is_empty());
+    // Past its window the key is free: the same submission makes a new job.
+    let again = s.apply(&at(
+        later,
+        Command::SubmitJob {
+            spec: spec(1),
+            idempotency_key: Some("k".into()),
+        },
+    ));
+    assert!(
+        matches!(again, ApplyResult::JobSubmitted { job: j, existing: false } if j != job),
+        "{again:?}"
+    );
 }
 
 #[test]

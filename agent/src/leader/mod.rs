@@ -1,8 +1,10 @@
 //! Tasks that act only while this agent leads: the scheduling loop, autopilot (voter
-//! replacement, dead member removal), node liveness verdicts and the audit head's signature.
+//! replacement, dead member removal), node liveness verdicts, the audit head's signature and
+//! forgetting expired records.
 
 pub(crate) mod audit_signer;
 pub(crate) mod autopilot;
+pub(crate) mod expiry;
 pub(crate) mod liveness;
 pub(crate) mod scheduler_loop;
 pub(crate) mod ticks;

@@ -263,6 +263,10 @@ pub enum Command {
     SignAuditHead {
         head: SignedHead,
     },
+    /// Forget what has outlived its use as of the entry's time: expired certificates' records
+    /// and old idempotency keys (`apply/expiry.rs`). Proposed by the leader. Only protocol 9
+    /// agents read it.
+    ForgetExpired,
     /// Trust CA `next` beside the signing CA `current` (named, so that the state holds it from
     /// the first rotation on); `sealed_key` is `next`'s private key sealed under `current`'s.
     /// Only protocol 8 agents read it (and the three below).
@@ -319,8 +323,9 @@ pub const PROTOCOL_7: u32 = 7;
 /// (`CertRecord::issuer`, which an older agent would drop): an older agent cannot read them.
 pub const PROTOCOL_8: u32 = 8;
 
-/// The internal protocol version that added exactly-once writes (`LogEntry::request`): an
-/// older agent would apply a request's second copy, which the others answer without applying.
+/// The internal protocol version that added exactly-once writes (`LogEntry::request`: an
+/// older agent would apply a request's second copy, which the others answer without applying)
+/// and `ForgetExpired`.
 pub const PROTOCOL_9: u32 = 9;
 
 /// The internal protocol version that added container jobs (`JobSpec::container`) and tenants'
@@ -332,6 +337,7 @@ impl Command {
     /// it only once every member has registered with at least this version.
     pub fn protocol(&self) -> u32 {
         match self {
+            Command::ForgetExpired => PROTOCOL_9,
             Command::Batch { .. }
             | Command::SetGpuPartition { .. }
             | Command::BindSlices { .. } => PROTOCOL_2,
@@ -602,6 +608,7 @@ impl fmt::Display for Command {
             Command::SignAuditHead { head } => {
                 write!(f, "audit head {} signed by {}", head.seq, head.key_id)
             }
+            Command::ForgetExpired => f.write_str("forget expired records"),
         }
     }
 }

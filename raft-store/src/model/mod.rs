@@ -3,7 +3,7 @@
 
 pub(crate) mod account;
 pub mod alert;
-mod apply;
+pub(crate) mod apply;
 pub mod audit;
 pub mod auth;
 pub mod ca;

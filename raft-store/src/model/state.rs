@@ -220,6 +220,7 @@ impl ClusterState {
             Command::BindSlices { binds } => Ok(self.bind_slices(binds, now)),
             Command::RecordEnergy { report } => self.record_energy(report),
             Command::SignAuditHead { head } => self.sign_audit_head(head, now),
+            Command::ForgetExpired => Ok(self.forget_expired(now)),
             Command::IntroduceCa {
                 current,
                 next,

@@ -10,6 +10,7 @@ mod ca;
 mod ca_tests;
 mod certificates;
 mod energy;
+pub(crate) mod expiry;
 mod gangs;
 mod jobs;
 mod nodes;
