@@ -343,9 +343,11 @@ async fn wait_for_signal() {
 
 /// Logs on stderr, `RUST_LOG` (default: info, and openraft's errors only). ERROR is kept for
 /// what needs a human: openraft logs at ERROR every failed RPC to a peer that is down or
-/// restarting (`peer_unreachable`), which a planned restart must not page anyone for. That
-/// peer shows as unreachable in `gpuctl cluster members`, and a node that stays away is
-/// declared Down (a WARN, and an alert) by the leader.
+/// restarting, which a planned restart must not page anyone for, and a membership change it
+/// refused because another is under way, which the agent retries (`routine_error`). That peer
+/// shows as unreachable in `gpuctl cluster members`, and a node that stays away is declared
+/// Down (a WARN, and an alert) by the leader; a membership change that keeps failing is
+/// logged by the agent itself.
 ///
 /// One filter, both conditions (`FilterExt::and`): each call site is then enabled or disabled
 /// once and for all. Two filters stacked on the layer would have disagreed on every debug and
@@ -359,7 +361,7 @@ fn init_tracing(format: LogFormat) {
     use tracing_subscriber::util::SubscriberInitExt;
     let levels = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=error"));
-    let routine = tracing_subscriber::filter::filter_fn(|meta| !peer_unreachable(meta))
+    let routine = tracing_subscriber::filter::filter_fn(|meta| !routine_error(meta))
         .with_max_level_hint(LevelFilter::TRACE);
     // Colours only on a terminal: journald and log shippers get plain text.
     let colour = std::io::IsTerminal::is_terminal(&std::io::stderr());
@@ -375,12 +377,15 @@ fn init_tracing(format: LogFormat) {
         .init();
 }
 
-/// openraft's ERROR events about one peer's RPC failing: every one of replication's (a
-/// heartbeat or an append to a peer that does not answer), and the core's that name the peer
-/// (`target`: a read-index confirmation or a vote request that timed out or failed).
-fn peer_unreachable(meta: &tracing::Metadata<'_>) -> bool {
+/// openraft's ERROR events that the agent handles: one peer's RPC failing (every one of
+/// replication's, a heartbeat or an append to a peer that does not answer, and the core's that
+/// name the peer, `target`: a read-index confirmation or a vote request that timed out or
+/// failed), and a membership change's step refused (`impl_raft_blocking_write`: the error is
+/// also returned to the agent, which retries, as when two nodes join at once).
+fn routine_error(meta: &tracing::Metadata<'_>) -> bool {
     *meta.level() == tracing::Level::ERROR
         && (meta.target() == "openraft::replication"
+            || meta.target() == "openraft::raft::impl_raft_blocking_write"
             || (meta.target() == "openraft::core::raft_core"
                 && meta.fields().field("target").is_some()))
 }

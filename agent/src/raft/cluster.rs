@@ -74,10 +74,6 @@ pub struct Cluster {
     /// Members this leader admitted as edge learners, before their registration (which
     /// records it in the replicated state) has been applied.
     edge_joiners: Arc<std::sync::Mutex<BTreeSet<NodeId>>>,
-    /// Held through each membership change this node makes, so that a join, the autopilot and
-    /// a removal never overlap: openraft refuses (and logs at ERROR) a change proposed while
-    /// another is uncommitted.
-    membership_changes: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl Cluster {
@@ -101,7 +97,6 @@ impl Cluster {
             edge: settings.edge,
             lease: settings.lease,
             edge_joiners: Arc::default(),
-            membership_changes: Arc::default(),
         }
     }
 
@@ -418,10 +413,7 @@ impl Cluster {
     ) -> Result<(), Attempt> {
         self.refuse_learner_voters(&change).map_err(Attempt::Fail)?;
         let audit = super::membership_audit::record(self.id, &change);
-        let one_at_a_time = self.membership_changes.lock().await;
-        let changed = self.raft.change_membership(change, retain).await;
-        drop(one_at_a_time);
-        match changed {
+        match self.raft.change_membership(change, retain).await {
             Ok(_) => {
                 if let Err(Attempt::Retry(e) | Attempt::Fail(e)) = self.write_as_leader(audit).await
                 {
