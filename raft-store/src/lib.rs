@@ -26,7 +26,7 @@ pub use model::auth::{Grant, Role, Seat, TokenLimits, TokenRecord};
 pub use model::cert::CertRecord;
 pub use model::command::{
     Bind, Command, LogEntry, PROTOCOL_2, PROTOCOL_3, PROTOCOL_4, PROTOCOL_5, PROTOCOL_6,
-    PROTOCOL_7, PROTOCOL_8, PROTOCOL_9, Preempt,
+    PROTOCOL_7, PROTOCOL_8, PROTOCOL_9, Preempt, RequestStamp,
 };
 pub use model::job::{
     Binding, DEFAULT_RETRY_BACKOFF_S, DEFAULT_TENANT, Job, JobKind, JobSpec, JobState,
@@ -40,7 +40,6 @@ pub use model::node::{
 };
 pub use model::outcome::{ApplyResult, Rejection};
 pub use model::partition::{GpuMode, PartitionSpec, Slice, SliceBind, SliceRequest};
-pub use model::requests::RequestStamp;
 pub use model::scheduler::SchedulerSettings;
 pub use model::state::ClusterState;
 pub use model::tenant::{Quota, TenantRecord};

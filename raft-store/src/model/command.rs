@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 
 use crate::model::account::Account;
 use crate::model::alert::{AlertRule, Remediation, Severity};
@@ -18,7 +19,6 @@ use crate::model::job::{JobSpec, Outcome};
 use crate::model::node::{EdgeTerms, Inventory, NodeStatus};
 use crate::model::partition::{PartitionSpec, SliceBind};
 use crate::model::registry::SealedCredential;
-use crate::model::requests::RequestStamp;
 use crate::model::scheduler::SchedulerSettings;
 use crate::model::tenant::TenantRecord;
 use crate::{JobId, NodeId};
@@ -36,6 +36,32 @@ pub struct LogEntry {
     /// on API requests once every member speaks `PROTOCOL_9`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request: Option<RequestStamp>,
+}
+
+/// What identifies one API request in the log: who asked, their request id, and which write.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestStamp {
+    /// The authenticated actor and the request id, `actor\nrequest_id`.
+    pub key: String,
+    /// A digest of the command (hex, 128 bits of its SHA-256), made by the leader that
+    /// stamped it.
+    pub digest: String,
+}
+
+impl RequestStamp {
+    /// The stamp of `cmd`, written for the API request `meta`; `None` for a write no client
+    /// asked for (no request id: a membership change's or a renewal's record).
+    pub fn of(meta: &RequestMeta, cmd: &Command) -> Option<RequestStamp> {
+        if meta.request_id.is_empty() {
+            return None;
+        }
+        // Encoding plain data into memory cannot fail.
+        let encoded = serde_json::to_vec(cmd).unwrap_or_default();
+        Some(RequestStamp {
+            key: format!("{}\n{}", meta.actor, meta.request_id),
+            digest: hex::encode(&Sha256::digest(&encoded)[..16]),
+        })
+    }
 }
 
 /// A state change proposed through Raft.

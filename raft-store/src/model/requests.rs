@@ -3,9 +3,9 @@
 //! answer, a leader change between append and commit) takes effect once and both copies get
 //! the first answer.
 //!
-//! The leader stamps an entry with its `RequestStamp` (`LogEntry::request`) only once every
-//! member speaks `PROTOCOL_9`: an older replica would apply the copy, and the replicas would
-//! diverge. A stamp names the caller (the actor the leader authenticated), the request id and a
+//! The leader stamps an entry with its `RequestStamp` (`LogEntry::request`, in `command.rs`
+//! beside the entry it marks) only once every member speaks `PROTOCOL_9`: an older replica
+//! would apply the copy, and the replicas would diverge. A stamp names the caller (the actor the leader authenticated), the request id and a
 //! digest of the command, so that one request's second, different write (a submission stamped
 //! again after `AccountChanged`) is not taken for a copy of its first.
 //!
@@ -16,10 +16,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
-use crate::model::audit::RequestMeta;
-use crate::model::command::Command;
+use crate::model::command::RequestStamp;
 use crate::model::outcome::ApplyResult;
 
 /// How long after its entry a request's answer is kept: a retry later than this is applied
@@ -28,32 +26,6 @@ pub const WINDOW_MS: u64 = 10 * 60 * 1000;
 /// The most answers kept: past it, the oldest are forgotten before their window ends (at 5,000
 /// writes/s, after 20 s, still longer than any client's retry deadline).
 pub const MAX_KEPT: usize = 100_000;
-
-/// What identifies one API request in the log: who asked, their request id, and which write.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RequestStamp {
-    /// The authenticated actor and the request id, `actor\nrequest_id`.
-    pub key: String,
-    /// A digest of the command (hex, 128 bits of its SHA-256), made by the leader that
-    /// stamped it.
-    pub digest: String,
-}
-
-impl RequestStamp {
-    /// The stamp of `cmd`, written for the API request `meta`; `None` for a write no client
-    /// asked for (no request id: a membership change's or a renewal's record).
-    pub fn of(meta: &RequestMeta, cmd: &Command) -> Option<RequestStamp> {
-        if meta.request_id.is_empty() {
-            return None;
-        }
-        // Encoding plain data into memory cannot fail.
-        let encoded = serde_json::to_vec(cmd).unwrap_or_default();
-        Some(RequestStamp {
-            key: format!("{}\n{}", meta.actor, meta.request_id),
-            digest: hex::encode(&Sha256::digest(&encoded)[..16]),
-        })
-    }
-}
 
 /// One remembered answer.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
