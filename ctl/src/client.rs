@@ -1,6 +1,7 @@
 //! Reaching the cluster: the endpoint list, tried in order, moving on when an agent is down.
 
-use std::time::Duration;
+use std::io::IsTerminal;
+use std::time::{Duration, Instant};
 
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::{Interceptor, interceptor::InterceptedService};
@@ -125,16 +126,51 @@ impl Endpoints {
     }
 
     /// Run `call` against the first agent that accepts a connection and answers. An agent that
-    /// is down (connection refused, unavailable) is skipped; any other answer is final.
+    /// is down (connection refused, unavailable) is skipped. An agent's answer that the cluster
+    /// is busy (`RESOURCE_EXHAUSTED`: a rate limit) or between leaders (`UNAVAILABLE`) is asked
+    /// again, backing off, until the deadline (saying so once on a terminal); any other answer
+    /// is final. Every try carries the same request id, so a write is applied once however
+    /// many tries reach the cluster.
     pub(crate) async fn call<T, F, Fut>(&self, mut call: F) -> Result<T, CallError>
     where
         F: FnMut(Conn) -> Fut,
         Fut: std::future::Future<Output = Result<T, tonic::Status>>,
     {
-        let mut tried = Vec::new();
-        // One id for every agent tried: a write whose answer was lost with the agent that took
-        // it is answered, not applied again, by the next.
         let credentials = self.credentials.for_one_request();
+        let deadline = Instant::now() + self.timeout;
+        let mut backoff = Backoff::default();
+        let mut noted = false;
+        loop {
+            let refusal = match self.try_each(&credentials, &mut call).await {
+                Err(CallError::Status(s)) if answered_busy(&s) => s,
+                other => return other,
+            };
+            let Some(pause) = backoff.next_before(deadline) else {
+                return Err(CallError::Status(refusal));
+            };
+            if !noted && std::io::stderr().is_terminal() {
+                eprintln!(
+                    "note: {}; asking again until the deadline ({}s)",
+                    refusal.message(),
+                    self.timeout.as_secs()
+                );
+                noted = true;
+            }
+            tokio::time::sleep(pause).await;
+        }
+    }
+
+    /// One pass over the endpoints, in order.
+    async fn try_each<T, F, Fut>(
+        &self,
+        credentials: &Credentials,
+        call: &mut F,
+    ) -> Result<T, CallError>
+    where
+        F: FnMut(Conn) -> Fut,
+        Fut: std::future::Future<Output = Result<T, tonic::Status>>,
+    {
+        let mut tried = Vec::new();
         for addr in &self.addrs {
             let channel = match self.connect(addr).await {
                 Ok(c) => c,
@@ -181,6 +217,40 @@ impl Endpoints {
                 .map_err(|e| error_chain(&e))?;
         }
         endpoint.connect().await.map_err(|e| error_chain(&e))
+    }
+}
+
+/// An agent's answer that the same request may succeed a little later: a rate limit, or no
+/// leader right now. (A transport failure is not an answer: the next agent is tried.)
+fn answered_busy(s: &tonic::Status) -> bool {
+    matches!(
+        s.code(),
+        tonic::Code::ResourceExhausted | tonic::Code::Unavailable
+    ) && !is_transport(s)
+}
+
+/// Pauses between tries: from 100 ms, doubling to at most 2 s, each with up to half again of
+/// jitter so that many clients refused together do not come back together.
+#[derive(Debug)]
+struct Backoff {
+    next: Duration,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Self {
+            next: Duration::from_millis(100),
+        }
+    }
+}
+
+impl Backoff {
+    /// The next pause, unless it would end past `deadline`.
+    fn next_before(&mut self, deadline: Instant) -> Option<Duration> {
+        let jitter = self.next.mul_f64(rand::random::<f64>() / 2.0);
+        let pause = self.next + jitter;
+        self.next = (self.next * 2).min(Duration::from_secs(2));
+        (Instant::now() + pause < deadline).then_some(pause)
     }
 }
 

@@ -27,6 +27,8 @@ struct Fake {
     submit_request_ids: Arc<Mutex<Vec<String>>>,
     /// Every submission fails as a connection reset mid-call would (the answer lost).
     loses_submits: bool,
+    /// How many more submissions to refuse as rate-limited (`u32::MAX`: all of them).
+    busy_submits: Arc<Mutex<u32>>,
     faults: Arc<Mutex<Vec<pb::InjectFaultRequest>>>,
 }
 
@@ -86,6 +88,20 @@ impl JobService for Fake {
             .push(request_id);
         if self.loses_submits {
             return Err(Status::unavailable("transport error: connection reset"));
+        }
+        {
+            let mut busy = self
+                .busy_submits
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if *busy > 0 {
+                if *busy != u32::MAX {
+                    *busy -= 1;
+                }
+                return Err(Status::resource_exhausted(
+                    "token t1 is over its rate limit",
+                ));
+            }
         }
         let req = req.into_inner();
         self.submits
@@ -521,6 +537,36 @@ fn an_answer_lost_mid_call_is_retried_on_the_next_agent_as_the_same_request() {
     assert_eq!(again.code, Some(0), "{}", again.stderr);
     let after = ids(&fake);
     assert_ne!(after[1], after[0]);
+}
+
+#[test]
+fn a_busy_cluster_is_asked_again_as_the_same_request_until_the_deadline() {
+    let busy = |refusals| Fake {
+        busy_submits: Arc::new(Mutex::new(refusals)),
+        ..Fake::default()
+    };
+    let ids = |f: &Fake| {
+        f.submit_request_ids
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    };
+    let (fake, addr) = serve_fake(busy(2));
+    let run = gpuctl(&addr, &["job", "submit", "--", "/bin/train.sh"]);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert_eq!(text(&run), "j-6\n");
+    let tries = ids(&fake);
+    assert_eq!(tries.len(), 3, "{tries:?}");
+    assert!(tries.iter().all(|id| *id == tries[0]), "{tries:?}");
+
+    let (fake, addr) = serve_fake(busy(u32::MAX));
+    let run = gpuctl(
+        &addr,
+        &["--timeout", "1s", "job", "submit", "--", "/bin/train.sh"],
+    );
+    assert_ne!(run.code, Some(0));
+    assert!(run.stderr.contains("rate limit"), "{}", run.stderr);
+    assert!(ids(&fake).len() > 1, "asked once only");
 }
 
 #[test]
