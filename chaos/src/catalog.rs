@@ -1,6 +1,7 @@
 //! The named scenarios the `gpu-chaos` binary can run: each short name maps to the scenario's
 //! run name, its default seed and its nemesis; `tests/short_suite.rs` runs these same entries.
 
+use crate::client::Keyed;
 use crate::scenario::Nemesis;
 
 /// One runnable scenario.
@@ -153,7 +154,7 @@ pub const ALL: &[Entry] = &[
         nemesis: Nemesis::RetryStorm {
             min_keys: 6,
             tasks: 4,
-            keyless: false,
+            keyed: Keyed::Idempotency,
         },
     },
     Entry {
@@ -163,7 +164,7 @@ pub const ALL: &[Entry] = &[
         nemesis: Nemesis::RetryStorm {
             min_keys: 6,
             tasks: 4,
-            keyless: true,
+            keyed: Keyed::RequestId,
         },
     },
 ];

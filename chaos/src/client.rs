@@ -24,8 +24,8 @@ pub enum Outcome {
 }
 
 /// What makes a submission's retries one request.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Keyed {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Keyed {
     /// The job's idempotency key.
     Idempotency,
     /// The request id alone (`x-request-id`), the job keyless.
@@ -142,22 +142,10 @@ impl Client {
             .await
     }
 
-    /// Submit `spec` without an idempotency key, as a raw API client would, with `key` as the
-    /// request id (`x-request-id`) of every try: only exactly-once writes keep its retries from
-    /// creating a job each. Records the operation under `key`.
-    pub async fn submit_keyless(
-        &self,
-        process: &str,
-        via: u64,
-        spec: pb::JobSpec,
-        key: &str,
-        deadline: Duration,
-    ) -> anyhow::Result<Outcome> {
-        self.submit_keyed(process, via, spec, key, Keyed::RequestId, deadline)
-            .await
-    }
-
-    async fn submit_keyed(
+    /// `submit`, with `key` sent as `keyed` says: as the idempotency key, or, as a raw API
+    /// client without one would, only as the request id (`x-request-id`) of every try, where
+    /// exactly-once writes alone keep retries from creating a job each. Recorded under `key`.
+    pub async fn submit_keyed(
         &self,
         process: &str,
         via: u64,

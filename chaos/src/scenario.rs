@@ -16,7 +16,7 @@ use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
 use crate::check;
-use crate::client::{Client, Outcome, state_name};
+use crate::client::{Client, Keyed, Outcome, state_name};
 use crate::history::{OpKind, Phase, Recorder};
 use crate::model::{FinalJob, Violation};
 use gpu_tests::records;
@@ -43,12 +43,12 @@ pub enum Nemesis {
     /// C4: restart every agent gracefully, one after another, under load.
     RollingRestart,
     /// C16: keys stormed one after another by `tasks` concurrent submitters each, at least
-    /// `min_keys` of them and until a leader kill midway has healed. C17 (`keyless`): the
-    /// same with no idempotency key, the key sent as each try's request id.
+    /// `min_keys` of them and until a leader kill midway has healed. C17 (`Keyed::RequestId`):
+    /// the same with no idempotency key, the key sent as each try's request id.
     RetryStorm {
         min_keys: usize,
         tasks: usize,
-        keyless: bool,
+        keyed: Keyed,
     },
     /// C9: `SIGSTOP` the leader past the election timeout, then `SIGCONT` it, `rounds` times.
     LeaderPause { rounds: u32 },
@@ -377,14 +377,14 @@ async fn inject(
         Nemesis::RetryStorm {
             min_keys,
             tasks,
-            keyless,
+            keyed,
         } => {
             let stop = Arc::new(AtomicBool::new(false));
             let task = tokio::spawn(storm::storm(
                 client.clone(),
                 min_keys,
                 tasks,
-                keyless,
+                keyed,
                 stop.clone(),
                 rng.random(),
                 name.to_owned(),

@@ -10,21 +10,21 @@ use std::time::Duration;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::client::{Client, Outcome};
+use crate::client::{Client, Keyed, Outcome};
 use crate::workload::job_spec;
 
 /// Tries per task before it gives up on its key.
 const TRIES: usize = 40;
 
 /// Storm keys one after another, `tasks` concurrent submitters per key, until `stop` is set
-/// and at least `min_keys` keys are done. Keys are `<prefix>-storm-<k>`, and the job's name;
-/// `keyless`: sent as request ids, not idempotency keys.
+/// and at least `min_keys` keys are done. Keys are `<prefix>-storm-<k>`, and the job's name,
+/// sent as `keyed` says.
 #[allow(clippy::too_many_arguments)]
 pub async fn storm(
     client: Client,
     min_keys: usize,
     tasks: usize,
-    keyless: bool,
+    keyed: Keyed,
     stop: Arc<AtomicBool>,
     seed: u64,
     prefix: String,
@@ -45,15 +45,9 @@ pub async fn storm(
                 let process = format!("storm-{k}-{t}");
                 for _ in 0..TRIES {
                     let deadline = Duration::from_millis(rng.random_range(20..300));
-                    let outcome = if keyless {
-                        client
-                            .submit_keyless(&process, via, spec.clone(), &key, deadline)
-                            .await?
-                    } else {
-                        client
-                            .submit(&process, via, spec.clone(), &key, deadline)
-                            .await?
-                    };
+                    let outcome = client
+                        .submit_keyed(&process, via, spec.clone(), &key, keyed, deadline)
+                        .await?;
                     if let Outcome::Ok(_) = outcome {
                         break;
                     }

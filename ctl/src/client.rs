@@ -81,7 +81,7 @@ impl Credentials {
         })
     }
 
-    /// These credentials, with a new request id for every attempt of one call.
+    /// These credentials with a new request id, which every try of one call then carries.
     fn for_one_request(&self) -> Self {
         Self {
             authorization: self.authorization.clone(),
