@@ -23,6 +23,7 @@ use crate::host::images::{ImageReporter, NodeImages};
 use crate::host::inventory::InventoryReporter;
 use crate::host::sd_notify::SdNotify;
 use crate::host::watchdog::Watchdog;
+use crate::leader::archiver::Archiver;
 use crate::leader::audit_signer::{AuditSigner, SIGN_INTERVAL};
 use crate::leader::autopilot::Autopilot;
 use crate::leader::expiry::{EXPIRY_INTERVAL, Expiry};
@@ -36,6 +37,7 @@ use crate::monitor::power_task::PowerTask;
 use crate::monitor::sampler::Sampler;
 use crate::monitor::webhook::Notifier;
 use crate::raft::Cluster;
+use crate::raft::archive_fill::ArchiveFill;
 use crate::raft::contact::ContactBook;
 use crate::raft::failover::FastFailover;
 use crate::raft::network::NetworkFactory;
@@ -414,6 +416,16 @@ fn start_leader_tasks(
         interval: EXPIRY_INTERVAL,
     };
     tasks.spawn(expiry.run(cancel.clone()));
+    let archiver = Archiver {
+        cluster: cluster.clone(),
+        retention: config.retention.retention,
+        interval: config.retention.interval,
+    };
+    tasks.spawn(archiver.run(cancel.clone()));
+    let fill = ArchiveFill {
+        cluster: cluster.clone(),
+    };
+    tasks.spawn(fill.run(cancel.clone()));
 }
 
 /// Stop the agent when Raft stops on a fatal error (a storage write or fsync that failed):

@@ -664,6 +664,12 @@ pub(crate) enum JobVerb {
         /// At most this many jobs [default: all].
         #[arg(long)]
         limit: Option<u32>,
+        /// Finished jobs only, archived ones included, in the order they ended.
+        #[arg(long)]
+        finished: bool,
+        /// With --finished: only those that ended within this long (7d, 12h) [default: 1d].
+        #[arg(long, requires = "finished", value_parser = units::age)]
+        since: Option<Duration>,
         /// Answer from the contacted agent's replica without asking the leader.
         #[arg(long)]
         stale: bool,

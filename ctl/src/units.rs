@@ -56,6 +56,13 @@ pub(crate) fn whole_seconds(s: &str) -> Result<u64, String> {
     Ok(d.as_secs())
 }
 
+/// clap parser for how far back to look (`--since 7d`): a humantime duration (`12h`, `7d`,
+/// `2weeks`).
+pub(crate) fn age(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s.trim())
+        .map_err(|e| format!("expected a duration like 12h, 7d or 2weeks: {e}"))
+}
+
 /// clap parser for `--time-limit`: a humantime duration (`90m`, `12h`, `2days`, `1h 30m`) in
 /// whole seconds. A negative or unparsable value is refused with why; whether zero or a year
 /// and more makes sense is the server's call (the rule lives beside the other job rules).

@@ -14,19 +14,20 @@ pub mod testing;
 
 pub use model::{
     alert, audit, auth, ca, cert, container, digest, energy, job, mig, node, partition, registry,
-    requests, scheduler, slice_fit, tenant, validate,
+    requests, retention, scheduler, slice_fit, tenant, validate,
 };
-pub use storage::backup;
+pub use storage::{archive, backup};
 
 pub use model::account::Account;
 pub use model::alert::{Alert, AlertRule};
+pub use model::apply::archive::USAGE_BUCKET_MS;
 pub use model::apply::expiry::{CERT_RECORD_GRACE_MS, Expired, IDEMPOTENCY_WINDOW_MS};
 pub use model::audit::{AuditEntry, RequestMeta, SignedHead};
 pub use model::auth::{Grant, Role, Seat, TokenLimits, TokenRecord};
 pub use model::cert::CertRecord;
 pub use model::command::{
     Bind, Command, LogEntry, PROTOCOL_2, PROTOCOL_3, PROTOCOL_4, PROTOCOL_5, PROTOCOL_6,
-    PROTOCOL_7, PROTOCOL_8, PROTOCOL_9, Preempt, RequestStamp,
+    PROTOCOL_7, PROTOCOL_8, PROTOCOL_9, PROTOCOL_10, Preempt, RequestStamp,
 };
 pub use model::job::{
     Binding, DEFAULT_RETRY_BACKOFF_S, DEFAULT_TENANT, Job, JobKind, JobSpec, JobState,
@@ -43,7 +44,7 @@ pub use model::partition::{GpuMode, PartitionSpec, Slice, SliceBind, SliceReques
 pub use model::scheduler::SchedulerSettings;
 pub use model::state::ClusterState;
 pub use model::tenant::{Quota, TenantRecord};
-pub use storage::engine::{KvEngine, SledEngine, Space};
+pub use storage::engine::{KvEngine, Scan, SledEngine, Space};
 pub use storage::error::OpenError;
 pub use storage::format::DATA_FORMAT_VERSION;
 pub use storage::log_store::LogStore;

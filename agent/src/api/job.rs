@@ -1,11 +1,12 @@
 //! Public `JobService`: submit, inspect, cancel jobs, and read their output from the node that
 //! ran them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use gpu_proto::internal::v1::ReadRunLogRequest;
 use gpu_proto::v1 as pb;
 use gpu_proto::v1::job_service_server::JobService;
+use gpu_raft_store::retention::ArchivedJob;
 use gpu_raft_store::{
     ApplyResult, ClusterState, Command, Job, JobId, JobSpec, JobState, Rejection, slice_fit,
     tenant, validate,
@@ -20,6 +21,7 @@ use crate::api::logs::{self, LogRequest, LogStream};
 use crate::api::status::{invalid, rejected};
 use crate::api::to_proto;
 use crate::clock::now_ms;
+use crate::raft::archive_fill::archive_complete;
 use crate::raft::peer_client::with_deadline;
 use crate::raft::{Cluster, ClusterError};
 use crate::scheduler::{self, PlanEnv, Policy};
@@ -51,12 +53,85 @@ pub(crate) fn job_view(state: &ClusterState, job: &Job) -> pb::Job {
     }
 }
 
+/// An archived job as the API shows it: the energy it took with it.
+fn archived_view(state: &ClusterState, archived: &ArchivedJob) -> pb::Job {
+    pb::Job {
+        energy_mj: archived.energy_mj,
+        ..job_view(state, &archived.job)
+    }
+}
+
 impl JobApi {
     fn get(&self, id: JobId) -> Result<pb::Job, Status> {
-        self.cluster
+        if let Some(job) = self
+            .cluster
             .state
             .read(|s| s.jobs.get(&id).map(|j| job_view(s, j)))
-            .ok_or_else(|| rejected(Rejection::UnknownJob { job: id }))
+        {
+            return Ok(job);
+        }
+        let archived = self.archived(id)?;
+        Ok(self.cluster.state.read(|s| archived_view(s, &archived)))
+    }
+
+    /// Job `id` as it was archived. Looked for after the state: a job leaves the state and
+    /// enters the archive under one lock, so one read or the other finds it.
+    fn archived(&self, id: JobId) -> Result<ArchivedJob, Status> {
+        let found = (self.cluster.state.archive().job(id))
+            .map_err(|e| Status::internal(format!("reading the archive: {e}")))?;
+        match found {
+            Some(archived) => Ok(archived),
+            None => {
+                archive_complete(&self.cluster.state)?;
+                Err(rejected(Rejection::UnknownJob { job: id }))
+            }
+        }
+    }
+
+    /// Job `id`, from the state or the archive.
+    fn job(&self, id: JobId) -> Result<Job, Status> {
+        match self.cluster.state.read(|s| s.jobs.get(&id).cloned()) {
+            Some(job) => Ok(job),
+            None => self.archived(id).map(|a| a.job),
+        }
+    }
+
+    /// The `wanted` jobs that finished at `since_ms` or later, at most `limit`: the archive's,
+    /// then the state's, each in the order they finished (the archive takes the earliest
+    /// finished first, so the whole is in that order but for clock skew between leaders).
+    fn finished_since(
+        &self,
+        since_ms: u64,
+        limit: usize,
+        wanted: impl Fn(&Job) -> bool,
+    ) -> Result<Vec<pb::Job>, Status> {
+        archive_complete(&self.cluster.state)?;
+        let finished_at = |j: &Job| j.finished_at_ms.unwrap_or(j.submitted_at_ms);
+        // The state first: a job archived after this read is then in the archive, and one
+        // archived before it is not in this copy (no job is listed twice or missed).
+        let mut kept: Vec<Job> = self.cluster.state.read(|s| {
+            (s.jobs.values())
+                .filter(|j| j.state.is_terminal() && finished_at(j) >= since_ms && wanted(j))
+                .cloned()
+                .collect()
+        });
+        kept.sort_by_key(|j| (finished_at(j), j.id));
+        let in_state: HashSet<JobId> = kept.iter().map(|j| j.id).collect();
+        let mut archived = Vec::new();
+        for a in self.cluster.state.archive().finished_since(since_ms) {
+            let a = a.map_err(|e| Status::internal(format!("reading the archive: {e}")))?;
+            if archived.len() == limit {
+                break;
+            }
+            if wanted(&a.job) && !in_state.contains(&a.job.id) {
+                archived.push(a);
+            }
+        }
+        Ok(self.cluster.state.read(|s| {
+            let archived = archived.iter().map(|a| archived_view(s, a));
+            let kept = kept.iter().map(|j| job_view(s, j));
+            archived.chain(kept).take(limit).collect()
+        }))
     }
 
     /// The tenant a job belongs to, for authorization. A job's tenant never changes, so a local
@@ -72,7 +147,10 @@ impl JobApi {
             return Ok(tenant);
         }
         self.cluster.linearizable_read().await?;
-        local().ok_or_else(|| rejected(Rejection::UnknownJob { job: id }))
+        match local() {
+            Some(tenant) => Ok(tenant),
+            None => self.archived(id).map(|a| a.job.spec.tenant),
+        }
     }
 
     /// The preamble of every request about one job: authenticate the caller (default deny)
@@ -234,17 +312,22 @@ impl JobService for JobApi {
             req.limit as usize
         };
         let visible = |tenant: &str| caller.identity.may(Action::ReadJob(tenant)).is_ok();
-        let jobs = self.cluster.state.read(|s| {
-            s.jobs
-                .values()
-                .filter(|j| visible(&j.spec.tenant))
-                .filter(|j| states.is_empty() || states.contains(&j.state))
-                .filter(|j| req.node_id.is_none_or(|n| j.on_node(n)))
-                .filter(|j| req.tenant.is_empty() || j.spec.tenant == req.tenant)
-                .take(limit)
-                .map(|j| job_view(s, j))
-                .collect()
-        });
+        let wanted = |j: &Job| {
+            visible(&j.spec.tenant)
+                && (states.is_empty() || states.contains(&j.state))
+                && req.node_id.is_none_or(|n| j.on_node(n))
+                && (req.tenant.is_empty() || j.spec.tenant == req.tenant)
+        };
+        let jobs = match req.finished_since_ms {
+            None => self.cluster.state.read(|s| {
+                (s.jobs.values())
+                    .filter(|j| wanted(j))
+                    .take(limit)
+                    .map(|j| job_view(s, j))
+                    .collect()
+            }),
+            Some(since) => self.finished_since(since, limit, wanted)?,
+        };
         Ok(Response::new(pb::ListJobsResponse { jobs }))
     }
 
@@ -283,15 +366,7 @@ impl JobService for JobApi {
         self.caller_for_job(&req, "job.logs", id, Access::Read, false)
             .await?;
         let req = req.into_inner();
-        let target = self
-            .cluster
-            .state
-            .read(|s| {
-                s.jobs
-                    .get(&req.job_id)
-                    .map(|j| log_target::resolve(j, req.rank, req.attempt))
-            })
-            .ok_or_else(|| rejected(Rejection::UnknownJob { job: req.job_id }))??;
+        let target = log_target::resolve(&self.job(req.job_id)?, req.rank, req.attempt)?;
         if target.node == self.cluster.id {
             let local = LogRequest::of(&req, target.generation);
             let stream = logs::stream(&self.jobs_dir, self.cluster.clone(), local)?;

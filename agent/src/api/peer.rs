@@ -11,8 +11,9 @@ use gpu_proto::internal::v1::{
     CampaignRequest, CampaignResponse, FetchSigningKeyRequest, FetchSigningKeyResponse,
     IssueCertificateRequest, IssueCertificateResponse, JoinRequest, JoinResponse,
     LeaderStatusRequest, LocalGpuTelemetryRequest, LocalGpuTelemetryResponse,
-    OpenRegistryLoginRequest, OpenRegistryLoginResponse, RaftMessage, ReadIndexRequest,
-    ReadIndexResponse, ReadRunLogRequest, RenewCertificateRequest,
+    OpenRegistryLoginRequest, OpenRegistryLoginResponse, RaftMessage, ReadArchiveRequest,
+    ReadArchiveResponse, ReadIndexRequest, ReadIndexResponse, ReadRunLogRequest,
+    RenewCertificateRequest,
 };
 use gpu_proto::v1 as pb;
 use gpu_raft_store::{NodeId, TypeConfig, validate};
@@ -34,7 +35,7 @@ use crate::host::images::NodeImages;
 use crate::monitor::Telemetry;
 use crate::raft::peer_client::with_deadline;
 use crate::raft::{Attempt, Cluster, ClusterError, Proposal};
-use crate::raft::{protocol, snapshot_wire};
+use crate::raft::{archive_fill, protocol, snapshot_wire};
 use crate::tls::registry_login;
 use crate::tls::{Subject, TlsIdentity};
 
@@ -323,6 +324,20 @@ impl RaftPeer for PeerService {
             self.cluster.clone(),
             req,
         )?))
+    }
+
+    async fn read_archive(
+        &self,
+        req: Request<ReadArchiveRequest>,
+    ) -> Result<Response<ReadArchiveResponse>, Status> {
+        self.peers.node(&req)?;
+        let state = self.cluster.state.clone();
+        let req = req.into_inner();
+        // Off the async workers: a thousand records read from disk.
+        let answer = tokio::task::spawn_blocking(move || archive_fill::serve(&state, &req))
+            .await
+            .map_err(|e| Status::internal(format!("reading the archive: {e}")))??;
+        Ok(Response::new(answer))
     }
 
     type ReadRunLogStream = LogStream;

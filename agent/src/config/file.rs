@@ -45,6 +45,8 @@ pub struct FileConfig {
     pub edge: EdgeSection,
     #[serde(default)]
     pub containers: super::ContainersSection,
+    #[serde(default)]
+    pub retention: super::RetentionSection,
 }
 
 /// `[edge]`, validated into `EdgeSettings`.

@@ -7,6 +7,7 @@ mod containers;
 mod file;
 mod flags;
 mod jobs_disk;
+mod retention;
 mod run_as;
 mod settings;
 mod size;
@@ -32,6 +33,7 @@ pub use file::{
 pub use flags::Overrides;
 pub(crate) use jobs_disk::DEFAULT_LOG_MAX;
 pub use jobs_disk::{DirOrigin, JobDiskSettings};
+pub use retention::{RetentionSection, RetentionSettings};
 pub use run_as::{RunAs, UidRange};
 pub use settings::{
     ApiSettings, AutopilotSettings, DEFAULT_CGROUP_ROOT, EdgeSettings, JobSettings,
@@ -66,6 +68,8 @@ pub struct Config {
     pub monitor: MonitorSettings,
     /// Set when this agent is at an edge site.
     pub edge: Option<EdgeSettings>,
+    /// What the leader archives, and how often it looks (`[retention]`).
+    pub retention: RetentionSettings,
 }
 
 /// Log entries per AppendEntries message (openraft's default is 300). A group-commit batch is up
@@ -107,6 +111,7 @@ impl Config {
         let tls = settings::tls(file.tls, listen, &advertise)?;
         let api = settings::api(file.api)?;
         let monitor = settings::monitor(file.monitor)?;
+        let retention = retention::settings(file.retention)?;
         Ok(Self {
             node_id,
             listen,
@@ -129,6 +134,7 @@ impl Config {
             api,
             monitor,
             edge,
+            retention,
         })
     }
 

@@ -6,8 +6,9 @@
 
 use std::time::Duration;
 
-use gpu_raft_store::audit::{self, Coverage};
-use gpu_raft_store::{ClusterState, Command, SignedHead};
+use gpu_raft_store::archive::Archive;
+use gpu_raft_store::audit::{self, ChainBase, Coverage};
+use gpu_raft_store::{AuditEntry, ClusterState, Command, SignedHead};
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
@@ -22,18 +23,73 @@ pub(crate) const SIGN_INTERVAL: Duration = Duration::from_secs(5);
 /// head to cover it: well above `SIGN_INTERVAL`, to ride out a change of leader.
 const UNSIGNED_GRACE: Duration = Duration::from_secs(120);
 
-/// Check `state`'s audit chain and signed heads against the CA certificates `trusted`, with
-/// the grace this signer's cadence allows: what `gpuctl audit verify` and `restore` both ask.
+/// Check the part of `state`'s audit chain it still holds (from its base: the older entries
+/// are archived) and its signed heads against the CA certificates `trusted`, with the grace this
+/// signer's cadence allows: what `restore` asks of a backup.
 pub(crate) fn verify_chain(
     state: &ClusterState,
     trusted: &TrustedSigners,
 ) -> Result<Coverage, String> {
     audit::verify_signed(
+        state.audit_base.as_ref(),
         &state.audit,
         &state.audit_heads,
         |h| trusted.check(h),
         UNSIGNED_GRACE.as_millis() as u64,
     )
+}
+
+/// The whole chain, as `gpuctl audit verify` asks: `archive`'s entries and heads up to the base
+/// of `kept` (the part the state holds, copied), then `kept`'s.
+pub(crate) fn verify_whole_chain(
+    archive: &Archive,
+    kept: &KeptChain,
+    trusted: &TrustedSigners,
+) -> Result<Coverage, String> {
+    let through = kept.base.as_ref().map_or(0, |b| b.seq);
+    let failed = std::cell::RefCell::new(None);
+    let entries = (archive.audit(0, through).map_while(until_error(&failed)))
+        .chain(kept.entries.iter().cloned());
+    let heads = (archive.heads(0, through).map_while(until_error(&failed)))
+        .chain(kept.heads.iter().cloned());
+    let verified = audit::verify_signed(
+        None,
+        entries,
+        heads,
+        |h| trusted.check(h),
+        UNSIGNED_GRACE.as_millis() as u64,
+    );
+    match failed.into_inner() {
+        Some(e) => Err(format!("reading the archived audit log: {e}")),
+        None => verified,
+    }
+}
+
+/// The records of a read, up to its first error, which is kept in `failed`.
+fn until_error<T>(
+    failed: &std::cell::RefCell<Option<String>>,
+) -> impl FnMut(std::io::Result<T>) -> Option<T> + '_ {
+    |r| {
+        r.map_err(|e| *failed.borrow_mut() = Some(e.to_string()))
+            .ok()
+    }
+}
+
+/// The part of the audit chain the replicated state holds, copied out of it.
+pub(crate) struct KeptChain {
+    pub base: Option<ChainBase>,
+    pub entries: Vec<AuditEntry>,
+    pub heads: Vec<SignedHead>,
+}
+
+impl KeptChain {
+    pub(crate) fn of(state: &ClusterState) -> Self {
+        Self {
+            base: state.audit_base.clone(),
+            entries: state.audit.clone(),
+            heads: state.audit_heads.clone(),
+        }
+    }
 }
 
 pub(crate) struct AuditSigner {

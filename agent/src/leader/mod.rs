@@ -1,7 +1,8 @@
 //! Tasks that act only while this agent leads: the scheduling loop, autopilot (voter
-//! replacement, dead member removal), node liveness verdicts, the audit head's signature and
-//! forgetting expired records.
+//! replacement, dead member removal), node liveness verdicts, the audit head's signature,
+//! forgetting expired records and archiving old ones.
 
+pub(crate) mod archiver;
 pub(crate) mod audit_signer;
 pub(crate) mod autopilot;
 pub(crate) mod expiry;

@@ -2,6 +2,7 @@
 //! membership), the leader's group commit, openraft's network over the peer API, outgoing peer
 //! connections, protocol negotiation, fast failover, and the chaos transport faults.
 
+pub(crate) mod archive_fill;
 pub(crate) mod cluster;
 pub(crate) mod contact;
 pub(crate) mod error;

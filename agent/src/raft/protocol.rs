@@ -39,9 +39,9 @@ pub const BUILD_HEADER: &str = "x-gpumesh-build";
 /// (`gpu_raft_store::PROTOCOL_6`); 7: the live run's phase (`Command::ReportRunPhase`,
 /// `gpu_raft_store::PROTOCOL_7`); 8: CA rotation and the issuer of recorded certificates
 /// (`gpu_raft_store::PROTOCOL_8`); 9: exactly-once writes (`LogEntry::request`,
-/// `gpu_raft_store::PROTOCOL_9`).
-pub const PROTOCOL_VERSION: u32 = 9;
-const _: () = assert!(PROTOCOL_VERSION >= gpu_raft_store::PROTOCOL_9);
+/// `gpu_raft_store::PROTOCOL_9`); 10: retention (`Command::Archive`, `gpu_raft_store::PROTOCOL_10`).
+pub const PROTOCOL_VERSION: u32 = 10;
+const _: () = assert!(PROTOCOL_VERSION >= gpu_raft_store::PROTOCOL_10);
 /// The first version whose agents forward their callers' credentials with their writes.
 pub const CREDENTIALS_FORWARDED: u32 = 5;
 /// The oldest version this build still speaks with a peer.
@@ -123,7 +123,7 @@ mod tests {
         assert_eq!(negotiate(Some("1"), None), Ok(1), "the version 1 build");
         assert_eq!(negotiate(Some("1"), Some("2")), Ok(2), "this build");
         assert_eq!(
-            negotiate(Some("2"), Some("9")),
+            negotiate(Some("2"), Some("99")),
             Ok(PROTOCOL_VERSION),
             "a newer build that still speaks ours"
         );

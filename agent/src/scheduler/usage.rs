@@ -5,7 +5,7 @@
 use std::collections::{HashMap, HashSet};
 use std::hash::BuildHasherDefault;
 
-use gpu_raft_store::{ClusterState, Job, JobId};
+use gpu_raft_store::{ClusterState, Job, JobId, USAGE_BUCKET_MS};
 
 use super::history::Fnv;
 
@@ -37,6 +37,13 @@ impl TenantUsage {
             };
             usage.add(&j.spec.tenant, j.spec.gpus, start, end.min(now_ms));
         }
+        // Archived runs, kept by the hour they ended: spread evenly over that hour.
+        for (tenant, hours) in &state.archived_usage {
+            for (&hour, &gpu_ms) in hours {
+                let end = (hour + USAGE_BUCKET_MS).min(now_ms);
+                usage.add_spread(tenant, gpu_ms, hour.min(end), end);
+            }
+        }
         usage
     }
 
@@ -55,6 +62,18 @@ impl TenantUsage {
 
     fn add(&mut self, tenant: &str, gpus: u32, start_ms: u64, end_ms: u64) {
         let value = self.integral(gpus, start_ms, end_ms, self.as_of_ms);
+        if value > 0.0 {
+            *self.finished.entry(tenant.to_owned()).or_insert(0.0) += value;
+        }
+    }
+
+    /// `gpu_ms` GPU-milliseconds used at an even rate from `start_ms` to `end_ms`.
+    fn add_spread(&mut self, tenant: &str, gpu_ms: u64, start_ms: u64, end_ms: u64) {
+        let span = end_ms.saturating_sub(start_ms);
+        if span == 0 {
+            return;
+        }
+        let value = gpu_ms as f64 / span as f64 * self.integral(1, start_ms, end_ms, self.as_of_ms);
         if value > 0.0 {
             *self.finished.entry(tenant.to_owned()).or_insert(0.0) += value;
         }
@@ -127,6 +146,30 @@ mod tests {
         // Two GPUs for one half-life: 2 · (1 - 1/2) / ln 2 GPU-equivalents.
         let expected = 2.0 * 0.5 / std::f64::consts::LN_2;
         assert!((now - expected).abs() < 1e-9, "{now} vs {expected}");
+    }
+
+    #[test]
+    fn an_archived_run_counts_as_it_did_in_the_state() {
+        use gpu_raft_store::JobState;
+
+        use crate::scheduler::testkit::{spec, submit};
+        let mut kept = ClusterState::new();
+        submit(&mut kept, spec(2, 0));
+        let job = kept.jobs.get_mut(&1).expect("submitted");
+        (job.state, job.started_at_ms, job.finished_at_ms) =
+            (JobState::Succeeded, Some(0), Some(H));
+        let mut archived = ClusterState::new();
+        let hours = [(0, 2 * H)].into_iter().collect();
+        archived
+            .archived_usage
+            .insert(job.spec.tenant.clone(), hours);
+        let usage = |s: &ClusterState| TenantUsage::from_state(s, H, 3 * H).at(&[], 3 * H);
+        let (kept, archived) = (usage(&kept), usage(&archived));
+        assert!(kept["default"] > 0.0, "{kept:?}");
+        assert!(
+            (kept["default"] - archived["default"]).abs() < 1e-9,
+            "{kept:?} vs {archived:?}"
+        );
     }
 
     #[test]

@@ -42,6 +42,9 @@ use super::job_view::{job_json, jobs_table, render_one};
 use super::{Answer, Ctx, Failure, job_logs, job_submit, job_wait, job_why};
 use crate::cli::{JobStateArg, JobVerb};
 
+/// How far back `job list --finished` looks without `--since`.
+const DEFAULT_FINISHED_SINCE: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
 pub(crate) async fn run(ctx: &Ctx, verb: JobVerb) -> Result<Answer, Failure> {
     let new = JobServiceClient::new;
     match verb {
@@ -51,14 +54,19 @@ pub(crate) async fn run(ctx: &Ctx, verb: JobVerb) -> Result<Answer, Failure> {
             node,
             tenant,
             limit,
+            finished,
+            since,
             stale,
         } => {
+            let since = since.unwrap_or(DEFAULT_FINISHED_SINCE);
             let req = pb::ListJobsRequest {
                 states: states.into_iter().map(|s| state_of(s) as i32).collect(),
                 node_id: node,
                 tenant: tenant.unwrap_or_default(),
                 stale,
                 limit: limit.unwrap_or(0),
+                finished_since_ms: finished
+                    .then(|| now_ms().saturating_sub(since.as_millis() as u64)),
             };
             let jobs = ctx
                 .call(new, req, async |mut c, r| c.list_jobs(r).await)

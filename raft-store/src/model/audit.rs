@@ -6,6 +6,8 @@
 //! verifier's trusted keys do not accept, is a rewrite. The signature check itself is the
 //! caller's (this crate holds no keys): `verify_signed` takes it as a function.
 
+use std::borrow::Borrow;
+
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -84,19 +86,38 @@ impl AuditEntry {
     }
 }
 
-/// Check a chain from its start: sequence numbers without gaps, every link, every hash.
-/// Returns the number of entries, or the first break found.
-pub fn verify(entries: &[AuditEntry]) -> Result<usize, String> {
-    let mut prev = GENESIS.to_owned();
-    for (i, e) in entries.iter().enumerate() {
-        let want_seq = i as u64 + 1;
-        if e.seq != want_seq {
+/// Where the checked part of a chain starts: the last entry before it, which left the
+/// replicated state for the archive (`retention.rs`). Absent: the chain starts at `GENESIS`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChainBase {
+    pub seq: u64,
+    pub hash: String,
+}
+
+/// A chain checked one entry at a time: sequence numbers without gaps, every link, every hash.
+struct Walk {
+    next_seq: u64,
+    prev: String,
+    count: usize,
+}
+
+impl Walk {
+    fn from(base: Option<&ChainBase>) -> Self {
+        Self {
+            next_seq: base.map_or(1, |b| b.seq + 1),
+            prev: base.map_or(GENESIS, |b| b.hash.as_str()).to_owned(),
+            count: 0,
+        }
+    }
+
+    fn push(&mut self, e: &AuditEntry) -> Result<(), String> {
+        if e.seq != self.next_seq {
             return Err(format!(
-                "entry {want_seq} is missing (found seq {} in its place)",
-                e.seq
+                "entry {} is missing (found seq {} in its place)",
+                self.next_seq, e.seq
             ));
         }
-        if e.prev_hash != prev {
+        if e.prev_hash != self.prev {
             return Err(format!(
                 "entry {} does not link to the entry before it",
                 e.seq
@@ -108,9 +129,31 @@ pub fn verify(entries: &[AuditEntry]) -> Result<usize, String> {
                 e.seq
             ));
         }
-        prev.clone_from(&e.hash);
+        self.prev.clone_from(&e.hash);
+        self.next_seq += 1;
+        self.count += 1;
+        Ok(())
     }
-    Ok(entries.len())
+}
+
+/// Check a chain from its start (`verify_from` with no base). Returns the number of entries,
+/// or the first break found.
+pub fn verify<E: Borrow<AuditEntry>>(
+    entries: impl IntoIterator<Item = E>,
+) -> Result<usize, String> {
+    verify_from(None, entries)
+}
+
+/// Check the entries that follow `base`: sequence numbers without gaps, every link, every hash.
+pub fn verify_from<E: Borrow<AuditEntry>>(
+    base: Option<&ChainBase>,
+    entries: impl IntoIterator<Item = E>,
+) -> Result<usize, String> {
+    let mut walk = Walk::from(base);
+    for e in entries {
+        walk.push(e.borrow())?;
+    }
+    Ok(walk.count)
 }
 
 /// A signer's word that the chain's entry `seq` has hash `hash`, and so (by the chain) that
@@ -142,66 +185,98 @@ pub struct Coverage {
     pub signed_through: u64,
 }
 
-/// `verify`, and every signed head: it names an entry of the chain, and that entry still has
-/// the hash that was signed; and `check_signature` accepts the last head (a trusted key, a
-/// valid signature), which through the chain vouches for every entry up to it (so one
-/// signature is checked, however long the chain). Entries after the last head are the ones not
-/// signed yet; one older than `unsigned_grace_ms` before the chain's newest entry means heads
-/// were removed, or never made.
-pub fn verify_signed(
-    entries: &[AuditEntry],
-    heads: &[SignedHead],
+/// `verify_from`, and every signed head: it names an entry of the chain (or its base), and
+/// that entry still has the hash that was signed; and `check_signature` accepts the last head (a
+/// trusted key, a valid signature), which through the chain vouches for every entry up to it (so
+/// one signature is checked, however long the chain). Entries after the last head are the ones
+/// not signed yet; one older than `unsigned_grace_ms` before the chain's newest entry means heads
+/// were removed, or never made. Entries and heads are read once, in order: an archive of any
+/// length is checked without being held in memory.
+pub fn verify_signed<E: Borrow<AuditEntry>, H: Borrow<SignedHead>>(
+    base: Option<&ChainBase>,
+    entries: impl IntoIterator<Item = E>,
+    heads: impl IntoIterator<Item = H>,
     check_signature: impl Fn(&SignedHead) -> Result<(), String>,
     unsigned_grace_ms: u64,
 ) -> Result<Coverage, String> {
-    let count = verify(entries)?;
-    let mut signed_through = 0;
-    for head in heads {
-        if head.seq <= signed_through {
+    let mut walk = Walk::from(base);
+    let mut heads = heads.into_iter().peekable();
+    let mut signed = Signed::default();
+    if let Some(base) = base {
+        while let Some(head) = heads.next_if(|h| h.borrow().seq <= base.seq) {
+            signed.accept(head.borrow(), base.seq, &base.hash)?;
+        }
+    }
+    // (seq, time) of the entries after the last head matched so far.
+    let mut unsigned: Vec<(u64, u64)> = Vec::new();
+    let mut newest = 0;
+    for e in entries {
+        let e = e.borrow();
+        walk.push(e)?;
+        newest = e.time_ms;
+        unsigned.push((e.seq, e.time_ms));
+        while let Some(head) = heads.next_if(|h| h.borrow().seq <= e.seq) {
+            signed.accept(head.borrow(), e.seq, &e.hash)?;
+            unsigned.clear();
+        }
+    }
+    if let Some(head) = heads.next() {
+        return Err(format!(
+            "a signed head names entry {}, which the chain does not have: entries were removed",
+            head.borrow().seq
+        ));
+    }
+    if let Some(last) = &signed.last {
+        check_signature(last)
+            .map_err(|why| format!("the signed head of entry {}: {why}", last.seq))?;
+    }
+    let stale = unsigned
+        .iter()
+        .take_while(|(_, time)| time.saturating_add(unsigned_grace_ms) < newest)
+        .last();
+    if let (Some((first, _)), Some((stale, _))) = (unsigned.first(), stale) {
+        return Err(format!(
+            "entries {first} to {stale} are older than the signing interval allows and no signed head covers them: heads were removed or never made"
+        ));
+    }
+    Ok(Coverage {
+        entries: walk.count,
+        signed_through: signed.last.map_or(0, |h| h.seq),
+    })
+}
+
+/// The signed heads matched so far.
+#[derive(Default)]
+struct Signed {
+    last: Option<SignedHead>,
+}
+
+impl Signed {
+    /// `head`, met at entry `seq` with hash `hash`: it must come after the last one and name
+    /// that very entry with its hash.
+    fn accept(&mut self, head: &SignedHead, seq: u64, hash: &str) -> Result<(), String> {
+        let through = self.last.as_ref().map_or(0, |h| h.seq);
+        if head.seq <= through {
             return Err(format!(
-                "the signed head of entry {} comes after the one of entry {signed_through}",
+                "the signed head of entry {} comes after the one of entry {through}",
                 head.seq
             ));
         }
-        let Some(entry) = usize::try_from(head.seq - 1)
-            .ok()
-            .and_then(|i| entries.get(i))
-        else {
+        if head.seq != seq {
             return Err(format!(
                 "a signed head names entry {}, which the chain does not have: entries were removed",
                 head.seq
             ));
-        };
-        if entry.hash != head.hash {
+        }
+        if head.hash != hash {
             return Err(format!(
                 "entry {} does not have the hash signed for it: the chain up to it was rewritten",
                 head.seq
             ));
         }
-        signed_through = head.seq;
+        self.last = Some(head.clone());
+        Ok(())
     }
-    if let Some(last) = heads.last() {
-        check_signature(last)
-            .map_err(|why| format!("the signed head of entry {}: {why}", last.seq))?;
-    }
-    let newest = entries.last().map_or(0, |e| e.time_ms);
-    let unsigned = entries
-        .iter()
-        .skip(usize::try_from(signed_through).unwrap_or(usize::MAX));
-    if let Some(stale) = unsigned
-        .take_while(|e| e.time_ms.saturating_add(unsigned_grace_ms) < newest)
-        .last()
-    {
-        return Err(format!(
-            "entries {} to {} are older than the signing interval allows and no signed head covers them: heads were removed or never made",
-            signed_through + 1,
-            stale.seq
-        ));
-    }
-    Ok(Coverage {
-        entries: count,
-        signed_through,
-    })
 }
 
 #[cfg(test)]
@@ -226,8 +301,8 @@ mod tests {
 
     #[test]
     fn an_intact_chain_verifies() {
-        assert_eq!(verify(&chain(5)), Ok(5));
-        assert_eq!(verify(&[]), Ok(0));
+        assert_eq!(verify(chain(5)), Ok(5));
+        assert_eq!(verify(&[] as &[AuditEntry]), Ok(0));
     }
 
     #[test]
@@ -288,7 +363,7 @@ mod tests {
     fn a_signed_chain_verifies_up_to_its_last_head() {
         let c = chain(6);
         let heads = [head(&c, 2), head(&c, 5)];
-        let cov = verify_signed(&c, &heads, trusted, 1_000).expect("intact");
+        let cov = verify_signed(None, &c, &heads, trusted, 1_000).expect("intact");
         assert_eq!(
             cov,
             Coverage {
@@ -309,9 +384,48 @@ mod tests {
             c[i].hash = c[i].compute_hash();
         }
         assert_eq!(verify(&c), Ok(6), "the recomputed chain is consistent");
-        let problem = verify_signed(&c, &heads, trusted, 1_000).expect_err("rewrite");
+        let problem = verify_signed(None, &c, &heads, trusted, 1_000).expect_err("rewrite");
         assert!(
             problem.contains("entry 5 does not have the hash signed for it"),
+            "{problem}"
+        );
+    }
+
+    #[test]
+    fn a_chain_is_checked_from_its_archived_base() {
+        let c = chain(6);
+        let heads = [head(&c, 2), head(&c, 3), head(&c, 5)];
+        let base = ChainBase {
+            seq: 3,
+            hash: c[2].hash.clone(),
+        };
+        // Entries 1-3 and the head of entry 2 were archived; the head of the base itself is
+        // checked against the base.
+        assert_eq!(
+            verify_signed(Some(&base), &c[3..], &heads[1..], trusted, 1_000),
+            Ok(Coverage {
+                entries: 3,
+                signed_through: 5
+            })
+        );
+        // The archive and the live part, read in order, are the whole chain.
+        assert_eq!(
+            verify_signed(None, &c, &heads, trusted, 1_000),
+            Ok(Coverage {
+                entries: 6,
+                signed_through: 5
+            })
+        );
+        let moved = ChainBase {
+            hash: c[1].hash.clone(),
+            ..base.clone()
+        };
+        let problem = verify_from(Some(&moved), &c[3..]).expect_err("another base");
+        assert!(problem.contains("entry 4 does not link"), "{problem}");
+        let problem =
+            verify_signed(Some(&base), &c[3..], &heads, trusted, 1_000).expect_err("head 2");
+        assert!(
+            problem.contains("names entry 2, which the chain does not have"),
             "{problem}"
         );
     }
@@ -322,13 +436,14 @@ mod tests {
         let mut forged = head(&c, 4);
         forged.key_id = "k2".into();
         let problem =
-            verify_signed(&c, &[head(&c, 2), forged], trusted, 1_000).expect_err("forged");
+            verify_signed(None, &c, &[head(&c, 2), forged], trusted, 1_000).expect_err("forged");
         assert!(
             problem.contains("signed head of entry 4: key k2 is not trusted"),
             "{problem}"
         );
 
-        let problem = verify_signed(&c[..3], &[head(&c, 4)], trusted, 1_000).expect_err("cut");
+        let problem =
+            verify_signed(None, &c[..3], &[head(&c, 4)], trusted, 1_000).expect_err("cut");
         assert!(
             problem.contains("names entry 4, which the chain does not have"),
             "{problem}"
@@ -336,13 +451,14 @@ mod tests {
 
         // No head at all, and the first entries are older than the grace: refused; within
         // the grace (signing has not come round yet) they are fine.
-        let problem = verify_signed(&c, &[], trusted, 25).expect_err("stripped");
+        let problem =
+            verify_signed(None, &c, &[] as &[SignedHead], trusted, 25).expect_err("stripped");
         assert!(
             problem.contains("entries 1 to 3 are older than"),
             "{problem}"
         );
         assert_eq!(
-            verify_signed(&c, &[head(&c, 3)], trusted, 25),
+            verify_signed(None, &c, &[head(&c, 3)], trusted, 25),
             Ok(Coverage {
                 entries: 6,
                 signed_through: 3

@@ -293,6 +293,11 @@ pub enum Command {
     /// and old idempotency keys (`apply/expiry.rs`). Proposed by the leader. Only protocol 9
     /// agents read it.
     ForgetExpired,
+    /// Move what `retention` no longer keeps out of the state, into every agent's archive
+    /// (`apply/archive.rs`). Proposed by the leader. Only protocol 10 agents read it.
+    Archive {
+        retention: crate::model::retention::Retention,
+    },
     /// Trust CA `next` beside the signing CA `current` (named, so that the state holds it from
     /// the first rotation on); `sealed_key` is `next`'s private key sealed under `current`'s.
     /// Only protocol 8 agents read it (and the three below).
@@ -349,6 +354,10 @@ pub const PROTOCOL_7: u32 = 7;
 /// (`CertRecord::issuer`, which an older agent would drop): an older agent cannot read them.
 pub const PROTOCOL_8: u32 = 8;
 
+/// The internal protocol version that added retention (`Command::Archive`, and the state's
+/// `audit_base` and `archived_keys` that only it sets).
+pub const PROTOCOL_10: u32 = 10;
+
 /// The internal protocol version that added exactly-once writes (`LogEntry::request`: an
 /// older agent would apply a request's second copy, which the others answer without applying)
 /// and `ForgetExpired`.
@@ -363,6 +372,7 @@ impl Command {
     /// it only once every member has registered with at least this version.
     pub fn protocol(&self) -> u32 {
         match self {
+            Command::Archive { .. } => PROTOCOL_10,
             Command::ForgetExpired => PROTOCOL_9,
             Command::Batch { .. }
             | Command::SetGpuPartition { .. }
@@ -635,6 +645,13 @@ impl fmt::Display for Command {
                 write!(f, "audit head {} signed by {}", head.seq, head.key_id)
             }
             Command::ForgetExpired => f.write_str("forget expired records"),
+            Command::Archive { retention } => write!(
+                f,
+                "archive jobs finished {} s ago or beyond the newest {}, audit beyond the newest {}",
+                retention.finished_max_age_ms / 1000,
+                retention.finished_keep,
+                retention.audit_keep
+            ),
         }
     }
 }

@@ -22,6 +22,7 @@ pub mod partition;
 mod provenance;
 pub mod registry;
 pub mod requests;
+pub mod retention;
 pub mod scheduler;
 pub mod slice_fit;
 pub(crate) mod state;

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::model::alert::{Alert, AlertRule};
-use crate::model::audit::{self, AuditEntry, RequestMeta, SignedHead};
+use crate::model::audit::{self, AuditEntry, ChainBase, RequestMeta, SignedHead};
 use crate::model::auth::{Seat, TokenRecord};
 use crate::model::ca::CaSet;
 use crate::model::cert::CertRecord;
@@ -18,6 +18,7 @@ use crate::model::node::NodeRecord;
 use crate::model::outcome::{ApplyResult, Rejection, invalid};
 use crate::model::registry::SealedCredential;
 use crate::model::requests::RequestLedger;
+use crate::model::retention::{ArchiveOutbox, ArchivedKey};
 use crate::model::scheduler::SchedulerSettings;
 use crate::model::tenant::TenantRecord;
 use crate::{JobId, NodeId};
@@ -38,9 +39,12 @@ pub struct ClusterState {
     /// API tokens by id (secrets are never stored, only their SHA-256).
     #[serde(default)]
     pub tokens: BTreeMap<String, TokenRecord>,
-    /// The hash-chained audit log.
+    /// The hash-chained audit log: its newest entries (the older ones are archived).
     #[serde(default)]
     pub audit: Vec<AuditEntry>,
+    /// The last entry archived: where `audit` continues the chain from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audit_base: Option<ChainBase>,
     /// The leader's signatures over the audit chain's head, oldest first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub audit_heads: Vec<SignedHead>,
@@ -80,12 +84,22 @@ pub struct ClusterState {
     /// unlimited.
     #[serde(default)]
     pub tenants: BTreeMap<String, TenantRecord>,
+    /// Idempotency keys whose job was archived, until they expire (`retention.rs`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub archived_keys: BTreeMap<String, ArchivedKey>,
+    /// GPU-milliseconds of archived jobs' runs, per tenant and hour the run ended (for
+    /// fair-share usage, which decays over days: `apply/archive.rs`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub archived_usage: BTreeMap<String, BTreeMap<u64, u64>>,
     /// The answers of recent API requests, for exactly-once writes (`requests.rs`).
     #[serde(default, skip_serializing_if = "RequestLedger::is_empty")]
     pub requests: RequestLedger,
     /// Which jobs changed state lately (local, never serialized).
     #[serde(skip)]
     pub job_log: JobLog,
+    /// What the last entries moved out, for the archive store (local, never serialized).
+    #[serde(skip)]
+    pub archive_outbox: ArchiveOutbox,
 }
 
 fn first_job_id() -> JobId {
@@ -221,6 +235,7 @@ impl ClusterState {
             Command::RecordEnergy { report } => self.record_energy(report),
             Command::SignAuditHead { head } => self.sign_audit_head(head, now),
             Command::ForgetExpired => Ok(self.forget_expired(now)),
+            Command::Archive { retention } => Ok(self.archive(retention, now)),
             Command::IntroduceCa {
                 current,
                 next,
@@ -260,14 +275,22 @@ impl ClusterState {
 
     /// Append one entry to the audit log, chained to the one before.
     pub fn append_audit(&mut self, time_ms: u64, meta: &RequestMeta, outcome: String) {
-        let prev = self
-            .audit
-            .last()
-            .map_or(audit::GENESIS, |e| e.hash.as_str())
-            .to_owned();
-        let seq = self.audit.len() as u64 + 1;
+        let base = self.audit_base.as_ref();
+        let prev = match self.audit.last() {
+            Some(e) => &e.hash,
+            None => base.map_or(audit::GENESIS, |b| b.hash.as_str()),
+        }
+        .to_owned();
+        let seq = base.map_or(0, |b| b.seq) + self.audit.len() as u64 + 1;
         self.audit
             .push(AuditEntry::new(seq, time_ms, meta, outcome, &prev));
+    }
+
+    /// The audit entry `seq`, unless it was archived (or does not exist yet).
+    pub fn audit_entry(&self, seq: u64) -> Option<&AuditEntry> {
+        let first = self.audit_base.as_ref().map_or(0, |b| b.seq) + 1;
+        let i = usize::try_from(seq.checked_sub(first)?).ok()?;
+        self.audit.get(i)
     }
 
     /// Why `node` may never be a voter, if it may not: it registered at an edge site, or the

@@ -13,7 +13,18 @@ pub enum Space {
     Meta,
     /// Raft log entries keyed by big-endian index.
     Log,
+    /// Archived jobs keyed by big-endian job id (`archive.rs`).
+    ArchivedJobs,
+    /// The archived jobs in the order they finished: big-endian finish time and job id.
+    ArchivedByFinish,
+    /// Archived audit entries keyed by big-endian sequence number.
+    ArchivedAudit,
+    /// Archived signed audit heads keyed by the big-endian sequence number they sign.
+    ArchivedHeads,
 }
+
+/// Entries in key order, read as they are needed.
+pub type Scan<'a> = Box<dyn Iterator<Item = std::io::Result<(Vec<u8>, Vec<u8>)>> + 'a>;
 
 /// A write of several keys that lands atomically.
 pub(crate) type Batch = Vec<(Vec<u8>, Option<Vec<u8>>)>;
@@ -33,6 +44,9 @@ pub trait KvEngine: Send + Sync + 'static {
     /// Keys with `from <= key < to`, in key order.
     fn keys(&self, space: Space, from: &[u8], to: &[u8]) -> std::io::Result<Vec<Vec<u8>>>;
     fn last(&self, space: Space) -> std::io::Result<Option<(Vec<u8>, Vec<u8>)>>;
+    /// Entries with `from <= key < to`, in key order, read one at a time (for ranges too large
+    /// to hold).
+    fn scan(&self, space: Space, from: &[u8], to: &[u8]) -> Scan<'_>;
     /// Make every earlier write durable (fsync). Blocking.
     fn flush(&self) -> std::io::Result<()>;
 }
@@ -42,6 +56,10 @@ pub struct SledEngine {
     db: sled::Db,
     meta: sled::Tree,
     log: sled::Tree,
+    archived_jobs: sled::Tree,
+    archived_by_finish: sled::Tree,
+    archived_audit: sled::Tree,
+    archived_heads: sled::Tree,
     /// sled must never run two flushes at once (sled issue #1308); all of ours go through here.
     flush_lock: Mutex<()>,
 }
@@ -74,7 +92,12 @@ impl SledEngine {
         };
         let meta = db.open_tree("meta").map_err(io)?;
         let log = db.open_tree("log").map_err(io)?;
+        let tree = |name: &str| db.open_tree(name).map_err(io);
         Ok(Self {
+            archived_jobs: tree("archived_jobs")?,
+            archived_by_finish: tree("archived_by_finish")?,
+            archived_audit: tree("archived_audit")?,
+            archived_heads: tree("archived_heads")?,
             db,
             meta,
             log,
@@ -86,6 +109,10 @@ impl SledEngine {
         match space {
             Space::Meta => &self.meta,
             Space::Log => &self.log,
+            Space::ArchivedJobs => &self.archived_jobs,
+            Space::ArchivedByFinish => &self.archived_by_finish,
+            Space::ArchivedAudit => &self.archived_audit,
+            Space::ArchivedHeads => &self.archived_heads,
         }
     }
 }
@@ -132,6 +159,14 @@ impl KvEngine for SledEngine {
             .last()
             .map_err(io)?
             .map(|(k, v)| (k.to_vec(), v.to_vec())))
+    }
+
+    fn scan(&self, space: Space, from: &[u8], to: &[u8]) -> Scan<'_> {
+        Box::new(
+            self.tree(space)
+                .range(from.to_vec()..to.to_vec())
+                .map(|kv| kv.map(|(k, v)| (k.to_vec(), v.to_vec())).map_err(io)),
+        )
     }
 
     fn flush(&self) -> std::io::Result<()> {

@@ -1,6 +1,7 @@
 //! openraft 0.9 storage on sled: the log store, the state machine, snapshot and backup files,
 //! and opening a data directory.
 
+pub mod archive;
 pub mod backup;
 pub(crate) mod engine;
 pub(crate) mod error;

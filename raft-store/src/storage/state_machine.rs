@@ -1,6 +1,7 @@
 //! openraft `RaftStateMachine`: the in-memory `ClusterState`, rebuilt on start from the snapshot
 //! file and the log (openraft re-applies committed entries), and the snapshot builder.
 
+use std::collections::BTreeSet;
 use std::io::Cursor;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard};
@@ -17,9 +18,10 @@ use crate::failpoint;
 use crate::model::digest;
 use crate::model::outcome::ApplyResult;
 use crate::model::state::ClusterState;
+use crate::storage::archive::{Archive, Gaps};
 use crate::storage::snapshot_file::{SnapshotFile, SnapshotFileError, SnapshotMeta};
 use crate::storage::snapshot_gate::SnapshotGate;
-use crate::{Entry, LogId, NodeId, StorageError, TypeConfig};
+use crate::{Entry, JobId, LogId, NodeId, StorageError, TypeConfig};
 
 /// What a snapshot holds: the domain state plus what openraft needs to resume from it.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -40,6 +42,8 @@ pub struct StateMachineStore {
     gate: SnapshotGate,
     /// Serialises snapshot writes, so an older one never replaces a newer one.
     writing: Arc<std::sync::Mutex<()>>,
+    /// Where the records that leave the state go (`archive.rs`).
+    archive: Archive,
 }
 
 /// A read-only handle on the applied state, for services, the scheduler and the executor.
@@ -47,9 +51,33 @@ pub struct StateMachineStore {
 pub struct StateReader {
     data: Arc<RwLock<MachineData>>,
     applied: watch::Receiver<u64>,
+    archive: Archive,
 }
 
 impl StateReader {
+    /// The records that left the state (finished jobs, old audit entries).
+    pub fn archive(&self) -> &Archive {
+        &self.archive
+    }
+
+    /// What the archive lacks that the state says was archived (at most `limit` jobs): the
+    /// state is read under the lock, the archive outside it (a job archived in between is then
+    /// found there).
+    pub fn archive_gaps(&self, limit: usize) -> std::io::Result<Gaps> {
+        let (next_job_id, live, base) = self.read(|s| {
+            let live: BTreeSet<JobId> = s.jobs.keys().copied().collect();
+            (
+                s.next_job_id,
+                live,
+                s.audit_base.as_ref().map_or(0, |b| b.seq),
+            )
+        });
+        Ok(Gaps {
+            jobs: self.archive.jobs_missing(next_job_id, &live, limit)?,
+            audit: self.archive.audit_missing(base)?,
+        })
+    }
+
     /// Run `f` on the current state. Keep `f` short: apply waits while it runs.
     pub fn read<T>(&self, f: impl FnOnce(&ClusterState) -> T) -> T {
         f(&read_lock(&self.data).state)
@@ -95,7 +123,7 @@ impl std::fmt::Debug for StateMachineStore {
 
 impl StateMachineStore {
     /// Open the state machine of a data directory, restoring its snapshot when there is one.
-    pub(crate) fn open(file: SnapshotFile) -> Result<Self, SnapshotFileError> {
+    pub(crate) fn open(file: SnapshotFile, archive: Archive) -> Result<Self, SnapshotFileError> {
         let data = match file.read()? {
             Some((_, bytes)) => {
                 serde_json::from_slice(&bytes).map_err(|e| SnapshotFileError::Corrupt {
@@ -109,6 +137,7 @@ impl StateMachineStore {
         let gate = SnapshotGate::new(data.last_applied.map(|l: LogId| l.index));
         Ok(Self {
             gate,
+            archive,
             writing: Arc::new(std::sync::Mutex::new(())),
             data: Arc::new(RwLock::new(data)),
             file,
@@ -121,6 +150,7 @@ impl StateMachineStore {
         StateReader {
             data: self.data.clone(),
             applied: self.applied.subscribe(),
+            archive: self.archive.clone(),
         }
     }
 
@@ -154,6 +184,10 @@ impl StateMachineStore {
         installed: bool,
     ) -> Result<(), StorageError> {
         let _one = self.writing.lock().unwrap_or_else(|p| p.into_inner());
+        // The snapshot no longer holds what was archived up to it: the archive must, first.
+        self.archive
+            .flush()
+            .map_err(|e| snapshot_err(ErrorVerb::Write, &e))?;
         let index = meta.last_log_id.map(|l| l.index);
         let on_disk = self.gate.get().durable;
         if index < on_disk {
@@ -235,6 +269,16 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                         if let ApplyResult::Rejected { reason } = &result {
                             tracing::debug!(log_index = entry.log_id.index, %reason, "command rejected");
                         }
+                        let moved = std::mem::take(&mut data.state.archive_outbox);
+                        if !moved.is_empty() {
+                            self.archive.store(moved).map_err(|e| {
+                                StorageIOError::new(
+                                    ErrorSubject::Apply(entry.log_id),
+                                    ErrorVerb::Write,
+                                    openraft::AnyError::new(&e),
+                                )
+                            })?;
+                        }
                         result
                     }
                     EntryPayload::Membership(m) => {
@@ -273,6 +317,8 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         failpoint::crash("snapshot-install-after-write");
         let applied = data.last_applied.map_or(0, |l| l.index);
         *self.data.write().unwrap_or_else(|p| p.into_inner()) = data;
+        // The snapshot carries no archive: what was archived before it must come from peers.
+        self.archive.mark_incomplete();
         self.applied.send_replace(applied);
         tracing::info!(log_index = applied, snapshot_id = %meta.snapshot_id, "installed a snapshot from the leader");
         Ok(())

@@ -1,13 +1,14 @@
 //! Opening a data directory: lock it, check its format version, open the engine and the stores.
 //!
 //! Layout: `LOCK` (held while the agent runs), `FORMAT` (`gpumesh-data <version>`, `format.rs`),
-//! `raft/` (sled: vote, log, committed), `snapshot` (the latest state-machine snapshot).
+//! `raft/` (sled: vote, log, committed, and the history archive), `snapshot` (the latest state-machine snapshot).
 
 use std::fs::{self, File, TryLockError};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::storage::engine::SledEngine;
+use crate::storage::archive::Archive;
+use crate::storage::engine::{KvEngine, SledEngine};
 use crate::storage::error::OpenError;
 use crate::storage::format::{DATA_FORMAT_VERSION, check_format, corrupt};
 use crate::storage::log_store::LogStore;
@@ -48,9 +49,11 @@ pub fn open(dir: &Path) -> Result<(DataDir, LogStore, StateMachineStore), OpenEr
         Err(TryLockError::Error(e)) => return Err(io("lock the directory", e)),
     }
     check_format(dir)?;
-    let engine =
-        SledEngine::open(&dir.join("raft")).map_err(|e| corrupt(dir, format!("raft log: {e}")))?;
-    let sm = StateMachineStore::open(SnapshotFile::new(dir)).map_err(|e| match e {
+    let engine: Arc<dyn KvEngine> = Arc::new(
+        SledEngine::open(&dir.join("raft")).map_err(|e| corrupt(dir, format!("raft log: {e}")))?,
+    );
+    let archive = Archive::new(engine.clone());
+    let sm = StateMachineStore::open(SnapshotFile::new(dir), archive).map_err(|e| match e {
         SnapshotFileError::FutureVersion { found, .. } => OpenError::FutureVersion {
             dir: dir.to_owned(),
             found,
@@ -58,8 +61,7 @@ pub fn open(dir: &Path) -> Result<(DataDir, LogStore, StateMachineStore), OpenEr
         },
         other => corrupt(dir, other.to_string()),
     })?;
-    let log =
-        LogStore::new(Arc::new(engine), sm.gate()).map_err(|e| corrupt(dir, e.to_string()))?;
+    let log = LogStore::new(engine, sm.gate()).map_err(|e| corrupt(dir, e.to_string()))?;
     Ok((
         DataDir {
             path: dir.to_owned(),

@@ -24,9 +24,8 @@ impl ClusterState {
                 head.seq
             )));
         }
-        let entry = usize::try_from(head.seq - 1)
-            .ok()
-            .and_then(|i| self.audit.get(i))
+        let entry = self
+            .audit_entry(head.seq)
             .ok_or_else(|| invalid(format!("the audit log has no entry {}", head.seq)))?;
         if entry.hash != head.hash {
             return Err(invalid(format!(

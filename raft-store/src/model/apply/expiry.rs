@@ -2,7 +2,8 @@
 //! the leader proposes when `ClusterState::expired` finds something): the records of
 //! certificates expired more than `CERT_RECORD_GRACE_MS` ago (revoked ones too: an expired
 //! certificate is refused by its dates, so its revocation need not be listed), and idempotency
-//! keys of jobs submitted more than `IDEMPOTENCY_WINDOW_MS` ago, or no longer in the state.
+//! keys of jobs submitted more than `IDEMPOTENCY_WINDOW_MS` ago (archived ones too), or no longer in the
+//! state.
 //!
 //! A key is honoured for at least its window: until the leader's next look, a little longer.
 
@@ -47,6 +48,14 @@ impl ClusterState {
                 })
             })
             .map(|(key, _)| key.clone())
+            .chain(
+                self.archived_keys
+                    .iter()
+                    .filter(|(_, k)| {
+                        k.submitted_at_ms.saturating_add(IDEMPOTENCY_WINDOW_MS) < now_ms
+                    })
+                    .map(|(key, _)| key.clone()),
+            )
             .collect();
         Expired {
             certificates,
@@ -61,6 +70,7 @@ impl ClusterState {
         }
         for key in &expired.idempotency_keys {
             self.idempotency.remove(key);
+            self.archived_keys.remove(key);
         }
         ApplyResult::Ok
     }

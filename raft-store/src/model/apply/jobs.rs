@@ -5,6 +5,7 @@ use crate::model::audit::RequestMeta;
 use crate::model::job::{Job, JobSpec, JobState, Outcome, RunPhase, retry_delay_s};
 use crate::model::outcome::{ApplyResult, Rejection, invalid};
 use crate::model::partition;
+use crate::model::retention::spec_digest;
 use crate::model::state::ClusterState;
 use crate::model::validate;
 use crate::{JobId, NodeId};
@@ -41,6 +42,19 @@ impl ClusterState {
                         Err(Rejection::IdempotencyConflict {
                             key: k.to_owned(),
                             job: existing,
+                        })
+                    };
+                }
+                if let Some(archived) = self.archived_keys.get(&scoped) {
+                    return if archived.spec_digest == spec_digest(spec) {
+                        Ok(ApplyResult::JobSubmitted {
+                            job: archived.job,
+                            existing: true,
+                        })
+                    } else {
+                        Err(Rejection::IdempotencyConflict {
+                            key: k.to_owned(),
+                            job: archived.job,
                         })
                     };
                 }

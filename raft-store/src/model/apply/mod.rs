@@ -3,6 +3,7 @@
 //! (whatever the proposer believed) and changes nothing when it rejects.
 
 mod alerts;
+pub(crate) mod archive;
 mod audit_heads;
 mod binds;
 mod ca;
