@@ -10,6 +10,7 @@ pub mod placement;
 pub mod report;
 pub mod state_growth;
 pub mod stats;
+pub mod svg;
 pub mod target;
 
 /// The client for the few etcd v3 RPCs used (`proto/etcd_subset.proto`).

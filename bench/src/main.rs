@@ -37,6 +37,22 @@ enum Cmd {
         #[arg(long, default_value_t = 100_000)]
         state_jobs: usize,
     },
+    /// A mesh's lifetime: jobs submitted and finished (cancelled at once) by the million, each
+    /// agent's resident memory sampled as they go; then the backup's size and a `kill -9`ed
+    /// follower's catch-up. A fresh mesh with the agents' default retention.
+    Lifetime {
+        #[arg(long, default_value_t = 1_000_000)]
+        jobs: usize,
+        /// Memory samples over the run.
+        #[arg(long, default_value_t = 40)]
+        samples: usize,
+        /// Also draw the memory over the run here (SVG).
+        #[arg(long)]
+        svg: Option<PathBuf>,
+        /// Also write the figures as JSON here.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
     /// Only the replicated writes, in rounds that alternate the targets (gpumesh, etcd,
     /// gpumesh, …): for comparing builds and changes to the write path quickly.
     Writes {
@@ -112,6 +128,12 @@ async fn main() -> anyhow::Result<()> {
             seconds,
             rounds,
         } => return writes_only(skip_etcd, &clients, Duration::from_secs(seconds), rounds).await,
+        Cmd::Lifetime {
+            jobs,
+            samples,
+            svg,
+            json,
+        } => return lifetime(jobs, samples, svg, json).await,
     };
     let plan = Plan::new(quick, state_jobs);
     let report = run(&plan, quick, skip_etcd).await?;
@@ -122,6 +144,43 @@ async fn main() -> anyhow::Result<()> {
     print!("{}", report.markdown());
     Ok(())
 }
+
+async fn lifetime(
+    jobs: usize,
+    samples: usize,
+    svg: Option<PathBuf>,
+    json: Option<PathBuf>,
+) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        samples > 0 && jobs >= samples,
+        "--jobs must be at least --samples (> 0)"
+    );
+    let mut mesh = Mesh::start(3).await;
+    let checkpoints: Vec<usize> = (1..=samples).map(|i| jobs * i / samples).collect();
+    eprintln!("{jobs} jobs, memory sampled every {} …", jobs / samples);
+    let growth = state_growth::measure(&mut mesh, &checkpoints, FILL_CLIENTS).await?;
+    if let Some(path) = svg {
+        let title = format!(
+            "gpumesh: resident memory of each of 3 agents over {} jobs",
+            gpu_bench::report::thousands(jobs)
+        );
+        std::fs::write(
+            &path,
+            gpu_bench::svg::rss_chart(&growth, &title, LIFETIME_RSS_MIB),
+        )
+        .with_context(|| format!("writing {}", path.display()))?;
+    }
+    if let Some(path) = json {
+        std::fs::write(&path, serde_json::to_vec_pretty(&growth)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    println!("Machine: {}.", gpu_bench::report::machine());
+    print!("{}", gpu_bench::report::state_markdown(&growth));
+    Ok(())
+}
+
+/// The most resident memory an agent should hold at the end of a lifetime run.
+const LIFETIME_RSS_MIB: f64 = 150.0;
 
 async fn writes_only(
     skip_etcd: bool,

@@ -149,23 +149,39 @@ impl Report {
         if let Some(e) = &self.failover_etcd {
             let _ = writeln!(w, "| etcd | {} | {} |", e.count, lat(e));
         }
-        let state = &self.state;
-        let _ = writeln!(
-            w,
-            "\nFinished jobs in the state (submitted and cancelled, {:.0} pairs/s), resident memory per agent:\n",
-            state.pairs_per_s
-        );
-        let _ = writeln!(w, "| finished jobs | RSS MiB by agent |");
-        let _ = writeln!(w, "|---|---|");
-        for c in &state.checkpoints {
-            let rss: Vec<String> = c.rss_mib.iter().map(|m| format!("{m:.1}")).collect();
-            let _ = writeln!(w, "| {} | {} |", c.jobs, rss.join(" / "));
-        }
-        let _ = writeln!(
-            w,
-            "\nAt the last: backup (snapshot) {} bytes; a follower restarted and caught up in {:.0} ms.",
-            state.snapshot_bytes, state.restart_ms
-        );
+        md.push_str(&state_markdown(&self.state));
         md
     }
+}
+
+/// A count as people read it on an axis: `1M`, `250k`, `999`.
+pub fn thousands(n: usize) -> String {
+    match n {
+        n if n >= 1_000_000 && n % 1_000_000 == 0 => format!("{}M", n / 1_000_000),
+        n if n >= 1_000 => format!("{}k", n / 1_000),
+        n => n.to_string(),
+    }
+}
+
+/// The state-growth figures: RSS per agent at each checkpoint, the backup and a restart.
+pub fn state_markdown(state: &StateGrowth) -> String {
+    let mut md = String::new();
+    let w = &mut md;
+    let _ = writeln!(
+        w,
+        "\nJobs submitted and finished ({:.0} submit-and-cancel pairs/s), resident memory per agent:\n",
+        state.pairs_per_s
+    );
+    let _ = writeln!(w, "| jobs finished | RSS MiB by agent |");
+    let _ = writeln!(w, "|---|---|");
+    for c in &state.checkpoints {
+        let rss: Vec<String> = c.rss_mib.iter().map(|m| format!("{m:.1}")).collect();
+        let _ = writeln!(w, "| {} | {} |", c.jobs, rss.join(" / "));
+    }
+    let _ = writeln!(
+        w,
+        "\nAt the last: backup (snapshot) {} bytes; a follower restarted and caught up in {:.0} ms.",
+        state.snapshot_bytes, state.restart_ms
+    );
+    md
 }

@@ -1,8 +1,13 @@
 //! How the agent grows with its history: a 3-agent mesh takes jobs that are submitted and at
-//! once cancelled, so each one ends terminal in the replicated state (the state keeps every
-//! finished job). At each checkpoint, every agent's resident memory; at the last, the size of
-//! the cluster backup (the state machine's snapshot) and one follower's restart: `kill -9`,
-//! start, until it answers with the leader's commit applied.
+//! once cancelled, so each one ends terminal in the replicated state (and leaves it for the
+//! archive under the agents' `[retention]`). At each checkpoint, every agent's resident memory;
+//! at the last, the size of the cluster backup (the state machine's snapshot) and one
+//! follower's restart: `kill -9`, start, until it answers with the leader's commit applied.
+//!
+//! Submissions carry no idempotency key (a raw API request is still applied once, by its
+//! request id): a key is kept for 7 days by design, so a million keyed jobs in minutes would
+//! hold a million keys, which a real million-job lifetime (a hundred days at 10,000 a day) never
+//! does.
 
 use std::time::{Duration, Instant};
 
@@ -92,7 +97,10 @@ async fn fill(mesh: &Mesh, from: usize, to: usize, clients: usize) -> anyhow::Re
         .map(|(c, mut conn)| async move {
             for seq in (from + c..to).step_by(clients) {
                 let job = conn
-                    .submit_job(submission((FILL_RUN << 48) | seq as u64))
+                    .submit_job(pb::SubmitJobRequest {
+                        idempotency_key: String::new(),
+                        ..submission((FILL_RUN << 48) | seq as u64)
+                    })
                     .await
                     .context("submitting")?
                     .into_inner();

@@ -19,7 +19,7 @@ pub struct RetentionSection {
     pub finished_jobs_kept: Option<u64>,
     /// The oldest audit entries are archived once more than this many are kept (default 10000).
     pub audit_entries_kept: Option<u64>,
-    /// How often the leader looks (default 60s).
+    /// How often the leader looks (default 5s).
     #[serde(default, with = "humantime_serde")]
     pub interval: Option<Duration>,
 }
@@ -40,7 +40,7 @@ pub(super) fn settings(r: RetentionSection) -> anyhow::Result<RetentionSettings>
         finished_keep: r.finished_jobs_kept.unwrap_or(default.finished_keep),
         audit_keep: r.audit_entries_kept.unwrap_or(default.audit_keep),
     };
-    let interval = r.interval.unwrap_or(Duration::from_secs(60));
+    let interval = r.interval.unwrap_or(Duration::from_secs(5));
     // A finished job's last energy report lands within seconds of its end; archived sooner,
     // that report would count for nothing.
     ensure!(

@@ -40,20 +40,37 @@ pub(crate) fn verify_chain(
 }
 
 /// The whole chain, as `gpuctl audit verify` asks: `archive`'s entries and heads up to the base
-/// of `kept` (the part the state holds, copied), then `kept`'s.
+/// of `kept` (the part the state holds, copied), then `kept`'s. It starts at the oldest entry
+/// this agent holds, trusting that entry's link: the chain's first entry, except in a cluster
+/// restored from a backup, whose archive starts empty (`restore` checked the backup's chain).
 pub(crate) fn verify_whole_chain(
     archive: &Archive,
     kept: &KeptChain,
     trusted: &TrustedSigners,
 ) -> Result<Coverage, String> {
     let through = kept.base.as_ref().map_or(0, |b| b.seq);
+    let oldest = (archive.audit(0, through).next().transpose())
+        .map_err(|e| format!("reading the archived audit log: {e}"))?;
+    let start = match oldest {
+        Some(e) if e.seq > 1 => Some(ChainBase {
+            seq: e.seq - 1,
+            hash: e.prev_hash,
+        }),
+        Some(_) => None,
+        None => kept.base.clone(),
+    };
+    let after = start.as_ref().map_or(0, |b| b.seq);
     let failed = std::cell::RefCell::new(None);
-    let entries = (archive.audit(0, through).map_while(until_error(&failed)))
-        .chain(kept.entries.iter().cloned());
-    let heads = (archive.heads(0, through).map_while(until_error(&failed)))
-        .chain(kept.heads.iter().cloned());
+    let entries = (archive
+        .audit(after, through)
+        .map_while(until_error(&failed)))
+    .chain(kept.entries.iter().cloned());
+    let heads = (archive
+        .heads(after, through)
+        .map_while(until_error(&failed)))
+    .chain(kept.heads.iter().cloned());
     let verified = audit::verify_signed(
-        None,
+        start.as_ref(),
         entries,
         heads,
         |h| trusted.check(h),

@@ -1425,6 +1425,16 @@ mod tests {
     }
 
     #[test]
+    fn retention_waits_for_protocol_10_and_its_encoding_is_frozen() {
+        let archive = Command::Archive {
+            retention: crate::model::retention::Retention::default(),
+        };
+        assert_eq!(archive.protocol(), PROTOCOL_10);
+        let bytes = serde_json::to_string(&entry(archive)).unwrap_or_default();
+        expect![[r#"{"proposed_at_ms":1700000000000,"cmd":{"type":"archive","retention":{"finished_max_age_ms":86400000,"finished_keep":10000,"audit_keep":10000}}}"#]].assert_eq(&bytes);
+    }
+
+    #[test]
     fn account_encodings_are_frozen() {
         let bytes: Vec<String> = every_command()
             .into_iter()

@@ -28,7 +28,7 @@ pub struct Retention {
 impl Default for Retention {
     fn default() -> Self {
         Self {
-            finished_max_age_ms: 3600 * 1000,
+            finished_max_age_ms: 24 * 3600 * 1000,
             finished_keep: 10_000,
             audit_keep: 10_000,
         }
