@@ -32,7 +32,7 @@ enum Cmd {
         /// Also write the report as JSON here.
         #[arg(long)]
         json: Option<PathBuf>,
-        /// Finished jobs in the state at the last measurement of its growth (the first is a
+        /// Jobs submitted and finished by the last measurement of the state's growth (the first is a
         /// tenth of it).
         #[arg(long, default_value_t = 100_000)]
         state_jobs: usize,
@@ -78,7 +78,7 @@ struct Plan {
     fsync_rounds: usize,
     placed_jobs: usize,
     failover_trials: usize,
-    /// Finished jobs in the state at each measurement of its growth.
+    /// Jobs submitted and finished at each measurement of the state's growth.
     state_checkpoints: Vec<usize>,
 }
 

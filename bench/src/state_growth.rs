@@ -23,7 +23,7 @@ use crate::target::{Crashable, Target};
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Checkpoint {
-    /// Finished jobs in the state.
+    /// Jobs submitted and finished so far (the state keeps those retention keeps).
     pub jobs: usize,
     /// Resident memory of each agent, in MiB, by member.
     pub rss_mib: Vec<f64>,

@@ -1,5 +1,5 @@
-//! The CI smoke run of `gpu-bench run --quick`: every benchmark runs and reports; no figure is
-//! judged (timings on shared machines are noise). etcd joins when installed, and must be when
+//! The CI smoke runs of `gpu-bench run --quick` and of a small `gpu-bench lifetime`: every
+//! benchmark runs and reports; no figure is judged (timings on shared machines are noise). etcd joins when installed, and must be when
 //! `GPUMESH_REQUIRE_ETCD` is set (CI).
 
 use std::process::Command;
@@ -31,7 +31,7 @@ fn the_quick_run_reports_every_benchmark() {
         "Replicated writes",
         "Submit → bound",
         "Failover",
-        "Finished jobs in the state",
+        "Jobs submitted and finished",
     ] {
         assert!(
             stdout.contains(section),
@@ -63,4 +63,30 @@ fn the_quick_run_reports_every_benchmark() {
         .collect();
     assert_eq!(jobs, [Some(0), Some(20), Some(50)], "{state}");
     assert!(state["snapshot_bytes"].as_u64() > Some(0), "{state}");
+}
+
+#[test]
+fn a_small_lifetime_run_samples_every_agent_and_draws_them() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (svg, json) = (dir.path().join("rss.svg"), dir.path().join("run.json"));
+    let out = Command::new(gpu_tests::bin("gpu-bench"))
+        .args(["lifetime", "--jobs", "40", "--samples", "2", "--svg"])
+        .arg(&svg)
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .expect("run gpu-bench");
+    assert!(
+        out.status.success(),
+        "gpu-bench lifetime failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).expect("read json")).expect("json");
+    let jobs: Vec<_> = (run["checkpoints"].as_array().expect("checkpoints").iter())
+        .map(|c| c["jobs"].as_u64())
+        .collect();
+    assert_eq!(jobs, [Some(0), Some(20), Some(40)], "{run}");
+    let svg = std::fs::read_to_string(&svg).expect("read svg");
+    assert_eq!(svg.matches("<polyline").count(), 3, "one line per agent");
 }
