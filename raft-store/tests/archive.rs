@@ -2,7 +2,8 @@
 //! is found in the archive under the same lock, survives a restart once a snapshot is written,
 //! and is stored again, unchanged, when a restart re-applies the entries that moved it.
 
-use gpu_raft_store::retention::Retention;
+use gpu_raft_store::archive::{Gaps, GapsFrom};
+use gpu_raft_store::retention::{ArchiveOutbox, Retention};
 use gpu_raft_store::testing::spec;
 use gpu_raft_store::{Command, Entry, LogEntry, RequestMeta, audit};
 use openraft::storage::RaftStateMachine;
@@ -132,4 +133,71 @@ async fn a_restart_before_the_snapshot_archives_the_same_records_again() {
         .map(|e| e.expect("read").seq)
         .collect();
     assert_eq!(audited, [1, 2]);
+}
+
+#[tokio::test]
+async fn an_agent_that_installs_a_snapshot_finds_what_it_lacks_from_a_cursor_on() {
+    let (a, b) = (
+        tempfile::tempdir().expect("a"),
+        tempfile::tempdir().expect("b"),
+    );
+    let (_dir_a, _log_a, mut sm_a) = gpu_raft_store::open(a.path()).expect("open a");
+    sm_a.apply(history()).await.expect("apply");
+    let snapshot = sm_a
+        .get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .expect("snapshot");
+
+    // B never applied the entries: it installs the snapshot, which carries no archive.
+    let (_dir_b, _log_b, mut sm_b) = gpu_raft_store::open(b.path()).expect("open b");
+    sm_b.begin_receiving_snapshot().await.expect("begin");
+    sm_b.install_snapshot(&snapshot.meta, snapshot.snapshot)
+        .await
+        .expect("install");
+    let reader = sm_b.reader();
+    assert!(!reader.archive().is_complete(), "readers are told to wait");
+    let gaps = reader.archive_gaps(GapsFrom::default(), 100).expect("gaps");
+    assert_eq!(
+        gaps,
+        Gaps {
+            jobs: vec![1, 2, 3],
+            audit: Some((0, 2)),
+        }
+    );
+    let from = GapsFrom { jobs: 3, audit: 1 };
+    let rest = reader.archive_gaps(from, 100).expect("gaps");
+    assert_eq!(
+        rest,
+        Gaps {
+            jobs: vec![3],
+            audit: Some((1, 2))
+        }
+    );
+    assert_eq!(
+        reader
+            .archive_gaps(GapsFrom::default(), 2)
+            .expect("gaps")
+            .jobs,
+        [1, 2],
+        "at most the limit"
+    );
+
+    // What A holds fills them.
+    let a_archive = sm_a.reader().archive().clone();
+    let records = ArchiveOutbox {
+        jobs: (1..=3)
+            .map(|id| a_archive.job(id).expect("read").expect("archived"))
+            .collect(),
+        audit: a_archive.audit(0, 2).map(|e| e.expect("read")).collect(),
+        heads: Vec::new(),
+    };
+    reader.archive().store(records).expect("store");
+    assert!(
+        reader
+            .archive_gaps(GapsFrom::default(), 100)
+            .expect("gaps")
+            .is_empty()
+    );
 }

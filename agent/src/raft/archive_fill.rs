@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use gpu_proto::internal::v1::{ReadArchiveRequest, ReadArchiveResponse};
 use gpu_raft_store::StateReader;
-use gpu_raft_store::archive::Gaps;
+use gpu_raft_store::archive::{Gaps, GapsFrom};
 use gpu_raft_store::audit::{self, ChainBase};
 use gpu_raft_store::retention::{ArchiveOutbox, ArchivedJob};
 use gpu_raft_store::{AuditEntry, SignedHead};
@@ -127,21 +127,16 @@ impl ArchiveFill {
                 .map(|n| n.addr.clone())
                 .collect()
         });
+        // One pass over the archive per peer: the cursor moves past what the peer was asked
+        // for, whether or not it held it (what it lacked, the next peer is asked for).
         for addr in &peers {
+            let mut from = GapsFrom::default();
             loop {
-                let gaps = state.archive_gaps(MAX_RECORDS)?;
+                let gaps = state.archive_gaps(from, MAX_RECORDS)?;
                 if gaps.is_empty() {
-                    if filled > 0 {
-                        info!(
-                            records = filled,
-                            "filled this agent's archive from its peers"
-                        );
-                    }
-                    return Ok(None);
+                    break;
                 }
                 match self.ask(addr, &gaps).await {
-                    // This peer has nothing more of what is missing: the next may.
-                    Ok(0) => break,
                     Ok(n) => filled += n,
                     Err(e) => {
                         warn!(peer = %addr, error = %e, "could not read a peer's archive");
@@ -149,9 +144,24 @@ impl ArchiveFill {
                         break;
                     }
                 }
+                from = GapsFrom {
+                    jobs: gaps.jobs.last().map_or(from.jobs, |id| id + 1),
+                    audit: (gaps.audit).map_or(from.audit, |(after, through)| {
+                        through.min(after + MAX_RECORDS as u64)
+                    }),
+                };
+            }
+            if state.archive_gaps(GapsFrom::default(), 1)?.is_empty() {
+                break;
             }
         }
-        let left = state.archive_gaps(MAX_RECORDS)?;
+        if filled > 0 {
+            info!(
+                records = filled,
+                "filled this agent's archive from its peers"
+            );
+        }
+        let left = state.archive_gaps(GapsFrom::default(), MAX_RECORDS)?;
         match (left.is_empty(), unreachable) {
             (true, _) => Ok(None),
             (false, 0) => Ok(Some(left)),

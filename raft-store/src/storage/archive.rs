@@ -46,6 +46,14 @@ struct FillState {
     complete: bool,
 }
 
+/// Where a search for gaps starts: job ids from `jobs`, audit entries after `audit` (a filler
+/// moves it past what it asked one peer for, so each pass reads the archive once).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GapsFrom {
+    pub jobs: JobId,
+    pub audit: u64,
+}
+
 /// What the archive should hold by the state but does not: found by `StateReader::archive_gaps`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Gaps {
@@ -217,13 +225,14 @@ impl Archive {
     /// order (at most `limit`).
     pub(crate) fn jobs_missing(
         &self,
+        from: JobId,
         next_job_id: JobId,
         live: &BTreeSet<JobId>,
         limit: usize,
     ) -> io::Result<Vec<JobId>> {
         let mut missing = Vec::new();
-        let mut expected = 1;
-        let keys = self.engine.scan(Space::ArchivedJobs, &[], &[0xff; 9]);
+        let mut expected = from.max(1);
+        let keys = (self.engine).scan(Space::ArchivedJobs, &expected.to_be_bytes(), &[0xff; 9]);
         let archived = keys.map(|kv| kv.and_then(|(k, _)| u64_at(&k, 0)));
         for id in archived.chain(std::iter::once(Ok(next_job_id))) {
             let id = id?.min(next_job_id);
@@ -243,12 +252,13 @@ impl Archive {
         Ok(missing)
     }
 
-    /// The first run of audit entries up to `through` not archived here: `(after, through']`.
-    pub(crate) fn audit_missing(&self, through: u64) -> io::Result<Option<(u64, u64)>> {
-        let mut expected = 1;
+    /// The first run of audit entries after `after`, up to `through`, not archived here:
+    /// `(after', through']`.
+    pub(crate) fn audit_missing(&self, after: u64, through: u64) -> io::Result<Option<(u64, u64)>> {
+        let mut expected = after + 1;
         let keys = self.engine.scan(
             Space::ArchivedAudit,
-            &[],
+            &expected.to_be_bytes(),
             &through.saturating_add(1).to_be_bytes(),
         );
         for key in keys {

@@ -18,7 +18,7 @@ use crate::failpoint;
 use crate::model::digest;
 use crate::model::outcome::ApplyResult;
 use crate::model::state::ClusterState;
-use crate::storage::archive::{Archive, Gaps};
+use crate::storage::archive::{Archive, Gaps, GapsFrom};
 use crate::storage::snapshot_file::{SnapshotFile, SnapshotFileError, SnapshotMeta};
 use crate::storage::snapshot_gate::SnapshotGate;
 use crate::{Entry, JobId, LogId, NodeId, StorageError, TypeConfig};
@@ -60,10 +60,10 @@ impl StateReader {
         &self.archive
     }
 
-    /// What the archive lacks that the state says was archived (at most `limit` jobs): the
-    /// state is read under the lock, the archive outside it (a job archived in between is then
-    /// found there).
-    pub fn archive_gaps(&self, limit: usize) -> std::io::Result<Gaps> {
+    /// What the archive lacks, from `from` on, that the state says was archived (at most
+    /// `limit` jobs): the state is read under the lock, the archive outside it (a job archived
+    /// in between is then found there).
+    pub fn archive_gaps(&self, from: GapsFrom, limit: usize) -> std::io::Result<Gaps> {
         let (next_job_id, live, base) = self.read(|s| {
             let live: BTreeSet<JobId> = s.jobs.keys().copied().collect();
             (
@@ -73,8 +73,8 @@ impl StateReader {
             )
         });
         Ok(Gaps {
-            jobs: self.archive.jobs_missing(next_job_id, &live, limit)?,
-            audit: self.archive.audit_missing(base)?,
+            jobs: (self.archive).jobs_missing(from.jobs, next_job_id, &live, limit)?,
+            audit: self.archive.audit_missing(from.audit, base)?,
         })
     }
 
