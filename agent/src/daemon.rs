@@ -349,6 +349,10 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
         keep: config.jobs.disk.keep_finished_runs,
     };
     tasks.spawn(retention.run(cancel.clone()));
+    let fill = ArchiveFill {
+        cluster: cluster.clone(),
+    };
+    tasks.spawn(fill.run(cancel.clone()));
     info!(
         node_id,
         systemd = systemd.enabled(),
@@ -374,7 +378,7 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
 }
 
 /// The tasks that act only while this agent leads (each idles otherwise): autopilot, fast
-/// failover (a follower's), the scheduler and node liveness.
+/// failover (a follower's), the scheduler, node liveness, expiry and archiving.
 fn start_leader_tasks(
     tasks: &TaskTracker,
     cluster: &Cluster,
@@ -422,10 +426,6 @@ fn start_leader_tasks(
         interval: config.retention.interval,
     };
     tasks.spawn(archiver.run(cancel.clone()));
-    let fill = ArchiveFill {
-        cluster: cluster.clone(),
-    };
-    tasks.spawn(fill.run(cancel.clone()));
 }
 
 /// Stop the agent when Raft stops on a fatal error (a storage write or fsync that failed):

@@ -9,7 +9,7 @@ use crate::api::auth::Auth;
 use crate::api::auth::rbac::Action;
 use crate::leader::audit_signer::{KeptChain, verify_whole_chain};
 use crate::raft::Cluster;
-use crate::raft::archive_fill::archive_complete;
+use crate::raft::archive_fill::{archive_complete, archive_failed};
 use crate::tls::TlsIdentity;
 use crate::tls::signature::TrustedSigners;
 
@@ -59,9 +59,7 @@ impl AuditService for AuditApi {
                 .audit(r.after, base)
                 .take(limit)
             {
-                entries.push(e.map_err(|e| {
-                    Status::internal(format!("reading the archived audit log: {e}"))
-                })?);
+                entries.push(e.map_err(archive_failed)?);
             }
         }
         let room = limit - entries.len();

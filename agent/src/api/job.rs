@@ -21,7 +21,7 @@ use crate::api::logs::{self, LogRequest, LogStream};
 use crate::api::status::{invalid, rejected};
 use crate::api::to_proto;
 use crate::clock::now_ms;
-use crate::raft::archive_fill::archive_complete;
+use crate::raft::archive_fill::{archive_complete, archive_failed};
 use crate::raft::peer_client::with_deadline;
 use crate::raft::{Cluster, ClusterError};
 use crate::scheduler::{self, PlanEnv, Policy};
@@ -77,8 +77,7 @@ impl JobApi {
     /// Job `id` as it was archived. Looked for after the state: a job leaves the state and
     /// enters the archive under one lock, so one read or the other finds it.
     fn archived(&self, id: JobId) -> Result<ArchivedJob, Status> {
-        let found = (self.cluster.state.archive().job(id))
-            .map_err(|e| Status::internal(format!("reading the archive: {e}")))?;
+        let found = (self.cluster.state.archive().job(id)).map_err(archive_failed)?;
         match found {
             Some(archived) => Ok(archived),
             None => {
@@ -119,7 +118,7 @@ impl JobApi {
         let in_state: HashSet<JobId> = kept.iter().map(|j| j.id).collect();
         let mut archived = Vec::new();
         for a in self.cluster.state.archive().finished_since(since_ms) {
-            let a = a.map_err(|e| Status::internal(format!("reading the archive: {e}")))?;
+            let a = a.map_err(archive_failed)?;
             if archived.len() == limit {
                 break;
             }

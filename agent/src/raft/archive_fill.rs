@@ -40,6 +40,11 @@ pub(crate) fn archive_complete(state: &StateReader) -> Result<(), Status> {
     ))
 }
 
+/// A read of this agent's archive that failed.
+pub(crate) fn archive_failed(e: std::io::Error) -> Status {
+    Status::internal(format!("reading the archive: {e}"))
+}
+
 /// What this agent's archive holds of `req` (a peer's gaps).
 pub(crate) fn serve(
     state: &StateReader,
@@ -51,10 +56,9 @@ pub(crate) fn serve(
         )));
     }
     let archive = state.archive();
-    let failed = |e: std::io::Error| Status::internal(format!("reading the archive: {e}"));
     let mut out = ReadArchiveResponse::default();
     for id in &req.job_ids {
-        if let Some(job) = archive.job(*id).map_err(failed)? {
+        if let Some(job) = archive.job(*id).map_err(archive_failed)? {
             out.jobs.push(json(&job)?);
         }
     }
@@ -63,10 +67,10 @@ pub(crate) fn serve(
         .min(req.audit_after.saturating_add(MAX_RECORDS as u64));
     if through > req.audit_after {
         for e in archive.audit(req.audit_after, through) {
-            out.audit.push(json(&e.map_err(failed)?)?);
+            out.audit.push(json(&e.map_err(archive_failed)?)?);
         }
         for h in archive.heads(req.audit_after, through) {
-            out.heads.push(json(&h.map_err(failed)?)?);
+            out.heads.push(json(&h.map_err(archive_failed)?)?);
         }
     }
     Ok(out)
@@ -127,15 +131,16 @@ impl ArchiveFill {
                 .map(|n| n.addr.clone())
                 .collect()
         });
+        let mut left = state.archive_gaps(GapsFrom::default(), MAX_RECORDS)?;
         // One pass over the archive per peer: the cursor moves past what the peer was asked
         // for, whether or not it held it (what it lacked, the next peer is asked for).
         for addr in &peers {
+            if left.is_empty() {
+                break;
+            }
+            let mut gaps = left;
             let mut from = GapsFrom::default();
-            loop {
-                let gaps = state.archive_gaps(from, MAX_RECORDS)?;
-                if gaps.is_empty() {
-                    break;
-                }
+            while !gaps.is_empty() {
                 match self.ask(addr, &gaps).await {
                     Ok(n) => filled += n,
                     Err(e) => {
@@ -150,10 +155,9 @@ impl ArchiveFill {
                         through.min(after + MAX_RECORDS as u64)
                     }),
                 };
+                gaps = state.archive_gaps(from, MAX_RECORDS)?;
             }
-            if state.archive_gaps(GapsFrom::default(), 1)?.is_empty() {
-                break;
-            }
+            left = state.archive_gaps(GapsFrom::default(), MAX_RECORDS)?;
         }
         if filled > 0 {
             info!(
@@ -161,7 +165,6 @@ impl ArchiveFill {
                 "filled this agent's archive from its peers"
             );
         }
-        let left = state.archive_gaps(GapsFrom::default(), MAX_RECORDS)?;
         match (left.is_empty(), unreachable) {
             (true, _) => Ok(None),
             (false, 0) => Ok(Some(left)),

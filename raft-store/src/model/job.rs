@@ -23,6 +23,12 @@ pub const MAX_RETRY_DELAY_S: u64 = 3600;
 /// How many runs a job keeps in `Job::runs` (the oldest are dropped first).
 pub const MAX_RUNS_KEPT: usize = 32;
 
+/// An idempotency key as the state keeps it (`ClusterState::idempotency`): scoped to its
+/// tenant, `tenant/key`.
+pub fn scoped_key(tenant: &str, key: &str) -> String {
+    format!("{tenant}/{key}")
+}
+
 /// What the user submitted. Immutable once accepted.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct JobSpec {

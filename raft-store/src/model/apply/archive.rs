@@ -7,7 +7,7 @@
 //! last archived audit entry's hash (`audit_base`), from which the kept chain continues.
 use crate::JobId;
 use crate::model::audit::ChainBase;
-use crate::model::job::Job;
+use crate::model::job::{Job, scoped_key};
 use crate::model::outcome::ApplyResult;
 use crate::model::retention::{
     ArchivedJob, ArchivedKey, MAX_ARCHIVED_PER_ENTRY, Retention, spec_digest,
@@ -77,7 +77,7 @@ impl ClusterState {
     fn archive_job(&mut self, job: Job, now: u64) {
         let id = job.id;
         if let Some(key) = &job.idempotency_key {
-            let scoped = format!("{}/{key}", job.spec.tenant);
+            let scoped = scoped_key(&job.spec.tenant, key);
             if self.idempotency.get(&scoped) == Some(&id) {
                 self.idempotency.remove(&scoped);
                 let kept = ArchivedKey {

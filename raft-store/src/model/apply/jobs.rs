@@ -2,7 +2,7 @@
 //! reports (started, finished: GPU time accounted, requeued or ended) and scheduler feedback.
 
 use crate::model::audit::RequestMeta;
-use crate::model::job::{Job, JobSpec, JobState, Outcome, RunPhase, retry_delay_s};
+use crate::model::job::{Job, JobSpec, JobState, Outcome, RunPhase, retry_delay_s, scoped_key};
 use crate::model::outcome::{ApplyResult, Rejection, invalid};
 use crate::model::partition;
 use crate::model::retention::spec_digest;
@@ -22,39 +22,17 @@ impl ClusterState {
         let scoped = match key {
             Some(k) => {
                 validate::idempotency_key(k).map_err(invalid)?;
-                let scoped = format!("{}/{k}", spec.tenant);
-                if let Some(&existing) = self.idempotency.get(&scoped) {
-                    // The account is the cluster's part of the spec, not the client's: a retry
-                    // stamped after the mapping changed is still the same request.
-                    let same = self.jobs.get(&existing).is_some_and(|j| {
-                        j.spec
-                            == JobSpec {
-                                account: j.spec.account.clone(),
-                                ..spec.clone()
-                            }
-                    });
+                let scoped = scoped_key(&spec.tenant, k);
+                if let Some((job, same)) = self.key_holder(&scoped, spec) {
                     return if same {
                         Ok(ApplyResult::JobSubmitted {
-                            job: existing,
+                            job,
                             existing: true,
                         })
                     } else {
                         Err(Rejection::IdempotencyConflict {
                             key: k.to_owned(),
-                            job: existing,
-                        })
-                    };
-                }
-                if let Some(archived) = self.archived_keys.get(&scoped) {
-                    return if archived.spec_digest == spec_digest(spec) {
-                        Ok(ApplyResult::JobSubmitted {
-                            job: archived.job,
-                            existing: true,
-                        })
-                    } else {
-                        Err(Rejection::IdempotencyConflict {
-                            key: k.to_owned(),
-                            job: archived.job,
+                            job,
                         })
                     };
                 }
@@ -79,6 +57,25 @@ impl ClusterState {
             job: id,
             existing: false,
         })
+    }
+
+    /// The job the scoped idempotency key `scoped` made, and whether it was made from `spec`:
+    /// the job itself while the state holds it, else the digest its archived key kept.
+    fn key_holder(&self, scoped: &str, spec: &JobSpec) -> Option<(JobId, bool)> {
+        if let Some(&job) = self.idempotency.get(scoped) {
+            // The account is the cluster's part of the spec, not the client's: a retry
+            // stamped after the mapping changed is still the same request.
+            let same = self.jobs.get(&job).is_some_and(|j| {
+                j.spec
+                    == JobSpec {
+                        account: j.spec.account.clone(),
+                        ..spec.clone()
+                    }
+            });
+            return Some((job, same));
+        }
+        let archived = self.archived_keys.get(scoped)?;
+        Some((archived.job, archived.spec_digest == spec_digest(spec)))
     }
 
     /// A tenant with a cap on pending jobs gets no more once it has that many.
