@@ -81,16 +81,8 @@ pub async fn follower_behind_purged_log(
     }
     c.start_agent(victim);
     rec.nemesis(Phase::Info, format!("restarted n{victim}"))?;
-    c.wait_for(
-        &format!("n{victim} to apply index {committed}"),
-        Duration::from_secs(60),
-        |c| async move {
-            c.status(victim, true)
-                .await
-                .is_ok_and(|s| s.applied_index >= committed)
-        },
-    )
-    .await;
+    c.wait_applied(victim, committed, Duration::from_secs(60))
+        .await;
     // A crash after the snapshot file was written leaves the follower restarting from it,
     // with no second install needed; the crash at the install point is the proof then.
     let after = installs(c, victim)?;

@@ -725,6 +725,21 @@ impl Cluster {
         );
     }
 
+    /// Wait until agent `id` has applied the entry at `index` (its own replica, answering
+    /// without the leader); panic with agent logs after `timeout`.
+    pub async fn wait_applied(&self, id: u64, index: u64, timeout: Duration) {
+        self.wait_for(
+            &format!("n{id} to apply index {index}"),
+            timeout,
+            |c| async move {
+                c.status(id, true)
+                    .await
+                    .is_ok_and(|s| s.applied_index >= index)
+            },
+        )
+        .await;
+    }
+
     /// Agent `id`'s jobs directory: `jobs.dir`'s default, `<data_dir>-jobs`.
     pub fn jobs_dir(&self, id: u64) -> PathBuf {
         self.root.path().join(format!("node-{id}-jobs"))

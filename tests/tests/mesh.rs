@@ -77,16 +77,8 @@ async fn leader_kill_and_full_restart_lose_no_acknowledged_write() {
         .await
         .expect("status")
         .commit_index;
-    c.wait_for(
-        "the restarted agent to catch up",
-        Duration::from_secs(20),
-        |c| async move {
-            c.status(leader, true)
-                .await
-                .is_ok_and(|s| s.applied_index >= applied)
-        },
-    )
-    .await;
+    c.wait_applied(leader, applied, Duration::from_secs(20))
+        .await;
     let stale = c
         .node(leader, 1, true)
         .await
@@ -189,16 +181,8 @@ async fn a_follower_behind_a_purged_log_catches_up_from_a_snapshot() {
     }
     let leader_status = c.status(leader, false).await.expect("status");
     c.start_agent(behind);
-    c.wait_for(
-        "the follower to catch up",
-        Duration::from_secs(30),
-        |c| async move {
-            c.status(behind, true)
-                .await
-                .is_ok_and(|s| s.applied_index >= leader_status.commit_index)
-        },
-    )
-    .await;
+    c.wait_applied(behind, leader_status.commit_index, Duration::from_secs(30))
+        .await;
     let node = c
         .node(behind, leader, true)
         .await

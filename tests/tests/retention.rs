@@ -126,15 +126,7 @@ async fn finished_jobs_leave_the_state_and_every_agent_still_answers_for_them() 
     // archived jobs, and fills its archive from its peers.
     c.start_agent(behind);
     let commit = c.status(leader, false).await.expect("status").commit_index;
-    c.wait_for(
-        "the follower to catch up",
-        Duration::from_secs(60),
-        |c| async move {
-            c.status(behind, true)
-                .await
-                .is_ok_and(|s| s.applied_index >= commit)
-        },
-    )
-    .await;
+    c.wait_applied(behind, commit, Duration::from_secs(60))
+        .await;
     assert_history_through(&c, behind).await;
 }
