@@ -34,6 +34,11 @@ async fn a_data_directory_of_f7e9f39_replays_and_takes_this_builds_commands() {
     let tmp = tempfile::tempdir().expect("tempdir");
     copy_dir(&fixture, tmp.path());
     let (_dir, mut log, mut sm) = gpu_raft_store::open(tmp.path()).expect("opens");
+    assert_eq!(
+        std::fs::read_to_string(tmp.path().join("FORMAT")).expect("format"),
+        format!("gpumesh-data {}\n", gpu_raft_store::DATA_FORMAT_VERSION),
+        "migrated to this build's format"
+    );
 
     // What openraft does on start: apply the committed log on top of the (absent) snapshot.
     let committed = log

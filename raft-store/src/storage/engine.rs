@@ -13,14 +13,13 @@ pub enum Space {
     Meta,
     /// Raft log entries keyed by big-endian index.
     Log,
-    /// Archived jobs keyed by big-endian job id (`archive.rs`).
-    ArchivedJobs,
-    /// The archived jobs in the order they finished: big-endian finish time and job id.
-    ArchivedByFinish,
-    /// Archived audit entries keyed by big-endian sequence number.
-    ArchivedAudit,
-    /// Archived signed audit heads keyed by the big-endian sequence number they sign.
-    ArchivedHeads,
+    /// Format 1's history archive (jobs by id, by finish time, audit entries and signed heads
+    /// by sequence number), read once to move it into `archive/` and then emptied
+    /// (`Archive::migrate_from`).
+    LegacyArchivedJobs,
+    LegacyArchivedByFinish,
+    LegacyArchivedAudit,
+    LegacyArchivedHeads,
 }
 
 /// Entries in key order, read as they are needed.
@@ -47,6 +46,8 @@ pub trait KvEngine: Send + Sync + 'static {
     /// Entries with `from <= key < to`, in key order, read one at a time (for ranges too large
     /// to hold).
     fn scan(&self, space: Space, from: &[u8], to: &[u8]) -> Scan<'_>;
+    /// Remove every entry of `space`. Not durable until `flush`.
+    fn clear(&self, space: Space) -> std::io::Result<()>;
     /// Make every earlier write durable (fsync). Blocking.
     fn flush(&self) -> std::io::Result<()>;
 }
@@ -109,10 +110,10 @@ impl SledEngine {
         match space {
             Space::Meta => &self.meta,
             Space::Log => &self.log,
-            Space::ArchivedJobs => &self.archived_jobs,
-            Space::ArchivedByFinish => &self.archived_by_finish,
-            Space::ArchivedAudit => &self.archived_audit,
-            Space::ArchivedHeads => &self.archived_heads,
+            Space::LegacyArchivedJobs => &self.archived_jobs,
+            Space::LegacyArchivedByFinish => &self.archived_by_finish,
+            Space::LegacyArchivedAudit => &self.archived_audit,
+            Space::LegacyArchivedHeads => &self.archived_heads,
         }
     }
 }
@@ -167,6 +168,10 @@ impl KvEngine for SledEngine {
                 .range(from.to_vec()..to.to_vec())
                 .map(|kv| kv.map(|(k, v)| (k.to_vec(), v.to_vec())).map_err(io)),
         )
+    }
+
+    fn clear(&self, space: Space) -> std::io::Result<()> {
+        self.tree(space).clear().map_err(io)
     }
 
     fn flush(&self) -> std::io::Result<()> {

@@ -1,6 +1,10 @@
 //! The data directory's format version: the `FORMAT` file (`gpumesh-data <version>`), written
-//! once into a new directory and checked at every open, and the same version in every snapshot
-//! file's header. Unknown (newer) versions are refused, never rewritten.
+//! into a new directory, checked at every open and rewritten once an older directory is
+//! migrated (`store.rs`), and the same version in every snapshot file's header. Unknown (newer)
+//! versions are refused, never rewritten.
+//!
+//! 1: the history archive in sled trees beside the log. 2: the archive in its own files
+//! (`archive.rs`).
 
 use std::fs::{self, File};
 use std::io::Write;
@@ -9,11 +13,12 @@ use std::path::Path;
 use crate::storage::error::OpenError;
 
 /// The on-disk format this binary writes and the newest it reads.
-pub const DATA_FORMAT_VERSION: u32 = 1;
+pub const DATA_FORMAT_VERSION: u32 = 2;
 const FORMAT_MAGIC: &str = "gpumesh-data";
 
 /// A new directory gets a FORMAT file; an existing one must carry a version we understand.
-pub(crate) fn check_format(dir: &Path) -> Result<(), OpenError> {
+/// Returns the version the directory holds.
+pub(crate) fn check_format(dir: &Path) -> Result<u32, OpenError> {
     let format_path = dir.join("FORMAT");
     let has_data = dir.join("raft").exists() || dir.join("snapshot").exists();
     match fs::read_to_string(&format_path) {
@@ -30,20 +35,10 @@ pub(crate) fn check_format(dir: &Path) -> Result<(), OpenError> {
                     supported: DATA_FORMAT_VERSION,
                 });
             }
-            Ok(())
+            Ok(found)
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound && !has_data => {
-            let write = || -> std::io::Result<()> {
-                let mut f = File::create(&format_path)?;
-                writeln!(f, "{FORMAT_MAGIC} {DATA_FORMAT_VERSION}")?;
-                f.sync_all()?;
-                File::open(dir)?.sync_all()
-            };
-            write().map_err(|source| OpenError::Io {
-                dir: dir.to_owned(),
-                action: "write the FORMAT file",
-                source,
-            })
+            write_format(dir).map(|()| DATA_FORMAT_VERSION)
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             Err(corrupt(dir, "it holds data but no FORMAT file".into()))
@@ -54,6 +49,23 @@ pub(crate) fn check_format(dir: &Path) -> Result<(), OpenError> {
             source,
         }),
     }
+}
+
+/// Write this binary's version into the FORMAT file: replaced whole, then made durable.
+pub(crate) fn write_format(dir: &Path) -> Result<(), OpenError> {
+    let write = || -> std::io::Result<()> {
+        let tmp = dir.join("FORMAT.tmp");
+        let mut f = File::create(&tmp)?;
+        writeln!(f, "{FORMAT_MAGIC} {DATA_FORMAT_VERSION}")?;
+        f.sync_all()?;
+        fs::rename(&tmp, dir.join("FORMAT"))?;
+        File::open(dir)?.sync_all()
+    };
+    write().map_err(|source| OpenError::Io {
+        dir: dir.to_owned(),
+        action: "write the FORMAT file",
+        source,
+    })
 }
 
 pub(crate) fn corrupt(dir: &Path, detail: String) -> OpenError {

@@ -8,6 +8,8 @@ pub(crate) mod error;
 pub(crate) mod format;
 mod log_flush;
 pub(crate) mod log_store;
+mod record_file;
+mod slot_file;
 mod snapshot_file;
 mod snapshot_gate;
 pub(crate) mod state_machine;

@@ -1,7 +1,8 @@
 //! Opening a data directory: lock it, check its format version, open the engine and the stores.
 //!
 //! Layout: `LOCK` (held while the agent runs), `FORMAT` (`gpumesh-data <version>`, `format.rs`),
-//! `raft/` (sled: vote, log, committed, and the history archive), `snapshot` (the latest state-machine snapshot).
+//! `raft/` (sled: vote, log, committed), `archive/` (the history archive, `archive.rs`),
+//! `snapshot` (the latest state-machine snapshot).
 
 use std::fs::{self, File, TryLockError};
 use std::path::{Path, PathBuf};
@@ -10,7 +11,7 @@ use std::sync::Arc;
 use crate::storage::archive::Archive;
 use crate::storage::engine::{KvEngine, SledEngine};
 use crate::storage::error::OpenError;
-use crate::storage::format::{DATA_FORMAT_VERSION, check_format, corrupt};
+use crate::storage::format::{DATA_FORMAT_VERSION, check_format, corrupt, write_format};
 use crate::storage::log_store::LogStore;
 use crate::storage::snapshot_file::{SnapshotFile, SnapshotFileError};
 use crate::storage::state_machine::StateMachineStore;
@@ -48,11 +49,12 @@ pub fn open(dir: &Path) -> Result<(DataDir, LogStore, StateMachineStore), OpenEr
         }
         Err(TryLockError::Error(e)) => return Err(io("lock the directory", e)),
     }
-    check_format(dir)?;
+    let format = check_format(dir)?;
     let engine: Arc<dyn KvEngine> = Arc::new(
         SledEngine::open(&dir.join("raft")).map_err(|e| corrupt(dir, format!("raft log: {e}")))?,
     );
-    let archive = Archive::new(engine.clone());
+    let archive =
+        Archive::open(&dir.join("archive")).map_err(|e| corrupt(dir, format!("archive: {e}")))?;
     let sm = StateMachineStore::open(SnapshotFile::new(dir), archive).map_err(|e| match e {
         SnapshotFileError::FutureVersion { found, .. } => OpenError::FutureVersion {
             dir: dir.to_owned(),
@@ -61,7 +63,14 @@ pub fn open(dir: &Path) -> Result<(DataDir, LogStore, StateMachineStore), OpenEr
         },
         other => corrupt(dir, other.to_string()),
     })?;
-    let log = LogStore::new(engine, sm.gate()).map_err(|e| corrupt(dir, e.to_string()))?;
+    let log = LogStore::new(engine.clone(), sm.gate()).map_err(|e| corrupt(dir, e.to_string()))?;
+    // Migrate only a directory that opened whole: a refused one keeps its format.
+    if format < 2 {
+        let moved = (sm.reader().archive().migrate_from(&*engine))
+            .map_err(|e| corrupt(dir, format!("moving the archive out of sled: {e}")))?;
+        write_format(dir)?;
+        tracing::info!(dir = %dir.display(), moved, "data directory migrated to format 2");
+    }
     Ok((
         DataDir {
             path: dir.to_owned(),
