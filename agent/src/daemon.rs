@@ -42,6 +42,7 @@ use crate::raft::contact::ContactBook;
 use crate::raft::failover::FastFailover;
 use crate::raft::network::NetworkFactory;
 use crate::raft::peer_client::PeerClients;
+use crate::raft::snapshots::SnapshotTrigger;
 use crate::raft::transport_faults::TransportFaults;
 use crate::scheduler::Policy;
 use crate::tls::ca_keeper::CaKeeper;
@@ -353,6 +354,12 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
         cluster: cluster.clone(),
     };
     tasks.spawn(fill.run(cancel.clone()));
+    let snapshots = SnapshotTrigger {
+        raft: raft.clone(),
+        state: cluster.state.clone(),
+        every: config.raft.snapshot_every,
+    };
+    tasks.spawn(snapshots.run(cancel.clone()));
     info!(
         node_id,
         systemd = systemd.enabled(),

@@ -373,7 +373,11 @@ impl Cluster {
             .arg("--config")
             .arg(&agent.config)
             .args(&agent.flags)
-            .env("RUST_LOG", "info,openraft=warn")
+            // GPUMESH_AGENT_LOG: the agents' RUST_LOG, for a post-mortem.
+            .env(
+                "RUST_LOG",
+                std::env::var("GPUMESH_AGENT_LOG").unwrap_or_else(|_| "info,openraft=warn".into()),
+            )
             .envs(&agent.env)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -788,11 +792,12 @@ impl Drop for Cluster {
     fn drop(&mut self) {
         if std::thread::panicking() {
             eprintln!("{}", self.logs());
-            if std::env::var_os("GPUMESH_KEEP_TEST_DIR").is_some() {
-                let kept =
-                    std::mem::replace(&mut self.root, tempfile::tempdir().expect("tempdir")).keep();
-                eprintln!("kept the cluster's directory: {}", kept.display());
-            }
+        }
+        // Data directories and agent logs, for a post-mortem of a test or a benchmark.
+        if std::env::var_os("GPUMESH_KEEP_TEST_DIR").is_some() {
+            let kept =
+                std::mem::replace(&mut self.root, tempfile::tempdir().expect("tempdir")).keep();
+            eprintln!("kept the cluster's directory: {}", kept.display());
         }
         for id in self.running() {
             self.kill(id);

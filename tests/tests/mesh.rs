@@ -159,6 +159,37 @@ async fn a_dead_voter_is_replaced_by_a_learner_and_rejoins_as_learner() {
     assert_all_present(&c, victim, leader, &written_after).await;
 }
 
+/// The leader's group commit puts concurrent writes into one log entry, so a snapshot policy
+/// counted in entries would not snapshot here at all: 600 writes from 64 clients arrive in far
+/// fewer than 300 entries. Counted in commands, every agent snapshots.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshots_count_writes_not_batched_entries() {
+    let c = Cluster::start(3, 3, "snapshot_every = 300\n").await;
+    let leader = c.leader().await;
+    let writes = (0..64u32).map(|client| {
+        let c = &c;
+        async move {
+            for i in (client..600).step_by(64) {
+                let via = (u64::from(i) % 3) + 1;
+                c.label(via, leader, &format!("k{}", client % 32), &i.to_string())
+                    .await
+                    .unwrap_or_else(|e| panic!("write {i}: {e}"));
+            }
+        }
+    });
+    futures::future::join_all(writes).await;
+    let commit = c.status(leader, false).await.expect("status").commit_index;
+    assert!(commit < 300, "the writes were batched: {commit} entries");
+    for id in c.running() {
+        c.wait_for(
+            "a snapshot on every agent",
+            Duration::from_secs(30),
+            |c| async move { c.root.path().join(format!("node-{id}/snapshot")).exists() },
+        )
+        .await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follower_behind_a_purged_log_catches_up_from_a_snapshot() {
     let mut c = Cluster::start(3, 3, "snapshot_every = 20\nkeep_logs = 5\n").await;

@@ -152,7 +152,8 @@ impl Config {
             heartbeat_interval: ms(self.raft.heartbeat_interval),
             election_timeout_min: ms(self.raft.election_timeout_min),
             election_timeout_max: ms(self.raft.election_timeout_max),
-            snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(self.raft.snapshot_every),
+            // Snapshots are counted in commands, not entries (`raft/snapshots.rs`).
+            snapshot_policy: openraft::SnapshotPolicy::Never,
             max_in_snapshot_log_to_keep: self.raft.keep_logs,
             snapshot_max_chunk_size: 4 * 1024 * 1024,
             max_payload_entries: MAX_PAYLOAD_ENTRIES,

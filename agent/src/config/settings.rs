@@ -30,7 +30,8 @@ pub struct RaftSettings {
     pub heartbeat_interval: Duration,
     pub election_timeout_min: Duration,
     pub election_timeout_max: Duration,
-    /// Build a snapshot (and allow purging the log) after this many entries.
+    /// Build a snapshot (and allow purging the log) after this many commands applied (a batch
+    /// entry counts each of its writes: `raft/snapshots.rs`).
     pub snapshot_every: u64,
     /// Log entries kept behind the last snapshot, so slightly lagging followers catch up from
     /// the log instead of a snapshot.

@@ -14,6 +14,7 @@ pub(crate) mod proposal;
 pub(crate) mod proposer;
 pub mod protocol;
 pub(crate) mod snapshot_wire;
+pub(crate) mod snapshots;
 pub(crate) mod transfer;
 pub(crate) mod transport_faults;
 

@@ -368,6 +368,14 @@ pub const PROTOCOL_9: u32 = 9;
 pub const PROTOCOL_4: u32 = 4;
 
 impl Command {
+    /// How many commands this is: a batch's entries, else one.
+    pub fn commands(&self) -> u64 {
+        match self {
+            Command::Batch { entries } => entries.len() as u64,
+            _ => 1,
+        }
+    }
+
     /// The oldest internal protocol whose agents apply this command correctly. A leader proposes
     /// it only once every member has registered with at least this version.
     pub fn protocol(&self) -> u32 {

@@ -44,6 +44,9 @@ pub struct StateMachineStore {
     writing: Arc<std::sync::Mutex<()>>,
     /// Where the records that leave the state go (`archive.rs`).
     archive: Archive,
+    /// Commands applied since the state the last snapshot holds (a `Command::Batch` counts
+    /// each of its entries).
+    since_snapshot: Arc<AtomicU64>,
 }
 
 /// A read-only handle on the applied state, for services, the scheduler and the executor.
@@ -52,6 +55,7 @@ pub struct StateReader {
     data: Arc<RwLock<MachineData>>,
     applied: watch::Receiver<u64>,
     archive: Archive,
+    since_snapshot: Arc<AtomicU64>,
 }
 
 impl StateReader {
@@ -107,6 +111,13 @@ impl StateReader {
         f(data.last_applied, &data.state)
     }
 
+    /// Commands applied since the state the last snapshot holds: what a restart would apply
+    /// again, and what the agent snapshots by (openraft's own policy counts log entries, and
+    /// one batch entry holds many commands).
+    pub fn commands_since_snapshot(&self) -> u64 {
+        self.since_snapshot.load(Ordering::Relaxed)
+    }
+
     /// A receiver that changes whenever an entry is applied.
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.applied.clone()
@@ -143,6 +154,7 @@ impl StateMachineStore {
             file,
             applied: Arc::new(watch::Sender::new(applied)),
             snapshot_seq: Arc::new(AtomicU64::new(0)),
+            since_snapshot: Arc::new(AtomicU64::new(0)),
         })
     }
 
@@ -151,6 +163,7 @@ impl StateMachineStore {
             data: self.data.clone(),
             applied: self.applied.subscribe(),
             archive: self.archive.clone(),
+            since_snapshot: self.since_snapshot.clone(),
         }
     }
 
@@ -217,7 +230,12 @@ impl StateMachineStore {
 impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
         // Copy a consistent view under the lock; serialise and write outside it.
-        let data = read_lock(&self.data).clone();
+        let data = {
+            let data = read_lock(&self.data);
+            // Apply counts under the write lock: nothing is applied while this one is held.
+            self.since_snapshot.store(0, Ordering::Relaxed);
+            data.clone()
+        };
         let bytes = serde_json::to_vec(&data).map_err(|e| snapshot_err(ErrorVerb::Write, &e))?;
         let seq = self.snapshot_seq.fetch_add(1, Ordering::Relaxed);
         let snapshot_id = match data.last_applied {
@@ -262,6 +280,11 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             for entry in entries {
                 data.last_applied = Some(entry.log_id);
                 last = Some(entry.log_id.index);
+                let commands = match &entry.payload {
+                    EntryPayload::Normal(e) => e.cmd.commands(),
+                    _ => 1,
+                };
+                self.since_snapshot.fetch_add(commands, Ordering::Relaxed);
                 results.push(match entry.payload {
                     EntryPayload::Blank => ApplyResult::Ok,
                     EntryPayload::Normal(ref e) => {
@@ -316,7 +339,11 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         self.write_snapshot(meta, &bytes, true)?;
         failpoint::crash("snapshot-install-after-write");
         let applied = data.last_applied.map_or(0, |l| l.index);
-        *self.data.write().unwrap_or_else(|p| p.into_inner()) = data;
+        {
+            let mut held = self.data.write().unwrap_or_else(|p| p.into_inner());
+            *held = data;
+            self.since_snapshot.store(0, Ordering::Relaxed);
+        }
         // The snapshot carries no archive: what was archived before it must come from peers.
         self.archive.mark_incomplete();
         self.applied.send_replace(applied);
