@@ -29,6 +29,12 @@ UPSTREAM = {
 }
 # Licenses Debian ships in /usr/share/common-licenses: referred to, not copied (lintian).
 COMMON = {"Apache-2.0": "Apache-2.0"}
+# C and assembly sources some crates carry and compile in, under licenses of their own that the
+# crate's declared license does not state: crate -> (files inside it, SPDX id, file with its
+# copyright lines).
+FOREIGN_SOURCES = {
+    "tikv-jemalloc-sys": ("jemalloc/*", "BSD-2-Clause", "jemalloc/COPYING"),
+}
 LICENSE_FILE = re.compile(r"^(LICEN[SC]E|COPYING|COPYRIGHT|NOTICE)", re.IGNORECASE)
 COPYRIGHT_LINE = re.compile(r"^\s*(Copyright|\(c\)|©)\b.*\d{4}", re.IGNORECASE)
 TEMPLATE = re.compile(r"\[yyyy\]|<year>|\[year\]|<owner>|\[name of copyright owner\]")
@@ -198,6 +204,21 @@ def main():
             f"License: {dep5_expr(expr)}",
             f"Comment: {c['name']} {c['version']}, declared license: {expr}",
         ]))
+        if c["name"] in FOREIGN_SOURCES:
+            files, spdx, notice = FOREIGN_SOURCES[c["name"]]
+            root = Path(c["manifest_path"]).parent
+            lines = [
+                re.sub(r"^Copyright\s*(\(c\)|©)?\s*", "", l.strip(), flags=re.IGNORECASE)
+                for l in (root / notice).read_text(errors="replace").splitlines()
+                if COPYRIGHT_LINE.match(l)
+            ]
+            used.add(spdx)
+            out.append("\n".join([
+                f"Files: vendor/{c['name']}-{c['version']}/{files}",
+                field("Copyright", lines or [f"the authors of {files}"]),
+                f"License: {spdx}",
+                f"Comment: sources compiled into {c['name']} under their own license",
+            ]))
     for name in sorted(used):
         out.append(license_paragraph(name))
     sys.stdout.write("\n\n".join(out) + "\n")
