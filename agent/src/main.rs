@@ -13,8 +13,8 @@ use tokio_util::sync::CancellationToken;
 
 /// jemalloc, not glibc's malloc: an agent frees large transient buffers all the time (snapshot
 /// builds and installs, catch-up batches), and glibc keeps most of what is freed across its
-/// arenas, so RSS only grows; jemalloc hands unused pages back after a few seconds
-/// (docs/benchmarks.md, "A lifetime of a million jobs").
+/// arenas, so RSS only grows; jemalloc hands unused pages back within a second (its settings
+/// are built in from `.cargo/config.toml`; docs/benchmarks.md, "A lifetime of a million jobs").
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 

@@ -29,7 +29,7 @@ use crate::JobId;
 use crate::model::audit::{AuditEntry, SignedHead};
 use crate::model::retention::{ArchiveOutbox, ArchivedJob};
 use crate::storage::engine::{KvEngine, Space};
-use crate::storage::record_file::RecordFile;
+use crate::storage::record_file::{RecordFile, invalid};
 use crate::storage::slot_file::SlotFile;
 
 /// A handle on an agent's archive. Clones share it.
@@ -481,10 +481,6 @@ fn partition_point(n: u64, before: impl Fn(u64) -> io::Result<bool>) -> io::Resu
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-fn invalid(detail: String) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, format!("archive: {detail}"))
 }
 
 fn decode<T: DeserializeOwned>(bytes: &[u8]) -> io::Result<T> {

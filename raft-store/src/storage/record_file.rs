@@ -26,12 +26,7 @@ impl RecordFile {
     /// Open (creating) the file at `path`, keeping its first `durable` bytes. A file shorter
     /// than `durable` lost synced data, and is refused.
     pub(crate) fn open(path: &Path, durable: u64) -> io::Result<Self> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)?;
+        let file = open_or_create(path)?;
         let len = file.metadata()?.len();
         if len < durable {
             return Err(invalid(format!(
@@ -100,7 +95,18 @@ impl RecordFile {
     }
 }
 
-fn invalid(detail: String) -> io::Error {
+/// Open the file at `path` to read and write in place, creating it empty if it is missing.
+pub(crate) fn open_or_create(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+}
+
+/// Damage found in the archive's files.
+pub(crate) fn invalid(detail: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, format!("archive: {detail}"))
 }
 

@@ -3,11 +3,13 @@
 //! a list appended in order. An all-zero slot is empty, so a hole in a sparse file reads as
 //! empty. Nothing is durable until `sync`.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::Mutex;
+
+use crate::storage::record_file::open_or_create;
 
 /// Slots read per call when going through a range.
 const CHUNK: u64 = 4096;
@@ -27,12 +29,7 @@ impl<const N: usize> SlotFile<N> {
     /// Open (creating) the file at `path`, cut to `keep` slots when it spans more (`None`:
     /// keep them all).
     pub(crate) fn open(path: &Path, keep: Option<u64>) -> io::Result<Self> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)?;
+        let file = open_or_create(path)?;
         let mut len = file.metadata()?.len() / Self::WIDTH;
         if let Some(keep) = keep.filter(|keep| *keep < len) {
             file.set_len(keep * Self::WIDTH)?;
