@@ -78,15 +78,7 @@ impl Crashable for Mesh {
         let leader = self.cluster.leader().await;
         let commit = self.cluster.status(leader, false).await?.commit_index;
         self.cluster
-            .wait_for(
-                "the restarted agent to catch up",
-                Duration::from_secs(30),
-                |c| async move {
-                    c.status(id, true)
-                        .await
-                        .is_ok_and(|s| s.applied_index >= commit)
-                },
-            )
+            .wait_applied(id, commit, Duration::from_secs(30))
             .await;
         Ok(())
     }

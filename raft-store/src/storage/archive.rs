@@ -17,7 +17,7 @@
 
 use std::collections::BTreeSet;
 use std::fs;
-use std::io;
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -30,6 +30,7 @@ use crate::model::audit::{AuditEntry, SignedHead};
 use crate::model::retention::{ArchiveOutbox, ArchivedJob};
 use crate::storage::engine::{KvEngine, Space};
 use crate::storage::record_file::{RecordFile, invalid};
+use crate::storage::replace_file::replace;
 use crate::storage::slot_file::SlotFile;
 
 /// A handle on an agent's archive. Clones share it.
@@ -329,6 +330,11 @@ impl Archive {
 
 /// The synced length of each file, written at the end of every flush.
 const SYNCED: &str = "SYNCED";
+/// The files (and their names in `SYNCED`).
+const JOBS: &str = "jobs";
+const ARCHIVED_ORDER: &str = "jobs.archived-order";
+const AUDIT: &str = "audit";
+const HEADS: &str = "heads";
 
 impl Files {
     fn open(dir: &Path) -> io::Result<Self> {
@@ -341,13 +347,10 @@ impl Files {
                 .map_or(0, |(_, v)| *v)
         };
         Ok(Self {
-            jobs: Shelf::open(dir, "jobs", mark("jobs"))?,
-            archived_order: SlotFile::open(
-                &dir.join("jobs.archived-order"),
-                Some(mark("jobs.archived-order")),
-            )?,
-            audit: Shelf::open(dir, "audit", mark("audit"))?,
-            heads: Shelf::open(dir, "heads", mark("heads"))?,
+            jobs: Shelf::open(dir, JOBS, mark(JOBS))?,
+            archived_order: SlotFile::open(&dir.join(ARCHIVED_ORDER), Some(mark(ARCHIVED_ORDER)))?,
+            audit: Shelf::open(dir, AUDIT, mark(AUDIT))?,
+            heads: Shelf::open(dir, HEADS, mark(HEADS))?,
             dir: dir.to_owned(),
             storing: Mutex::new(()),
             flushing: Mutex::new(()),
@@ -359,10 +362,10 @@ impl Files {
         let cut = {
             let _storing = lock(&self.storing);
             [
-                ("jobs", self.jobs.records.len()),
-                ("jobs.archived-order", self.archived_order.len()),
-                ("audit", self.audit.records.len()),
-                ("heads", self.heads.records.len()),
+                (JOBS, self.jobs.records.len()),
+                (ARCHIVED_ORDER, self.archived_order.len()),
+                (AUDIT, self.audit.records.len()),
+                (HEADS, self.heads.records.len()),
             ]
         };
         for shelf in [&self.jobs, &self.audit, &self.heads] {
@@ -374,11 +377,11 @@ impl Files {
             .iter()
             .map(|(name, n)| format!("{name} {n}\n"))
             .collect();
-        let tmp = self.dir.join("SYNCED.tmp");
-        fs::write(&tmp, text)?;
-        fs::File::open(&tmp)?.sync_all()?;
-        fs::rename(&tmp, self.dir.join(SYNCED))?;
-        fs::File::open(&self.dir)?.sync_all()
+        replace(
+            &self.dir.join(SYNCED),
+            |f| f.write_all(text.as_bytes()),
+            None,
+        )
     }
 }
 

@@ -11,9 +11,13 @@ use std::io::Write;
 use std::path::Path;
 
 use crate::storage::error::OpenError;
+use crate::storage::replace_file::replace;
 
 /// The on-disk format this binary writes and the newest it reads.
 pub const DATA_FORMAT_VERSION: u32 = 2;
+/// The first format that keeps the history archive in its own files: older directories are
+/// migrated at open (`store.rs`).
+pub(crate) const ARCHIVE_IN_FILES: u32 = 2;
 const FORMAT_MAGIC: &str = "gpumesh-data";
 
 /// A new directory gets a FORMAT file; an existing one must carry a version we understand.
@@ -53,15 +57,8 @@ pub(crate) fn check_format(dir: &Path) -> Result<u32, OpenError> {
 
 /// Write this binary's version into the FORMAT file: replaced whole, then made durable.
 pub(crate) fn write_format(dir: &Path) -> Result<(), OpenError> {
-    let write = || -> std::io::Result<()> {
-        let tmp = dir.join("FORMAT.tmp");
-        let mut f = File::create(&tmp)?;
-        writeln!(f, "{FORMAT_MAGIC} {DATA_FORMAT_VERSION}")?;
-        f.sync_all()?;
-        fs::rename(&tmp, dir.join("FORMAT"))?;
-        File::open(dir)?.sync_all()
-    };
-    write().map_err(|source| OpenError::Io {
+    let write = |f: &mut File| writeln!(f, "{FORMAT_MAGIC} {DATA_FORMAT_VERSION}");
+    replace(&dir.join("FORMAT"), write, None).map_err(|source| OpenError::Io {
         dir: dir.to_owned(),
         action: "write the FORMAT file",
         source,

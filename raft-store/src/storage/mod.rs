@@ -9,6 +9,7 @@ pub(crate) mod format;
 mod log_flush;
 pub(crate) mod log_store;
 mod record_file;
+mod replace_file;
 mod slot_file;
 mod snapshot_file;
 mod snapshot_gate;

@@ -1,9 +1,8 @@
 //! The on-disk snapshot: one file, a JSON header line then the payload, checksummed.
 //!
-//! Written to a temporary name, fsynced, renamed over the old one, and the directory fsynced, so
-//! a crash leaves either the old or the new snapshot, whole.
+//! Replaced durably (`replace_file.rs`): a crash leaves either the old or the new snapshot, whole.
 
-use std::fs::{self, File};
+use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 
@@ -12,6 +11,7 @@ use sha2::{Digest, Sha256};
 
 use crate::NodeId;
 use crate::storage::format::DATA_FORMAT_VERSION;
+use crate::storage::replace_file::replace;
 
 pub(super) type SnapshotMeta = openraft::SnapshotMeta<NodeId, openraft::BasicNode>;
 
@@ -70,17 +70,11 @@ impl SnapshotFile {
         };
         let mut line = serde_json::to_vec(&header).map_err(|e| io(std::io::Error::other(e)))?;
         line.push(b'\n');
-        let tmp = self.path.with_extension("tmp");
-        let mut file = File::create(&tmp).map_err(io)?;
-        file.write_all(&line).map_err(io)?;
-        file.write_all(data).map_err(io)?;
-        file.sync_all().map_err(io)?;
-        crate::failpoint::crash("snapshot-file-before-rename");
-        fs::rename(&tmp, &self.path).map_err(io)?;
-        if let Some(dir) = self.path.parent() {
-            File::open(dir).and_then(|d| d.sync_all()).map_err(io)?;
-        }
-        Ok(())
+        let write = |file: &mut File| {
+            file.write_all(&line)?;
+            file.write_all(data)
+        };
+        replace(&self.path, write, Some("snapshot-file-before-rename")).map_err(io)
     }
 
     /// The stored snapshot, verified, or `None` when there is none.
@@ -138,6 +132,8 @@ impl SnapshotFile {
 
 #[cfg(test)]
 mod tests {
+    use std::fs;
+
     use super::*;
 
     fn meta() -> SnapshotMeta {

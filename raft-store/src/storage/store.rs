@@ -11,7 +11,9 @@ use std::sync::Arc;
 use crate::storage::archive::Archive;
 use crate::storage::engine::{KvEngine, SledEngine};
 use crate::storage::error::OpenError;
-use crate::storage::format::{DATA_FORMAT_VERSION, check_format, corrupt, write_format};
+use crate::storage::format::{
+    ARCHIVE_IN_FILES, DATA_FORMAT_VERSION, check_format, corrupt, write_format,
+};
 use crate::storage::log_store::LogStore;
 use crate::storage::snapshot_file::{SnapshotFile, SnapshotFileError};
 use crate::storage::state_machine::StateMachineStore;
@@ -65,11 +67,11 @@ pub fn open(dir: &Path) -> Result<(DataDir, LogStore, StateMachineStore), OpenEr
     })?;
     let log = LogStore::new(engine.clone(), sm.gate()).map_err(|e| corrupt(dir, e.to_string()))?;
     // Migrate only a directory that opened whole: a refused one keeps its format.
-    if format < 2 {
+    if format < ARCHIVE_IN_FILES {
         let moved = (sm.reader().archive().migrate_from(&*engine))
             .map_err(|e| corrupt(dir, format!("moving the archive out of sled: {e}")))?;
         write_format(dir)?;
-        tracing::info!(dir = %dir.display(), moved, "data directory migrated to format 2");
+        tracing::info!(dir = %dir.display(), moved, "data directory migrated to this build's format");
     }
     Ok((
         DataDir {
