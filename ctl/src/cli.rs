@@ -690,12 +690,13 @@ pub(crate) enum JobVerb {
         #[arg(long)]
         stale: bool,
     },
-    /// Cancel a job: pending jobs at once, running ones are stopped (SIGTERM, grace, SIGKILL).
-    Cancel {
-        /// Job id: 42 or j-42.
-        #[arg(value_parser = ids::job_id)]
-        id: u64,
-    },
+    /// Cancel jobs, by id or by filter: pending jobs at once, running ones are stopped
+    /// (SIGTERM, grace, SIGKILL).
+    Cancel(JobSelection),
+    /// Keep pending jobs from being placed until they are released.
+    Hold(JobSelection),
+    /// Let held jobs be placed again.
+    Release(JobSelection),
     /// Write a job's output to stdout as it arrives.
     Logs {
         /// Job id: 42 or j-42.
@@ -721,6 +722,24 @@ pub(crate) enum JobVerb {
         #[arg(value_parser = ids::job_id)]
         id: u64,
     },
+}
+
+/// The jobs `job cancel|hold|release` act on: the ids given, and every unfinished job that
+/// matches all the filters given (at least one id or filter).
+#[derive(Args, Debug)]
+pub(crate) struct JobSelection {
+    /// Job ids: 42 or j-42.
+    #[arg(value_parser = ids::job_id)]
+    pub ids: Vec<u64>,
+    /// Jobs whose name matches this glob (`*`, `?`), e.g. 'sweep-*'.
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Jobs in this state (pending, bound, running); repeat or separate with commas.
+    #[arg(long = "state", value_enum, ignore_case = true, value_delimiter = ',')]
+    pub states: Vec<JobStateArg>,
+    /// This tenant's jobs.
+    #[arg(long)]
+    pub tenant: Option<String>,
 }
 
 /// `job submit`. Only syntax is checked here; the server judges the spec and its
@@ -826,6 +845,15 @@ pub(crate) struct SubmitArgs {
     /// whole command (e.g. from a script that retries) safe as well.
     #[arg(long, value_name = "KEY")]
     pub idempotency_key: Option<String>,
+    /// Start only after other jobs of the tenant: KIND:JOB, comma-separated or repeated, KIND
+    /// one of ok (it succeeded), notok (it failed or was cancelled), any (it ended), start
+    /// (it started), e.g. ok:j-12,any:j-13. Once one can never be met the job is cancelled
+    /// with that reason.
+    #[arg(long, value_name = "KIND:JOB,...")]
+    pub after: Vec<String>,
+    /// At most one job of the tenant with this job's name runs at a time.
+    #[arg(long)]
+    pub singleton: bool,
     /// The program and its arguments, after `--`. Run as given, without a shell.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,

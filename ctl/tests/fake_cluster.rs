@@ -140,6 +140,25 @@ impl JobService for Fake {
         Ok(Response::new(job))
     }
 
+    async fn hold_job(
+        &self,
+        req: Request<pb::HoldJobRequest>,
+    ) -> Result<Response<pb::Job>, Status> {
+        let mut job = job(req.into_inner().id, pb::JobState::Pending);
+        job.held = true;
+        Ok(Response::new(job))
+    }
+
+    async fn release_job(
+        &self,
+        req: Request<pb::HoldJobRequest>,
+    ) -> Result<Response<pb::Job>, Status> {
+        Ok(Response::new(job(
+            req.into_inner().id,
+            pb::JobState::Pending,
+        )))
+    }
+
     async fn explain_job(
         &self,
         req: Request<pb::ExplainJobRequest>,

@@ -27,8 +27,9 @@ pub use model::auth::{Grant, Role, Seat, TokenLimits, TokenRecord};
 pub use model::cert::CertRecord;
 pub use model::command::{
     Bind, Command, LogEntry, PROTOCOL_2, PROTOCOL_3, PROTOCOL_4, PROTOCOL_5, PROTOCOL_6,
-    PROTOCOL_7, PROTOCOL_8, PROTOCOL_9, PROTOCOL_10, Preempt, RequestStamp,
+    PROTOCOL_7, PROTOCOL_8, PROTOCOL_9, PROTOCOL_10, PROTOCOL_11, Preempt, RequestStamp,
 };
+pub use model::dependency::{AfterKind, Dependency, MAX_DEPENDENCIES, Verdict, parse_dependencies};
 pub use model::job::{
     Binding, DEFAULT_RETRY_BACKOFF_S, DEFAULT_TENANT, Job, JobKind, JobSpec, JobState,
     MAX_PHASE_LEN, MAX_RETRY_DELAY_S, MAX_RUNS_KEPT, Outcome, Run, RunPhase, job_name,

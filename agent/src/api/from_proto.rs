@@ -9,7 +9,7 @@ use gpu_raft_store::container::{ContainerSpec, Mount};
 use gpu_raft_store::tenant::{Quota, TenantRecord};
 use gpu_raft_store::{
     Account, DEFAULT_RETRY_BACKOFF_S, DEFAULT_TENANT, JobKind, JobSpec, JobState, Role,
-    SchedulerSettings, Seat, SliceRequest, TokenLimits,
+    SchedulerSettings, Seat, SliceRequest, TokenLimits, parse_dependencies,
 };
 
 pub fn role(r: i32) -> Option<Role> {
@@ -58,7 +58,13 @@ pub fn spec(p: pb::JobSpec) -> Result<JobSpec, String> {
         }),
         (true, false) => None,
     };
+    let mut after = Vec::new();
+    for text in &p.after {
+        after.extend(parse_dependencies(text).map_err(|e| format!("--after: {e}"))?);
+    }
     Ok(JobSpec {
+        after,
+        singleton: p.singleton,
         account: None,
         retry_backoff_s: retry_backoff(p.max_attempts, p.retry_backoff_s),
         name: p.name,

@@ -178,6 +178,22 @@ impl JobApi {
         self.auth.require(&caller, action).await?;
         Ok(caller)
     }
+
+    /// Hold or release a job, answering with the job as it is afterwards.
+    async fn set_hold(
+        &self,
+        req: Request<pb::HoldJobRequest>,
+        hold: bool,
+    ) -> Result<Response<pb::Job>, Status> {
+        let id = req.get_ref().id;
+        let verb = if hold { "job.hold" } else { "job.release" };
+        let caller = self
+            .caller_for_job(&req, verb, id, Access::Write, false)
+            .await?;
+        let command = Command::HoldJob { job: id, hold };
+        self.cluster.write_as(command, caller.on_behalf()).await?;
+        Ok(Response::new(self.get(id)?))
+    }
 }
 
 /// Whether a request reads a job or changes it.
@@ -353,6 +369,20 @@ impl JobService for JobApi {
             })) => Ok(Response::new(self.get(id)?)),
             Err(e) => Err(e.into()),
         }
+    }
+
+    async fn hold_job(
+        &self,
+        req: Request<pb::HoldJobRequest>,
+    ) -> Result<Response<pb::Job>, Status> {
+        self.set_hold(req, true).await
+    }
+
+    async fn release_job(
+        &self,
+        req: Request<pb::HoldJobRequest>,
+    ) -> Result<Response<pb::Job>, Status> {
+        self.set_hold(req, false).await
     }
 
     type JobLogsStream = LogStream;

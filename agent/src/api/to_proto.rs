@@ -172,6 +172,8 @@ fn spec(s: &JobSpec) -> pb::JobSpec {
             JobKind::Vm => "vm".to_owned(),
         },
         retry_backoff_s: s.retry_backoff_s,
+        after: s.after.iter().map(ToString::to_string).collect(),
+        singleton: s.singleton,
         container: s.container.as_ref().map(|c| pb::ContainerSpec {
             image: c.image.clone(),
             mounts: c
@@ -233,6 +235,8 @@ pub(crate) fn job(j: &Job, uuids: &BTreeMap<u32, String>) -> pb::Job {
         account: j.spec.account.as_ref().map(account),
         phase: j.live_phase().map(|p| p.text.clone()).unwrap_or_default(),
         phase_since_ms: j.live_phase().map(|p| p.since_ms),
+        waiting_for: j.waiting_for.iter().copied().collect(),
+        held: j.held,
     }
 }
 

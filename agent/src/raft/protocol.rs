@@ -39,9 +39,10 @@ pub const BUILD_HEADER: &str = "x-gpumesh-build";
 /// (`gpu_raft_store::PROTOCOL_6`); 7: the live run's phase (`Command::ReportRunPhase`,
 /// `gpu_raft_store::PROTOCOL_7`); 8: CA rotation and the issuer of recorded certificates
 /// (`gpu_raft_store::PROTOCOL_8`); 9: exactly-once writes (`LogEntry::request`,
-/// `gpu_raft_store::PROTOCOL_9`); 10: retention (`Command::Archive`, `gpu_raft_store::PROTOCOL_10`).
-pub const PROTOCOL_VERSION: u32 = 10;
-const _: () = assert!(PROTOCOL_VERSION >= gpu_raft_store::PROTOCOL_10);
+/// `gpu_raft_store::PROTOCOL_9`); 10: retention (`Command::Archive`, `gpu_raft_store::PROTOCOL_10`);
+/// 11: job dependencies, singletons and holds (`gpu_raft_store::PROTOCOL_11`).
+pub const PROTOCOL_VERSION: u32 = 11;
+const _: () = assert!(PROTOCOL_VERSION >= gpu_raft_store::PROTOCOL_11);
 /// The first version whose agents forward their callers' credentials with their writes.
 pub const CREDENTIALS_FORWARDED: u32 = 5;
 /// The oldest version this build still speaks with a peer.

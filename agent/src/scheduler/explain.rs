@@ -46,8 +46,11 @@ pub fn explain(
     let j = state.jobs.get(&job)?;
     let mut out = Explanation {
         state: j.state,
-        // A job waiting for its retry time says until when, even before a pass noted it.
-        reason: super::retry::waiting_reason(j, env.now_ms).or_else(|| j.reason.clone()),
+        // A hold, a dependency or a retry time says so, even before a pass noted it.
+        reason: state
+            .gate(j)
+            .or_else(|| super::retry::waiting_reason(j, env.now_ms))
+            .or_else(|| j.reason.clone()),
         position: 0,
         pending: state
             .jobs
@@ -60,6 +63,10 @@ pub fn explain(
     if j.state != JobState::Pending {
         out.start_ms = j.started_at_ms.or(j.bound_at_ms);
         out.note = format!("the job is {}", j.state);
+        return Some(out);
+    }
+    if j.held {
+        out.note = "no estimate: it is held until released".to_owned();
         return Some(out);
     }
     let pending = PendingIndex::of(state, policy.ordering);
@@ -88,6 +95,7 @@ pub fn planning_copy(state: &ClusterState) -> ClusterState {
         nodes: state.nodes.clone(),
         jobs: state.jobs.clone(),
         next_job_id: state.next_job_id,
+        dependents: state.dependents.clone(),
         scheduler: state.scheduler.clone(),
         tenants: state.tenants.clone(),
         ..ClusterState::default()

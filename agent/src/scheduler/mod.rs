@@ -7,6 +7,8 @@ mod env;
 mod explain;
 #[cfg(test)]
 mod gang_tests;
+#[cfg(test)]
+mod gate_tests;
 mod history;
 #[cfg(test)]
 mod image_locality_tests;

@@ -59,7 +59,7 @@ impl PendingIndex {
     /// The pending jobs of `state`.
     pub fn of(state: &ClusterState, ordering: Ordering) -> Self {
         let mut index = Self::new(ordering);
-        for j in state.jobs.values().filter(|j| j.state == JobState::Pending) {
+        for j in state.jobs.values().filter(|j| is_queued(j)) {
             index.insert(j);
         }
         index
@@ -126,10 +126,10 @@ impl PendingIndex {
     }
 
     /// Bring the index up to date with `state` for `job`: indexed if and only if it is
-    /// pending now.
+    /// pending and not held now.
     pub fn update(&mut self, state: &ClusterState, job: JobId) {
         match state.jobs.get(&job) {
-            Some(j) if j.state == JobState::Pending => self.insert(j),
+            Some(j) if is_queued(j) => self.insert(j),
             _ => self.remove(job),
         }
     }
@@ -192,6 +192,11 @@ impl PendingIndex {
             _ => (job.submitted_at_ms, job.id),
         }
     }
+}
+
+/// Whether the job is in the scheduler's queue: pending and not held.
+fn is_queued(job: &Job) -> bool {
+    job.state == JobState::Pending && !job.held
 }
 
 impl Class {

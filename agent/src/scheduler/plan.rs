@@ -4,7 +4,7 @@
 //! what a job that does not fit does to the ones behind it from the policy's `Backfill`.
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use gpu_raft_store::{Bind, ClusterState, Job, JobId, JobSpec, SliceBind, gpu_fits};
 
@@ -106,6 +106,8 @@ struct Pass<'a> {
     /// back by a plain head's reservation, every larger one is too. These skip the search.
     no_room_from: usize,
     held_from: usize,
+    /// The singleton groups (tenant, name) this pass placed a job of.
+    singletons: BTreeSet<(&'a str, &'a str)>,
     out: Plan,
 }
 
@@ -126,6 +128,7 @@ impl<'a> Pass<'a> {
             blocked_by: None,
             no_room_from: usize::MAX,
             held_from: usize::MAX,
+            singletons: BTreeSet::new(),
             out: Plan::default(),
         }
     }
@@ -139,6 +142,12 @@ impl<'a> Pass<'a> {
 
     /// Place `job` if it may start now, or learn from why it cannot.
     fn consider(&mut self, job: &'a Job, queue: &mut Queue<'a>) -> Flow {
+        // Dependencies and singleton groups are the spec's, the same for the whole class.
+        if let Some(reason) = self.gate(job) {
+            self.note(job, reason);
+            queue.pass_over_class();
+            return Flow::Next;
+        }
         // Not the class: its other members have their own times (or none).
         if let Some(reason) = super::retry::waiting_reason(job, self.env.now_ms) {
             self.note(job, reason);
@@ -180,6 +189,26 @@ impl<'a> Pass<'a> {
         self.place_whole(job, &spec, queue)
     }
 
+    /// Why the job may not start yet whatever room there is: the state's gate (a hold, a
+    /// dependency, a live namesake of a singleton), or a namesake this pass placed.
+    fn gate(&self, job: &Job) -> Option<String> {
+        if let Some(reason) = self.state.gate(job) {
+            return Some(reason);
+        }
+        let (tenant, name) = (&job.spec.tenant, &job.spec.name);
+        let placed =
+            job.spec.singleton && self.singletons.contains(&(tenant.as_str(), name.as_str()));
+        placed.then(|| format!("singleton: another job named {name:?} starts now"))
+    }
+
+    /// A singleton just placed: its namesakes wait for it.
+    fn placed(&mut self, job: &'a Job) {
+        if job.spec.singleton {
+            self.singletons
+                .insert((job.spec.tenant.as_str(), job.spec.name.as_str()));
+        }
+    }
+
     fn place_sliced(&mut self, job: &'a Job, spec: &JobSpec, queue: &mut Queue<'a>) {
         let Some(place) = self.sliced.place(spec) else {
             let reason = self.sliced.why(spec);
@@ -211,6 +240,7 @@ impl<'a> Pass<'a> {
                 gpus,
             }),
         }
+        self.placed(job);
         queue.placed();
     }
 
@@ -238,6 +268,7 @@ impl<'a> Pass<'a> {
             return Flow::Next;
         };
         self.take(job, placement, end_ms);
+        self.placed(job);
         queue.placed();
         Flow::Next
     }

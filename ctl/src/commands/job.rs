@@ -1,5 +1,5 @@
-//! `gpuctl job submit|list|get|cancel|logs|wait` (`why`: see `job_why.rs`; the interactive
-//! `gpuctl run`: `run.rs`).
+//! `gpuctl job submit|list|get|logs|wait` (`why`: see `job_why.rs`; `cancel`, `hold` and
+//! `release`: `job_bulk.rs`; the interactive `gpuctl run`: `run.rs`).
 //!
 //! JSON (stable):
 //! - a job (`get`, `cancel`, `wait`; `list` prints an array of them) is
@@ -24,7 +24,9 @@
 //!   token's or the tenant's mapping: null (the node's own `jobs.run_as`), or `{"user", "group"
 //!   (null: the user's own), "groups"}`), "phase" (what the live run does before its command
 //!   starts, as its node last reported it: `"pulling image REF: copying layers (3)"`; "" when
-//!   nothing of the kind), "phase_since_ms" (when that phase began; null without one)}`;
+//!   nothing of the kind), "phase_since_ms" (when that phase began; null without one),
+//!   "after": ["ok:j-1", …] (the jobs it waits for, as submitted), "singleton", "waiting_for":
+//!   [job id] (those of "after" not met yet), "held"}`;
 //! - `submit` prints `{"job_id", "existing"}` (`existing`: the idempotency key had already
 //!   created this job);
 //! - `logs` writes the job's output bytes unchanged, in both output modes (`--rank`, a gang
@@ -38,6 +40,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use gpu_proto::v1 as pb;
 use gpu_proto::v1::job_service_client::JobServiceClient;
 
+use super::job_bulk::{self, Action};
 use super::job_view::{job_json, jobs_table, render_one};
 use super::{Answer, Ctx, Failure, job_logs, job_submit, job_wait, job_why};
 use crate::cli::{JobStateArg, JobVerb};
@@ -81,12 +84,10 @@ pub(crate) async fn run(ctx: &Ctx, verb: JobVerb) -> Result<Answer, Failure> {
                 .await?;
             Ok(Answer::ok(render_one(ctx.output, &job)))
         }
-        JobVerb::Cancel { id } => {
-            let req = pb::CancelJobRequest { id };
-            let job = ctx
-                .call(new, req, async |mut c, r| c.cancel_job(r).await)
-                .await?;
-            Ok(Answer::ok(render_one(ctx.output, &job)))
+        JobVerb::Cancel(selection) => job_bulk::run(ctx, Action::Cancel, selection, now_ms()).await,
+        JobVerb::Hold(selection) => job_bulk::run(ctx, Action::Hold, selection, now_ms()).await,
+        JobVerb::Release(selection) => {
+            job_bulk::run(ctx, Action::Release, selection, now_ms()).await
         }
         JobVerb::Why { id, stale } => job_why::run(ctx, id, stale, now_ms()).await,
         JobVerb::Logs {
@@ -109,7 +110,7 @@ pub(crate) async fn run(ctx: &Ctx, verb: JobVerb) -> Result<Answer, Failure> {
     }
 }
 
-fn state_of(s: JobStateArg) -> pb::JobState {
+pub(super) fn state_of(s: JobStateArg) -> pb::JobState {
     match s {
         JobStateArg::Pending => pb::JobState::Pending,
         JobStateArg::Bound => pb::JobState::Bound,

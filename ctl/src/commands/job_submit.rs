@@ -91,6 +91,8 @@ fn request(
         cpu_millis: args.cpus,
         memory_mib: args.memory,
         retry_backoff_s: args.retry_backoff,
+        after: args.after,
+        singleton: args.singleton,
         container: match args.image {
             None => None,
             Some(image) => Some(pb::ContainerSpec {

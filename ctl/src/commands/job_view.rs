@@ -78,6 +78,8 @@ pub(super) fn job_json(j: &pb::Job) -> Value {
         "cpu_millis": spec.cpu_millis,
         "memory_mib": spec.memory_mib,
         "retry_backoff_s": spec.retry_backoff_s,
+        "after": spec.after,
+        "singleton": spec.singleton,
     });
     let status_part = json!({
         "id": j.id,
@@ -105,6 +107,8 @@ pub(super) fn job_json(j: &pb::Job) -> Value {
         "account": account::json(j.account.as_ref()),
         "phase": j.phase,
         "phase_since_ms": j.phase_since_ms,
+        "waiting_for": j.waiting_for,
+        "held": j.held,
     });
     if let (Value::Object(all), Value::Object(status)) = (&mut spec_part, status_part) {
         all.extend(status);
@@ -132,6 +136,9 @@ fn state_cell(j: &pb::Job) -> String {
     let mut cell = state_title(s);
     if j.cancel_requested && !is_terminal(s) {
         cell.push_str(",cancelling");
+    }
+    if j.held {
+        cell.push_str(",held");
     }
     cell
 }
@@ -188,6 +195,9 @@ pub(super) fn job_block(j: &pb::Job) -> String {
     if j.cancel_requested {
         state.push_str(" (cancel requested)");
     }
+    if j.held {
+        state.push_str(" (held)");
+    }
     let command: Vec<Cow<'_, str>> = spec.command.iter().map(|a| shell_quote(a)).collect();
     let mut lines: Vec<(&str, String)> = vec![
         ("ID", format!("j-{}", j.id)),
@@ -242,6 +252,15 @@ pub(super) fn job_block(j: &pb::Job) -> String {
         ("Finished", time(j.finished_at_ms)),
         ("GPU energy", units::energy(j.energy_mj)),
     ]);
+    if !spec.after.is_empty() {
+        lines.push(("After", dependencies(j, &spec)));
+    }
+    if spec.singleton {
+        lines.push((
+            "Singleton",
+            "yes: one job of its name runs at a time".into(),
+        ));
+    }
     if let Some(t) = j
         .not_before_ms
         .filter(|_| j.state == pb::JobState::Pending as i32)
@@ -254,6 +273,28 @@ pub(super) fn job_block(j: &pb::Job) -> String {
         out.push_str(&runs_table(&j.runs));
     }
     out
+}
+
+/// `ok:j-1 (met), any:j-2 (waiting)`.
+fn dependencies(j: &pb::Job, spec: &pb::JobSpec) -> String {
+    let parts: Vec<String> = spec
+        .after
+        .iter()
+        .map(|d| {
+            let job = d
+                .rsplit_once(":j-")
+                .and_then(|(_, id)| id.parse::<u64>().ok());
+            let waiting = job.is_some_and(|id| j.waiting_for.contains(&id));
+            let pending = j.state == pb::JobState::Pending as i32;
+            let status = match (waiting, pending) {
+                (true, _) => "waiting",
+                (false, true) => "met",
+                (false, false) => "settled",
+            };
+            format!("{d} ({status})")
+        })
+        .collect();
+    parts.join(", ")
 }
 
 /// `2/3`, with the retry backoff when failed runs are retried: `2/3 (failed runs retried after
@@ -428,6 +469,8 @@ pub(super) mod tests {
             }),
             phase: "pulling image nvcr.io/x:1: copying layers (2)".into(),
             phase_since_ms: Some(1_700_000_001_500),
+            waiting_for: vec![],
+            held: false,
         }
     }
 
@@ -647,6 +690,7 @@ pub(super) mod tests {
                 "groups": [],
                 "user": "alice"
               },
+              "after": [],
               "attempts": 1,
               "bound_at_ms": 1700000001000,
               "bound_gpus": [
@@ -680,6 +724,7 @@ pub(super) mod tests {
                 "GPU-bbbb"
               ],
               "gpus": 2,
+              "held": false,
               "id": 42,
               "idempotency_key": "0123abcd",
               "max_attempts": 3,
@@ -701,10 +746,12 @@ pub(super) mod tests {
               "runs": [],
               "runtime_estimate_s": 5400,
               "signal": null,
+              "singleton": false,
               "started_at_ms": 1700000002500,
               "state": "running",
               "submitted_at_ms": 1700000000000,
               "tenant": "vision",
+              "waiting_for": [],
               "wall_time_limit_s": null,
               "workdir": "/data/run"
             }

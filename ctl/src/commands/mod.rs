@@ -12,6 +12,7 @@ mod gpu_partition;
 mod gpu_view;
 pub(crate) mod image;
 pub(crate) mod job;
+mod job_bulk;
 mod job_logs;
 mod job_submit;
 mod job_view;

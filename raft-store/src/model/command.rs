@@ -126,6 +126,12 @@ pub enum Command {
     CancelJob {
         job: JobId,
     },
+    /// Hold a pending job (it is not placed until released), or release it. Only protocol 11
+    /// agents read it.
+    HoldJob {
+        job: JobId,
+        hold: bool,
+    },
     /// The scheduler's placements, each re-validated on apply.
     BindJobs {
         binds: Vec<Bind>,
@@ -358,6 +364,11 @@ pub const PROTOCOL_8: u32 = 8;
 /// `audit_base` and `archived_keys` that only it sets).
 pub const PROTOCOL_10: u32 = 10;
 
+/// The internal protocol version that added job dependencies, singletons and holds
+/// (`JobSpec::after`, `JobSpec::singleton`, `Command::HoldJob`): an older agent would drop
+/// them and place the job at once.
+pub const PROTOCOL_11: u32 = 11;
+
 /// The internal protocol version that added exactly-once writes (`LogEntry::request`: an
 /// older agent would apply a request's second copy, which the others answer without applying)
 /// and `ForgetExpired`.
@@ -380,6 +391,10 @@ impl Command {
     /// it only once every member has registered with at least this version.
     pub fn protocol(&self) -> u32 {
         match self {
+            Command::HoldJob { .. } => PROTOCOL_11,
+            Command::SubmitJob { spec, .. } if !spec.after.is_empty() || spec.singleton => {
+                PROTOCOL_11
+            }
             Command::Archive { .. } => PROTOCOL_10,
             Command::ForgetExpired => PROTOCOL_9,
             Command::Batch { .. }
@@ -517,6 +532,9 @@ impl fmt::Display for Command {
                 idempotency_key.as_deref().unwrap_or("-")
             ),
             Command::CancelJob { job } => write!(f, "cancel j-{job}"),
+            Command::HoldJob { job, hold } => {
+                write!(f, "{} j-{job}", if *hold { "hold" } else { "release" })
+            }
             Command::BindJobs { binds } => {
                 f.write_str("bind")?;
                 for b in binds {
@@ -933,6 +951,8 @@ mod tests {
             account: None,
             retry_backoff_s: None,
             container: None,
+            after: Vec::new(),
+            singleton: false,
         };
         let gpu = GpuRecord {
             index: 1,
@@ -984,6 +1004,7 @@ mod tests {
                 idempotency_key: Some("k".into()),
             },
             Command::CancelJob { job: 7 },
+            Command::HoldJob { job: 7, hold: true },
             Command::BindJobs {
                 binds: vec![Bind {
                     job: 7,
@@ -1228,6 +1249,7 @@ mod tests {
             "report_run_phase",
             "report_images",
             "set_registry_credential",
+            "hold_job",
         ];
         for cmd in every_command() {
             let tag = serde_json::to_value(&cmd).expect("encode")["type"].clone();
@@ -1255,6 +1277,36 @@ mod tests {
         vm.kind = crate::model::job::JobKind::Vm;
         assert_eq!(submit(sliced).protocol(), PROTOCOL_2);
         assert_eq!(submit(vm).protocol(), PROTOCOL_2);
+    }
+
+    /// A version 10 agent would drop a job's dependencies and place it at once, and cannot
+    /// read a hold.
+    #[test]
+    fn dependencies_and_holds_wait_for_protocol_11() {
+        let plain = JobSpec {
+            name: "n".into(),
+            ..JobSpec::default()
+        };
+        let submit = |spec| Command::SubmitJob {
+            spec,
+            idempotency_key: None,
+        };
+        let after = JobSpec {
+            after: crate::model::dependency::parse_dependencies("ok:j-1").expect("parses"),
+            ..plain.clone()
+        };
+        let singleton = JobSpec {
+            singleton: true,
+            ..plain.clone()
+        };
+        assert!(submit(plain).protocol() < PROTOCOL_11);
+        assert_eq!(submit(after).protocol(), PROTOCOL_11);
+        assert_eq!(submit(singleton).protocol(), PROTOCOL_11);
+        let hold = Command::HoldJob {
+            job: 1,
+            hold: false,
+        };
+        assert_eq!(hold.protocol(), PROTOCOL_11);
     }
 
     /// A version 2 agent would drop an account it cannot read (and run the job as its own

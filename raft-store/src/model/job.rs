@@ -92,6 +92,14 @@ pub struct JobSpec {
     /// most jobs have none, and `Command` stays small.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub container: Option<Box<crate::model::container::ContainerSpec>>,
+    /// Jobs this one waits for (`--after ok:j-1,any:j-2`): it is not placed before each has
+    /// done what its dependency asks, and it ends, cancelled, once one never can.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after: Vec<crate::model::dependency::Dependency>,
+    /// At most one job of its tenant with its name holds GPUs at a time (Slurm's
+    /// `--dependency=singleton`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub singleton: bool,
 }
 
 /// What a job is.
@@ -153,6 +161,8 @@ impl Default for JobSpec {
             account: None,
             retry_backoff_s: None,
             container: None,
+            after: Vec::new(),
+            singleton: false,
         }
     }
 }
@@ -373,6 +383,13 @@ pub struct Job {
     /// last reported it (`Command::ReportRunPhase`); stale once the run it names has ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<RunPhase>,
+    /// The jobs of `spec.after` whose dependency is not met yet; it is placed only once none
+    /// is left.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub waiting_for: BTreeSet<JobId>,
+    /// Held (`job hold`): a pending job that is not placed until it is released.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub held: bool,
 }
 
 /// A live run's phase before its command starts, as its node reported it.
@@ -414,6 +431,8 @@ impl Job {
             runs: Vec::new(),
             not_before_ms: None,
             phase: None,
+            waiting_for: BTreeSet::new(),
+            held: false,
         }
     }
 

@@ -1,7 +1,8 @@
 //! `JobLog`: which jobs lately changed `state`, for readers that keep their own index of some
 //! jobs (`KeptIndex`, in `kept_index.rs`: the leader's pending queue, each executor's live runs)
-//! instead of scanning every job on every applied entry. Such an index may depend on a job's state and on what is
-//! fixed while it keeps that state (its spec, submission time, placement), nothing else.
+//! instead of scanning every job on every applied entry. Such an index may depend on a job's state, on what is
+//! fixed while it keeps that state (its spec, submission time, placement), and on its hold
+//! (recorded here when it changes), nothing else.
 //!
 //! It is an observation of the local copy, not replicated state: it is never serialized, two
 //! logs always compare equal, and a state that is deserialized, cloned or created starts a log

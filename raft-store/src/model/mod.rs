@@ -10,6 +10,7 @@ pub mod ca;
 pub mod cert;
 pub(crate) mod command;
 pub mod container;
+pub(crate) mod dependency;
 pub mod digest;
 pub mod energy;
 pub mod job;

@@ -1,7 +1,7 @@
 //! The replicated domain state, `ClusterState`, and its pure, deterministic `apply`: the
 //! dispatch of each command to its domain's rules (`apply/`), and the audit step.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -94,6 +94,10 @@ pub struct ClusterState {
     /// The answers of recent API requests, for exactly-once writes (`requests.rs`).
     #[serde(default, skip_serializing_if = "RequestLedger::is_empty")]
     pub requests: RequestLedger,
+    /// Job → the pending jobs whose dependencies on it are not settled yet
+    /// (`apply/dependencies.rs`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub dependents: BTreeMap<JobId, BTreeSet<JobId>>,
     /// Which jobs changed state lately (local, never serialized).
     #[serde(skip)]
     pub job_log: JobLog,
@@ -123,9 +127,11 @@ impl ClusterState {
         if let Some(first) = (entry.request.as_ref()).and_then(|r| self.requests.answer(r, now)) {
             return first.clone();
         }
+        let changes = self.job_log.cursor();
         let result = self
             .apply_command(entry)
             .unwrap_or_else(|reason| ApplyResult::Rejected { reason });
+        self.settle_dependents(changes, now);
         if let Some(meta) = &entry.meta {
             self.record_audit(entry, meta, &result);
         }
@@ -174,6 +180,7 @@ impl ClusterState {
                 idempotency_key,
             } => self.submit(spec, idempotency_key.as_deref(), now, meta),
             Command::CancelJob { job } => self.cancel(*job, now),
+            Command::HoldJob { job, hold } => self.hold(*job, *hold),
             Command::BindJobs { binds } => Ok(self.bind_all(binds, now)),
             Command::JobStarted { job, generation } => self.started(*job, *generation, now),
             Command::ReportRunPhase {

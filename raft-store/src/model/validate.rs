@@ -289,6 +289,7 @@ pub fn job_spec(spec: &JobSpec) -> Result<(), String> {
     placement(spec)?;
     resource_limits(spec)?;
     retry_backoff(spec)?;
+    dependencies(spec)?;
     if let Some(a) = &spec.account {
         account(a)?;
     }
@@ -297,6 +298,20 @@ pub fn job_spec(spec: &JobSpec) -> Result<(), String> {
             return Err("a vm job cannot run in a container image".into());
         }
         crate::model::container::validate(c)?;
+    }
+    Ok(())
+}
+
+/// At most `MAX_DEPENDENCIES` dependencies, each listed once.
+fn dependencies(spec: &JobSpec) -> Result<(), String> {
+    use crate::model::dependency::MAX_DEPENDENCIES;
+    if spec.after.len() > MAX_DEPENDENCIES {
+        return Err(format!("at most {MAX_DEPENDENCIES} dependencies"));
+    }
+    for (i, d) in spec.after.iter().enumerate() {
+        if spec.after[..i].contains(d) {
+            return Err(format!("dependency {d} is listed twice"));
+        }
     }
     Ok(())
 }

@@ -77,10 +77,17 @@ impl ClusterState {
         Ok(())
     }
 
-    /// A job requeued after a failed run is not placed before its retry time, whatever the
-    /// scheduler believed (`now` is the bind's proposal time, the leader's clock).
+    /// A job requeued after a failed run is not placed before its retry time, nor a held
+    /// one, one whose dependencies are not met or a singleton whose namesake runs, whatever
+    /// the scheduler believed (`now` is the bind's proposal time, the leader's clock).
     pub(crate) fn due(&self, job: JobId, now: u64) -> Result<(), String> {
-        match self.jobs.get(&job).and_then(|j| j.not_before_ms) {
+        let Some(j) = self.jobs.get(&job) else {
+            return Ok(());
+        };
+        if let Some(why) = self.gate(j) {
+            return Err(format!("job j-{job} may not start yet: {why}"));
+        }
+        match j.not_before_ms {
             Some(t) if t > now => Err(format!(
                 "job j-{job} waits to retry for another {} ms",
                 t - now

@@ -43,6 +43,7 @@ impl ClusterState {
         self.check_stamped_account(spec, meta)?;
         self.check_mounts(spec)?;
         self.check_pending_cap(spec)?;
+        let waiting = self.unmet_dependencies(spec)?;
         let id = self.next_job_id.max(1);
         self.next_job_id = id + 1;
         if let Some(scoped) = scoped {
@@ -53,6 +54,7 @@ impl ClusterState {
             id,
             Job::pending(id, spec.clone(), key.map(str::to_owned), now),
         );
+        self.wait_for(id, waiting);
         Ok(ApplyResult::JobSubmitted {
             job: id,
             existing: false,

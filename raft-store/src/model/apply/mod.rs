@@ -10,6 +10,7 @@ mod ca;
 #[cfg(test)]
 mod ca_tests;
 mod certificates;
+mod dependencies;
 mod energy;
 pub(crate) mod expiry;
 mod gangs;

@@ -1,0 +1,193 @@
+//! `gpuctl job cancel|hold|release`: one action on every job selected by id and by filter
+//! (name glob, state, tenant), one request per job; each job's answer is printed, and a job
+//! the cluster refused makes the command fail after the others were tried.
+//!
+//! JSON (stable): one id and no filter prints the job (as `job get`); otherwise an array of
+//! the jobs acted on.
+
+use gpu_proto::v1 as pb;
+use gpu_proto::v1::job_service_client::JobServiceClient;
+
+use super::job_view::{job_json, jobs_table, render_one};
+use super::{Answer, Ctx, Failure};
+use crate::cli::{JobSelection, JobStateArg};
+use crate::client::CallError;
+
+/// What to do to each selected job.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Action {
+    Cancel,
+    Hold,
+    Release,
+}
+
+impl Action {
+    fn verb(self) -> &'static str {
+        match self {
+            Action::Cancel => "cancel",
+            Action::Hold => "hold",
+            Action::Release => "release",
+        }
+    }
+}
+
+pub(crate) async fn run(
+    ctx: &Ctx,
+    action: Action,
+    selection: JobSelection,
+    now_ms: u64,
+) -> Result<Answer, Failure> {
+    let filtered =
+        selection.name.is_some() || !selection.states.is_empty() || selection.tenant.is_some();
+    if selection.ids.is_empty() && !filtered {
+        return Err(Failure::Usage(format!(
+            "job {}: name the jobs (ids, or --name, --state, --tenant)",
+            action.verb()
+        )));
+    }
+    let mut ids = selection.ids.clone();
+    if filtered {
+        ids.extend(matching(ctx, &selection).await?);
+    }
+    ids.sort_unstable();
+    ids.dedup();
+    let single = selection.ids.len() == 1 && !filtered;
+    let mut done = Vec::new();
+    let mut refused = Vec::new();
+    for id in ids {
+        match act(ctx, action, id).await {
+            Ok(job) => done.push(job),
+            Err(e) => refused.push(format!("j-{id}: {e}")),
+        }
+    }
+    if !refused.is_empty() {
+        // What was done is still worth saying before the failure.
+        if !done.is_empty() {
+            print!("{}", jobs_table(&done, now_ms));
+        }
+        return Err(Failure::Usage(format!(
+            "job {} refused for {} of {} jobs:\n{}",
+            action.verb(),
+            refused.len(),
+            refused.len() + done.len(),
+            refused.join("\n")
+        )));
+    }
+    if single && let [job] = done.as_slice() {
+        return Ok(Answer::ok(render_one(ctx.output, job)));
+    }
+    Ok(ctx.answer_list(&done, job_json, |jobs| jobs_table(jobs, now_ms)))
+}
+
+async fn act(ctx: &Ctx, action: Action, id: u64) -> Result<pb::Job, CallError> {
+    let new = JobServiceClient::new;
+    match action {
+        Action::Cancel => {
+            let req = pb::CancelJobRequest { id };
+            ctx.call(new, req, async |mut c, r| c.cancel_job(r).await)
+                .await
+        }
+        Action::Hold => {
+            let req = pb::HoldJobRequest { id };
+            ctx.call(new, req, async |mut c, r| c.hold_job(r).await)
+                .await
+        }
+        Action::Release => {
+            let req = pb::HoldJobRequest { id };
+            ctx.call(new, req, async |mut c, r| c.release_job(r).await)
+                .await
+        }
+    }
+}
+
+/// The unfinished jobs that match every filter of `selection`.
+async fn matching(ctx: &Ctx, selection: &JobSelection) -> Result<Vec<u64>, CallError> {
+    let states: Vec<i32> = if selection.states.is_empty() {
+        [
+            JobStateArg::Pending,
+            JobStateArg::Bound,
+            JobStateArg::Running,
+        ]
+        .into_iter()
+        .map(|s| super::job::state_of(s) as i32)
+        .collect()
+    } else {
+        (selection.states.iter())
+            .map(|s| super::job::state_of(*s) as i32)
+            .collect()
+    };
+    let req = pb::ListJobsRequest {
+        states,
+        tenant: selection.tenant.clone().unwrap_or_default(),
+        ..Default::default()
+    };
+    let jobs = ctx
+        .call(JobServiceClient::new, req, async |mut c, r| {
+            c.list_jobs(r).await
+        })
+        .await?
+        .jobs;
+    let name = selection.name.as_deref();
+    Ok(jobs
+        .iter()
+        .filter(|j| {
+            name.is_none_or(|glob| {
+                glob_matches(glob, j.spec.as_ref().map_or("", |s| s.name.as_str()))
+            })
+        })
+        .map(|j| j.id)
+        .collect())
+}
+
+/// Whether `text` matches the shell-style `glob` (`*` any run, `?` any one character).
+pub(crate) fn glob_matches(glob: &str, text: &str) -> bool {
+    let (g, t): (Vec<char>, Vec<char>) = (glob.chars().collect(), text.chars().collect());
+    // The classic two-pointer match with backtracking to the last star.
+    let (mut gi, mut ti) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while ti < t.len() {
+        match g.get(gi) {
+            Some('*') => {
+                star = Some((gi, ti));
+                gi += 1;
+            }
+            Some(&c) if c == '?' || c == t[ti] => {
+                gi += 1;
+                ti += 1;
+            }
+            _ => match star {
+                Some((sg, st)) => {
+                    gi = sg + 1;
+                    ti = st + 1;
+                    star = Some((sg, st + 1));
+                }
+                None => return false,
+            },
+        }
+    }
+    g[gi..].iter().all(|&c| c == '*')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::glob_matches;
+
+    #[test]
+    fn globs_match_like_a_shell() {
+        for (glob, text, want) in [
+            ("sweep-*", "sweep-12", true),
+            ("sweep-*", "sweep-", true),
+            ("sweep-*", "swee", false),
+            ("*", "", true),
+            ("a?c", "abc", true),
+            ("a?c", "ac", false),
+            ("*-lr-*-b?", "train-lr-0.1-b8", true),
+            ("*-lr-*-b?", "train-lr-0.1-b16", false),
+            ("exact", "exact", true),
+            ("exact", "exactly", false),
+            ("**a", "bba", true),
+        ] {
+            assert_eq!(glob_matches(glob, text), want, "{glob} vs {text}");
+        }
+    }
+}

@@ -1,0 +1,217 @@
+//! Dependencies, singletons and holds through `ClusterState::apply`: checked at submission (an
+//! unknown job, another tenant's, one already ended the wrong way), crossed off as the jobs they
+//! name change state, a job whose dependency can never be met cancelled with the reason (down a
+//! whole pipeline), and `apply` refusing to bind a job that must still wait, whatever the
+//! scheduler believed.
+
+use gpu_raft_store::testing::{at, register, spec, submit};
+use gpu_raft_store::{
+    ApplyResult, Bind, ClusterState, Command, GpuRecord, JobId, JobSpec, JobState, Outcome,
+    Rejection, parse_dependencies,
+};
+
+fn gpu(index: u32) -> GpuRecord {
+    gpu_raft_store::testing::gpu(index, "A100-test", "A100", 81920)
+}
+
+/// Node 1 with four GPUs.
+fn cluster() -> ClusterState {
+    let mut s = ClusterState::new();
+    s.apply(&at(1, register(1, vec![gpu(0), gpu(1), gpu(2), gpu(3)])));
+    s
+}
+
+fn after(deps: &str) -> JobSpec {
+    JobSpec {
+        after: parse_dependencies(deps).expect("parses"),
+        ..spec(1)
+    }
+}
+
+fn submitted(r: ApplyResult) -> JobId {
+    match r {
+        ApplyResult::JobSubmitted { job, .. } => job,
+        other => panic!("not submitted: {other:?}"),
+    }
+}
+
+fn refusal(r: ApplyResult) -> String {
+    match r {
+        ApplyResult::Rejected { reason } => reason.to_string(),
+        other => panic!("not refused: {other:?}"),
+    }
+}
+
+/// Bind `job` on node 1 to GPU `gpu` at 10 ms; whether apply bound it, or why not.
+fn bind(s: &mut ClusterState, job: JobId, gpu: u32) -> Result<(), String> {
+    let binds = vec![Bind {
+        job,
+        node: 1,
+        gpus: vec![gpu],
+    }];
+    match s.apply(&at(10, Command::BindJobs { binds })) {
+        ApplyResult::Bound { bound, .. } if bound == [job] => Ok(()),
+        ApplyResult::Bound { rejected, .. } => Err(rejected[0].1.clone()),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Bind, start and end `job` with exit code `code`.
+fn run(s: &mut ClusterState, job: JobId, code: i32) {
+    bind(s, job, 0).expect("binds");
+    let generation = s.jobs[&job].generation;
+    s.apply(&at(20, Command::JobStarted { job, generation }));
+    let outcome = Outcome::Exited { code };
+    let end = Command::JobFinished {
+        job,
+        generation,
+        outcome,
+    };
+    assert_eq!(s.apply(&at(30, end)), ApplyResult::Ok);
+}
+
+#[test]
+fn a_pipeline_whose_middle_stage_fails_ends_its_last_stage_with_the_reason() {
+    let mut s = cluster();
+    let prepare = submitted(submit(&mut s, spec(1), None));
+    let train = submitted(submit(&mut s, after(&format!("ok:j-{prepare}")), None));
+    let report = submitted(submit(&mut s, after(&format!("ok:j-{train}")), None));
+    let cleanup = submitted(submit(&mut s, after(&format!("any:j-{report}")), None));
+    assert_eq!(s.jobs[&train].waiting_for, [prepare].into());
+
+    let early = bind(&mut s, train, 1).expect_err("train waits for prepare");
+    assert!(
+        early.contains(&format!("waiting for j-{prepare} to succeed")),
+        "{early}"
+    );
+
+    run(&mut s, prepare, 0);
+    assert!(s.jobs[&train].waiting_for.is_empty(), "prepare succeeded");
+    run(&mut s, train, 3);
+
+    let r = &s.jobs[&report];
+    assert_eq!(r.state, JobState::Cancelled);
+    assert_eq!(
+        r.reason.as_deref(),
+        Some(format!("dependency never satisfied: ok:j-{train}: j-{train} failed").as_str())
+    );
+    assert_eq!(r.finished_at_ms, Some(30));
+    // Its own dependents are settled at the same entry: `any` is met by a cancellation.
+    assert!(s.jobs[&cleanup].waiting_for.is_empty());
+    assert_eq!(s.jobs[&cleanup].state, JobState::Pending);
+    assert!(s.dependents.is_empty(), "nothing left to settle");
+}
+
+#[test]
+fn submission_refuses_unknown_foreign_and_hopeless_dependencies() {
+    let mut s = cluster();
+    let mine = submitted(submit(&mut s, spec(1), None));
+    let theirs = submitted(submit(
+        &mut s,
+        JobSpec {
+            tenant: "other".into(),
+            ..spec(1)
+        },
+        None,
+    ));
+    let unknown = refusal(submit(&mut s, after("ok:j-99"), None));
+    let foreign = refusal(submit(&mut s, after(&format!("ok:j-{theirs}")), None));
+    // Another tenant's job is refused in the very words an id that never existed is.
+    assert_eq!(
+        foreign.replace(&format!("j-{theirs}"), "j-99"),
+        unknown.replace(&format!("j-{theirs}"), "j-99")
+    );
+    assert!(unknown.contains("has no job j-99"), "{unknown}");
+
+    run(&mut s, mine, 0);
+    let hopeless = refusal(submit(&mut s, after(&format!("notok:j-{mine}")), None));
+    assert!(hopeless.contains("can never be met"), "{hopeless}");
+    let met = submitted(submit(&mut s, after(&format!("ok:j-{mine}")), None));
+    assert!(s.jobs[&met].waiting_for.is_empty(), "already met");
+    bind(&mut s, met, 1).expect("may start at once");
+
+    let twice = refusal(submit(&mut s, after("ok:j-1,ok:j-1"), None));
+    assert!(twice.contains("listed twice"), "{twice}");
+    let jobs = s.jobs.len();
+    refusal(submit(&mut s, after("ok:j-99"), None));
+    assert_eq!(s.jobs.len(), jobs, "refusals leave no job behind");
+}
+
+#[test]
+fn start_dependencies_are_met_when_the_job_runs() {
+    let mut s = cluster();
+    let server = submitted(submit(&mut s, spec(1), None));
+    let client = submitted(submit(&mut s, after(&format!("start:j-{server}")), None));
+    bind(&mut s, server, 0).expect("binds");
+    assert!(bind(&mut s, client, 1).is_err(), "bound is not started");
+    let generation = s.jobs[&server].generation;
+    s.apply(&at(
+        20,
+        Command::JobStarted {
+            job: server,
+            generation,
+        },
+    ));
+    bind(&mut s, client, 1).expect("the server runs");
+}
+
+#[test]
+fn a_held_job_is_not_bound_until_released() {
+    let mut s = cluster();
+    let job = submitted(submit(&mut s, spec(1), None));
+    let hold = |hold| at(5, Command::HoldJob { job, hold });
+    assert_eq!(s.apply(&hold(true)), ApplyResult::Ok);
+    let refused = bind(&mut s, job, 0).expect_err("held");
+    assert!(refused.contains("held"), "{refused}");
+    assert_eq!(s.apply(&hold(false)), ApplyResult::Ok);
+    bind(&mut s, job, 0).expect("released");
+    let running = s.apply(&hold(true));
+    assert!(
+        matches!(
+            running,
+            ApplyResult::Rejected {
+                reason: Rejection::NotNow { .. }
+            }
+        ),
+        "{running:?}"
+    );
+}
+
+#[test]
+fn singletons_of_one_name_hold_gpus_one_at_a_time() {
+    let mut s = cluster();
+    let single = JobSpec {
+        name: "nightly".into(),
+        singleton: true,
+        ..spec(1)
+    };
+    let first = submitted(submit(&mut s, single.clone(), None));
+    let second = submitted(submit(&mut s, single.clone(), None));
+    let other_tenant = submitted(submit(
+        &mut s,
+        JobSpec {
+            tenant: "other".into(),
+            ..single
+        },
+        None,
+    ));
+    run(&mut s, first, 0);
+    bind(&mut s, second, 1).expect("the first ended");
+    let refused = bind(&mut s, first + 100, 2).expect_err("no such job");
+    assert!(refused.contains("does not exist"));
+    bind(&mut s, other_tenant, 2).expect("another tenant's namesake is not a sibling");
+    let third = submitted(submit(
+        &mut s,
+        JobSpec {
+            name: "nightly".into(),
+            singleton: true,
+            ..spec(1)
+        },
+        None,
+    ));
+    let refused = bind(&mut s, third, 3).expect_err("the second runs");
+    assert!(
+        refused.contains(&format!("singleton: waiting for j-{second}")),
+        "{refused}"
+    );
+}
