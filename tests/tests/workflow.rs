@@ -1,0 +1,132 @@
+//! What Slurm users reach for, on real agents and the real `gpuctl`: a three-stage pipeline of
+//! dependencies whose middle stage fails ends its last stage with the never-satisfied reason;
+//! `job cancel --name GLOB` cancels exactly the matching jobs; a held job with its dependency
+//! met stays pending until it is released, then runs; an unknown dependency is refused.
+
+use std::process::Output;
+use std::time::Duration;
+
+use gpu_proto::v1 as pb;
+use gpu_tests::{Cluster, is_terminal};
+use serde_json::Value;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+fn gpuctl(c: &Cluster, args: &[&str]) -> Output {
+    c.gpuctl()
+        .args(["--endpoint", c.addr(2)])
+        .args(args)
+        .output()
+        .expect("run gpuctl")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// `job submit --name NAME FLAGS -- /bin/sh -c SCRIPT`: the new job's id.
+fn submit(c: &Cluster, name: &str, flags: &[&str], script: &str) -> u64 {
+    let args = [
+        &["-o", "json", "job", "submit", "--gpus", "1", "--name", name][..],
+        flags,
+        &["--", "/bin/sh", "-c", script],
+    ]
+    .concat();
+    let out = gpuctl(c, &args);
+    assert!(out.status.success(), "submit {name}: {}", text(&out.stderr));
+    let reply: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    reply["job_id"].as_u64().expect("a job id")
+}
+
+fn job(c: &Cluster, id: u64) -> Value {
+    let out = gpuctl(c, &["-o", "json", "job", "get", &format!("j-{id}")]);
+    assert!(out.status.success(), "job get: {}", text(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("JSON")
+}
+
+fn state(j: &pb::Job) -> pb::JobState {
+    pb::JobState::try_from(j.state).unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pipeline_whose_middle_stage_fails_ends_its_last_stage_with_the_reason() {
+    let c = Cluster::start(3, 3, "").await;
+    let prepare = submit(&c, "prepare", &[], "sleep 2");
+    let train = submit(
+        &c,
+        "train",
+        &["--after", &format!("ok:j-{prepare}")],
+        "exit 3",
+    );
+    let report = submit(&c, "report", &["--after", &format!("ok:j-{train}")], "true");
+    let waiting = job(&c, train);
+    assert_eq!(waiting["state"], "pending", "{waiting:#}");
+    assert_eq!(waiting["waiting_for"], serde_json::json!([prepare]));
+    let why = text(&gpuctl(&c, &["job", "why", &format!("j-{train}")]).stdout);
+    assert!(
+        why.contains(&format!("waiting for j-{prepare} to succeed")),
+        "{why}"
+    );
+
+    let ended = c.wait_job(report, WAIT, is_terminal).await;
+    assert_eq!(state(&ended), pb::JobState::Cancelled, "{ended:?}");
+    assert_eq!(
+        ended.reason,
+        format!("dependency never satisfied: ok:j-{train}: j-{train} failed")
+    );
+    assert!(ended.runs.is_empty(), "the last stage never ran");
+    let train = c.wait_job(train, WAIT, is_terminal).await;
+    assert_eq!(state(&train), pb::JobState::Failed, "{train:?}");
+
+    let unknown = gpuctl(&c, &["job", "submit", "--after", "ok:j-9999", "--", "true"]);
+    assert!(!unknown.status.success());
+    assert!(
+        text(&unknown.stderr).contains("has no job j-9999"),
+        "{}",
+        text(&unknown.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_by_name_and_hold_until_release() {
+    let c = Cluster::start(3, 3, "").await;
+    let sweep: Vec<u64> = (1..=3)
+        .map(|i| submit(&c, &format!("sweep-{i}"), &[], "sleep 60"))
+        .collect();
+    let keep = submit(&c, "keep", &[], "sleep 60");
+    let held = submit(
+        &c,
+        "after-keep",
+        &["--after", &format!("any:j-{keep}")],
+        "true",
+    );
+    let out = gpuctl(&c, &["job", "hold", &format!("j-{held}")]);
+    assert!(out.status.success(), "hold: {}", text(&out.stderr));
+    assert_eq!(job(&c, held)["held"], true);
+
+    let out = gpuctl(&c, &["-o", "json", "job", "cancel", "--name", "sweep-*"]);
+    assert!(out.status.success(), "cancel: {}", text(&out.stderr));
+    let cancelled: Vec<Value> = serde_json::from_slice(&out.stdout).expect("JSON");
+    let ids: Vec<u64> = cancelled.iter().filter_map(|j| j["id"].as_u64()).collect();
+    assert_eq!(ids, sweep, "exactly the sweep");
+    for id in sweep {
+        c.wait_job(id, WAIT, is_terminal).await;
+    }
+    assert_eq!(job(&c, keep)["cancel_requested"], false, "keep is kept");
+
+    // Its dependency met, the held job still waits for its release.
+    let out = gpuctl(&c, &["job", "cancel", &format!("j-{keep}")]);
+    assert!(out.status.success(), "cancel keep: {}", text(&out.stderr));
+    c.wait_job(keep, WAIT, is_terminal).await;
+    c.wait_job(held, WAIT, |j| j.waiting_for.is_empty()).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let still = job(&c, held);
+    assert_eq!(still["state"], "pending", "{still:#}");
+    let out = gpuctl(&c, &["job", "release", &format!("j-{held}")]);
+    assert!(out.status.success(), "release: {}", text(&out.stderr));
+    let done = c.wait_job(held, WAIT, is_terminal).await;
+    assert_eq!(state(&done), pb::JobState::Succeeded, "{done:?}");
+
+    let nothing = gpuctl(&c, &["job", "cancel"]);
+    assert!(!nothing.status.success(), "a cancel of nothing is refused");
+}
