@@ -50,6 +50,7 @@ pub async fn measure(
                 .get_job(pb::GetJobRequest {
                     id: job,
                     stale: true,
+                    array_index: None,
                 })
                 .await?
                 .into_inner();

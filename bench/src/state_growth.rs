@@ -104,9 +104,12 @@ async fn fill(mesh: &Mesh, from: usize, to: usize, clients: usize) -> anyhow::Re
                     .await
                     .context("submitting")?
                     .into_inner();
-                conn.cancel_job(pb::CancelJobRequest { id: job.job_id })
-                    .await
-                    .context("cancelling")?;
+                conn.cancel_job(pb::CancelJobRequest {
+                    id: job.job_id,
+                    array_index: None,
+                })
+                .await
+                .context("cancelling")?;
             }
             anyhow::Ok(())
         });

@@ -251,7 +251,11 @@ impl Client {
             ..Event::new(process, Phase::Invoke, OpKind::Read)
         };
         self.recorder.record(base.clone())?;
-        let msg = pb::GetJobRequest { id, stale };
+        let msg = pb::GetJobRequest {
+            id,
+            stale,
+            array_index: None,
+        };
         let result = match self.connect(via, msg, deadline).await {
             Err(e) => Err(e),
             Ok((mut c, req)) => match c.get_job(req).await {

@@ -670,23 +670,26 @@ pub(crate) enum JobVerb {
         /// With --finished: only those that ended within this long (7d, 12h) [default: 1d].
         #[arg(long, requires = "finished", value_parser = units::age)]
         since: Option<Duration>,
+        /// Every task of an array on a line of its own [default: one line per array].
+        #[arg(long)]
+        tasks: bool,
         /// Answer from the contacted agent's replica without asking the leader.
         #[arg(long)]
         stale: bool,
     },
     /// One job in detail.
     Get {
-        /// Job id: 42 or j-42.
-        #[arg(value_parser = ids::job_id)]
-        id: u64,
+        /// Job id: 42 or j-42; an array's task: j-7[3].
+        #[arg(value_parser = ids::job_ref)]
+        id: ids::JobRef,
         #[arg(long)]
         stale: bool,
     },
     /// Why a job is pending, its place in the queue and its estimated start.
     Why {
-        /// Job id: 42 or j-42.
-        #[arg(value_parser = ids::job_id)]
-        id: u64,
+        /// Job id: 42 or j-42; an array's task: j-7[3].
+        #[arg(value_parser = ids::job_ref)]
+        id: ids::JobRef,
         #[arg(long)]
         stale: bool,
     },
@@ -699,9 +702,9 @@ pub(crate) enum JobVerb {
     Release(JobSelection),
     /// Write a job's output to stdout as it arrives.
     Logs {
-        /// Job id: 42 or j-42.
-        #[arg(value_parser = ids::job_id)]
-        id: u64,
+        /// Job id: 42 or j-42; an array's task: j-7[3].
+        #[arg(value_parser = ids::job_ref)]
+        id: ids::JobRef,
         /// Keep streaming new output until the job finishes.
         #[arg(short, long)]
         follow: bool,
@@ -718,9 +721,9 @@ pub(crate) enum JobVerb {
     /// Wait until a job has finished, then print it. Exit 0 when it succeeded, 1 when it failed
     /// or was cancelled, 2 on errors or when --timeout (the limit on the whole wait) runs out.
     Wait {
-        /// Job id: 42 or j-42.
-        #[arg(value_parser = ids::job_id)]
-        id: u64,
+        /// Job id: 42 or j-42; an array's task: j-7[3].
+        #[arg(value_parser = ids::job_ref)]
+        id: ids::JobRef,
     },
 }
 
@@ -728,9 +731,9 @@ pub(crate) enum JobVerb {
 /// matches all the filters given (at least one id or filter).
 #[derive(Args, Debug)]
 pub(crate) struct JobSelection {
-    /// Job ids: 42 or j-42.
-    #[arg(value_parser = ids::job_id)]
-    pub ids: Vec<u64>,
+    /// Job ids: 42 or j-42; an array's id stands for all its tasks, j-7[3] for one.
+    #[arg(value_parser = ids::job_ref)]
+    pub ids: Vec<ids::JobRef>,
     /// Jobs whose name matches this glob (`*`, `?`), e.g. 'sweep-*'.
     #[arg(long)]
     pub name: Option<String>,
@@ -854,6 +857,11 @@ pub(crate) struct SubmitArgs {
     /// At most one job of the tenant with this job's name runs at a time.
     #[arg(long)]
     pub singleton: bool,
+    /// Submit an array: one task per index, e.g. 0-9999%64 (at most 64 running at once) or
+    /// 1,3,5-9:2. Each task sees its index in GPUMESH_ARRAY_TASK_ID and SLURM_ARRAY_TASK_ID;
+    /// `job list` shows the array as one line, `j-7[3]` names one task.
+    #[arg(long, value_name = "INDEXES[%LIMIT]")]
+    pub array: Option<String>,
     /// The program and its arguments, after `--`. Run as given, without a shell.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,

@@ -6,6 +6,29 @@ pub(crate) fn job_id(s: &str) -> Result<u64, String> {
     prefixed_id(s, "j-", "job", "42 or j-42")
 }
 
+/// A job as people name it: `42`, `j-42`, or the task of index 3 of array j-7, `j-7[3]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct JobRef {
+    pub id: u64,
+    pub task: Option<u32>,
+}
+
+/// clap parser for a job or an array task.
+pub(crate) fn job_ref(s: &str) -> Result<JobRef, String> {
+    let Some((id, rest)) = s.split_once('[') else {
+        return job_id(s).map(|id| JobRef { id, task: None });
+    };
+    let hint = || "expected a job id like 42 or j-42, or an array task like j-7[3]".to_owned();
+    let index = rest.strip_suffix(']').ok_or_else(hint)?;
+    let task = prefixed_id(index, "", "task", "3").map_err(|_| hint())?;
+    let task = u32::try_from(task).map_err(|_| "task index is too large".to_owned())?;
+    let id = job_id(id).map_err(|_| hint())?;
+    Ok(JobRef {
+        id,
+        task: Some(task),
+    })
+}
+
 /// clap parser for a node id.
 pub(crate) fn node_id(s: &str) -> Result<u64, String> {
     prefixed_id(s, "n", "node", "3 or n3")
@@ -38,6 +61,25 @@ fn prefixed_id(s: &str, prefix: &str, what: &str, example: &str) -> Result<u64, 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn job_refs() {
+        let r = |id, task| Ok(JobRef { id, task });
+        assert_eq!(job_ref("42"), r(42, None));
+        assert_eq!(job_ref("j-7[3]"), r(7, Some(3)));
+        assert_eq!(job_ref("7[0]"), r(7, Some(0)));
+        for bad in [
+            "j-7[",
+            "j-7[]",
+            "j-7[x]",
+            "j-7[-1]",
+            "j-7[3]x",
+            "[3]",
+            "j-7[4294967296]",
+        ] {
+            assert!(job_ref(bad).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn gpu_refs() {

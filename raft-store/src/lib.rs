@@ -22,6 +22,7 @@ pub use model::account::Account;
 pub use model::alert::{Alert, AlertRule};
 pub use model::apply::archive::USAGE_BUCKET_MS;
 pub use model::apply::expiry::{CERT_RECORD_GRACE_MS, Expired, IDEMPOTENCY_WINDOW_MS};
+pub use model::array::{ArraySpec, ArrayTask, IndexRange, MAX_ARRAY_TASKS};
 pub use model::audit::{AuditEntry, RequestMeta, SignedHead};
 pub use model::auth::{Grant, Role, Seat, TokenLimits, TokenRecord};
 pub use model::cert::CertRecord;

@@ -646,9 +646,13 @@ impl Cluster {
 
     pub async fn job(&self, via: u64, id: u64) -> Result<pb::Job, tonic::Status> {
         let mut c = JobServiceClient::new(self.channel(via).await?);
-        Ok(c.get_job(pb::GetJobRequest { id, stale: false })
-            .await?
-            .into_inner())
+        Ok(c.get_job(pb::GetJobRequest {
+            id,
+            stale: false,
+            array_index: None,
+        })
+        .await?
+        .into_inner())
     }
 
     pub async fn list_jobs(&self, via: u64) -> Result<Vec<pb::Job>, tonic::Status> {
@@ -661,9 +665,12 @@ impl Cluster {
 
     pub async fn cancel(&self, via: u64, id: u64) -> Result<pb::Job, tonic::Status> {
         let mut c = JobServiceClient::new(self.channel(via).await?);
-        Ok(c.cancel_job(pb::CancelJobRequest { id })
-            .await?
-            .into_inner())
+        Ok(c.cancel_job(pb::CancelJobRequest {
+            id,
+            array_index: None,
+        })
+        .await?
+        .into_inner())
     }
 
     /// Poll job `id` through any running agent until `done` holds; returns it.

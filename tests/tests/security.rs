@@ -126,7 +126,10 @@ async fn tokens_roles_and_tenants_are_enforced_and_audited() {
         .expect("admin submits");
     let mut jobs = JobServiceClient::new(c.channel_as(2, Some(&viewer)).await.expect("channel"));
     let err = jobs
-        .cancel_job(pb::CancelJobRequest { id: job })
+        .cancel_job(pb::CancelJobRequest {
+            id: job,
+            array_index: None,
+        })
         .await
         .expect_err("viewer cancel");
     assert_eq!(err.code(), tonic::Code::PermissionDenied);
@@ -180,6 +183,7 @@ async fn tokens_roles_and_tenants_are_enforced_and_audited() {
         .get_job(pb::GetJobRequest {
             id: job,
             stale: false,
+            array_index: None,
         })
         .await
         .expect_err("other tenant's job");

@@ -130,3 +130,88 @@ async fn cancel_by_name_and_hold_until_release() {
     let nothing = gpuctl(&c, &["job", "cancel"]);
     assert!(!nothing.status.success(), "a cancel of nothing is refused");
 }
+
+/// The most runs of `tasks` that overlapped in time (bound to finished).
+fn most_at_once(tasks: &[Value]) -> usize {
+    let mut edges: Vec<(u64, i32)> = Vec::new();
+    for t in tasks {
+        let runs = t["runs"].as_array().cloned().unwrap_or_default();
+        for r in runs {
+            let (bound, finished) = (r["bound_at_ms"].as_u64(), r["finished_at_ms"].as_u64());
+            if let (Some(b), Some(f)) = (bound, finished) {
+                edges.extend([(b, 1), (f, -1)]);
+            }
+        }
+    }
+    // Ends before starts at the same millisecond: a GPU freed and taken again in one tick.
+    edges.sort_by_key(|&(t, d)| (t, d));
+    let (mut now, mut most) = (0i32, 0i32);
+    for (_, d) in edges {
+        now += d;
+        most = most.max(now);
+    }
+    most as usize
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_array_runs_each_index_once_within_its_limit_and_folds_into_one_line() {
+    let c = Cluster::start(3, 3, "").await;
+    let array = submit(
+        &c,
+        "sweep",
+        &["--array", "0-39%3"],
+        "echo task $SLURM_ARRAY_TASK_ID of $GPUMESH_ARRAY_JOB_ID",
+    );
+    let last = array + 39;
+    for id in array..=last {
+        let done = c.wait_job(id, WAIT, is_terminal).await;
+        assert_eq!(state(&done), pb::JobState::Succeeded, "{done:?}");
+    }
+    let out = gpuctl(&c, &["-o", "json", "job", "list"]);
+    let lines: Vec<Value> = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(lines.len(), 1, "one line for the array: {lines:#?}");
+    assert_eq!(
+        lines[0]["array_task_states"],
+        serde_json::json!({"succeeded": 40})
+    );
+    let table = text(&gpuctl(&c, &["job", "list"]).stdout);
+    assert!(
+        table.contains(&format!("j-{array}[0-39%3]")) && table.contains("succeeded:40"),
+        "{table}"
+    );
+
+    let out = gpuctl(&c, &["-o", "json", "job", "list", "--tasks"]);
+    let tasks: Vec<Value> = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(tasks.len(), 40);
+    let most = most_at_once(&tasks);
+    eprintln!("at most {most} tasks held GPUs at once (limit 3)");
+    assert!(most <= 3, "the limit was exceeded: {most}");
+
+    let task = format!("j-{array}[17]");
+    let log = gpuctl(&c, &["job", "logs", &task]);
+    assert_eq!(text(&log.stdout), format!("task 17 of {array}\n"));
+    let got = gpuctl(&c, &["-o", "json", "job", "get", &task]);
+    let got: Value = serde_json::from_slice(&got.stdout).expect("JSON");
+    assert_eq!(
+        (got["id"].as_u64(), got["array_index"].as_u64()),
+        (Some(array + 17), Some(17))
+    );
+    let missing = gpuctl(&c, &["job", "get", &format!("j-{array}[40]")]);
+    assert!(!missing.status.success(), "no task of index 40");
+
+    // `job cancel j-ARRAY` cancels every unfinished task.
+    let slow = submit(&c, "slow", &["--array", "0-9%2"], "sleep 60");
+    let out = gpuctl(&c, &["job", "cancel", &format!("j-{slow}")]);
+    assert!(out.status.success(), "cancel: {}", text(&out.stderr));
+    for id in slow..slow + 10 {
+        let done = c.wait_job(id, WAIT, is_terminal).await;
+        assert_eq!(state(&done), pb::JobState::Cancelled, "{done:?}");
+    }
+
+    let huge = gpuctl(&c, &["job", "submit", "--array", "0-10000", "--", "true"]);
+    assert!(
+        text(&huge.stderr).contains("at most 10000 tasks"),
+        "{}",
+        text(&huge.stderr)
+    );
+}

@@ -62,9 +62,14 @@ pub fn spec(p: pb::JobSpec) -> Result<JobSpec, String> {
     for text in &p.after {
         after.extend(parse_dependencies(text).map_err(|e| format!("--after: {e}"))?);
     }
+    let array = match p.array.trim() {
+        "" => None,
+        text => Some(text.parse()?),
+    };
     Ok(JobSpec {
         after,
         singleton: p.singleton,
+        array,
         account: None,
         retry_backoff_s: retry_backoff(p.max_attempts, p.retry_backoff_s),
         name: p.name,

@@ -1,7 +1,7 @@
 //! Public `JobService`: submit, inspect, cancel jobs, and read their output from the node that
 //! ran them.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use gpu_proto::internal::v1::ReadRunLogRequest;
 use gpu_proto::v1 as pb;
@@ -31,6 +31,8 @@ pub(crate) struct JobApi {
     pub auth: Auth,
     /// Where this agent keeps its jobs' directories (for local log reads).
     pub jobs_dir: std::path::PathBuf,
+    /// The most tasks one array may have (`api.max_array_tasks`).
+    pub max_array_tasks: u64,
 }
 
 /// A job as the API shows it, with the UUIDs of its GPUs.
@@ -179,21 +181,86 @@ impl JobApi {
         Ok(caller)
     }
 
-    /// Hold or release a job, answering with the job as it is afterwards.
+    /// Hold or release a job or a whole array, answering with the job (the array's first
+    /// task) as it is afterwards.
     async fn set_hold(
         &self,
         req: Request<pb::HoldJobRequest>,
         hold: bool,
     ) -> Result<Response<pb::Job>, Status> {
-        let id = req.get_ref().id;
+        let pb::HoldJobRequest { id, array_index } = *req.get_ref();
         let verb = if hold { "job.hold" } else { "job.release" };
         let caller = self
             .caller_for_job(&req, verb, id, Access::Write, false)
             .await?;
-        let command = Command::HoldJob { job: id, hold };
+        let (id, command) = match self.target(id, array_index)? {
+            Target::Job(job) => (job, Command::HoldJob { job, hold }),
+            Target::Array(array) => (array, Command::HoldArray { array, hold }),
+        };
         self.cluster.write_as(command, caller.on_behalf()).await?;
         Ok(Response::new(self.get(id)?))
     }
+
+    /// What a request's job id and task index name: with an index, that task of array `id`;
+    /// without, the whole array when `id` is one (Slurm's `scancel 7`), else job `id`. Called
+    /// after `caller_for_job(id)`, which has seen the job (a task's tenant is its array's).
+    fn target(&self, id: JobId, array_index: Option<u32>) -> Result<Target, Status> {
+        let job = self.job(id)?;
+        let Some(index) = array_index else {
+            let head = job.array_task.is_some_and(|t| t.array == id);
+            return Ok(if head {
+                Target::Array(id)
+            } else {
+                Target::Job(id)
+            });
+        };
+        let position = (job.array_task.filter(|t| t.array == id))
+            .and(job.spec.array.as_ref())
+            .and_then(|a| a.position(index))
+            .ok_or_else(|| {
+                rejected(Rejection::Invalid {
+                    message: format!("j-{id} is not an array with a task of index {index}"),
+                })
+            })?;
+        Ok(Target::Job(id + position))
+    }
+}
+
+/// A job, or every task of an array.
+enum Target {
+    Job(JobId),
+    Array(JobId),
+}
+
+/// At most `limit` lines of `items` folded by array: one line per array (the view of its
+/// first item, with its items counted by state name) and one per item outside arrays.
+fn fold<T>(
+    items: impl Iterator<Item = T>,
+    limit: usize,
+    array_and_state: impl Fn(&T) -> (Option<JobId>, Option<JobState>),
+    view: impl Fn(T) -> pb::Job,
+) -> Vec<pb::Job> {
+    let mut lines: Vec<pb::Job> = Vec::new();
+    let mut line_of: HashMap<JobId, usize> = HashMap::new();
+    for item in items {
+        let (array, state) = array_and_state(&item);
+        let line = match array.map(|a| (a, line_of.get(&a))) {
+            Some((_, Some(&line))) => line,
+            _ if lines.len() == limit => continue,
+            found => {
+                lines.push(view(item));
+                if let Some((a, _)) = found {
+                    line_of.insert(a, lines.len() - 1);
+                }
+                lines.len() - 1
+            }
+        };
+        if let (Some(_), Some(state)) = (array, state) {
+            let name = state.to_string().to_lowercase();
+            *lines[line].array_task_states.entry(name).or_default() += 1;
+        }
+    }
+    lines
 }
 
 /// Whether a request reads a job or changes it.
@@ -243,6 +310,11 @@ impl JobService for JobApi {
         });
         priority_allowed.map_err(invalid)?;
         validate::job_spec(&spec).map_err(invalid)?;
+        if let Some(array) = &spec.array {
+            array
+                .validate(self.max_array_tasks)
+                .map_err(|e| invalid(format!("{e} (api.max_array_tasks)")))?;
+        }
         // A slice no GPU of the cluster (of the requested type) can hold would wait forever.
         self.cluster
             .state
@@ -299,9 +371,17 @@ impl JobService for JobApi {
     }
 
     async fn get_job(&self, req: Request<pb::GetJobRequest>) -> Result<Response<pb::Job>, Status> {
-        let pb::GetJobRequest { id, stale } = *req.get_ref();
+        let pb::GetJobRequest {
+            id,
+            stale,
+            array_index,
+        } = *req.get_ref();
         self.caller_for_job(&req, "job.get", id, Access::Read, !stale)
             .await?;
+        let id = match (array_index, self.target(id, array_index)?) {
+            (Some(_), Target::Job(task)) => task,
+            _ => id,
+        };
         Ok(Response::new(self.get(id)?))
     }
 
@@ -333,15 +413,25 @@ impl JobService for JobApi {
                 && req.node_id.is_none_or(|n| j.on_node(n))
                 && (req.tenant.is_empty() || j.spec.tenant == req.tenant)
         };
-        let jobs = match req.finished_since_ms {
-            None => self.cluster.state.read(|s| {
+        let jobs = match (req.finished_since_ms, req.fold_arrays) {
+            (None, false) => self.cluster.state.read(|s| {
                 (s.jobs.values())
                     .filter(|j| wanted(j))
                     .take(limit)
                     .map(|j| job_view(s, j))
                     .collect()
             }),
-            Some(since) => self.finished_since(since, limit, wanted)?,
+            (None, true) => self.cluster.state.read(|s| {
+                let jobs = s.jobs.values().filter(|j| wanted(j));
+                let of = |j: &&Job| (j.array_task.map(|t| t.array), Some(j.state));
+                fold(jobs, limit, of, |j| job_view(s, j))
+            }),
+            (Some(since), false) => self.finished_since(since, limit, wanted)?,
+            (Some(since), true) => {
+                let views = self.finished_since(since, usize::MAX, wanted)?;
+                let of = |v: &pb::Job| (v.array_id, from_proto::job_state(v.state));
+                fold(views.into_iter(), limit, of, |v| v)
+            }
         };
         Ok(Response::new(pb::ListJobsResponse { jobs }))
     }
@@ -350,15 +440,15 @@ impl JobService for JobApi {
         &self,
         req: Request<pb::CancelJobRequest>,
     ) -> Result<Response<pb::Job>, Status> {
-        let id = req.get_ref().id;
+        let pb::CancelJobRequest { id, array_index } = *req.get_ref();
         let caller = self
             .caller_for_job(&req, "job.cancel", id, Access::Write, false)
             .await?;
-        match self
-            .cluster
-            .write_as(Command::CancelJob { job: id }, caller.on_behalf())
-            .await
-        {
+        let (id, command) = match self.target(id, array_index)? {
+            Target::Job(job) => (job, Command::CancelJob { job }),
+            Target::Array(array) => (array, Command::CancelArray { array }),
+        };
+        match self.cluster.write_as(command, caller.on_behalf()).await {
             // Cancelling is idempotent: a job already cancelled is what was asked for, whether
             // an earlier request did it or this one, retried at a new leader after its first
             // try had committed.

@@ -192,6 +192,7 @@ fn register(router: Router, names: &mut Vec<&'static str>, s: Services) -> Route
         cluster: cluster.clone(),
         auth: auth.clone(),
         jobs_dir: s.jobs_dir,
+        max_array_tasks: s.api.max_array_tasks,
     };
     let gpu_api = GpuApi {
         cluster: cluster.clone(),

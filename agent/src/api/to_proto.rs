@@ -174,6 +174,11 @@ fn spec(s: &JobSpec) -> pb::JobSpec {
         retry_backoff_s: s.retry_backoff_s,
         after: s.after.iter().map(ToString::to_string).collect(),
         singleton: s.singleton,
+        array: s
+            .array
+            .as_ref()
+            .map(ToString::to_string)
+            .unwrap_or_default(),
         container: s.container.as_ref().map(|c| pb::ContainerSpec {
             image: c.image.clone(),
             mounts: c
@@ -237,6 +242,10 @@ pub(crate) fn job(j: &Job, uuids: &BTreeMap<u32, String>) -> pb::Job {
         phase_since_ms: j.live_phase().map(|p| p.since_ms),
         waiting_for: j.waiting_for.iter().copied().collect(),
         held: j.held,
+        array_id: j.array_task.map(|t| t.array),
+        array_index: j.array_task.map(|t| t.index),
+        // Filled in by a folded list.
+        array_task_states: Default::default(),
     }
 }
 

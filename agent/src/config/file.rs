@@ -96,6 +96,7 @@ pub struct ApiSection {
     pub burst: Option<u32>,
     pub tenant_requests_per_second: Option<u32>,
     pub source_requests_per_second: Option<u32>,
+    pub max_array_tasks: Option<u64>,
 }
 
 /// `[tls]`, validated into `TlsSettings`.

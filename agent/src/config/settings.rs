@@ -324,6 +324,8 @@ pub struct ApiSettings {
     pub burst: u32,
     pub tenant_requests_per_second: u32,
     pub source_requests_per_second: u32,
+    /// The most tasks one job array may have.
+    pub max_array_tasks: u64,
 }
 
 pub(super) fn api(a: ApiSection) -> anyhow::Result<ApiSettings> {
@@ -332,7 +334,13 @@ pub(super) fn api(a: ApiSection) -> anyhow::Result<ApiSettings> {
         burst: a.burst.unwrap_or(200),
         tenant_requests_per_second: a.tenant_requests_per_second.unwrap_or(500),
         source_requests_per_second: a.source_requests_per_second.unwrap_or(1000),
+        max_array_tasks: a.max_array_tasks.unwrap_or(10_000),
     };
+    ensure!(
+        (1..=gpu_raft_store::MAX_ARRAY_TASKS).contains(&api.max_array_tasks),
+        "api.max_array_tasks must be between 1 and {}",
+        gpu_raft_store::MAX_ARRAY_TASKS
+    );
     ensure!(
         api.requests_per_second == 0 || api.burst >= 1,
         "api.burst must be at least 1"

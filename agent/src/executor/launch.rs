@@ -405,9 +405,29 @@ fn job_environment(
 }
 
 /// The variables that tell a run where it runs: the GPUs it sees (`visible`, the value of
-/// `CUDA_VISIBLE_DEVICES`) and its job, generation, node and GPU indices.
+/// `CUDA_VISIBLE_DEVICES`) and its job, generation, node and GPU indices; and a task of an
+/// array its index, in gpumesh's names and in Slurm's (so scripts written for Slurm run).
 fn placement_env(job: &Job, binding: &Binding, visible: &str) -> RunVars {
-    vec![
+    let mut env = vec![("SLURM_JOB_ID", job.id.to_string())];
+    if let (Some(task), Some(array)) = (job.array_task, &job.spec.array) {
+        let (first, last) = (
+            array.indexes().next(),
+            array.ranges.last().map(|r| r.last()),
+        );
+        env.extend([
+            ("GPUMESH_ARRAY_JOB_ID", task.array.to_string()),
+            ("GPUMESH_ARRAY_TASK_ID", task.index.to_string()),
+            ("SLURM_ARRAY_JOB_ID", task.array.to_string()),
+            ("SLURM_ARRAY_TASK_ID", task.index.to_string()),
+            ("SLURM_ARRAY_TASK_COUNT", array.len().to_string()),
+            (
+                "SLURM_ARRAY_TASK_MIN",
+                first.unwrap_or_default().to_string(),
+            ),
+            ("SLURM_ARRAY_TASK_MAX", last.unwrap_or_default().to_string()),
+        ]);
+    }
+    env.extend([
         ("CUDA_VISIBLE_DEVICES", visible.to_owned()),
         (
             "NVIDIA_VISIBLE_DEVICES",
@@ -427,7 +447,8 @@ fn placement_env(job: &Job, binding: &Binding, visible: &str) -> RunVars {
                 .collect::<Vec<_>>()
                 .join(","),
         ),
-    ]
+    ]);
+    env
 }
 
 /// `CUDA_VISIBLE_DEVICES` and the extra variables of a sliced run: the MIG device's UUID

@@ -96,6 +96,7 @@ pub fn planning_copy(state: &ClusterState) -> ClusterState {
         jobs: state.jobs.clone(),
         next_job_id: state.next_job_id,
         dependents: state.dependents.clone(),
+        array_live: state.array_live.clone(),
         scheduler: state.scheduler.clone(),
         tenants: state.tenants.clone(),
         ..ClusterState::default()

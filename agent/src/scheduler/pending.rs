@@ -23,7 +23,8 @@ pub(crate) type Rank = (u64, JobId);
 #[derive(Clone, Debug)]
 pub struct PendingIndex {
     ordering: Ordering,
-    class_of: HashMap<JobSpec, usize>,
+    /// By spec and array: the tasks of two arrays of one spec have limits of their own.
+    class_of: HashMap<(JobSpec, Option<JobId>), usize>,
     /// Each member's class slot and rank.
     member_of: HashMap<JobId, (usize, Rank), BuildHasherDefault<Fnv>>,
     /// Classes by slot; a slot stays put while its class has members, then is reused.
@@ -39,6 +40,8 @@ pub struct PendingIndex {
 #[derive(Clone, Debug)]
 pub(crate) struct Class {
     pub spec: JobSpec,
+    /// The array its members are tasks of, if any.
+    pub array: Option<JobId>,
     pub members: BTreeSet<Rank>,
 }
 
@@ -74,11 +77,13 @@ impl PendingIndex {
         if self.member_of.contains_key(&job.id) {
             return;
         }
-        let slot = match self.class_of.get(&job.spec) {
+        let key = (job.spec.clone(), job.array_task.map(|t| t.array));
+        let slot = match self.class_of.get(&key) {
             Some(&slot) => slot,
             None => {
                 let class = Class {
                     spec: job.spec.clone(),
+                    array: key.1,
                     members: BTreeSet::new(),
                 };
                 let slot = match self.free.pop() {
@@ -91,7 +96,7 @@ impl PendingIndex {
                         self.slots.len() - 1
                     }
                 };
-                self.class_of.insert(job.spec.clone(), slot);
+                self.class_of.insert(key, slot);
                 slot
             }
         };
@@ -119,9 +124,9 @@ impl PendingIndex {
             self.cpu_only -= 1;
         }
         if emptied {
-            let spec = self.slots[slot].take().expect("a class in use").spec;
+            let class = self.slots[slot].take().expect("a class in use");
             self.free.push(slot);
-            self.class_of.remove(&spec);
+            self.class_of.remove(&(class.spec, class.array));
         }
     }
 

@@ -108,6 +108,8 @@ struct Pass<'a> {
     held_from: usize,
     /// The singleton groups (tenant, name) this pass placed a job of.
     singletons: BTreeSet<(&'a str, &'a str)>,
+    /// Tasks this pass placed, by array.
+    array_starts: BTreeMap<JobId, usize>,
     out: Plan,
 }
 
@@ -129,6 +131,7 @@ impl<'a> Pass<'a> {
             no_room_from: usize::MAX,
             held_from: usize::MAX,
             singletons: BTreeSet::new(),
+            array_starts: BTreeMap::new(),
             out: Plan::default(),
         }
     }
@@ -190,7 +193,8 @@ impl<'a> Pass<'a> {
     }
 
     /// Why the job may not start yet whatever room there is: the state's gate (a hold, a
-    /// dependency, a live namesake of a singleton), or a namesake this pass placed.
+    /// dependency, a live namesake of a singleton, its array at its limit), or what this pass
+    /// placed (a namesake, its array's tasks up to the limit).
     fn gate(&self, job: &Job) -> Option<String> {
         if let Some(reason) = self.state.gate(job) {
             return Some(reason);
@@ -198,14 +202,34 @@ impl<'a> Pass<'a> {
         let (tenant, name) = (&job.spec.tenant, &job.spec.name);
         let placed =
             job.spec.singleton && self.singletons.contains(&(tenant.as_str(), name.as_str()));
-        placed.then(|| format!("singleton: another job named {name:?} starts now"))
+        if placed {
+            return Some(format!("singleton: another job named {name:?} starts now"));
+        }
+        let (task, limit) = (job.array_task?, job.spec.array.as_ref()?.max_running?);
+        let live = self
+            .state
+            .array_live
+            .get(&task.array)
+            .map_or(0, |l| l.len());
+        let starting = self.array_starts.get(&task.array).copied().unwrap_or(0);
+        (live + starting >= limit as usize).then(|| {
+            format!(
+                "array j-{}: {} of its tasks run or start now, its limit (%{limit})",
+                task.array,
+                live + starting
+            )
+        })
     }
 
-    /// A singleton just placed: its namesakes wait for it.
+    /// A job just placed: a singleton's namesakes wait for it, and it counts against its
+    /// array's limit.
     fn placed(&mut self, job: &'a Job) {
         if job.spec.singleton {
             self.singletons
                 .insert((job.spec.tenant.as_str(), job.spec.name.as_str()));
+        }
+        if let Some(task) = job.array_task {
+            *self.array_starts.entry(task.array).or_default() += 1;
         }
     }
 

@@ -44,6 +44,7 @@ use super::job_bulk::{self, Action};
 use super::job_view::{job_json, jobs_table, render_one};
 use super::{Answer, Ctx, Failure, job_logs, job_submit, job_wait, job_why};
 use crate::cli::{JobStateArg, JobVerb};
+use crate::ids::JobRef;
 
 /// How far back `job list --finished` looks without `--since`.
 const DEFAULT_FINISHED_SINCE: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
@@ -59,6 +60,7 @@ pub(crate) async fn run(ctx: &Ctx, verb: JobVerb) -> Result<Answer, Failure> {
             limit,
             finished,
             since,
+            tasks,
             stale,
         } => {
             let since = since.unwrap_or(DEFAULT_FINISHED_SINCE);
@@ -70,6 +72,7 @@ pub(crate) async fn run(ctx: &Ctx, verb: JobVerb) -> Result<Answer, Failure> {
                 limit: limit.unwrap_or(0),
                 finished_since_ms: finished
                     .then(|| now_ms().saturating_sub(since.as_millis() as u64)),
+                fold_arrays: !tasks,
             };
             let jobs = ctx
                 .call(new, req, async |mut c, r| c.list_jobs(r).await)
@@ -78,7 +81,11 @@ pub(crate) async fn run(ctx: &Ctx, verb: JobVerb) -> Result<Answer, Failure> {
             Ok(ctx.answer_list(&jobs, job_json, |jobs| jobs_table(jobs, now_ms())))
         }
         JobVerb::Get { id, stale } => {
-            let req = pb::GetJobRequest { id, stale };
+            let req = pb::GetJobRequest {
+                id: id.id,
+                stale,
+                array_index: id.task,
+            };
             let job = ctx
                 .call(new, req, async |mut c, r| c.get_job(r).await)
                 .await?;
@@ -89,7 +96,10 @@ pub(crate) async fn run(ctx: &Ctx, verb: JobVerb) -> Result<Answer, Failure> {
         JobVerb::Release(selection) => {
             job_bulk::run(ctx, Action::Release, selection, now_ms()).await
         }
-        JobVerb::Why { id, stale } => job_why::run(ctx, id, stale, now_ms()).await,
+        JobVerb::Why { id, stale } => {
+            let id = resolve(ctx, id).await?;
+            job_why::run(ctx, id, stale, now_ms()).await
+        }
         JobVerb::Logs {
             id,
             follow,
@@ -98,7 +108,7 @@ pub(crate) async fn run(ctx: &Ctx, verb: JobVerb) -> Result<Answer, Failure> {
             attempt,
         } => {
             let source = job_logs::LogSource {
-                job_id: id,
+                job_id: resolve(ctx, id).await?,
                 stderr,
                 follow,
                 rank,
@@ -106,8 +116,25 @@ pub(crate) async fn run(ctx: &Ctx, verb: JobVerb) -> Result<Answer, Failure> {
             };
             job_logs::run(ctx, source).await
         }
-        JobVerb::Wait { id } => job_wait::run(ctx, id).await,
+        JobVerb::Wait { id } => job_wait::run(ctx, resolve(ctx, id).await?).await,
     }
+}
+
+/// The job id a reference names: the job's own, or (asked of the cluster) an array task's.
+pub(super) async fn resolve(ctx: &Ctx, job: JobRef) -> Result<u64, Failure> {
+    let Some(index) = job.task else {
+        return Ok(job.id);
+    };
+    let req = pb::GetJobRequest {
+        id: job.id,
+        stale: false,
+        array_index: Some(index),
+    };
+    let task = JobServiceClient::new;
+    let found = ctx
+        .call(task, req, async |mut c, r| c.get_job(r).await)
+        .await?;
+    Ok(found.id)
 }
 
 pub(super) fn state_of(s: JobStateArg) -> pb::JobState {

@@ -12,6 +12,7 @@ use super::job_view::{job_json, jobs_table, render_one};
 use super::{Answer, Ctx, Failure};
 use crate::cli::{JobSelection, JobStateArg};
 use crate::client::CallError;
+use crate::ids::JobRef;
 
 /// What to do to each selected job.
 #[derive(Clone, Copy, Debug)]
@@ -45,19 +46,20 @@ pub(crate) async fn run(
             action.verb()
         )));
     }
-    let mut ids = selection.ids.clone();
+    let mut refs = selection.ids.clone();
     if filtered {
-        ids.extend(matching(ctx, &selection).await?);
+        let found = matching(ctx, &selection).await?;
+        refs.extend(found.into_iter().map(|id| JobRef { id, task: None }));
     }
-    ids.sort_unstable();
-    ids.dedup();
+    refs.sort_unstable_by_key(|r| (r.id, r.task));
+    refs.dedup();
     let single = selection.ids.len() == 1 && !filtered;
     let mut done = Vec::new();
     let mut refused = Vec::new();
-    for id in ids {
-        match act(ctx, action, id).await {
-            Ok(job) => done.push(job),
-            Err(e) => refused.push(format!("j-{id}: {e}")),
+    for job in refs {
+        match act(ctx, action, job).await {
+            Ok(answer) => done.push(answer),
+            Err(e) => refused.push(format!("{}: {e}", name(job))),
         }
     }
     if !refused.is_empty() {
@@ -79,28 +81,37 @@ pub(crate) async fn run(
     Ok(ctx.answer_list(&done, job_json, |jobs| jobs_table(jobs, now_ms)))
 }
 
-async fn act(ctx: &Ctx, action: Action, id: u64) -> Result<pb::Job, CallError> {
+/// `j-7` or `j-7[3]`.
+fn name(job: JobRef) -> String {
+    match job.task {
+        Some(task) => format!("j-{}[{task}]", job.id),
+        None => format!("j-{}", job.id),
+    }
+}
+
+async fn act(ctx: &Ctx, action: Action, job: JobRef) -> Result<pb::Job, CallError> {
     let new = JobServiceClient::new;
+    let (id, array_index) = (job.id, job.task);
     match action {
         Action::Cancel => {
-            let req = pb::CancelJobRequest { id };
+            let req = pb::CancelJobRequest { id, array_index };
             ctx.call(new, req, async |mut c, r| c.cancel_job(r).await)
                 .await
         }
         Action::Hold => {
-            let req = pb::HoldJobRequest { id };
+            let req = pb::HoldJobRequest { id, array_index };
             ctx.call(new, req, async |mut c, r| c.hold_job(r).await)
                 .await
         }
         Action::Release => {
-            let req = pb::HoldJobRequest { id };
+            let req = pb::HoldJobRequest { id, array_index };
             ctx.call(new, req, async |mut c, r| c.release_job(r).await)
                 .await
         }
     }
 }
 
-/// The unfinished jobs that match every filter of `selection`.
+/// The unfinished jobs that match every filter of `selection` (every task of an array).
 async fn matching(ctx: &Ctx, selection: &JobSelection) -> Result<Vec<u64>, CallError> {
     let states: Vec<i32> = if selection.states.is_empty() {
         [
@@ -119,6 +130,7 @@ async fn matching(ctx: &Ctx, selection: &JobSelection) -> Result<Vec<u64>, CallE
     let req = pb::ListJobsRequest {
         states,
         tenant: selection.tenant.clone().unwrap_or_default(),
+        fold_arrays: false,
         ..Default::default()
     };
     let jobs = ctx

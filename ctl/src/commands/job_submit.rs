@@ -93,6 +93,7 @@ fn request(
         retry_backoff_s: args.retry_backoff,
         after: args.after,
         singleton: args.singleton,
+        array: args.array.unwrap_or_default(),
         container: match args.image {
             None => None,
             Some(image) => Some(pb::ContainerSpec {

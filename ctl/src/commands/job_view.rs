@@ -80,6 +80,7 @@ pub(super) fn job_json(j: &pb::Job) -> Value {
         "retry_backoff_s": spec.retry_backoff_s,
         "after": spec.after,
         "singleton": spec.singleton,
+        "array": spec.array,
     });
     let status_part = json!({
         "id": j.id,
@@ -109,6 +110,9 @@ pub(super) fn job_json(j: &pb::Job) -> Value {
         "phase_since_ms": j.phase_since_ms,
         "waiting_for": j.waiting_for,
         "held": j.held,
+        "array_id": j.array_id,
+        "array_index": j.array_index,
+        "array_task_states": j.array_task_states.iter().collect::<BTreeMap<_, _>>(),
     });
     if let (Value::Object(all), Value::Object(status)) = (&mut spec_part, status_part) {
         all.extend(status);
@@ -130,8 +134,33 @@ fn run_json(r: &pb::JobRun) -> Value {
     })
 }
 
-/// `Running`, or `Running,cancelling` while a cancel is on its way.
+/// `j-42`; a task `j-7[3]`; the line of a folded array `j-7[0-9999%64]`.
+fn id_cell(j: &pb::Job, spec: &pb::JobSpec) -> String {
+    match (j.array_id, j.array_index) {
+        (Some(array), _) if !j.array_task_states.is_empty() => format!("j-{array}[{}]", spec.array),
+        (Some(array), Some(index)) => format!("j-{array}[{index}]"),
+        _ => format!("j-{}", j.id),
+    }
+}
+
+/// `Running`, or `Running,cancelling` while a cancel is on its way; a folded array's tasks by
+/// state, `running:64,pending:9000`.
 fn state_cell(j: &pb::Job) -> String {
+    if !j.array_task_states.is_empty() {
+        let order = [
+            "running",
+            "bound",
+            "pending",
+            "succeeded",
+            "failed",
+            "cancelled",
+        ];
+        let counts: Vec<String> = order
+            .iter()
+            .filter_map(|s| j.array_task_states.get(*s).map(|n| format!("{s}:{n}")))
+            .collect();
+        return counts.join(",");
+    }
     let s = state(j);
     let mut cell = state_title(s);
     if j.cancel_requested && !is_terminal(s) {
@@ -166,7 +195,7 @@ pub(super) fn jobs_table(jobs: &[pb::Job], now_ms: u64) -> String {
             let spec = j.spec.clone().unwrap_or_default();
             let age = Duration::from_secs(now_ms.saturating_sub(j.submitted_at_ms) / 1000);
             vec![
-                format!("j-{}", j.id),
+                id_cell(j, &spec),
                 spec.name.clone(),
                 tenant(&spec).into(),
                 state_cell(j),
@@ -260,6 +289,10 @@ pub(super) fn job_block(j: &pb::Job) -> String {
             "Singleton",
             "yes: one job of its name runs at a time".into(),
         ));
+    }
+    if let (Some(array), Some(index)) = (j.array_id, j.array_index) {
+        let task = format!("j-{array}[{index}] of array j-{array}[{}]", spec.array);
+        lines.push(("Array task", task));
     }
     if let Some(t) = j
         .not_before_ms
@@ -471,6 +504,9 @@ pub(super) mod tests {
             phase_since_ms: Some(1_700_000_001_500),
             waiting_for: vec![],
             held: false,
+            array_id: None,
+            array_index: None,
+            array_task_states: Default::default(),
         }
     }
 

@@ -69,7 +69,11 @@ pub(super) async fn poll(
     id: u64,
     deadline: Option<Instant>,
 ) -> Option<Result<pb::Job, CallError>> {
-    let req = pb::GetJobRequest { id, stale: false };
+    let req = pb::GetJobRequest {
+        id,
+        stale: false,
+        array_index: None,
+    };
     let call = ctx.call(JobServiceClient::new, req, async |mut c, r| {
         c.get_job(r).await
     });

@@ -74,7 +74,10 @@ fn note(text: &str) {
 }
 
 async fn cancel(ctx: &Ctx, id: u64) -> Result<(), Failure> {
-    let req = pb::CancelJobRequest { id };
+    let req = pb::CancelJobRequest {
+        id,
+        array_index: None,
+    };
     ctx.call(JobServiceClient::new, req, async |mut c, r| {
         c.cancel_job(r).await
     })

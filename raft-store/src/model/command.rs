@@ -132,6 +132,16 @@ pub enum Command {
         job: JobId,
         hold: bool,
     },
+    /// Cancel every unfinished task of array `array` (its first task's id). Only protocol 11
+    /// agents read it.
+    CancelArray {
+        array: JobId,
+    },
+    /// Hold (or release) every pending task of array `array`. Only protocol 11 agents read it.
+    HoldArray {
+        array: JobId,
+        hold: bool,
+    },
     /// The scheduler's placements, each re-validated on apply.
     BindJobs {
         binds: Vec<Bind>,
@@ -391,8 +401,12 @@ impl Command {
     /// it only once every member has registered with at least this version.
     pub fn protocol(&self) -> u32 {
         match self {
-            Command::HoldJob { .. } => PROTOCOL_11,
-            Command::SubmitJob { spec, .. } if !spec.after.is_empty() || spec.singleton => {
+            Command::HoldJob { .. } | Command::CancelArray { .. } | Command::HoldArray { .. } => {
+                PROTOCOL_11
+            }
+            Command::SubmitJob { spec, .. }
+                if !spec.after.is_empty() || spec.singleton || spec.array.is_some() =>
+            {
                 PROTOCOL_11
             }
             Command::Archive { .. } => PROTOCOL_10,
@@ -534,6 +548,11 @@ impl fmt::Display for Command {
             Command::CancelJob { job } => write!(f, "cancel j-{job}"),
             Command::HoldJob { job, hold } => {
                 write!(f, "{} j-{job}", if *hold { "hold" } else { "release" })
+            }
+            Command::CancelArray { array } => write!(f, "cancel array j-{array}"),
+            Command::HoldArray { array, hold } => {
+                let verb = if *hold { "hold" } else { "release" };
+                write!(f, "{verb} array j-{array}")
             }
             Command::BindJobs { binds } => {
                 f.write_str("bind")?;
@@ -953,6 +972,7 @@ mod tests {
             container: None,
             after: Vec::new(),
             singleton: false,
+            array: None,
         };
         let gpu = GpuRecord {
             index: 1,
@@ -1005,6 +1025,11 @@ mod tests {
             },
             Command::CancelJob { job: 7 },
             Command::HoldJob { job: 7, hold: true },
+            Command::CancelArray { array: 7 },
+            Command::HoldArray {
+                array: 7,
+                hold: true,
+            },
             Command::BindJobs {
                 binds: vec![Bind {
                     job: 7,
@@ -1250,6 +1275,8 @@ mod tests {
             "report_images",
             "set_registry_credential",
             "hold_job",
+            "cancel_array",
+            "hold_array",
         ];
         for cmd in every_command() {
             let tag = serde_json::to_value(&cmd).expect("encode")["type"].clone();
@@ -1299,6 +1326,11 @@ mod tests {
             singleton: true,
             ..plain.clone()
         };
+        let array = JobSpec {
+            array: Some("0-3%2".parse().expect("parses")),
+            ..plain.clone()
+        };
+        assert_eq!(submit(array).protocol(), PROTOCOL_11);
         assert!(submit(plain).protocol() < PROTOCOL_11);
         assert_eq!(submit(after).protocol(), PROTOCOL_11);
         assert_eq!(submit(singleton).protocol(), PROTOCOL_11);

@@ -100,6 +100,9 @@ pub struct JobSpec {
     /// `--dependency=singleton`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub singleton: bool,
+    /// Submitted as an array: one task (a job of this spec) per index.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array: Option<crate::model::array::ArraySpec>,
 }
 
 /// What a job is.
@@ -163,6 +166,7 @@ impl Default for JobSpec {
             container: None,
             after: Vec::new(),
             singleton: false,
+            array: None,
         }
     }
 }
@@ -390,6 +394,9 @@ pub struct Job {
     /// Held (`job hold`): a pending job that is not placed until it is released.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub held: bool,
+    /// The array it is a task of, and its index there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array_task: Option<crate::model::array::ArrayTask>,
 }
 
 /// A live run's phase before its command starts, as its node reported it.
@@ -433,6 +440,7 @@ impl Job {
             phase: None,
             waiting_for: BTreeSet::new(),
             held: false,
+            array_task: None,
         }
     }
 
@@ -494,4 +502,14 @@ impl Job {
 /// `j-42`, the way job ids are shown to people.
 pub fn job_name(id: JobId) -> String {
     format!("j-{id}")
+}
+
+impl Job {
+    /// `j-42`, or `j-40[2]` for a task of an array.
+    pub fn display_name(&self) -> String {
+        match self.array_task {
+            Some(t) => format!("j-{}[{}]", t.array, t.index),
+            None => job_name(self.id),
+        }
+    }
 }

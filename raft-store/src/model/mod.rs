@@ -4,6 +4,7 @@
 pub(crate) mod account;
 pub mod alert;
 pub(crate) mod apply;
+pub(crate) mod array;
 pub mod audit;
 pub mod auth;
 pub mod ca;

@@ -98,6 +98,9 @@ pub struct ClusterState {
     /// (`apply/dependencies.rs`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub dependents: BTreeMap<JobId, BTreeSet<JobId>>,
+    /// Array → its tasks that hold GPUs now, for arrays with a `%limit` (`apply/arrays.rs`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub array_live: BTreeMap<JobId, BTreeSet<JobId>>,
     /// Which jobs changed state lately (local, never serialized).
     #[serde(skip)]
     pub job_log: JobLog,
@@ -131,6 +134,7 @@ impl ClusterState {
         let result = self
             .apply_command(entry)
             .unwrap_or_else(|reason| ApplyResult::Rejected { reason });
+        self.track_array_tasks(changes);
         self.settle_dependents(changes, now);
         if let Some(meta) = &entry.meta {
             self.record_audit(entry, meta, &result);
@@ -181,6 +185,8 @@ impl ClusterState {
             } => self.submit(spec, idempotency_key.as_deref(), now, meta),
             Command::CancelJob { job } => self.cancel(*job, now),
             Command::HoldJob { job, hold } => self.hold(*job, *hold),
+            Command::CancelArray { array } => self.cancel_array(*array, now),
+            Command::HoldArray { array, hold } => self.hold_array(*array, *hold),
             Command::BindJobs { binds } => Ok(self.bind_all(binds, now)),
             Command::JobStarted { job, generation } => self.started(*job, *generation, now),
             Command::ReportRunPhase {

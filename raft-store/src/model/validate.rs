@@ -290,6 +290,9 @@ pub fn job_spec(spec: &JobSpec) -> Result<(), String> {
     resource_limits(spec)?;
     retry_backoff(spec)?;
     dependencies(spec)?;
+    if let Some(array) = &spec.array {
+        array.validate(crate::model::array::MAX_ARRAY_TASKS)?;
+    }
     if let Some(a) = &spec.account {
         account(a)?;
     }

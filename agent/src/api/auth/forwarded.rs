@@ -108,7 +108,10 @@ fn rights_needed<'a>(state: &'a ClusterState, cmd: &'a Command) -> Result<Vec<Ac
     };
     let rights = match cmd {
         Command::SubmitJob { spec, .. } => vec![Action::WriteJob(&spec.tenant)],
-        Command::CancelJob { job } | Command::HoldJob { job, .. } => {
+        Command::CancelJob { job }
+        | Command::HoldJob { job, .. }
+        | Command::CancelArray { array: job }
+        | Command::HoldArray { array: job, .. } => {
             let tenant = state.jobs.get(job).map_or("", |j| j.spec.tenant.as_str());
             vec![Action::WriteJob(tenant)]
         }

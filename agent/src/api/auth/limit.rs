@@ -202,6 +202,7 @@ mod tests {
             burst: 10,
             tenant_requests_per_second: 3,
             source_requests_per_second: 5,
+            max_array_tasks: 1,
         };
         let t0 = Instant::now();
         let mut l = Limits::new(&api);

@@ -171,6 +171,8 @@ impl ClusterState {
             job.gang_done.clear();
             job.record_run(node, now);
         }
+        // At once, so the next bind of the same entry sees its array's limit reached.
+        self.track_array_task(job);
     }
 }
 

@@ -161,7 +161,8 @@ impl ClusterState {
     }
 
     /// Why pending `job` may not be placed yet, if something other than room holds it: a
-    /// user's hold, a dependency not met, or a live job of its singleton group.
+    /// user's hold, a dependency not met, a live job of its singleton group, or its array's
+    /// `%limit`.
     pub fn gate(&self, job: &Job) -> Option<String> {
         if job.held {
             return Some("held: release it with `gpuctl job release`".into());
@@ -184,7 +185,7 @@ impl ClusterState {
                 job.spec.name
             ));
         }
-        None
+        self.array_throttle(job)
     }
 
     /// A live job of `job`'s tenant with its name, other than itself.

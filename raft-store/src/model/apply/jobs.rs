@@ -42,19 +42,15 @@ impl ClusterState {
         };
         self.check_stamped_account(spec, meta)?;
         self.check_mounts(spec)?;
-        self.check_pending_cap(spec)?;
+        let jobs = Self::jobs_in(spec);
+        self.check_pending_cap(spec, jobs)?;
         let waiting = self.unmet_dependencies(spec)?;
         let id = self.next_job_id.max(1);
-        self.next_job_id = id + 1;
+        self.next_job_id = id + jobs;
         if let Some(scoped) = scoped {
             self.idempotency.insert(scoped, id);
         }
-        self.job_log.record(id);
-        self.jobs.insert(
-            id,
-            Job::pending(id, spec.clone(), key.map(str::to_owned), now),
-        );
-        self.wait_for(id, waiting);
+        self.insert_submitted(id, spec, key, &waiting, now);
         Ok(ApplyResult::JobSubmitted {
             job: id,
             existing: false,
@@ -80,8 +76,8 @@ impl ClusterState {
         Some((archived.job, archived.spec_digest == spec_digest(spec)))
     }
 
-    /// A tenant with a cap on pending jobs gets no more once it has that many.
-    fn check_pending_cap(&self, spec: &JobSpec) -> Result<(), Rejection> {
+    /// A tenant with a cap on pending jobs gets no more (`jobs` more) beyond that many.
+    fn check_pending_cap(&self, spec: &JobSpec, jobs: u64) -> Result<(), Rejection> {
         let Some(cap) = self
             .tenants
             .get(&spec.tenant)
@@ -94,7 +90,7 @@ impl ClusterState {
             .values()
             .filter(|j| j.state == JobState::Pending && j.spec.tenant == spec.tenant)
             .count();
-        if pending >= cap as usize {
+        if pending as u64 + jobs > u64::from(cap) {
             return Err(Rejection::TooManyPending {
                 tenant: spec.tenant.clone(),
                 cap,

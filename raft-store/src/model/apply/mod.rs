@@ -4,6 +4,7 @@
 
 mod alerts;
 pub(crate) mod archive;
+mod arrays;
 mod audit_heads;
 mod binds;
 mod ca;

@@ -1,8 +1,9 @@
-//! Dependencies, singletons and holds through `ClusterState::apply`: checked at submission (an
-//! unknown job, another tenant's, one already ended the wrong way), crossed off as the jobs they
-//! name change state, a job whose dependency can never be met cancelled with the reason (down a
-//! whole pipeline), and `apply` refusing to bind a job that must still wait, whatever the
-//! scheduler believed.
+//! Dependencies, singletons, holds and arrays through `ClusterState::apply`: dependencies
+//! checked at submission (an unknown job, another tenant's, one already ended the wrong way),
+//! crossed off as the jobs they name change state, a job whose dependency can never be met
+//! cancelled with the reason (down a whole pipeline); an array one submission of a task per
+//! index; and `apply` refusing to bind a job that must still wait (held, waiting, a singleton's
+//! namesake running, its array at its limit), whatever the scheduler believed.
 
 use gpu_raft_store::testing::{at, register, spec, submit};
 use gpu_raft_store::{
@@ -214,4 +215,95 @@ fn singletons_of_one_name_hold_gpus_one_at_a_time() {
         refused.contains(&format!("singleton: waiting for j-{second}")),
         "{refused}"
     );
+}
+
+fn array(text: &str) -> JobSpec {
+    JobSpec {
+        array: Some(text.parse().expect("parses")),
+        ..spec(1)
+    }
+}
+
+#[test]
+fn an_array_is_one_submission_of_a_task_per_index_throttled_by_its_limit() {
+    let mut s = cluster();
+    let first = submitted(submit(&mut s, array("10-14%2"), Some("sweep")));
+    let tasks: Vec<(JobId, u32)> = s
+        .array_tasks(first)
+        .map(|j| (j.id, j.array_task.map_or(99, |t| t.index)))
+        .collect();
+    assert_eq!(
+        tasks,
+        (first..).zip(10..15).collect::<Vec<_>>(),
+        "consecutive ids in index order"
+    );
+    assert_eq!(s.next_job_id, first + 5);
+    // A retry of the submission is the same array.
+    let again = submit(&mut s, array("10-14%2"), Some("sweep"));
+    assert_eq!(
+        again,
+        ApplyResult::JobSubmitted {
+            job: first,
+            existing: true
+        }
+    );
+
+    // Three binds in one entry: the third is beyond the limit.
+    let binds = (0..3)
+        .map(|i| Bind {
+            job: first + i,
+            node: 1,
+            gpus: vec![i as u32],
+        })
+        .collect();
+    let ApplyResult::Bound { bound, rejected } = s.apply(&at(10, Command::BindJobs { binds }))
+    else {
+        panic!("binds")
+    };
+    assert_eq!(bound, [first, first + 1]);
+    assert!(rejected[0].1.contains("its limit (%2)"), "{rejected:?}");
+    // One ends: the next may start.
+    let generation = s.jobs[&first].generation;
+    let end = Command::JobFinished {
+        job: first,
+        generation,
+        outcome: Outcome::Exited { code: 0 },
+    };
+    s.apply(&at(20, end));
+    assert_eq!(s.array_live[&first].len(), 1);
+    bind(&mut s, first + 2, 0).expect("room under the limit");
+
+    // The whole array: held, then cancelled.
+    s.apply(&at(
+        30,
+        Command::HoldArray {
+            array: first,
+            hold: true,
+        },
+    ));
+    assert!(s.jobs[&(first + 3)].held && s.jobs[&(first + 4)].held);
+    assert!(!s.jobs[&(first + 2)].held, "a running task is not held");
+    s.apply(&at(30, Command::CancelArray { array: first }));
+    let states: Vec<JobState> = s.array_tasks(first).map(|j| j.state).collect();
+    use JobState::*;
+    assert_eq!(states, [Succeeded, Bound, Bound, Cancelled, Cancelled]);
+    assert!(
+        s.array_tasks(first)
+            .skip(1)
+            .take(2)
+            .all(|j| j.cancel_requested)
+    );
+}
+
+#[test]
+fn arrays_out_of_bounds_are_refused_whole() {
+    let mut s = cluster();
+    let before = s.jobs.len();
+    for bad in ["0-100000", "5-1", "0-9:0", "0-9%0"] {
+        let why = refusal(submit(&mut s, array(bad), None));
+        assert!(why.starts_with("invalid argument"), "{bad}: {why}");
+    }
+    let r = s.apply(&at(1, Command::CancelArray { array: 1 }));
+    assert!(matches!(r, ApplyResult::Rejected { .. }), "{r:?}");
+    assert_eq!(s.jobs.len(), before);
 }
