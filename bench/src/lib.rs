@@ -1,6 +1,7 @@
 //! gpu-bench: gpumesh's benchmarks, each run beside the same measurement of etcd on the same
 //! machine in the same run, reported as ratios (`docs/benchmarks.md`).
 
+pub mod array;
 pub mod etcd;
 pub mod failover;
 pub mod fsync;

@@ -69,6 +69,13 @@ enum Cmd {
         #[arg(long, default_value_t = 1)]
         rounds: usize,
     },
+    /// One job array of `true` tasks on a mesh of 4 agents × 8 simulated GPUs: the submission
+    /// (`gpuctl job submit --array`, process start to exit) and the drain (until every task
+    /// has ended).
+    Array {
+        #[arg(long, default_value_t = 10_000)]
+        tasks: u64,
+    },
 }
 
 /// How long and how often each part runs.
@@ -134,6 +141,21 @@ async fn main() -> anyhow::Result<()> {
             svg,
             json,
         } => return lifetime(jobs, samples, svg, json).await,
+        Cmd::Array { tasks } => {
+            anyhow::ensure!(tasks > 0, "--tasks must be at least 1");
+            let run = gpu_bench::array::measure(tasks, 4, 8).await?;
+            println!("Machine: {}.", gpu_bench::report::machine());
+            println!(
+                "{} tasks on {} agents × {} GPUs: submitted in {:.3} s, drained in {:.1} s ({} succeeded)",
+                run.tasks,
+                run.agents,
+                run.gpus_per_agent,
+                run.submit.as_secs_f64(),
+                run.drain.as_secs_f64(),
+                run.succeeded
+            );
+            return Ok(());
+        }
     };
     let plan = Plan::new(quick, state_jobs);
     let report = run(&plan, quick, skip_etcd).await?;

@@ -83,5 +83,6 @@ pub fn command(points: &str) -> anyhow::Result<AgentCommand> {
     Ok(AgentCommand {
         bin: Some(agent()?),
         env,
+        ..AgentCommand::default()
     })
 }

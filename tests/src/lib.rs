@@ -133,6 +133,9 @@ pub struct AgentCommand {
     pub bin: Option<PathBuf>,
     /// Set in every agent's environment (`Agent::env`, changeable per agent before a restart).
     pub env: Vec<(String, String)>,
+    /// Every agent's simulated GPUs (`sim_gpus`, e.g. "8xA100-80GB"); `None`: `NODE_KINDS` in
+    /// turn.
+    pub sim_gpus: Option<String>,
 }
 
 pub struct Agent {
@@ -156,6 +159,7 @@ pub struct Cluster {
     pub agents: BTreeMap<u64, Agent>,
     voter_target: usize,
     extra_toml: String,
+    sim_gpus: Option<String>,
     _turn: MutexGuard<'static, ()>,
 }
 
@@ -219,6 +223,7 @@ impl Cluster {
             agents: BTreeMap::new(),
             voter_target,
             extra_toml: extra_toml.to_owned(),
+            sim_gpus: agent.sim_gpus.clone(),
             _turn: turn,
         };
         for (id, placement) in (1..=n).zip(placements) {
@@ -308,7 +313,8 @@ impl Cluster {
                 ],
             ),
         };
-        let gpus = NODE_KINDS[(id as usize - 1) % NODE_KINDS.len()];
+        let gpus =
+            (self.sim_gpus.as_deref()).unwrap_or(NODE_KINDS[(id as usize - 1) % NODE_KINDS.len()]);
         let extra_toml = &self.extra_toml;
         // Short job timings keep failure tests fast, unless the test brings its own.
         let jobs = if extra_toml.contains("[jobs]") {
