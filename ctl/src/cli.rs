@@ -862,8 +862,15 @@ pub(crate) struct SubmitArgs {
     /// `job list` shows the array as one line, `j-7[3]` names one task.
     #[arg(long, value_name = "INDEXES[%LIMIT]")]
     pub array: Option<String>,
-    /// The program and its arguments, after `--`. Run as given, without a shell.
-    #[arg(last = true, required = true, value_name = "CMD")]
+    /// A batch script to run instead of a command (`gpuctl job submit train.sh`): its
+    /// `#SBATCH` and `#GPUMESH` lines set options the command line does not (see
+    /// docs/batch-scripts.md), and its text runs with its `#!` interpreter; arguments for it
+    /// go after `--`.
+    #[arg(value_name = "SCRIPT")]
+    pub script: Option<std::path::PathBuf>,
+    /// The program and its arguments, after `--`. Run as given, without a shell. With a
+    /// script: the script's arguments.
+    #[arg(last = true, required_unless_present = "script", value_name = "CMD")]
     pub command: Vec<String>,
 }
 
@@ -1007,7 +1014,7 @@ mod tests {
     #[test]
     fn submit_rejects_bad_syntax() {
         for bad in [
-            &["python"][..],
+            &["python", "train.py"][..],
             &[],
             &["--"],
             &["--gpus", "-1", "--", "x"],

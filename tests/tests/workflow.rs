@@ -215,3 +215,37 @@ async fn an_array_runs_each_index_once_within_its_limit_and_folds_into_one_line(
         text(&huge.stderr)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_docs_slurm_batch_script_runs_unchanged() {
+    let c = Cluster::start(3, 3, "").await;
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/examples/sweep.sbatch");
+    let out = gpuctl(
+        &c,
+        &["-o", "json", "job", "submit", &script.to_string_lossy()],
+    );
+    assert!(out.status.success(), "submit: {}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("--output=sweep-%A_%a.out ignored"),
+        "the ignored directive is named: {}",
+        text(&out.stderr)
+    );
+    let reply: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let array = reply["job_id"].as_u64().expect("an id");
+    let rates = ["0.1", "0.03", "0.01", "0.003"];
+    for (index, lr) in rates.iter().enumerate() {
+        let id = array + index as u64;
+        let done = c.wait_job(id, WAIT, is_terminal).await;
+        assert_eq!(state(&done), pb::JobState::Succeeded, "{done:?}");
+        let spec = done.spec.clone().unwrap_or_default();
+        assert_eq!(spec.name, "lr-sweep");
+        assert_eq!(spec.wall_time_limit_s, Some(600));
+        let log = gpuctl(&c, &["job", "logs", &format!("j-{array}[{index}]")]);
+        let line = text(&log.stdout);
+        assert!(
+            line.starts_with(&format!("task {index} of {array}: lr={lr} on GPU ")),
+            "{line}"
+        );
+    }
+}

@@ -37,11 +37,12 @@ pub(super) fn desired_runs(
             evict: j.evict_requested,
         })
         .collect();
-    // The jobs of stale runs too (a requeued job's old run here), so they can be named.
+    // The jobs of stale runs too (a requeued job's old run here), so they can be named; not of
+    // runs whose end was reported, which need nothing more.
     let jobs = mine
         .iter()
         .copied()
-        .chain(observed.iter().map(|o| o.job))
+        .chain(observed.iter().filter(|o| !o.reported).map(|o| o.job))
         .filter_map(|id| state.jobs.get(&id).map(|j| (id, j.clone())))
         .collect();
     (desired, jobs)

@@ -58,6 +58,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
+use gpu_raft_store::JobId;
 use tokio::process::Child;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -265,14 +266,30 @@ impl Executor {
         // Start nothing while out of contact: the supervisor would fence it at once.
         let lease_fresh = lease::lease_age(&self.settings.lease_path)
             .is_some_and(|a| a < self.settings.lease / 2);
+        // Starts and stops one by one; the reports of different runs at once, so the leader
+        // commits a pass's reports together (one entry, one fsync) instead of one round trip
+        // after another. A run's own reports stay in order (started, then finished).
+        let mut reports: BTreeMap<(JobId, u64), Vec<Action>> = BTreeMap::new();
         for action in reconcile(&desired, &observed) {
             let start = matches!(action, Action::Start { .. });
             if !lease_fresh && start {
                 continue;
             }
             starting |= start;
-            self.act(action, &jobs, children, host).await;
+            match action {
+                Action::ReportStarted { job, generation }
+                | Action::ReportFinished {
+                    job, generation, ..
+                } => reports.entry((job, generation)).or_default().push(action),
+                _ => self.act(action, &jobs, children, host).await,
+            }
         }
+        let runs = reports.into_values().map(|actions| async {
+            for action in actions {
+                self.act(action, &jobs, children, host).await;
+            }
+        });
+        futures::future::join_all(runs).await;
         self.report_phases(&jobs, &observed, phases).await;
         starting
     }

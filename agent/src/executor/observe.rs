@@ -15,11 +15,24 @@ use super::vm;
 const START_GRACE: Duration = Duration::from_secs(10);
 
 impl Executor {
-    /// Every run in the jobs directory, as the diff sees it.
+    /// Every run in the jobs directory, as the diff sees it. A run whose end was reported is
+    /// over: only that is read of it (a node that ran thousands of short jobs keeps their
+    /// directories for `jobs.keep_finished_runs`, and every pass looks at each).
     pub(super) fn observe(&self) -> std::io::Result<Vec<Observed>> {
         Ok(JobDir::scan(&self.settings.jobs_dir)?
             .into_iter()
             .map(|d| {
+                if d.is_reported() {
+                    return Observed {
+                        job: d.job,
+                        generation: d.generation,
+                        alive: false,
+                        starting: false,
+                        exit: None,
+                        stop_requested: false,
+                        reported: true,
+                    };
+                }
                 let supervisor = d.supervisor();
                 // A vm run has no process: it is live until its exit is recorded.
                 let vm = vm::is_vm(&d);

@@ -10,7 +10,7 @@ use gpu_proto::v1 as pb;
 use gpu_proto::v1::job_service_client::JobServiceClient;
 use serde_json::json;
 
-use super::{Answer, Ctx, Failure};
+use super::{Answer, Ctx, Failure, batch_script};
 use crate::cli::{KindArg, SubmitArgs};
 
 /// The server's limit on job names.
@@ -53,9 +53,19 @@ fn random_key() -> String {
 /// The request the flags describe. Fails only on what the server could not tell apart: a key
 /// given twice to `--env` or `--selector` (a map would keep just one of them).
 fn request(
-    args: SubmitArgs,
+    mut args: SubmitArgs,
     new_key: impl FnOnce() -> String,
 ) -> Result<pb::SubmitJobRequest, String> {
+    if let Some(path) = args.script.take() {
+        let script = batch_script::load(&path, &args.command)?;
+        for warning in batch_script::apply(&script.directives, &mut args)? {
+            eprintln!("warning: {warning}");
+        }
+        args.command = script.command;
+        if args.name.is_none() {
+            args.name = Some(default_name(&path.to_string_lossy()));
+        }
+    }
     let name = match args.name {
         Some(name) => name,
         None => default_name(args.command.first().map_or("", String::as_str)),

@@ -727,6 +727,10 @@ pub(super) mod tests {
                 "user": "alice"
               },
               "after": [],
+              "array": "",
+              "array_id": null,
+              "array_index": null,
+              "array_task_states": {},
               "attempts": 1,
               "bound_at_ms": 1700000001000,
               "bound_gpus": [

@@ -3,6 +3,7 @@
 mod account;
 pub(crate) mod alert;
 pub(crate) mod audit;
+mod batch_script;
 pub(crate) mod cert;
 mod cert_ca;
 pub(crate) mod cluster;
