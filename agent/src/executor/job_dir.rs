@@ -196,7 +196,7 @@ impl JobDir {
             && self.exit().is_none();
         if !reserved {
             let bytes = serde_json::to_vec(outcome).map_err(std::io::Error::other)?;
-            return write_atomic(&path, &bytes);
+            return write_durable(&path, &bytes);
         }
         let bytes = encode_exit(outcome, EXIT_RESERVED)?;
         let f = fs::OpenOptions::new().write(true).open(&path)?;
@@ -238,8 +238,10 @@ impl JobDir {
         self.path.join("reported").exists()
     }
 
+    /// Mark the run's end as reported. Not synced: a marker lost with the machine only makes
+    /// the executor report the end again, which the cluster answers as stale.
     pub fn mark_reported(&self) -> std::io::Result<()> {
-        write_atomic(&self.path.join("reported"), b"")
+        fs::File::create(self.path.join("reported")).map(drop)
     }
 
     /// Seconds since the directory was created (to tell a supervisor still starting from a
@@ -295,7 +297,17 @@ fn parse_name(name: &str) -> Option<(JobId, u64)> {
 }
 
 /// Write a small file so readers see the old content or the new, never a torn one.
+/// Replace `path` with `bytes` so that a reader sees the old content or the new, whole. Not
+/// synced: what only a live supervisor or agent reads (the supervisor's record, a stop
+/// request, the phase) means nothing once the machine has gone down with its processes.
 fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    fs::write(&tmp, bytes)?;
+    fs::rename(&tmp, path)
+}
+
+/// `write_atomic`, synced before the rename: the run's outcome outlives a machine's crash.
+fn write_durable(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let tmp = path.with_extension("tmp");
     let mut f = fs::File::create(&tmp)?;
     f.write_all(bytes)?;

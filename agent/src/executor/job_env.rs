@@ -23,12 +23,15 @@ const FORMAT: u32 = 1;
 
 /// The whole environment of the supervisor (`gpu-agent shim`): nothing of the job's and
 /// nothing of the agent's own (no `LD_*`, no `RUST_LOG`, no credentials it was started with).
-pub(crate) const SUPERVISOR_ENV: [(&str, &str); 2] = [
+/// Its allocator runs without the agent's background purging thread: a supervisor holds
+/// little memory, and thousands of short runs would each start one.
+pub(crate) const SUPERVISOR_ENV: [(&str, &str); 3] = [
     (
         "PATH",
         "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
     ),
     ("LANG", "C.UTF-8"),
+    ("_RJEM_MALLOC_CONF", "background_thread:false"),
 ];
 
 #[derive(Serialize, Deserialize)]
@@ -42,7 +45,8 @@ pub(crate) fn path(run_dir: &Path) -> PathBuf {
 }
 
 /// Write `env` for the run in `run_dir`, atomically (a reader sees no file or the whole one):
-/// a fresh 0600 temporary file (never an existing one or a link), synced, then renamed.
+/// a fresh 0600 temporary file (never an existing one or a link), then renamed. Not synced:
+/// only a supervisor started after it reads it, and none survives the machine.
 pub(crate) fn write(run_dir: &Path, env: &BTreeMap<String, String>) -> std::io::Result<()> {
     let bytes = serde_json::to_vec(&EnvFile {
         format: FORMAT,
@@ -61,7 +65,6 @@ pub(crate) fn write(run_dir: &Path, env: &BTreeMap<String, String>) -> std::io::
         .mode(0o600)
         .open(&tmp)?;
     f.write_all(&bytes)?;
-    f.sync_all()?;
     fs::rename(&tmp, path(run_dir))
 }
 
@@ -102,9 +105,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_supervisor_gets_only_path_and_lang() {
+    fn the_supervisor_gets_only_path_lang_and_its_allocators_setting() {
         let names: Vec<_> = SUPERVISOR_ENV.iter().map(|(k, _)| *k).collect();
-        assert_eq!(names, ["PATH", "LANG"]);
+        assert_eq!(names, ["PATH", "LANG", "_RJEM_MALLOC_CONF"]);
         assert!(SUPERVISOR_ENV.iter().all(|(_, v)| !v.is_empty()));
     }
 

@@ -272,13 +272,20 @@ mod tests {
     }
 
     #[test]
-    fn the_supervisor_command_carries_only_path_and_lang() {
+    fn the_supervisor_command_carries_only_path_lang_and_its_allocators_setting() {
         let cmd = supervisor_command(Path::new("/usr/bin/gpu-agent"), &["shim".into()]);
         let env: Vec<_> = cmd
             .get_envs()
             .map(|(k, v)| (k.to_string_lossy().into_owned(), v.is_some()))
             .collect();
-        assert_eq!(env, [("LANG".into(), true), ("PATH".into(), true)]);
+        assert_eq!(
+            env,
+            [
+                ("LANG".into(), true),
+                ("PATH".into(), true),
+                ("_RJEM_MALLOC_CONF".into(), true)
+            ]
+        );
         // `env_clear` was called: nothing of ours is inherited.
         let debug = format!("{cmd:?}");
         assert!(debug.starts_with("env -i "), "{debug}");
