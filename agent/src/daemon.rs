@@ -541,10 +541,11 @@ async fn enter_cluster(
             .await
             .context("initializing the cluster")?;
         info!(node_id = config.node_id, path = %config.bootstrap_token_file.display(), "minting the bootstrap admin token");
-        write_bootstrap_token(cluster, &config.bootstrap_token_file).await?;
+        // The token last: once it is there, so is everything gpuctl needs beside it.
         if let Some(tls) = tls {
             write_bootstrap_client_cert(cluster, tls, &config.bootstrap_token_file).await?;
         }
+        write_bootstrap_token(cluster, &config.bootstrap_token_file).await?;
         return Ok(());
     }
     if config.join.is_empty() {
@@ -625,10 +626,10 @@ async fn finish_bootstrap(
         "the bootstrap was interrupted before the admin token was recorded: finishing it"
     );
     bootstrap_outputs_writable(&config.bootstrap_token_file)?;
-    write_bootstrap_token(cluster, &config.bootstrap_token_file).await?;
     if let Some(tls) = tls {
         write_bootstrap_client_cert(cluster, tls, &config.bootstrap_token_file).await?;
     }
+    write_bootstrap_token(cluster, &config.bootstrap_token_file).await?;
     Ok(())
 }
 

@@ -340,7 +340,7 @@ fn two_accounts_run_as_their_users_and_cannot_touch_each_other() {
         environ(b_pid).contains(&format!("SECRET={secret}")),
         "B's job has its environment"
     );
-    // Its supervisor is root, with nothing but PATH and LANG.
+    // Its supervisor is root, with nothing but PATH, LANG and its allocator's setting.
     assert_eq!(ids_of(b_shim.pid(), "Uid"), [0; 4]);
     let shim_env = environ(b_shim.pid());
     assert_eq!(
@@ -348,7 +348,7 @@ fn two_accounts_run_as_their_users_and_cannot_touch_each_other() {
             .iter()
             .map(|v| v.split('=').next().unwrap_or_default())
             .collect::<Vec<_>>(),
-        ["LANG", "PATH"],
+        ["LANG", "PATH", "_RJEM_MALLOC_CONF"],
         "{shim_env:?}"
     );
     // The job's environment file: the supervisor's alone, in a run directory jobs only pass.

@@ -41,9 +41,9 @@ use gpu_proto::v1 as pb;
 use gpu_proto::v1::job_service_client::JobServiceClient;
 
 use super::job_bulk::{self, Action};
-use super::job_view::{job_json, jobs_table, render_one};
+use super::job_view::{job_json, jobs_table, render_one, state_of};
 use super::{Answer, Ctx, Failure, job_logs, job_submit, job_wait, job_why};
-use crate::cli::{JobStateArg, JobVerb};
+use crate::cli::JobVerb;
 use crate::ids::JobRef;
 
 /// How far back `job list --finished` looks without `--since`.
@@ -137,35 +137,8 @@ pub(super) async fn resolve(ctx: &Ctx, job: JobRef) -> Result<u64, Failure> {
     Ok(found.id)
 }
 
-pub(super) fn state_of(s: JobStateArg) -> pb::JobState {
-    match s {
-        JobStateArg::Pending => pb::JobState::Pending,
-        JobStateArg::Bound => pb::JobState::Bound,
-        JobStateArg::Running => pb::JobState::Running,
-        JobStateArg::Succeeded => pb::JobState::Succeeded,
-        JobStateArg::Failed => pb::JobState::Failed,
-        JobStateArg::Cancelled => pb::JobState::Cancelled,
-    }
-}
-
 fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
-
-#[cfg(test)]
-mod tests {
-    use clap::ValueEnum;
-
-    use super::*;
-    use crate::commands::job_view::state_name;
-
-    #[test]
-    fn every_state_argument_maps_to_its_wire_state() {
-        for arg in JobStateArg::value_variants() {
-            let name = arg.to_possible_value().map(|v| v.get_name().to_owned());
-            assert_eq!(name.as_deref(), Some(state_name(state_of(*arg))));
-        }
-    }
 }

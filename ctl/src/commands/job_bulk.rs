@@ -8,7 +8,7 @@
 use gpu_proto::v1 as pb;
 use gpu_proto::v1::job_service_client::JobServiceClient;
 
-use super::job_view::{job_json, jobs_table, render_one};
+use super::job_view::{job_json, jobs_table, render_one, state_of};
 use super::{Answer, Ctx, Failure};
 use crate::cli::{JobSelection, JobStateArg};
 use crate::client::CallError;
@@ -120,11 +120,11 @@ async fn matching(ctx: &Ctx, selection: &JobSelection) -> Result<Vec<u64>, CallE
             JobStateArg::Running,
         ]
         .into_iter()
-        .map(|s| super::job::state_of(s) as i32)
+        .map(|s| state_of(s) as i32)
         .collect()
     } else {
         (selection.states.iter())
-            .map(|s| super::job::state_of(*s) as i32)
+            .map(|s| state_of(*s) as i32)
             .collect()
     };
     let req = pb::ListJobsRequest {

@@ -9,7 +9,7 @@ use gpu_proto::v1 as pb;
 use serde_json::{Value, json};
 
 use super::account;
-use crate::cli::Output;
+use crate::cli::{JobStateArg, Output};
 use crate::output::{self, fields, table_of, truncate};
 use crate::units;
 
@@ -54,6 +54,18 @@ pub(super) fn render_one(output: Output, j: &pb::Job) -> String {
     match output {
         Output::Json => output::json(&job_json(j)),
         Output::Table => job_block(j),
+    }
+}
+
+/// The wire state a `--state` argument names.
+pub(super) fn state_of(s: JobStateArg) -> pb::JobState {
+    match s {
+        JobStateArg::Pending => pb::JobState::Pending,
+        JobStateArg::Bound => pb::JobState::Bound,
+        JobStateArg::Running => pb::JobState::Running,
+        JobStateArg::Succeeded => pb::JobState::Succeeded,
+        JobStateArg::Failed => pb::JobState::Failed,
+        JobStateArg::Cancelled => pb::JobState::Cancelled,
     }
 }
 
@@ -437,9 +449,18 @@ pub(super) fn shell_quote(arg: &str) -> Cow<'_, str> {
 
 #[cfg(test)]
 pub(super) mod tests {
+    use clap::ValueEnum;
     use expect_test::expect;
 
     use super::*;
+
+    #[test]
+    fn every_state_argument_maps_to_its_wire_state() {
+        for arg in JobStateArg::value_variants() {
+            let name = arg.to_possible_value().map(|v| v.get_name().to_owned());
+            assert_eq!(name.as_deref(), Some(state_name(state_of(*arg))));
+        }
+    }
 
     pub(crate) fn running() -> pb::Job {
         pb::Job {

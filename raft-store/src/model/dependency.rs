@@ -10,7 +10,6 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 use crate::JobId;
-use crate::model::job::{Job, JobState};
 
 /// The most jobs one job may wait for.
 pub const MAX_DEPENDENCIES: usize = 64;
@@ -37,6 +36,17 @@ pub enum AfterKind {
     Any,
 }
 
+/// How far the job a dependency names has got.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Progress {
+    /// Not started (pending or bound).
+    NotStarted,
+    Running,
+    Succeeded,
+    /// Failed or cancelled.
+    NotOk,
+}
+
 /// Where a dependency stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {
@@ -47,15 +57,14 @@ pub enum Verdict {
 }
 
 impl Dependency {
-    /// Where this dependency stands, given the job it names as it is now.
-    pub fn verdict(&self, on: &Job) -> Verdict {
-        let state = on.state;
+    /// Where this dependency stands, given how far the job it names has got.
+    pub fn verdict(&self, on: Progress) -> Verdict {
+        let ended = matches!(on, Progress::Succeeded | Progress::NotOk);
         match self.kind {
-            AfterKind::Start if state == JobState::Running || state.is_terminal() => Verdict::Met,
-            AfterKind::Any if state.is_terminal() => Verdict::Met,
-            AfterKind::Ok | AfterKind::NotOk if state.is_terminal() => {
-                let succeeded = state == JobState::Succeeded;
-                if succeeded == (self.kind == AfterKind::Ok) {
+            AfterKind::Start if on != Progress::NotStarted => Verdict::Met,
+            AfterKind::Any if ended => Verdict::Met,
+            AfterKind::Ok | AfterKind::NotOk if ended => {
+                if (on == Progress::Succeeded) == (self.kind == AfterKind::Ok) {
                     Verdict::Met
                 } else {
                     Verdict::Never
@@ -144,37 +153,28 @@ pub fn parse_dependencies(text: &str) -> Result<Vec<Dependency>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::job::JobSpec;
-
-    fn job(state: JobState) -> Job {
-        let mut j = Job::pending(1, JobSpec::default(), None, 0);
-        j.state = state;
-        j
-    }
 
     #[test]
     fn each_kind_is_met_or_never_by_how_the_job_ended() {
         use AfterKind::*;
-        use JobState::*;
+        use Progress::{NotOk as Failed, NotStarted, Running, Succeeded};
         use Verdict::*;
         let cases = [
-            (Ok, Pending, Waiting),
+            (Ok, NotStarted, Waiting),
             (Ok, Running, Waiting),
             (Ok, Succeeded, Met),
             (Ok, Failed, Never),
-            (Ok, Cancelled, Never),
             (NotOk, Succeeded, Never),
             (NotOk, Failed, Met),
-            (NotOk, Cancelled, Met),
             (Any, Running, Waiting),
             (Any, Failed, Met),
-            (Start, Bound, Waiting),
+            (Start, NotStarted, Waiting),
             (Start, Running, Met),
-            (Start, Cancelled, Met),
+            (Start, Failed, Met),
         ];
-        for (kind, state, want) in cases {
+        for (kind, on, want) in cases {
             let d = Dependency { kind, job: 1 };
-            assert_eq!(d.verdict(&job(state)), want, "{kind:?} on {state:?}");
+            assert_eq!(d.verdict(on), want, "{kind:?} on {on:?}");
         }
     }
 

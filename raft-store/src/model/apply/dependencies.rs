@@ -5,7 +5,7 @@
 use std::collections::{BTreeSet, VecDeque};
 
 use crate::JobId;
-use crate::model::dependency::Verdict;
+use crate::model::dependency::{Progress, Verdict};
 use crate::model::job::{Job, JobSpec, JobState, Outcome};
 use crate::model::job_log::Cursor;
 use crate::model::outcome::{ApplyResult, Rejection, invalid};
@@ -28,7 +28,7 @@ impl ClusterState {
                         spec.tenant, d.job
                     ))
                 })?;
-            match d.verdict(on) {
+            match d.verdict(progress(on)) {
                 Verdict::Met => {}
                 Verdict::Waiting => {
                     waiting.insert(d.job);
@@ -91,7 +91,7 @@ impl ClusterState {
             let verdicts = job.spec.after.iter().filter(|d| d.job == on);
             let mut verdict = Verdict::Met;
             for d in verdicts {
-                match d.verdict(on_job) {
+                match d.verdict(progress(on_job)) {
                     Verdict::Never => {
                         never.push((w, format!("{d}: j-{on} {}", state_word(on_job))));
                         verdict = Verdict::Never;
@@ -199,6 +199,16 @@ impl ClusterState {
                     && j.spec.tenant == job.spec.tenant
             })
             .map(|j| j.id)
+    }
+}
+
+/// How far `job` has got, as a dependency on it sees it.
+fn progress(job: &Job) -> Progress {
+    match job.state {
+        JobState::Pending | JobState::Bound => Progress::NotStarted,
+        JobState::Running => Progress::Running,
+        JobState::Succeeded => Progress::Succeeded,
+        JobState::Failed | JobState::Cancelled => Progress::NotOk,
     }
 }
 
