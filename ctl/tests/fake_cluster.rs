@@ -128,6 +128,7 @@ impl JobService for Fake {
     ) -> Result<Response<pb::ListJobsResponse>, Status> {
         Ok(Response::new(pb::ListJobsResponse {
             jobs: vec![job(2, pb::JobState::Failed), job(3, pb::JobState::Running)],
+            next_after_id: None,
         }))
     }
 

@@ -661,12 +661,19 @@ impl Cluster {
         .into_inner())
     }
 
+    /// Every job, page after page, as agent `via` answers.
     pub async fn list_jobs(&self, via: u64) -> Result<Vec<pb::Job>, tonic::Status> {
         let mut c = JobServiceClient::new(self.channel(via).await?);
-        Ok(c.list_jobs(pb::ListJobsRequest::default())
-            .await?
-            .into_inner()
-            .jobs)
+        let mut req = pb::ListJobsRequest::default();
+        let mut jobs = Vec::new();
+        loop {
+            let page = c.list_jobs(req.clone()).await?.into_inner();
+            jobs.extend(page.jobs);
+            match page.next_after_id {
+                Some(after) => req.after_id = after,
+                None => return Ok(jobs),
+            }
+        }
     }
 
     pub async fn cancel(&self, via: u64, id: u64) -> Result<pb::Job, tonic::Status> {

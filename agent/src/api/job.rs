@@ -1,7 +1,7 @@
 //! Public `JobService`: submit, inspect, cancel jobs, and read their output from the node that
 //! ran them.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 
 use gpu_proto::internal::v1::ReadRunLogRequest;
 use gpu_proto::v1 as pb;
@@ -16,6 +16,7 @@ use tonic::{Request, Response, Status};
 use crate::api::auth::rbac::Action;
 use crate::api::auth::{Auth, Caller};
 use crate::api::from_proto;
+use crate::api::job_list::{DEFAULT_PAGE, MAX_PAGE, fold, page_of};
 use crate::api::log_target;
 use crate::api::logs::{self, LogRequest, LogStream};
 use crate::api::status::{invalid, rejected};
@@ -232,37 +233,6 @@ enum Target {
     Array(JobId),
 }
 
-/// At most `limit` lines of `items` folded by array: one line per array (the view of its
-/// first item, with its items counted by state name) and one per item outside arrays.
-fn fold<T>(
-    items: impl Iterator<Item = T>,
-    limit: usize,
-    array_and_state: impl Fn(&T) -> (Option<JobId>, Option<JobState>),
-    view: impl Fn(T) -> pb::Job,
-) -> Vec<pb::Job> {
-    let mut lines: Vec<pb::Job> = Vec::new();
-    let mut line_of: HashMap<JobId, usize> = HashMap::new();
-    for item in items {
-        let (array, state) = array_and_state(&item);
-        let line = match array.map(|a| (a, line_of.get(&a))) {
-            Some((_, Some(&line))) => line,
-            _ if lines.len() == limit => continue,
-            found => {
-                lines.push(view(item));
-                if let Some((a, _)) = found {
-                    line_of.insert(a, lines.len() - 1);
-                }
-                lines.len() - 1
-            }
-        };
-        if let (Some(_), Some(state)) = (array, state) {
-            let name = state.to_string().to_lowercase();
-            *lines[line].array_task_states.entry(name).or_default() += 1;
-        }
-    }
-    lines
-}
-
 /// Whether a request reads a job or changes it.
 #[derive(Clone, Copy)]
 enum Access {
@@ -401,10 +371,13 @@ impl JobService for JobApi {
         if !req.stale {
             self.cluster.linearizable_read().await?;
         }
-        let limit = if req.limit == 0 {
-            usize::MAX
-        } else {
-            req.limit as usize
+        let page = match req.page_size {
+            0 => DEFAULT_PAGE,
+            n => (n as usize).min(MAX_PAGE),
+        };
+        let limit = match req.limit {
+            0 => page,
+            n => (n as usize).min(page),
         };
         let visible = |tenant: &str| caller.identity.may(Action::ReadJob(tenant)).is_ok();
         let wanted = |j: &Job| {
@@ -413,27 +386,26 @@ impl JobService for JobApi {
                 && req.node_id.is_none_or(|n| j.on_node(n))
                 && (req.tenant.is_empty() || j.spec.tenant == req.tenant)
         };
-        let jobs = match (req.finished_since_ms, req.fold_arrays) {
-            (None, false) => self.cluster.state.read(|s| {
-                (s.jobs.values())
-                    .filter(|j| wanted(j))
-                    .take(limit)
-                    .map(|j| job_view(s, j))
-                    .collect()
-            }),
-            (None, true) => self.cluster.state.read(|s| {
-                let jobs = s.jobs.values().filter(|j| wanted(j));
-                let of = |j: &&Job| (j.array_task.map(|t| t.array), Some(j.state));
-                fold(jobs, limit, of, |j| job_view(s, j))
-            }),
-            (Some(since), false) => self.finished_since(since, limit, wanted)?,
-            (Some(since), true) => {
+        let (jobs, next_after_id) = match req.finished_since_ms {
+            None => self
+                .cluster
+                .state
+                .read(|s| page_of(s, req.after_id, limit, req.fold_arrays, &wanted)),
+            Some(since) => {
                 let views = self.finished_since(since, usize::MAX, wanted)?;
-                let of = |v: &pb::Job| (v.array_id, from_proto::job_state(v.state));
-                fold(views.into_iter(), limit, of, |v| v)
+                let jobs = if req.fold_arrays {
+                    let of = |v: &pb::Job| (v.array_id, from_proto::job_state(v.state));
+                    fold(views.into_iter(), limit, of, |v| v)
+                } else {
+                    views.into_iter().take(limit).collect()
+                };
+                (jobs, None)
             }
         };
-        Ok(Response::new(pb::ListJobsResponse { jobs }))
+        Ok(Response::new(pb::ListJobsResponse {
+            jobs,
+            next_after_id,
+        }))
     }
 
     async fn cancel_job(

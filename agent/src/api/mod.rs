@@ -12,6 +12,7 @@ pub mod from_proto;
 pub(crate) mod gpu;
 mod image;
 pub(crate) mod job;
+mod job_list;
 mod leader_route;
 mod log_target;
 pub(crate) mod logs;

@@ -42,7 +42,7 @@ use gpu_proto::v1::job_service_client::JobServiceClient;
 
 use super::job_bulk::{self, Action};
 use super::job_view::{job_json, jobs_table, render_one, state_of};
-use super::{Answer, Ctx, Failure, job_logs, job_submit, job_wait, job_why};
+use super::{Answer, Ctx, Failure, job_logs, job_pages, job_submit, job_wait, job_why};
 use crate::cli::JobVerb;
 use crate::ids::JobRef;
 
@@ -73,11 +73,11 @@ pub(crate) async fn run(ctx: &Ctx, verb: JobVerb) -> Result<Answer, Failure> {
                 finished_since_ms: finished
                     .then(|| now_ms().saturating_sub(since.as_millis() as u64)),
                 fold_arrays: !tasks,
+                // Finished jobs come in the order they ended, one page at most: the largest.
+                page_size: if finished { 5_000 } else { 0 },
+                after_id: 0,
             };
-            let jobs = ctx
-                .call(new, req, async |mut c, r| c.list_jobs(r).await)
-                .await?
-                .jobs;
+            let jobs = job_pages::list_all(ctx, req).await?;
             Ok(ctx.answer_list(&jobs, job_json, |jobs| jobs_table(jobs, now_ms())))
         }
         JobVerb::Get { id, stale } => {

@@ -133,12 +133,7 @@ async fn matching(ctx: &Ctx, selection: &JobSelection) -> Result<Vec<u64>, CallE
         fold_arrays: false,
         ..Default::default()
     };
-    let jobs = ctx
-        .call(JobServiceClient::new, req, async |mut c, r| {
-            c.list_jobs(r).await
-        })
-        .await?
-        .jobs;
+    let jobs = super::job_pages::list_all(ctx, req).await?;
     let name = selection.name.as_deref();
     Ok(jobs
         .iter()

@@ -15,6 +15,7 @@ pub(crate) mod image;
 pub(crate) mod job;
 mod job_bulk;
 mod job_logs;
+mod job_pages;
 mod job_submit;
 mod job_view;
 mod job_wait;
