@@ -387,10 +387,10 @@ impl JobService for JobApi {
                 && (req.tenant.is_empty() || j.spec.tenant == req.tenant)
         };
         let (jobs, next_after_id) = match req.finished_since_ms {
-            None => self
-                .cluster
-                .state
-                .read(|s| page_of(s, req.after_id, limit, req.fold_arrays, &wanted)),
+            None => self.cluster.state.read(|s| {
+                let view = |j: &Job| job_view(s, j);
+                page_of(s, req.after_id, limit, req.fold_arrays, &wanted, view)
+            }),
             Some(since) => {
                 let views = self.finished_since(since, usize::MAX, wanted)?;
                 let jobs = if req.fold_arrays {

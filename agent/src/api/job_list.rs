@@ -6,8 +6,6 @@ use std::collections::HashMap;
 use gpu_proto::v1 as pb;
 use gpu_raft_store::{ClusterState, Job, JobId, JobState};
 
-use crate::api::job::job_view;
-
 /// Jobs (lines) per `ListJobs` answer unless the request asks for fewer, and at most.
 pub(super) const DEFAULT_PAGE: usize = 1_000;
 pub(super) const MAX_PAGE: usize = 5_000;
@@ -21,17 +19,15 @@ pub(super) fn page_of(
     limit: usize,
     fold: bool,
     wanted: &impl Fn(&Job) -> bool,
+    view: impl Fn(&Job) -> pb::Job,
 ) -> (Vec<pb::Job>, Option<JobId>) {
     let mut lines = Vec::new();
+    // The array of the last line: its tasks follow it, consecutive ids.
+    let mut last_array = None;
     for j in state.jobs.range(after.saturating_add(1)..).map(|(_, j)| j) {
         let array = j.array_task.map(|t| t.array).filter(|_| fold);
         // An array's line stands for all its tasks: it was made at its first wanted task.
-        if array.is_some_and(|a| {
-            a <= after
-                || lines
-                    .last()
-                    .is_some_and(|l: &pb::Job| l.array_id == Some(a))
-        }) {
+        if array.is_some_and(|a| a <= after || last_array == Some(a)) {
             continue;
         }
         if !wanted(j) {
@@ -40,14 +36,15 @@ pub(super) fn page_of(
         if lines.len() == limit {
             return (lines, Some(j.id - 1));
         }
-        let mut view = job_view(state, j);
+        let mut line = view(j);
         if let Some(a) = array {
             for task in state.array_tasks(a).filter(|t| wanted(t)) {
                 let name = task.state.to_string().to_lowercase();
-                *view.array_task_states.entry(name).or_default() += 1;
+                *line.array_task_states.entry(name).or_default() += 1;
             }
         }
-        lines.push(view);
+        last_array = array;
+        lines.push(line);
     }
     (lines, None)
 }
@@ -116,6 +113,13 @@ mod tests {
         s
     }
 
+    fn view(j: &Job) -> pb::Job {
+        pb::Job {
+            id: j.id,
+            ..pb::Job::default()
+        }
+    }
+
     fn ids(lines: &[pb::Job]) -> Vec<u64> {
         lines.iter().map(|l| l.id).collect()
     }
@@ -124,21 +128,21 @@ mod tests {
     fn pages_fold_an_array_whole_and_resume_after_it() {
         let s = state();
         let all = |_: &Job| true;
-        let (first, next) = page_of(&s, 0, 2, true, &all);
+        let (first, next) = page_of(&s, 0, 2, true, &all, view);
         assert_eq!((ids(&first), next), (vec![1, 2], Some(6)));
         assert_eq!(first[1].array_task_states.get("pending"), Some(&5));
-        let (second, next) = page_of(&s, 6, 2, true, &all);
+        let (second, next) = page_of(&s, 6, 2, true, &all, view);
         assert_eq!((ids(&second), next), (vec![7], None));
 
         // Unfolded, the tasks are jobs like any other.
-        let (tasks, next) = page_of(&s, 0, 3, false, &all);
+        let (tasks, next) = page_of(&s, 0, 3, false, &all, view);
         assert_eq!((ids(&tasks), next), (vec![1, 2, 3], Some(3)));
         // A page that starts inside an array does not make a second line for it.
-        let (inside, _) = page_of(&s, 3, 10, true, &all);
+        let (inside, _) = page_of(&s, 3, 10, true, &all, view);
         assert_eq!(ids(&inside), [7]);
         // Only wanted tasks are counted.
         let odd = |j: &Job| j.id % 2 == 1;
-        let (lines, _) = page_of(&s, 0, 10, true, &odd);
+        let (lines, _) = page_of(&s, 0, 10, true, &odd, view);
         assert_eq!(ids(&lines), [1, 3, 7]);
         assert_eq!(lines[1].array_task_states.get("pending"), Some(&2));
     }
