@@ -207,24 +207,30 @@ impl JobApi {
     /// after `caller_for_job(id)`, which has seen the job (a task's tenant is its array's).
     fn target(&self, id: JobId, array_index: Option<u32>) -> Result<Target, Status> {
         let job = self.job(id)?;
-        let Some(index) = array_index else {
-            let head = job.array_task.is_some_and(|t| t.array == id);
-            return Ok(if head {
-                Target::Array(id)
-            } else {
-                Target::Job(id)
-            });
-        };
-        let position = (job.array_task.filter(|t| t.array == id))
-            .and(job.spec.array.as_ref())
-            .and_then(|a| a.position(index))
-            .ok_or_else(|| {
-                rejected(Rejection::Invalid {
-                    message: format!("j-{id} is not an array with a task of index {index}"),
-                })
-            })?;
-        Ok(Target::Job(id + position))
+        if let Some(index) = array_index {
+            return task_of(&job, index).map(Target::Job);
+        }
+        let head = job.array_task.is_some_and(|t| t.array == id);
+        Ok(if head {
+            Target::Array(id)
+        } else {
+            Target::Job(id)
+        })
     }
+}
+
+/// The id of the task of index `index` of the array `head` names (its first task).
+fn task_of(head: &Job, index: u32) -> Result<JobId, Status> {
+    let id = head.id;
+    let position = (head.array_task.filter(|t| t.array == id))
+        .and(head.spec.array.as_ref())
+        .and_then(|a| a.position(index))
+        .ok_or_else(|| {
+            rejected(Rejection::Invalid {
+                message: format!("j-{id} is not an array with a task of index {index}"),
+            })
+        })?;
+    Ok(id + position)
 }
 
 /// A job, or every task of an array.
@@ -348,9 +354,9 @@ impl JobService for JobApi {
         } = *req.get_ref();
         self.caller_for_job(&req, "job.get", id, Access::Read, !stale)
             .await?;
-        let id = match (array_index, self.target(id, array_index)?) {
-            (Some(_), Target::Job(task)) => task,
-            _ => id,
+        let id = match array_index {
+            Some(index) => task_of(&self.job(id)?, index)?,
+            None => id,
         };
         Ok(Response::new(self.get(id)?))
     }
@@ -391,16 +397,13 @@ impl JobService for JobApi {
                 let view = |j: &Job| job_view(s, j);
                 page_of(s, req.after_id, limit, req.fold_arrays, &wanted, view)
             }),
-            Some(since) => {
+            Some(since) if req.fold_arrays => {
+                // Lines, not jobs, are limited: an array's tasks are all read to be counted.
                 let views = self.finished_since(since, usize::MAX, wanted)?;
-                let jobs = if req.fold_arrays {
-                    let of = |v: &pb::Job| (v.array_id, from_proto::job_state(v.state));
-                    fold(views.into_iter(), limit, of, |v| v)
-                } else {
-                    views.into_iter().take(limit).collect()
-                };
-                (jobs, None)
+                let of = |v: &pb::Job| (v.array_id, from_proto::job_state(v.state));
+                (fold(views.into_iter(), limit, of, |v| v), None)
             }
+            Some(since) => (self.finished_since(since, limit, wanted)?, None),
         };
         Ok(Response::new(pb::ListJobsResponse {
             jobs,

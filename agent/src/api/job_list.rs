@@ -39,8 +39,7 @@ pub(super) fn page_of(
         let mut line = view(j);
         if let Some(a) = array {
             for task in state.array_tasks(a).filter(|t| wanted(t)) {
-                let name = task.state.to_string().to_lowercase();
-                *line.array_task_states.entry(name).or_default() += 1;
+                count_task(&mut line, task.state);
             }
         }
         last_array = array;
@@ -73,11 +72,16 @@ pub(super) fn fold<T>(
             }
         };
         if let (Some(_), Some(state)) = (array, state) {
-            let name = state.to_string().to_lowercase();
-            *lines[line].array_task_states.entry(name).or_default() += 1;
+            count_task(&mut lines[line], state);
         }
     }
     lines
+}
+
+/// Count a task in `state` on its array's folded line.
+fn count_task(line: &mut pb::Job, state: JobState) {
+    let name = state.to_string().to_lowercase();
+    *line.array_task_states.entry(name).or_default() += 1;
 }
 
 #[cfg(test)]

@@ -296,7 +296,6 @@ fn parse_name(name: &str) -> Option<(JobId, u64)> {
     Some((job.parse().ok()?, generation.parse().ok()?))
 }
 
-/// Write a small file so readers see the old content or the new, never a torn one.
 /// Replace `path` with `bytes` so that a reader sees the old content or the new, whole. Not
 /// synced: what only a live supervisor or agent reads (the supervisor's record, a stop
 /// request, the phase) means nothing once the machine has gone down with its processes.

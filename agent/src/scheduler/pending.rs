@@ -23,8 +23,11 @@ pub(crate) type Rank = (u64, JobId);
 #[derive(Clone, Debug)]
 pub struct PendingIndex {
     ordering: Ordering,
-    /// By spec and array: the tasks of two arrays of one spec have limits of their own.
-    class_of: HashMap<(JobSpec, Option<JobId>), usize>,
+    /// The classes of jobs outside arrays, by spec.
+    class_of: HashMap<JobSpec, usize>,
+    /// The classes of arrays' tasks, by array: an array's tasks share its spec, and the tasks
+    /// of two arrays of one spec have limits of their own.
+    class_of_array: HashMap<JobId, usize>,
     /// Each member's class slot and rank.
     member_of: HashMap<JobId, (usize, Rank), BuildHasherDefault<Fnv>>,
     /// Classes by slot; a slot stays put while its class has members, then is reused.
@@ -51,6 +54,7 @@ impl PendingIndex {
         Self {
             ordering,
             class_of: HashMap::new(),
+            class_of_array: HashMap::new(),
             member_of: HashMap::default(),
             slots: Vec::new(),
             free: Vec::new(),
@@ -77,13 +81,17 @@ impl PendingIndex {
         if self.member_of.contains_key(&job.id) {
             return;
         }
-        let key = (job.spec.clone(), job.array_task.map(|t| t.array));
-        let slot = match self.class_of.get(&key) {
+        let array = job.array_task.map(|t| t.array);
+        let found = match array {
+            Some(a) => self.class_of_array.get(&a),
+            None => self.class_of.get(&job.spec),
+        };
+        let slot = match found {
             Some(&slot) => slot,
             None => {
                 let class = Class {
                     spec: job.spec.clone(),
-                    array: key.1,
+                    array,
                     members: BTreeSet::new(),
                 };
                 let slot = match self.free.pop() {
@@ -96,7 +104,10 @@ impl PendingIndex {
                         self.slots.len() - 1
                     }
                 };
-                self.class_of.insert(key, slot);
+                match array {
+                    Some(a) => self.class_of_array.insert(a, slot),
+                    None => self.class_of.insert(job.spec.clone(), slot),
+                };
                 slot
             }
         };
@@ -126,7 +137,10 @@ impl PendingIndex {
         if emptied {
             let class = self.slots[slot].take().expect("a class in use");
             self.free.push(slot);
-            self.class_of.remove(&(class.spec, class.array));
+            match class.array {
+                Some(a) => self.class_of_array.remove(&a),
+                None => self.class_of.remove(&class.spec),
+            };
         }
     }
 
@@ -144,7 +158,7 @@ impl PendingIndex {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.class_of.is_empty()
+        self.member_of.is_empty()
     }
 
     /// Whether any pending job asks for no GPUs.
@@ -277,6 +291,36 @@ mod tests {
         .map(|(id, _)| id)
         .collect();
         assert_eq!(arrivals, [1, 3, 5]);
+    }
+
+    #[test]
+    fn each_array_is_a_class_of_its_own_and_held_jobs_are_not_queued() {
+        let mut state = ClusterState::new();
+        let array = |text: &str| JobSpec {
+            array: Some(text.parse().expect("an array")),
+            ..spec(1, 0)
+        };
+        // Two arrays of one spec, then a plain job of that spec.
+        submit(&mut state, array("0-2%1"));
+        submit(&mut state, array("0-2%1"));
+        submit(&mut state, array("0-2%1"));
+        let plain = spec(1, 0);
+        submit(&mut state, plain);
+        state.jobs.get_mut(&10).expect("job").held = true;
+        let mut index = PendingIndex::of(&state, Ordering::Fcfs);
+        assert_eq!((index.len(), index.classes().count()), (9, 3));
+        for id in 1..=6 {
+            index.remove(id);
+        }
+        assert!(
+            !index.is_empty(),
+            "the third array's tasks are still queued"
+        );
+        assert_eq!(index.classes().count(), 1);
+        for id in 7..=9 {
+            index.remove(id);
+        }
+        assert!(index.is_empty());
     }
 
     #[test]

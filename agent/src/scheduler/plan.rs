@@ -205,20 +205,9 @@ impl<'a> Pass<'a> {
         if placed {
             return Some(format!("singleton: another job named {name:?} starts now"));
         }
-        let (task, limit) = (job.array_task?, job.spec.array.as_ref()?.max_running?);
-        let live = self
-            .state
-            .array_live
-            .get(&task.array)
-            .map_or(0, |l| l.len());
-        let starting = self.array_starts.get(&task.array).copied().unwrap_or(0);
-        (live + starting >= limit as usize).then(|| {
-            format!(
-                "array j-{}: {} of its tasks run or start now, its limit (%{limit})",
-                task.array,
-                live + starting
-            )
-        })
+        // The state's gate has counted the array's live tasks; these are this pass's.
+        let starting = *self.array_starts.get(&job.array_task?.array)?;
+        self.state.array_throttle(job, starting)
     }
 
     /// A job just placed: a singleton's namesakes wait for it, and it counts against its

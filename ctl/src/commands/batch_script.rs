@@ -204,33 +204,21 @@ pub(crate) fn apply(
         match d.name.as_str() {
             "job-name" | "name" => set(&mut args.name, value()?),
             "account" | "tenant" => set(&mut args.tenant, value()?),
-            "gpus" => {
-                let (gpu_type, count) = gpu_count(&value()?).map_err(bad)?;
-                if args.gpus == 0 {
-                    args.gpus = count;
-                }
-                if let Some(t) = gpu_type.filter(|_| args.gpu_types.is_empty()) {
-                    args.gpu_types.push(t);
-                }
-            }
-            "gres" => {
-                let gres = value()?;
-                let Some(gpu) = gres.strip_prefix("gpu:") else {
-                    return Err(bad("only gpu:N or gpu:TYPE:N resources exist here".into()));
+            name @ ("gpus" | "gres" | "gpus-per-node") => {
+                let text = value()?;
+                let gpus = match name {
+                    "gres" => text.strip_prefix("gpu:").ok_or_else(|| {
+                        bad("only gpu:N or gpu:TYPE:N resources exist here".into())
+                    })?,
+                    _ => text.as_str(),
                 };
-                let (gpu_type, count) = gpu_count(gpu).map_err(bad)?;
-                // Slurm's --gres counts per node.
-                if args.gpus_per_node.is_none() && args.gpus == 0 {
-                    args.gpus_per_node = Some(count);
-                }
-                if let Some(t) = gpu_type.filter(|_| args.gpu_types.is_empty()) {
-                    args.gpu_types.push(t);
-                }
-            }
-            "gpus-per-node" => {
-                let (gpu_type, count) = gpu_count(&value()?).map_err(bad)?;
-                if args.gpus_per_node.is_none() && args.gpus == 0 {
-                    args.gpus_per_node = Some(count);
+                let (gpu_type, count) = gpu_count(gpus).map_err(bad)?;
+                // `--gpus` counts them in all; Slurm's `--gres` and `--gpus-per-node` per node.
+                if args.gpus == 0 && args.gpus_per_node.is_none() {
+                    match name {
+                        "gpus" => args.gpus = count,
+                        _ => args.gpus_per_node = Some(count),
+                    }
                 }
                 if let Some(t) = gpu_type.filter(|_| args.gpu_types.is_empty()) {
                     args.gpu_types.push(t);

@@ -451,6 +451,16 @@ impl Job {
             .filter(|p| self.state.is_live() && p.generation == self.generation)
     }
 
+    /// End a pending job, never run again, as cancelled at `now_ms`, saying `why` (none: a
+    /// user's cancel).
+    pub(crate) fn cancel_pending(&mut self, now_ms: u64, why: Option<String>) {
+        self.state = JobState::Cancelled;
+        self.outcome = Some(Outcome::Cancelled);
+        self.not_before_ms = None;
+        self.finished_at_ms = Some(now_ms);
+        self.reason = why;
+    }
+
     /// Whether it waits for its retry time at `now_ms` (pending, not before a later time).
     pub fn waits_for_retry(&self, now_ms: u64) -> bool {
         self.state == JobState::Pending && self.not_before_ms.is_some_and(|t| t > now_ms)
@@ -502,14 +512,4 @@ impl Job {
 /// `j-42`, the way job ids are shown to people.
 pub fn job_name(id: JobId) -> String {
     format!("j-{id}")
-}
-
-impl Job {
-    /// `j-42`, or `j-40[2]` for a task of an array.
-    pub fn display_name(&self) -> String {
-        match self.array_task {
-            Some(t) => format!("j-{}[{}]", t.array, t.index),
-            None => job_name(self.id),
-        }
-    }
 }

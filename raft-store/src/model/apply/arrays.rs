@@ -59,15 +59,15 @@ impl ClusterState {
             .take_while(move |j| j.array_task.is_some_and(|t| t.array == array))
     }
 
-    /// Why a task of a throttled array may not start now: as many of its tasks hold GPUs as
-    /// its `%limit` allows.
-    pub(crate) fn array_throttle(&self, job: &Job) -> Option<String> {
+    /// Why a task of a throttled array may not start now: its tasks that hold GPUs, and
+    /// `starting` more (a scheduling pass's), are as many as its `%limit` allows.
+    pub fn array_throttle(&self, job: &Job, starting: usize) -> Option<String> {
         let task = job.array_task?;
         let limit = job.spec.array.as_ref()?.max_running?;
-        let live = self.array_live.get(&task.array).map_or(0, BTreeSet::len);
+        let live = self.array_live.get(&task.array).map_or(0, BTreeSet::len) + starting;
         (live >= limit as usize).then(|| {
             format!(
-                "array j-{}: {live} of its tasks run, its limit (%{limit})",
+                "array j-{}: {live} of its tasks run or start, its limit (%{limit})",
                 task.array
             )
         })

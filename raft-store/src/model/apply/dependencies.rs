@@ -6,7 +6,7 @@ use std::collections::{BTreeSet, VecDeque};
 
 use crate::JobId;
 use crate::model::dependency::{Progress, Verdict};
-use crate::model::job::{Job, JobSpec, JobState, Outcome};
+use crate::model::job::{Job, JobSpec, JobState};
 use crate::model::job_log::Cursor;
 use crate::model::outcome::{ApplyResult, Rejection, invalid};
 use crate::model::state::ClusterState;
@@ -127,11 +127,7 @@ impl ClusterState {
                 .get_mut(&w)
                 .filter(|j| j.state == JobState::Pending)
             {
-                j.state = JobState::Cancelled;
-                j.outcome = Some(Outcome::Cancelled);
-                j.finished_at_ms = Some(now);
-                j.not_before_ms = None;
-                j.reason = Some(format!("dependency never satisfied: {why}"));
+                j.cancel_pending(now, Some(format!("dependency never satisfied: {why}")));
                 self.job_log.record(w);
                 cancelled.push(w);
             }
@@ -185,7 +181,7 @@ impl ClusterState {
                 job.spec.name
             ));
         }
-        self.array_throttle(job)
+        self.array_throttle(job, 0)
     }
 
     /// A live job of `job`'s tenant with its name, other than itself.

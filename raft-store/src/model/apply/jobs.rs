@@ -135,11 +135,7 @@ impl ClusterState {
         let j = self.job_mut(job)?;
         match j.state {
             JobState::Pending => {
-                j.state = JobState::Cancelled;
-                j.outcome = Some(Outcome::Cancelled);
-                j.not_before_ms = None;
-                j.finished_at_ms = Some(now);
-                j.reason = None;
+                j.cancel_pending(now, None);
                 self.job_log.record(job);
             }
             JobState::Bound | JobState::Running => j.cancel_requested = true,
