@@ -700,6 +700,17 @@ pub(crate) enum JobVerb {
     Hold(JobSelection),
     /// Let held jobs be placed again.
     Release(JobSelection),
+    /// Change what pending jobs ask for: priority (within the tenant's ceiling), a shorter
+    /// time limit, the GPU count. An array's id stands for all its pending tasks.
+    Update {
+        #[command(flatten)]
+        selection: JobSelection,
+        #[command(flatten)]
+        change: JobChange,
+    },
+    /// Queue jobs again: running ones are stopped and requeued without spending an attempt,
+    /// ended ones (still in the cluster's state) are pending again with fresh attempts.
+    Requeue(JobSelection),
     /// Write a job's output to stdout as it arrives.
     Logs {
         /// Job id: 42 or j-42; an array's task: j-7[3].
@@ -743,6 +754,21 @@ pub(crate) struct JobSelection {
     /// This tenant's jobs.
     #[arg(long)]
     pub tenant: Option<String>,
+}
+
+/// What `job update` changes (at least one).
+#[derive(Args, Debug, Clone, Copy)]
+#[group(required = true, multiple = true)]
+pub(crate) struct JobChange {
+    /// New scheduling priority; a user's token is held to the tenant's ceiling.
+    #[arg(long, allow_negative_numbers = true)]
+    pub priority: Option<i32>,
+    /// New time limit, no longer than the current one (e.g. 30m).
+    #[arg(long = "time-limit", visible_alias = "wall-time", value_name = "DURATION", value_parser = units::time_limit)]
+    pub wall_time: Option<u64>,
+    /// New GPU count (in all, split evenly over a gang's nodes).
+    #[arg(long)]
+    pub gpus: Option<u32>,
 }
 
 /// `job submit`. Only syntax is checked here; the server judges the spec and its
@@ -857,6 +883,9 @@ pub(crate) struct SubmitArgs {
     /// At most one job of the tenant with this job's name runs at a time.
     #[arg(long)]
     pub singleton: bool,
+    /// Submit held: the job is pending but not placed until `gpuctl job release`.
+    #[arg(long)]
+    pub hold: bool,
     /// Submit an array: one task per index, e.g. 0-9999%64 (at most 64 running at once) or
     /// 1,3,5-9:2. Each task sees its index in GPUMESH_ARRAY_TASK_ID and SLURM_ARRAY_TASK_ID;
     /// `job list` shows the array as one line, `j-7[3]` names one task.

@@ -160,6 +160,28 @@ impl JobService for Fake {
         )))
     }
 
+    async fn update_job(
+        &self,
+        req: Request<pb::UpdateJobRequest>,
+    ) -> Result<Response<pb::Job>, Status> {
+        let req = req.into_inner();
+        let mut job = job(req.id, pb::JobState::Pending);
+        if let Some(spec) = job.spec.as_mut() {
+            spec.priority = req.priority;
+        }
+        Ok(Response::new(job))
+    }
+
+    async fn requeue_job(
+        &self,
+        req: Request<pb::RequeueJobRequest>,
+    ) -> Result<Response<pb::Job>, Status> {
+        Ok(Response::new(job(
+            req.into_inner().id,
+            pb::JobState::Pending,
+        )))
+    }
+
     async fn explain_job(
         &self,
         req: Request<pb::ExplainJobRequest>,

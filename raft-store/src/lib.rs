@@ -28,7 +28,8 @@ pub use model::auth::{Grant, Role, Seat, TokenLimits, TokenRecord};
 pub use model::cert::CertRecord;
 pub use model::command::{
     Bind, Command, LogEntry, PROTOCOL_2, PROTOCOL_3, PROTOCOL_4, PROTOCOL_5, PROTOCOL_6,
-    PROTOCOL_7, PROTOCOL_8, PROTOCOL_9, PROTOCOL_10, PROTOCOL_11, Preempt, RequestStamp,
+    PROTOCOL_7, PROTOCOL_8, PROTOCOL_9, PROTOCOL_10, PROTOCOL_11, PROTOCOL_12, Preempt,
+    RequestStamp,
 };
 pub use model::dependency::{AfterKind, Dependency, MAX_DEPENDENCIES, Verdict, parse_dependencies};
 pub use model::job::{
@@ -36,6 +37,7 @@ pub use model::job::{
     MAX_PHASE_LEN, MAX_RETRY_DELAY_S, MAX_RUNS_KEPT, Outcome, Run, RunPhase, job_name,
     retry_delay_s,
 };
+pub use model::job_update::JobUpdate;
 pub use model::kept_index::KeptIndex;
 pub use model::node::{
     CONTAINER_RUNTIME_LABEL, EdgeTerms, GpuRecord, Inventory, NodeRecord, NodeStatus, SITE_LABEL,

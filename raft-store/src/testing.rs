@@ -75,6 +75,7 @@ pub fn submit(s: &mut ClusterState, spec: JobSpec, key: Option<&str>) -> ApplyRe
         Command::SubmitJob {
             spec,
             idempotency_key: key.map(Into::into),
+            hold: false,
         },
     ))
 }

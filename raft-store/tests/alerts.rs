@@ -28,6 +28,7 @@ fn cluster() -> ClusterState {
         Command::SubmitJob {
             spec,
             idempotency_key: None,
+            hold: false,
         },
     ));
     let bound = s.apply(&at(

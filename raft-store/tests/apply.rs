@@ -68,6 +68,7 @@ fn rejected_commands_change_nothing() {
                 ..spec(1)
             },
             idempotency_key: None,
+            hold: false,
         },
         Command::CancelJob { job: 99 },
         Command::JobStarted {
@@ -253,6 +254,7 @@ fn a_stamped_request_applied_twice_takes_effect_once_and_answers_the_same() {
             Command::SubmitJob {
                 spec: spec(1),
                 idempotency_key: None,
+                hold: false,
             },
         );
         entry.proposed_at_ms = at_ms;
@@ -342,6 +344,7 @@ fn expired_certificate_records_and_old_idempotency_keys_are_forgotten() {
         Command::SubmitJob {
             spec: spec(1),
             idempotency_key: Some("k".into()),
+            hold: false,
         },
     ));
     assert!(
@@ -588,7 +591,8 @@ fn arb_command() -> impl Strategy<Value = Command> {
     prop_oneof![
         (0u32..4).prop_map(|g| Command::SubmitJob {
             spec: spec(g),
-            idempotency_key: None
+            idempotency_key: None,
+            hold: false
         }),
         (1u64..8, 1u64..4, proptest::collection::vec(0u32..3, 0..4)).prop_map(
             |(job, node, gpus)| Command::BindJobs {
@@ -686,6 +690,7 @@ fn a_batch_inside_a_batch_is_refused_and_changes_nothing() {
                 Command::SubmitJob {
                     spec: spec(1),
                     idempotency_key: None,
+                    hold: false,
                 },
             )],
         },
@@ -837,6 +842,7 @@ fn every_api_request_leaves_exactly_one_chained_audit_entry() {
             Command::SubmitJob {
                 spec: spec(1),
                 idempotency_key: None,
+                hold: false,
             },
         ),
         by("root", Command::CancelJob { job: 999 }),

@@ -39,6 +39,7 @@ fn history() -> Vec<Entry> {
         let submit = Command::SubmitJob {
             spec: spec(0),
             idempotency_key: None,
+            hold: false,
         };
         out.push(entry(n, submit, meta(n)));
     }

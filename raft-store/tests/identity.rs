@@ -302,6 +302,7 @@ fn bad_submissions_are_refused_and_change_nothing() {
                     ..spec
                 },
                 idempotency_key: Some("k".into()),
+                hold: false,
             },
         )
     };
@@ -408,6 +409,7 @@ fn a_stale_stamp_is_refused_and_a_retry_finds_its_job() {
                     ..spec(1)
                 },
                 idempotency_key: Some(key.into()),
+                hold: false,
             },
         )
     };
@@ -458,7 +460,8 @@ fn a_stale_stamp_is_refused_and_a_retry_finds_its_job() {
             5,
             Command::SubmitJob {
                 spec: spec(1),
-                idempotency_key: None
+                idempotency_key: None,
+                hold: false
             }
         )),
         ApplyResult::JobSubmitted { .. }

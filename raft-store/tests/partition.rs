@@ -51,6 +51,7 @@ fn submit(s: &mut ClusterState, spec: JobSpec) -> u64 {
     match s.apply(&at(Command::SubmitJob {
         spec,
         idempotency_key: None,
+        hold: false,
     })) {
         ApplyResult::JobSubmitted { job, .. } => job,
         other => panic!("submit: {other:?}"),

@@ -24,6 +24,7 @@ fn submit_at(s: &mut ClusterState, ms: u64, key: Option<&str>) -> u64 {
     let cmd = Command::SubmitJob {
         spec: spec(0),
         idempotency_key: key.map(Into::into),
+        hold: false,
     };
     match s.apply(&at(ms, cmd)) {
         ApplyResult::JobSubmitted { job, .. } => job,
@@ -131,6 +132,7 @@ fn an_archived_jobs_key_still_answers_retries_until_it_expires() {
     let retry = Command::SubmitJob {
         spec: spec(0),
         idempotency_key: Some("k".into()),
+        hold: false,
     };
     assert_eq!(
         s.apply(&at(36 * MINUTE, retry.clone())),
@@ -142,6 +144,7 @@ fn an_archived_jobs_key_still_answers_retries_until_it_expires() {
     let other = Command::SubmitJob {
         spec: spec(1),
         idempotency_key: Some("k".into()),
+        hold: false,
     };
     let before = s.clone();
     match s.apply(&at(36 * MINUTE, other)) {

@@ -176,6 +176,7 @@ fn gpu_time_is_accounted_per_run_by_type() {
         Command::SubmitJob {
             spec,
             idempotency_key: None,
+            hold: false,
         },
     );
     let bind = |gpus: Vec<u32>| Command::BindJobs {

@@ -7,8 +7,8 @@
 
 use gpu_raft_store::testing::{at, register, spec, submit};
 use gpu_raft_store::{
-    ApplyResult, Bind, ClusterState, Command, GpuRecord, JobId, JobSpec, JobState, Outcome,
-    Rejection, parse_dependencies,
+    ApplyResult, Bind, ClusterState, Command, GpuRecord, JobId, JobSpec, JobState, JobUpdate,
+    LogEntry, Outcome, Rejection, parse_dependencies,
 };
 
 fn gpu(index: u32) -> GpuRecord {
@@ -306,4 +306,102 @@ fn arrays_out_of_bounds_are_refused_whole() {
     let r = s.apply(&at(1, Command::CancelArray { array: 1 }));
     assert!(matches!(r, ApplyResult::Rejected { .. }), "{r:?}");
     assert_eq!(s.jobs.len(), before);
+}
+
+fn update(job: JobId, array: bool, update: JobUpdate) -> LogEntry {
+    at(40, Command::UpdateJob { job, array, update })
+}
+
+#[test]
+fn a_pending_job_or_array_is_updated_all_or_nothing_and_a_running_one_not_at_all() {
+    let mut s = cluster();
+    let limited = JobSpec {
+        wall_time_limit_s: Some(600),
+        ..spec(1)
+    };
+    let job = submitted(submit(&mut s, limited.clone(), None));
+    let shorter = JobUpdate {
+        priority: Some(7),
+        wall_time_limit_s: Some(300),
+        gpus: Some(2),
+    };
+    assert_eq!(s.apply(&update(job, false, shorter)), ApplyResult::Ok);
+    let spec = &s.jobs[&job].spec;
+    assert_eq!(
+        (spec.priority, spec.wall_time_limit_s, spec.gpus),
+        (7, Some(300), 2)
+    );
+    let longer = JobUpdate {
+        wall_time_limit_s: Some(301),
+        ..JobUpdate::default()
+    };
+    let before = s.clone();
+    assert!(refusal(s.apply(&update(job, false, longer.clone()))).contains("only be shortened"));
+    assert_eq!(s.jobs, before.jobs, "a refused update changes nothing");
+
+    // An array: every pending task or none. Task 0 runs and keeps its spec.
+    let head = submitted(submit(&mut s, array("0-2"), None));
+    bind(&mut s, head, 0).expect("binds");
+    let two = JobUpdate {
+        gpus: Some(2),
+        ..JobUpdate::default()
+    };
+    assert_eq!(s.apply(&update(head, true, two.clone())), ApplyResult::Ok);
+    let gpus: Vec<u32> = (head..head + 3).map(|id| s.jobs[&id].spec.gpus).collect();
+    assert_eq!(gpus, [1, 2, 2]);
+    let running = refusal(s.apply(&update(head, false, two)));
+    assert!(running.contains("only a pending job"), "{running}");
+}
+
+#[test]
+fn a_requeued_running_job_comes_back_without_spending_an_attempt_and_an_ended_one_at_once() {
+    let mut s = cluster();
+    let job = submitted(submit(&mut s, spec(1), None));
+    bind(&mut s, job, 0).expect("binds");
+    let generation = s.jobs[&job].generation;
+    s.apply(&at(20, Command::JobStarted { job, generation }));
+    let requeue = |job| at(40, Command::RequeueJob { job, array: false });
+    assert_eq!(s.apply(&requeue(job)), ApplyResult::Ok);
+    assert!(s.jobs[&job].evict_requested, "the run is asked to stop");
+    let evicted = Command::JobFinished {
+        job,
+        generation,
+        outcome: Outcome::Evicted,
+    };
+    s.apply(&at(50, evicted));
+    let j = &s.jobs[&job];
+    assert_eq!((j.state, j.attempts), (JobState::Pending, 0));
+    assert_eq!(j.reason.as_deref(), Some("requeued on request"));
+
+    let failed = submitted(submit(&mut s, spec(1), None));
+    run(&mut s, failed, 3);
+    assert_eq!(s.jobs[&failed].state, JobState::Failed);
+    assert_eq!(s.apply(&requeue(failed)), ApplyResult::Ok);
+    let j = &s.jobs[&failed];
+    assert_eq!(
+        (j.state, j.attempts, j.runs.len()),
+        (JobState::Pending, 0, 1)
+    );
+    run(&mut s, failed, 0);
+    assert_eq!(s.jobs[&failed].state, JobState::Succeeded);
+    assert_eq!(s.jobs[&failed].runs.len(), 2, "both runs are its history");
+}
+
+#[test]
+fn a_job_submitted_held_waits_for_its_release() {
+    let mut s = cluster();
+    let held = Command::SubmitJob {
+        spec: array("0-1"),
+        idempotency_key: None,
+        hold: true,
+    };
+    let head = submitted(s.apply(&at(1, held)));
+    assert!(s.jobs[&head].held && s.jobs[&(head + 1)].held);
+    assert!(bind(&mut s, head, 0).unwrap_err().contains("held"));
+    let release = Command::HoldArray {
+        array: head,
+        hold: false,
+    };
+    s.apply(&at(2, release));
+    bind(&mut s, head, 0).expect("binds once released");
 }

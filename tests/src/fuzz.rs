@@ -65,6 +65,7 @@ pub fn submit_request(data: &[u8]) {
         cmd: Command::SubmitJob {
             spec,
             idempotency_key: None,
+            hold: false,
         },
         meta: None,
         request: None,

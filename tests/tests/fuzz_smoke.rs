@@ -96,6 +96,7 @@ fn log_entry() {
         entry(Command::SubmitJob {
             spec,
             idempotency_key: Some("k".into()),
+            hold: false,
         }),
         entry(Command::CancelJob { job: 1 }),
         entry(Command::RegisterNode {

@@ -8,8 +8,8 @@ use gpu_proto::v1 as pb;
 use gpu_proto::v1::job_service_server::JobService;
 use gpu_raft_store::retention::ArchivedJob;
 use gpu_raft_store::{
-    ApplyResult, ClusterState, Command, Job, JobId, JobSpec, JobState, Rejection, slice_fit,
-    tenant, validate,
+    ApplyResult, ClusterState, Command, Job, JobId, JobSpec, JobState, JobUpdate, Rejection,
+    slice_fit, tenant, validate,
 };
 use tonic::{Request, Response, Status};
 
@@ -312,6 +312,7 @@ impl JobService for JobApi {
         let submit = |spec: JobSpec| Command::SubmitJob {
             spec,
             idempotency_key: key.clone(),
+            hold: r.hold,
         };
         let written = match self
             .cluster
@@ -448,6 +449,68 @@ impl JobService for JobApi {
         req: Request<pb::HoldJobRequest>,
     ) -> Result<Response<pb::Job>, Status> {
         self.set_hold(req, false).await
+    }
+
+    async fn update_job(
+        &self,
+        req: Request<pb::UpdateJobRequest>,
+    ) -> Result<Response<pb::Job>, Status> {
+        let pb::UpdateJobRequest {
+            id,
+            array_index,
+            priority,
+            wall_time_limit_s,
+            gpus,
+        } = *req.get_ref();
+        let caller = self
+            .caller_for_job(&req, "job.update", id, Access::Write, false)
+            .await?;
+        let update = JobUpdate {
+            priority,
+            wall_time_limit_s,
+            gpus,
+        };
+        let (id, array) = match self.target(id, array_index)? {
+            Target::Job(job) => (job, false),
+            Target::Array(array) => (array, true),
+        };
+        let job = self.job(id)?;
+        let checked = self.cluster.state.read(|s| {
+            if let Some(p) = priority {
+                let record = s.tenants.get(&job.spec.tenant);
+                tenant::check_priority(p, record, caller.identity.role)?;
+            }
+            let spec = update.applied_to(&job.spec)?;
+            slice_fit::check_inventory(
+                &spec,
+                s.nodes.values().flat_map(|n| n.inventory.gpus.iter()),
+            )
+        });
+        checked.map_err(invalid)?;
+        let command = Command::UpdateJob {
+            job: id,
+            array,
+            update,
+        };
+        self.cluster.write_as(command, caller.on_behalf()).await?;
+        Ok(Response::new(self.get(id)?))
+    }
+
+    async fn requeue_job(
+        &self,
+        req: Request<pb::RequeueJobRequest>,
+    ) -> Result<Response<pb::Job>, Status> {
+        let pb::RequeueJobRequest { id, array_index } = *req.get_ref();
+        let caller = self
+            .caller_for_job(&req, "job.requeue", id, Access::Write, false)
+            .await?;
+        let (id, array) = match self.target(id, array_index)? {
+            Target::Job(job) => (job, false),
+            Target::Array(array) => (array, true),
+        };
+        let command = Command::RequeueJob { job: id, array };
+        self.cluster.write_as(command, caller.on_behalf()).await?;
+        Ok(Response::new(self.get(id)?))
     }
 
     type JobLogsStream = LogStream;

@@ -102,6 +102,7 @@ mod tests {
             cmd: Command::SubmitJob {
                 spec,
                 idempotency_key: None,
+                hold: false,
             },
             meta: None,
             request: None,

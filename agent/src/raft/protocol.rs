@@ -41,8 +41,9 @@ pub const BUILD_HEADER: &str = "x-gpumesh-build";
 /// (`gpu_raft_store::PROTOCOL_8`); 9: exactly-once writes (`LogEntry::request`,
 /// `gpu_raft_store::PROTOCOL_9`); 10: retention (`Command::Archive`, `gpu_raft_store::PROTOCOL_10`);
 /// 11: job dependencies, singletons and holds (`gpu_raft_store::PROTOCOL_11`).
-pub const PROTOCOL_VERSION: u32 = 11;
-const _: () = assert!(PROTOCOL_VERSION >= gpu_raft_store::PROTOCOL_11);
+/// 12: updates and requeues of jobs, holds at submission (`gpu_raft_store::PROTOCOL_12`).
+pub const PROTOCOL_VERSION: u32 = 12;
+const _: () = assert!(PROTOCOL_VERSION >= gpu_raft_store::PROTOCOL_12);
 /// The first version whose agents forward their callers' credentials with their writes.
 pub const CREDENTIALS_FORWARDED: u32 = 5;
 /// The oldest version this build still speaks with a peer.

@@ -218,6 +218,7 @@ fn an_unsatisfiable_gang_says_why_and_does_not_hold_the_queue() {
         Command::SubmitJob {
             spec: gang(2, 3),
             idempotency_key: None,
+            hold: false,
         },
     );
     assert!(matches!(r, ApplyResult::Rejected { .. }), "{r:?}");

@@ -148,8 +148,35 @@ impl PendingIndex {
     /// pending and not held now.
     pub fn update(&mut self, state: &ClusterState, job: JobId) {
         match state.jobs.get(&job) {
-            Some(j) if is_queued(j) => self.insert(j),
+            Some(j) if is_queued(j) => {
+                self.respec(state, j);
+                self.insert(j);
+            }
             _ => self.remove(job),
+        }
+    }
+
+    /// A pending job whose spec was updated (`job update`) leaves its class for its new one;
+    /// an array's pending tasks are updated together, so its whole class moves.
+    fn respec(&mut self, state: &ClusterState, job: &Job) {
+        let Some(&(slot, _)) = self.member_of.get(&job.id) else {
+            return;
+        };
+        let class = self.class(slot);
+        if class.spec == job.spec {
+            return;
+        }
+        let moved: Vec<JobId> = match class.array {
+            Some(_) => class.members.iter().map(|&(_, id)| id).collect(),
+            None => vec![job.id],
+        };
+        for &id in &moved {
+            self.remove(id);
+        }
+        for id in moved {
+            if let Some(j) = state.jobs.get(&id).filter(|j| is_queued(j)) {
+                self.insert(j);
+            }
         }
     }
 
@@ -261,7 +288,9 @@ pub(super) fn members(index: &PendingIndex) -> BTreeSet<(u32, Rank)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scheduler::testkit::{gpu, node, spec, submit};
+    use gpu_raft_store::Command;
+
+    use crate::scheduler::testkit::{apply, gpu, node, spec, submit};
 
     #[test]
     fn kept_up_to_date_it_equals_one_built_from_the_state() {
@@ -321,6 +350,44 @@ mod tests {
             index.remove(id);
         }
         assert!(index.is_empty());
+    }
+
+    #[test]
+    fn an_updated_job_and_an_updated_array_move_to_their_new_class() {
+        let mut state = ClusterState::new();
+        submit(&mut state, spec(1, 0));
+        submit(&mut state, spec(1, 0));
+        submit(
+            &mut state,
+            JobSpec {
+                array: Some("0-2".parse().expect("an array")),
+                ..spec(1, 0)
+            },
+        );
+        let mut cache = PendingCache::default();
+        assert_eq!(cache.get(&state, Ordering::Sjf).classes().count(), 2);
+        let gpus = |gpus| gpu_raft_store::JobUpdate {
+            gpus: Some(gpus),
+            ..Default::default()
+        };
+        for (job, array) in [(2, false), (3, true)] {
+            let update = Command::UpdateJob {
+                job,
+                array,
+                update: gpus(2),
+            };
+            assert_eq!(apply(&mut state, update), gpu_raft_store::ApplyResult::Ok);
+        }
+        let kept = members(cache.get(&state, Ordering::Sjf));
+        assert_eq!(kept, members(&PendingIndex::of(&state, Ordering::Sjf)));
+        let index = cache.get(&state, Ordering::Sjf);
+        let specs: Vec<(u32, Option<JobId>, usize)> = index
+            .classes()
+            .map(|(_, c)| (c.spec.gpus, c.array, c.members.len()))
+            .collect();
+        assert_eq!(specs.len(), 3, "{specs:?}");
+        assert!(specs.contains(&(2, Some(3), 3)), "{specs:?}");
+        assert!(specs.contains(&(2, None, 1)) && specs.contains(&(1, None, 1)));
     }
 
     #[test]

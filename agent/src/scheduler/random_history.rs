@@ -49,6 +49,7 @@ pub(crate) fn step_command(state: &ClusterState, step: &Step) -> Option<Command>
             Some(Command::SubmitJob {
                 spec,
                 idempotency_key: None,
+                hold: false,
             })
         }
         Step::Place => {

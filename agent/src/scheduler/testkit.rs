@@ -71,6 +71,7 @@ pub(crate) fn submit_at(s: &mut ClusterState, now_ms: u64, spec: JobSpec) {
         Command::SubmitJob {
             spec,
             idempotency_key: None,
+            hold: false,
         },
     );
 }

@@ -123,6 +123,9 @@ const SHORT: &[(char, &str)] = &[
     ('q', "qos"),
 ];
 
+/// Short options that take no value, by letter.
+const SHORT_FLAGS: &[(char, &str)] = &[('H', "hold")];
+
 /// `--name=value`, `--name value`, `--flag`, `-X value`, `-Xvalue`.
 fn options(prefix: &'static str, words: &[String]) -> Result<Vec<Directive>, String> {
     let mut out = Vec::new();
@@ -141,6 +144,11 @@ fn options(prefix: &'static str, words: &[String]) -> Result<Vec<Directive>, Str
                     (long.to_owned(), value)
                 }
             }
+        } else if let Some(long) = (word.strip_prefix('-'))
+            .and_then(|short| SHORT_FLAGS.iter().find(|(c, _)| short == c.to_string()))
+            .map(|(_, long)| *long)
+        {
+            (long.to_owned(), None)
         } else if let Some(short) = word.strip_prefix('-') {
             let mut chars = short.chars();
             let letter = chars.next().ok_or_else(|| format!("#{prefix} {word:?}"))?;
@@ -275,6 +283,7 @@ pub(crate) fn apply(
             "dependency" => dependency(&value()?, args).map_err(bad)?,
             "after" => args.after.push(value()?),
             "singleton" => args.singleton = true,
+            "hold" => args.hold = true,
             "priority" => set(
                 &mut args.priority,
                 value()?.parse().map_err(|_| bad("a number".into()))?,
@@ -307,11 +316,6 @@ pub(crate) fn apply(
             "partition" => {
                 return Err(bad(
                     "gpumesh has no partitions: select nodes with --selector KEY=VALUE".into(),
-                ));
-            }
-            "hold" => {
-                return Err(bad(
-                    "submit, then hold the job with `gpuctl job hold`".into(),
                 ));
             }
             _ => return Err(bad("not supported (see docs/batch-scripts.md)".into())),
@@ -394,6 +398,7 @@ mod tests {
         #SBATCH --output=train-%j.out\n\
         #SBATCH --array=0-3%2\n\
         #SBATCH --dependency=afterok:12:13,singleton\n\
+        #SBATCH -H\n\
         #GPUMESH --selector rack=r7\n\
         \n\
         echo start\n\
@@ -425,7 +430,7 @@ mod tests {
         assert_eq!((args.memory, args.cpus), (Some(32 * 1024), Some(8000)));
         assert_eq!(args.array.as_deref(), Some("0-3%2"));
         assert_eq!(args.after, ["afterok:12:13"]);
-        assert!(args.singleton);
+        assert!(args.singleton && args.hold);
         assert_eq!(warnings.len(), 1, "{warnings:?}");
         assert!(warnings[0].contains("--output=train-%j.out ignored"));
         // A directive after the first command is not one (sbatch stops there too).

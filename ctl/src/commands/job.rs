@@ -93,6 +93,12 @@ pub(crate) async fn run(ctx: &Ctx, verb: JobVerb) -> Result<Answer, Failure> {
         }
         JobVerb::Cancel(selection) => job_bulk::run(ctx, Action::Cancel, selection, now_ms()).await,
         JobVerb::Hold(selection) => job_bulk::run(ctx, Action::Hold, selection, now_ms()).await,
+        JobVerb::Update { selection, change } => {
+            job_bulk::run(ctx, Action::Update(change), selection, now_ms()).await
+        }
+        JobVerb::Requeue(selection) => {
+            job_bulk::run(ctx, Action::Requeue, selection, now_ms()).await
+        }
         JobVerb::Release(selection) => {
             job_bulk::run(ctx, Action::Release, selection, now_ms()).await
         }

@@ -1,4 +1,4 @@
-//! `gpuctl job cancel|hold|release`: one action on every job selected by id and by filter
+//! `gpuctl job cancel|hold|release|update|requeue`: one action on every job selected by id and by filter
 //! (name glob, state, tenant), one request per job; each job's answer is printed, and a job
 //! the cluster refused makes the command fail after the others were tried.
 //!
@@ -10,7 +10,7 @@ use gpu_proto::v1::job_service_client::JobServiceClient;
 
 use super::job_view::{job_json, jobs_table, render_one, state_of};
 use super::{Answer, Ctx, Failure};
-use crate::cli::{JobSelection, JobStateArg};
+use crate::cli::{JobChange, JobSelection, JobStateArg};
 use crate::client::CallError;
 use crate::ids::JobRef;
 
@@ -20,6 +20,8 @@ pub(crate) enum Action {
     Cancel,
     Hold,
     Release,
+    Update(JobChange),
+    Requeue,
 }
 
 impl Action {
@@ -28,6 +30,8 @@ impl Action {
             Action::Cancel => "cancel",
             Action::Hold => "hold",
             Action::Release => "release",
+            Action::Update(_) => "update",
+            Action::Requeue => "requeue",
         }
     }
 }
@@ -106,6 +110,22 @@ async fn act(ctx: &Ctx, action: Action, job: JobRef) -> Result<pb::Job, CallErro
         Action::Release => {
             let req = pb::HoldJobRequest { id, array_index };
             ctx.call(new, req, async |mut c, r| c.release_job(r).await)
+                .await
+        }
+        Action::Update(change) => {
+            let req = pb::UpdateJobRequest {
+                id,
+                array_index,
+                priority: change.priority,
+                wall_time_limit_s: change.wall_time,
+                gpus: change.gpus,
+            };
+            ctx.call(new, req, async |mut c, r| c.update_job(r).await)
+                .await
+        }
+        Action::Requeue => {
+            let req = pb::RequeueJobRequest { id, array_index };
+            ctx.call(new, req, async |mut c, r| c.requeue_job(r).await)
                 .await
         }
     }

@@ -119,6 +119,7 @@ fn request(
     Ok(pb::SubmitJobRequest {
         spec: Some(spec),
         idempotency_key: args.idempotency_key.unwrap_or_else(new_key),
+        hold: args.hold,
     })
 }
 

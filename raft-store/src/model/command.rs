@@ -16,6 +16,7 @@ use crate::model::auth::TokenRecord;
 use crate::model::ca::{CaCert, ResealedCredential};
 use crate::model::energy::EnergyReport;
 use crate::model::job::{JobSpec, Outcome};
+use crate::model::job_update::JobUpdate;
 use crate::model::node::{EdgeTerms, Inventory, NodeStatus};
 use crate::model::partition::{PartitionSpec, SliceBind};
 use crate::model::registry::SealedCredential;
@@ -122,6 +123,10 @@ pub enum Command {
         spec: JobSpec,
         #[serde(default)]
         idempotency_key: Option<String>,
+        /// Held from the start (`--hold`): pending, not placed until released. Only protocol
+        /// 12 agents read it.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        hold: bool,
     },
     CancelJob {
         job: JobId,
@@ -141,6 +146,22 @@ pub enum Command {
     HoldArray {
         array: JobId,
         hold: bool,
+    },
+    /// Change a pending job's priority, time limit (shorter only) or GPU count; with `array`,
+    /// every pending task of array `job` alike. Only protocol 12 agents read it.
+    UpdateJob {
+        job: JobId,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        array: bool,
+        update: JobUpdate,
+    },
+    /// Queue a job again: a live one is stopped and requeued without spending an attempt; an
+    /// ended one is pending again with its attempts renewed. Only protocol 12 agents read it.
+    RequeueJob {
+        job: JobId,
+        /// Every task of array `job` that is not pending.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        array: bool,
     },
     /// The scheduler's placements, each re-validated on apply.
     BindJobs {
@@ -379,6 +400,11 @@ pub const PROTOCOL_10: u32 = 10;
 /// them and place the job at once.
 pub const PROTOCOL_11: u32 = 11;
 
+/// The internal protocol version that added updates of pending jobs (`UpdateJob`), requeues
+/// (`RequeueJob`) and holds at submission (`SubmitJob::hold`): an older agent cannot read the
+/// first two and would place a job submitted held.
+pub const PROTOCOL_12: u32 = 12;
+
 /// The internal protocol version that added exactly-once writes (`LogEntry::request`: an
 /// older agent would apply a request's second copy, which the others answer without applying)
 /// and `ForgetExpired`.
@@ -401,6 +427,9 @@ impl Command {
     /// it only once every member has registered with at least this version.
     pub fn protocol(&self) -> u32 {
         match self {
+            Command::UpdateJob { .. }
+            | Command::RequeueJob { .. }
+            | Command::SubmitJob { hold: true, .. } => PROTOCOL_12,
             Command::HoldJob { .. } | Command::CancelArray { .. } | Command::HoldArray { .. } => {
                 PROTOCOL_11
             }
@@ -538,16 +567,26 @@ impl fmt::Display for Command {
             Command::SubmitJob {
                 spec,
                 idempotency_key,
+                hold,
             } => write!(
                 f,
-                "submit {:?} gpus={} key={}",
+                "submit {:?} gpus={} key={}{}",
                 spec.name,
                 spec.gpus,
-                idempotency_key.as_deref().unwrap_or("-")
+                idempotency_key.as_deref().unwrap_or("-"),
+                if *hold { " held" } else { "" }
             ),
             Command::CancelJob { job } => write!(f, "cancel j-{job}"),
             Command::HoldJob { job, hold } => {
                 write!(f, "{} j-{job}", if *hold { "hold" } else { "release" })
+            }
+            Command::UpdateJob { job, array, update } => {
+                let what = if *array { "array " } else { "" };
+                write!(f, "update {what}j-{job} {update}")
+            }
+            Command::RequeueJob { job, array } => {
+                let what = if *array { "array " } else { "" };
+                write!(f, "requeue {what}j-{job}")
             }
             Command::CancelArray { array } => write!(f, "cancel array j-{array}"),
             Command::HoldArray { array, hold } => {
@@ -902,6 +941,7 @@ mod tests {
                     ..spec.clone()
                 },
                 idempotency_key: None,
+                hold: false,
             })
         };
         let mig = sliced(
@@ -1022,6 +1062,7 @@ mod tests {
             Command::SubmitJob {
                 spec,
                 idempotency_key: Some("k".into()),
+                hold: false,
             },
             Command::CancelJob { job: 7 },
             Command::HoldJob { job: 7, hold: true },
@@ -1029,6 +1070,19 @@ mod tests {
             Command::HoldArray {
                 array: 7,
                 hold: true,
+            },
+            Command::UpdateJob {
+                job: 7,
+                array: true,
+                update: JobUpdate {
+                    priority: Some(3),
+                    wall_time_limit_s: Some(60),
+                    gpus: Some(2),
+                },
+            },
+            Command::RequeueJob {
+                job: 7,
+                array: true,
             },
             Command::BindJobs {
                 binds: vec![Bind {
@@ -1295,6 +1349,7 @@ mod tests {
         let submit = |spec| Command::SubmitJob {
             spec,
             idempotency_key: None,
+            hold: false,
         };
         let mut sliced = spec.clone();
         sliced.slice = Some(crate::model::partition::SliceRequest::Mig {
@@ -1317,6 +1372,7 @@ mod tests {
         let submit = |spec| Command::SubmitJob {
             spec,
             idempotency_key: None,
+            hold: false,
         };
         let after = JobSpec {
             after: crate::model::dependency::parse_dependencies("ok:j-1").expect("parses"),
@@ -1339,6 +1395,33 @@ mod tests {
             hold: false,
         };
         assert_eq!(hold.protocol(), PROTOCOL_11);
+    }
+
+    /// A version 11 agent cannot read an update or a requeue, and would place a job
+    /// submitted held.
+    #[test]
+    fn updates_requeues_and_holds_at_submission_wait_for_protocol_12() {
+        let submit = |hold| Command::SubmitJob {
+            spec: JobSpec {
+                name: "n".into(),
+                ..JobSpec::default()
+            },
+            idempotency_key: None,
+            hold,
+        };
+        assert_eq!(submit(true).protocol(), PROTOCOL_12);
+        assert!(submit(false).protocol() < PROTOCOL_12);
+        let update = Command::UpdateJob {
+            job: 1,
+            array: false,
+            update: JobUpdate::default(),
+        };
+        assert_eq!(update.protocol(), PROTOCOL_12);
+        let requeue = Command::RequeueJob {
+            job: 1,
+            array: false,
+        };
+        assert_eq!(requeue.protocol(), PROTOCOL_12);
     }
 
     /// A version 2 agent would drop an account it cannot read (and run the job as its own
@@ -1370,15 +1453,18 @@ mod tests {
                 Command::SubmitJob {
                     mut spec,
                     idempotency_key,
+                    hold: false,
                 } => {
                     plain.push(Command::SubmitJob {
                         spec: spec.clone(),
                         idempotency_key: idempotency_key.clone(),
+                        hold: false,
                     });
                     spec.account.clone_from(&alice);
                     carrying.push(Command::SubmitJob {
                         spec,
                         idempotency_key,
+                        hold: false,
                     });
                 }
                 _ => {}
@@ -1421,6 +1507,7 @@ mod tests {
         let submit = Command::SubmitJob {
             spec: spec.clone(),
             idempotency_key: None,
+            hold: false,
         };
         assert_eq!(submit.protocol(), PROTOCOL_4);
         let plain = Command::SubmitJob {
@@ -1429,6 +1516,7 @@ mod tests {
                 ..spec
             },
             idempotency_key: None,
+            hold: false,
         };
         assert_eq!(plain.protocol(), 1);
         let tenant = crate::model::tenant::TenantRecord {

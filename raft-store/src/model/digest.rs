@@ -73,6 +73,7 @@ mod tests {
                 Command::SubmitJob {
                     spec: spec("b"),
                     idempotency_key: Some("k2".into()),
+                    hold: false,
                 },
             ),
             entry(
@@ -80,6 +81,7 @@ mod tests {
                 Command::SubmitJob {
                     spec: spec("a"),
                     idempotency_key: Some("k1".into()),
+                    hold: false,
                 },
             ),
         ]

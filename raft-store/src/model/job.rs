@@ -356,6 +356,9 @@ pub struct Job {
     pub cancel_requested: bool,
     #[serde(default)]
     pub evict_requested: bool,
+    /// Its eviction was asked for by `job requeue` (the reason it is pending again says so).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub requeue_requested: bool,
     #[serde(default)]
     pub bound_at_ms: Option<u64>,
     #[serde(default)]
@@ -428,6 +431,7 @@ impl Job {
             outcome: None,
             cancel_requested: false,
             evict_requested: false,
+            requeue_requested: false,
             bound_at_ms: None,
             started_at_ms: None,
             finished_at_ms: None,

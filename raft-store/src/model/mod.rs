@@ -16,6 +16,7 @@ pub mod digest;
 pub mod energy;
 pub mod job;
 pub(crate) mod job_log;
+pub(crate) mod job_update;
 pub(crate) mod kept_index;
 pub mod mig;
 pub mod node;

@@ -87,6 +87,7 @@ mod tests {
             Command::SubmitJob {
                 spec,
                 idempotency_key: None,
+                hold: false,
             },
         );
         let binds = vec![Bind {

@@ -63,12 +63,15 @@ pub(crate) fn vouch(
     for action in rights_needed(state, &proposal.cmd)? {
         identity.may(action)?;
     }
-    if let Command::SubmitJob { spec, .. } = &proposal.cmd {
-        tenant::check_priority(
-            spec.priority,
-            state.tenants.get(&spec.tenant),
-            identity.role,
-        )?;
+    let priority = match &proposal.cmd {
+        Command::SubmitJob { spec, .. } => Some((spec.priority, spec.tenant.as_str())),
+        Command::UpdateJob { job, update, .. } => update
+            .priority
+            .zip(state.jobs.get(job).map(|j| j.spec.tenant.as_str())),
+        _ => None,
+    };
+    if let Some((priority, of)) = priority {
+        tenant::check_priority(priority, state.tenants.get(of), identity.role)?;
     }
     if let Command::RecordCertificate {
         cert,
@@ -111,7 +114,9 @@ fn rights_needed<'a>(state: &'a ClusterState, cmd: &'a Command) -> Result<Vec<Ac
         Command::CancelJob { job }
         | Command::HoldJob { job, .. }
         | Command::CancelArray { array: job }
-        | Command::HoldArray { array: job, .. } => {
+        | Command::HoldArray { array: job, .. }
+        | Command::UpdateJob { job, .. }
+        | Command::RequeueJob { job, .. } => {
             let tenant = state.jobs.get(job).map_or("", |j| j.spec.tenant.as_str());
             vec![Action::WriteJob(tenant)]
         }

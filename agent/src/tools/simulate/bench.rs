@@ -61,6 +61,7 @@ pub fn setup(
             cmd: Command::SubmitJob {
                 spec,
                 idempotency_key: None,
+                hold: false,
             },
             meta: None,
             request: None,

@@ -21,6 +21,7 @@ impl ClusterState {
         spec: &JobSpec,
         key: Option<&str>,
         waiting: &BTreeSet<JobId>,
+        hold: bool,
         now: u64,
     ) {
         let tasks: Vec<Option<ArrayTask>> = match &spec.array {
@@ -38,6 +39,7 @@ impl ClusterState {
         for (id, task) in (first..).zip(tasks) {
             let mut job = Job::pending(id, spec.clone(), key.map(str::to_owned), now);
             job.array_task = task;
+            job.held = hold;
             self.jobs.insert(id, job);
             self.job_log.record(id);
             if !waiting.is_empty() {

@@ -15,6 +15,7 @@ impl ClusterState {
         &mut self,
         spec: &JobSpec,
         key: Option<&str>,
+        hold: bool,
         now: u64,
         meta: Option<&RequestMeta>,
     ) -> Result<ApplyResult, Rejection> {
@@ -50,7 +51,7 @@ impl ClusterState {
         if let Some(scoped) = scoped {
             self.idempotency.insert(scoped, id);
         }
-        self.insert_submitted(id, spec, key, &waiting, now);
+        self.insert_submitted(id, spec, key, &waiting, hold, now);
         Ok(ApplyResult::JobSubmitted {
             job: id,
             existing: false,
@@ -77,7 +78,7 @@ impl ClusterState {
     }
 
     /// A tenant with a cap on pending jobs gets no more (`jobs` more) beyond that many.
-    fn check_pending_cap(&self, spec: &JobSpec, jobs: u64) -> Result<(), Rejection> {
+    pub(super) fn check_pending_cap(&self, spec: &JobSpec, jobs: u64) -> Result<(), Rejection> {
         let Some(cap) = self
             .tenants
             .get(&spec.tenant)
@@ -255,6 +256,7 @@ impl ClusterState {
             run.finished_at_ms = Some(now);
         }
         let retry = retry_after(j, outcome);
+        let requeue_requested = std::mem::take(&mut j.requeue_requested);
         j.cancel_requested = false;
         j.evict_requested = false;
         let requeue = match outcome {
@@ -278,6 +280,9 @@ impl ClusterState {
                 j.state = JobState::Pending;
                 j.reason = Some(match (outcome, j.preempted_for, retry) {
                     (Outcome::Evicted, Some(by), _) => format!("requeued: preempted for j-{by}"),
+                    (Outcome::Evicted, None, _) if requeue_requested => {
+                        "requeued on request".to_owned()
+                    }
                     (_, _, Some(delay_s)) => {
                         j.not_before_ms = Some(now.saturating_add(delay_s.saturating_mul(1000)));
                         format!("requeued: {outcome}; {}", j.retry_note(delay_s))

@@ -22,3 +22,4 @@ mod preemption;
 mod scheduler;
 mod tenants;
 mod tokens;
+mod updates;
