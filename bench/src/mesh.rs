@@ -37,6 +37,7 @@ pub fn submission(seq: u64) -> pb::SubmitJobRequest {
             ..Default::default()
         }),
         idempotency_key: format!("bench-{seq:016x}"),
+        hold: false,
     }
 }
 

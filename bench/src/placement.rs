@@ -36,6 +36,7 @@ pub async fn measure(
         let req = pb::SubmitJobRequest {
             spec: Some(gpu_tests::shell_job("bench-placed", 1, "exit 0")),
             idempotency_key: format!("bench-placed-{run}-{i}"),
+            hold: false,
         };
         let job = client.submit_job(req).await?.into_inner().job_id;
         submitted.insert(job, at_ms);

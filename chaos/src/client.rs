@@ -166,6 +166,7 @@ impl Client {
                 Keyed::Idempotency => key.to_owned(),
                 Keyed::RequestId => String::new(),
             },
+            hold: false,
         };
         let connected = self
             .connect(via, msg, deadline)

@@ -650,33 +650,8 @@ pub(crate) enum GpuVerb {
 pub(crate) enum JobVerb {
     /// Queue a job: `gpuctl job submit --gpus 2 -- python train.py --lr 0.1`.
     Submit(Box<SubmitArgs>),
-    /// Jobs, optionally filtered by state, node and tenant.
-    List {
-        /// Only jobs in this state; repeat or separate with commas.
-        #[arg(long = "state", value_enum, ignore_case = true, value_delimiter = ',')]
-        states: Vec<JobStateArg>,
-        /// Only jobs placed on this node (3 or n3).
-        #[arg(long, value_parser = ids::node_id)]
-        node: Option<u64>,
-        /// Only this tenant's jobs.
-        #[arg(long)]
-        tenant: Option<String>,
-        /// At most this many jobs [default: all].
-        #[arg(long)]
-        limit: Option<u32>,
-        /// Finished jobs only, archived ones included, in the order they ended.
-        #[arg(long)]
-        finished: bool,
-        /// With --finished: only those that ended within this long (7d, 12h) [default: 1d].
-        #[arg(long, requires = "finished", value_parser = units::age)]
-        since: Option<Duration>,
-        /// Every task of an array on a line of its own [default: one line per array].
-        #[arg(long)]
-        tasks: bool,
-        /// Answer from the contacted agent's replica without asking the leader.
-        #[arg(long)]
-        stale: bool,
-    },
+    /// Jobs, optionally filtered (state, node, tenant, user, name, labels, age).
+    List(JobListArgs),
     /// One job in detail.
     Get {
         /// Job id: 42 or j-42; an array's task: j-7[3].
@@ -754,6 +729,49 @@ pub(crate) struct JobSelection {
     /// This tenant's jobs.
     #[arg(long)]
     pub tenant: Option<String>,
+}
+
+/// `job list`: the filters are applied by the agent, which answers in pages.
+#[derive(Args, Debug)]
+pub(crate) struct JobListArgs {
+    /// Only jobs in this state; repeat or separate with commas.
+    #[arg(long = "state", value_enum, ignore_case = true, value_delimiter = ',')]
+    pub states: Vec<JobStateArg>,
+    /// Only jobs placed on this node (3 or n3).
+    #[arg(long, value_parser = ids::node_id)]
+    pub node: Option<u64>,
+    /// Only this tenant's jobs.
+    #[arg(long)]
+    pub tenant: Option<String>,
+    /// Only jobs submitted by this token (its id, as `gpuctl token whoami` shows it).
+    #[arg(long)]
+    pub user: Option<String>,
+    /// Only jobs whose name matches this glob (`*`, `?`), e.g. 'sweep-*'.
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Only jobs carrying this label (KEY=VALUE, given with `job submit --label`); repeatable.
+    #[arg(short = 'l', long = "label", value_name = "KEY=VALUE", value_parser = args::key_value)]
+    pub labels: Vec<(String, String)>,
+    /// At most this many jobs [default: all].
+    #[arg(long)]
+    pub limit: Option<u32>,
+    /// Finished jobs only, archived ones included, in the order they ended.
+    #[arg(long, conflicts_with = "watch")]
+    pub finished: bool,
+    /// Only jobs submitted within this long (7d, 12h); with --finished: that ended within it
+    /// [default with --finished: 1d].
+    #[arg(long, value_parser = units::age)]
+    pub since: Option<Duration>,
+    /// Every task of an array on a line of its own [default: one line per array].
+    #[arg(long)]
+    pub tasks: bool,
+    /// List, then print each matching job again whenever it changes, until interrupted (with
+    /// -o json: one JSON object per line).
+    #[arg(short = 'w', long)]
+    pub watch: bool,
+    /// Answer from the contacted agent's replica without asking the leader.
+    #[arg(long)]
+    pub stale: bool,
 }
 
 /// What `job update` changes (at least one).
@@ -883,6 +901,10 @@ pub(crate) struct SubmitArgs {
     /// At most one job of the tenant with this job's name runs at a time.
     #[arg(long)]
     pub singleton: bool,
+    /// A label of the job's own (KEY=VALUE) to select it by (`job list -l KEY=VALUE`);
+    /// repeatable.
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = args::key_value)]
+    pub labels: Vec<(String, String)>,
     /// Submit held: the job is pending but not placed until `gpuctl job release`.
     #[arg(long)]
     pub hold: bool,
@@ -1198,7 +1220,7 @@ mod tests {
 
     #[test]
     fn job_states_ignore_case() {
-        let Noun::Job(JobVerb::List { states, .. }) = parse(&[
+        let Noun::Job(JobVerb::List(JobListArgs { states, .. })) = parse(&[
             "job",
             "list",
             "--state",

@@ -172,6 +172,17 @@ impl JobService for Fake {
         Ok(Response::new(job))
     }
 
+    type WatchJobsStream = std::pin::Pin<
+        Box<dyn futures::Stream<Item = Result<pb::WatchJobsResponse, Status>> + Send>,
+    >;
+
+    async fn watch_jobs(
+        &self,
+        _req: Request<pb::ListJobsRequest>,
+    ) -> Result<Response<Self::WatchJobsStream>, Status> {
+        Err(Status::unimplemented("no watches here"))
+    }
+
     async fn requeue_job(
         &self,
         req: Request<pb::RequeueJobRequest>,

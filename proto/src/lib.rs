@@ -1,8 +1,11 @@
 //! gpumesh wire protocol: generated code for the public `gpumesh.v1` API and the internal
-//! `gpumesh.internal.v1` peer API. No other logic lives here, only the tiny connection helpers
-//! every client shares (`tls`).
+//! `gpumesh.internal.v1` peer API. No other logic lives here, only the tiny helpers every
+//! client shares: connections (`tls`) and the API's globs (`glob`).
 
+mod glob;
 pub mod tls;
+
+pub use glob::glob_matches;
 
 /// The public API that `gpuctl` and other clients use.
 #[allow(clippy::all, clippy::pedantic, missing_docs)]

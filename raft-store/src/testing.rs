@@ -73,9 +73,10 @@ pub fn submit(s: &mut ClusterState, spec: JobSpec, key: Option<&str>) -> ApplyRe
     s.apply(&at(
         1,
         Command::SubmitJob {
-            spec,
+            spec: Box::new(spec),
             idempotency_key: key.map(Into::into),
             hold: false,
+            owner: None,
         },
     ))
 }

@@ -26,9 +26,10 @@ fn cluster() -> ClusterState {
     s.apply(&at(
         2,
         Command::SubmitJob {
-            spec,
+            spec: Box::new(spec),
             idempotency_key: None,
             hold: false,
+            owner: None,
         },
     ));
     let bound = s.apply(&at(

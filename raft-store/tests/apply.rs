@@ -63,12 +63,13 @@ fn rejected_commands_change_nothing() {
             remove: BTreeSet::new(),
         },
         Command::SubmitJob {
-            spec: JobSpec {
+            spec: Box::new(JobSpec {
                 command: vec![],
                 ..spec(1)
-            },
+            }),
             idempotency_key: None,
             hold: false,
+            owner: None,
         },
         Command::CancelJob { job: 99 },
         Command::JobStarted {
@@ -252,9 +253,10 @@ fn a_stamped_request_applied_twice_takes_effect_once_and_answers_the_same() {
         let mut entry = by(
             "alice",
             Command::SubmitJob {
-                spec: spec(1),
+                spec: Box::new(spec(1)),
                 idempotency_key: None,
                 hold: false,
+                owner: None,
             },
         );
         entry.proposed_at_ms = at_ms;
@@ -342,9 +344,10 @@ fn expired_certificate_records_and_old_idempotency_keys_are_forgotten() {
     let again = s.apply(&at(
         later,
         Command::SubmitJob {
-            spec: spec(1),
+            spec: Box::new(spec(1)),
             idempotency_key: Some("k".into()),
             hold: false,
+            owner: None,
         },
     ));
     assert!(
@@ -590,9 +593,10 @@ fn assert_exclusive(s: &ClusterState) {
 fn arb_command() -> impl Strategy<Value = Command> {
     prop_oneof![
         (0u32..4).prop_map(|g| Command::SubmitJob {
-            spec: spec(g),
+            spec: Box::new(spec(g)),
             idempotency_key: None,
-            hold: false
+            hold: false,
+            owner: None
         }),
         (1u64..8, 1u64..4, proptest::collection::vec(0u32..3, 0..4)).prop_map(
             |(job, node, gpus)| Command::BindJobs {
@@ -688,9 +692,10 @@ fn a_batch_inside_a_batch_is_refused_and_changes_nothing() {
             entries: vec![at(
                 1,
                 Command::SubmitJob {
-                    spec: spec(1),
+                    spec: Box::new(spec(1)),
                     idempotency_key: None,
                     hold: false,
+                    owner: None,
                 },
             )],
         },
@@ -840,9 +845,10 @@ fn every_api_request_leaves_exactly_one_chained_audit_entry() {
         by(
             "root",
             Command::SubmitJob {
-                spec: spec(1),
+                spec: Box::new(spec(1)),
                 idempotency_key: None,
                 hold: false,
+                owner: None,
             },
         ),
         by("root", Command::CancelJob { job: 999 }),

@@ -37,9 +37,10 @@ fn history() -> Vec<Entry> {
     let mut out = Vec::new();
     for n in 1..=3 {
         let submit = Command::SubmitJob {
-            spec: spec(0),
+            spec: Box::new(spec(0)),
             idempotency_key: None,
             hold: false,
+            owner: None,
         };
         out.push(entry(n, submit, meta(n)));
     }

@@ -297,12 +297,13 @@ fn bad_submissions_are_refused_and_change_nothing() {
         by(
             "u",
             Command::SubmitJob {
-                spec: JobSpec {
+                spec: Box::new(JobSpec {
                     tenant: "a".into(),
                     ..spec
-                },
+                }),
                 idempotency_key: Some("k".into()),
                 hold: false,
+                owner: None,
             },
         )
     };
@@ -403,13 +404,14 @@ fn a_stale_stamp_is_refused_and_a_retry_finds_its_job() {
         by(
             actor,
             Command::SubmitJob {
-                spec: JobSpec {
+                spec: Box::new(JobSpec {
                     tenant: "a".into(),
                     account: a.map(account),
                     ..spec(1)
-                },
+                }),
                 idempotency_key: Some(key.into()),
                 hold: false,
+                owner: None,
             },
         )
     };
@@ -459,9 +461,10 @@ fn a_stale_stamp_is_refused_and_a_retry_finds_its_job() {
         s.apply(&at(
             5,
             Command::SubmitJob {
-                spec: spec(1),
+                spec: Box::new(spec(1)),
                 idempotency_key: None,
-                hold: false
+                hold: false,
+                owner: None
             }
         )),
         ApplyResult::JobSubmitted { .. }

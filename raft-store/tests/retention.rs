@@ -22,9 +22,10 @@ fn retention(max_age_ms: u64, keep: u64, audit_keep: u64) -> Retention {
 
 fn submit_at(s: &mut ClusterState, ms: u64, key: Option<&str>) -> u64 {
     let cmd = Command::SubmitJob {
-        spec: spec(0),
+        spec: Box::new(spec(0)),
         idempotency_key: key.map(Into::into),
         hold: false,
+        owner: None,
     };
     match s.apply(&at(ms, cmd)) {
         ApplyResult::JobSubmitted { job, .. } => job,
@@ -130,9 +131,10 @@ fn an_archived_jobs_key_still_answers_retries_until_it_expires() {
     archive(&mut s, 35 * MINUTE, retention(20 * MINUTE, 100, 100));
     assert!(!s.jobs.contains_key(&1) && !s.idempotency.contains_key("default/k"));
     let retry = Command::SubmitJob {
-        spec: spec(0),
+        spec: Box::new(spec(0)),
         idempotency_key: Some("k".into()),
         hold: false,
+        owner: None,
     };
     assert_eq!(
         s.apply(&at(36 * MINUTE, retry.clone())),
@@ -142,9 +144,10 @@ fn an_archived_jobs_key_still_answers_retries_until_it_expires() {
         }
     );
     let other = Command::SubmitJob {
-        spec: spec(1),
+        spec: Box::new(spec(1)),
         idempotency_key: Some("k".into()),
         hold: false,
+        owner: None,
     };
     let before = s.clone();
     match s.apply(&at(36 * MINUTE, other)) {

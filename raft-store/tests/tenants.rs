@@ -174,9 +174,10 @@ fn gpu_time_is_accounted_per_run_by_type() {
         &mut s,
         0,
         Command::SubmitJob {
-            spec,
+            spec: Box::new(spec),
             idempotency_key: None,
             hold: false,
+            owner: None,
         },
     );
     let bind = |gpus: Vec<u32>| Command::BindJobs {

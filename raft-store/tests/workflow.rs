@@ -391,13 +391,14 @@ fn a_requeued_running_job_comes_back_without_spending_an_attempt_and_an_ended_on
 fn a_job_submitted_held_waits_for_its_release() {
     let mut s = cluster();
     let held = Command::SubmitJob {
-        spec: array("0-1"),
+        spec: Box::new(array("0-1")),
         idempotency_key: None,
         hold: true,
+        owner: None,
     };
     let head = submitted(s.apply(&at(1, held)));
     assert!(s.jobs[&head].held && s.jobs[&(head + 1)].held);
-    assert!(bind(&mut s, head, 0).unwrap_err().contains("held"));
+    assert!(bind(&mut s, head, 0).expect_err("held").contains("held"));
     let release = Command::HoldArray {
         array: head,
         hold: false,

@@ -63,9 +63,10 @@ pub fn submit_request(data: &[u8]) {
     let entry = LogEntry {
         proposed_at_ms: 1,
         cmd: Command::SubmitJob {
-            spec,
+            spec: Box::new(spec),
             idempotency_key: None,
             hold: false,
+            owner: None,
         },
         meta: None,
         request: None,

@@ -646,6 +646,7 @@ impl Cluster {
         let req = pb::SubmitJobRequest {
             spec: Some(spec),
             idempotency_key: key.to_owned(),
+            hold: false,
         };
         Ok(c.submit_job(req).await?.into_inner())
     }

@@ -94,9 +94,10 @@ fn log_entry() {
         gpu_agent::api::from_proto::spec(shell_job("train", 2, "sleep 1")).expect("a plain spec");
     let samples = vec![
         entry(Command::SubmitJob {
-            spec,
+            spec: Box::new(spec),
             idempotency_key: Some("k".into()),
             hold: false,
+            owner: None,
         }),
         entry(Command::CancelJob { job: 1 }),
         entry(Command::RegisterNode {
@@ -163,6 +164,7 @@ fn submit_request() {
             pb::SubmitJobRequest {
                 spec: Some(shell_job("train", gpus, "echo hi")),
                 idempotency_key: "key".into(),
+                hold: false,
             }
             .encode_to_vec()
         })

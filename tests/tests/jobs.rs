@@ -288,6 +288,7 @@ async fn submit_keyless(
     let mut req = tonic::Request::new(pb::SubmitJobRequest {
         spec: Some(spec),
         idempotency_key: String::new(),
+        hold: false,
     });
     req.metadata_mut()
         .insert("x-request-id", request_id.parse().expect("header"));

@@ -45,6 +45,7 @@ async fn submit_as(
     let req = pb::SubmitJobRequest {
         spec: Some(spec),
         idempotency_key: String::new(),
+        hold: false,
     };
     Ok(client.submit_job(req).await?.into_inner().job_id)
 }

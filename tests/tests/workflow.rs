@@ -1,7 +1,9 @@
 //! What Slurm users reach for, on real agents and the real `gpuctl`: a three-stage pipeline of
 //! dependencies whose middle stage fails ends its last stage with the never-satisfied reason;
 //! `job cancel --name GLOB` cancels exactly the matching jobs; a held job with its dependency
-//! met stays pending until it is released, then runs; an unknown dependency is refused.
+//! met stays pending until it is released, then runs; an unknown dependency is refused; a
+//! held job is updated, a failed one requeued, `job list` filters on the server and `--watch`
+//! prints each change.
 
 use std::process::Output;
 use std::time::Duration;
@@ -248,4 +250,132 @@ async fn the_docs_slurm_batch_script_runs_unchanged() {
             "{line}"
         );
     }
+}
+
+/// `job list` with the server's filters (labels, name glob, user) over `gpuctl`.
+fn listed(c: &Cluster, filters: &[&str]) -> Vec<u64> {
+    let args = [&["-o", "json", "job", "list", "--tasks"][..], filters].concat();
+    let out = gpuctl(c, &args);
+    assert!(out.status.success(), "list: {}", text(&out.stderr));
+    let jobs: Vec<Value> = serde_json::from_slice(&out.stdout).expect("JSON");
+    jobs.iter().filter_map(|j| j["id"].as_u64()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn second_thoughts_and_queries_update_requeue_filter_and_watch() {
+    let c = Cluster::start(3, 3, "").await;
+    // A watch opened first sees every change after it, printed as JSON lines.
+    let mut watch = c
+        .gpuctl()
+        .args(["--endpoint", c.addr(1), "-o", "json", "job", "list", "-w"])
+        .args(["--name", "flaky"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("run gpuctl job list -w");
+    let lines = watch_lines(watch.stdout.take().expect("stdout"));
+
+    let held = submit(
+        &c,
+        "big",
+        &["--hold", "--label", "team=vision", "--time-limit", "1h"],
+        "true",
+    );
+    let flaky = submit(
+        &c,
+        "flaky",
+        &["--label", "team=nlp"],
+        "test \"$GPUMESH_GENERATION\" -gt 1 || exit 3",
+    );
+    let owner = job(&c, held)["submitted_by"]
+        .as_str()
+        .expect("an owner")
+        .to_owned();
+    assert!(!owner.is_empty());
+    assert_eq!(listed(&c, &["-l", "team=vision"]), [held]);
+    assert_eq!(listed(&c, &["--name", "fl*", "--user", &owner]), [flaky]);
+    assert!(listed(&c, &["--user", "nobody"]).is_empty());
+
+    // Update a held job: a shorter limit, more GPUs, a priority; a longer limit is refused.
+    let out = gpuctl(
+        &c,
+        &[
+            "job",
+            "update",
+            &format!("j-{held}"),
+            "--gpus",
+            "2",
+            "--time-limit",
+            "30m",
+            "--priority",
+            "5",
+        ],
+    );
+    assert!(out.status.success(), "update: {}", text(&out.stderr));
+    let updated = job(&c, held);
+    assert_eq!(
+        (
+            updated["gpus"].as_u64(),
+            updated["wall_time_limit_s"].as_u64()
+        ),
+        (Some(2), Some(1800))
+    );
+    assert_eq!(
+        (updated["priority"].as_i64(), updated["held"].as_bool()),
+        (Some(5), Some(true))
+    );
+    let longer = gpuctl(
+        &c,
+        &["job", "update", &format!("j-{held}"), "--time-limit", "2h"],
+    );
+    assert!(!longer.status.success());
+    assert!(
+        text(&longer.stderr).contains("only be shortened"),
+        "{}",
+        text(&longer.stderr)
+    );
+
+    // The flaky job fails once; requeued, it runs again in its own directory and succeeds.
+    let failed = c.wait_job(flaky, WAIT, is_terminal).await;
+    assert_eq!(state(&failed), pb::JobState::Failed, "{failed:?}");
+    let out = gpuctl(&c, &["job", "requeue", &format!("j-{flaky}")]);
+    assert!(out.status.success(), "requeue: {}", text(&out.stderr));
+    let done = c
+        .wait_job(flaky, WAIT, |j| state(j) == pb::JobState::Succeeded)
+        .await;
+    assert_eq!(done.runs.len(), 2, "{done:?}");
+
+    // The watch saw the job fail and then succeed.
+    let mut states = Vec::new();
+    let deadline = std::time::Instant::now() + WAIT;
+    while !states.iter().any(|s| s == "succeeded") {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let line = lines
+            .recv_timeout(left)
+            .expect("the watch prints the job's end");
+        let j: Value = serde_json::from_str(&line).expect("a JSON line");
+        if j["id"].as_u64() == Some(flaky) {
+            states.push(j["state"].as_str().unwrap_or_default().to_owned());
+        }
+    }
+    let _ = watch.kill();
+    let _ = watch.wait();
+    assert!(states.contains(&"failed".to_owned()), "{states:?}");
+    assert_eq!(job(&c, held)["state"], "pending", "still held");
+}
+
+/// The lines a child writes to `stdout`, as they come.
+fn watch_lines(stdout: std::process::ChildStdout) -> std::sync::mpsc::Receiver<String> {
+    use std::io::BufRead;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
 }

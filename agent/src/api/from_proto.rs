@@ -68,6 +68,7 @@ pub fn spec(p: pb::JobSpec) -> Result<JobSpec, String> {
     };
     Ok(JobSpec {
         after,
+        labels: p.labels.into_iter().collect(),
         singleton: p.singleton,
         array,
         account: None,

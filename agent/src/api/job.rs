@@ -2,6 +2,7 @@
 //! ran them.
 
 use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
 
 use gpu_proto::internal::v1::ReadRunLogRequest;
 use gpu_proto::v1 as pb;
@@ -11,12 +12,15 @@ use gpu_raft_store::{
     ApplyResult, ClusterState, Command, Job, JobId, JobSpec, JobState, JobUpdate, Rejection,
     slice_fit, tenant, validate,
 };
+use tokio::sync::Semaphore;
 use tonic::{Request, Response, Status};
 
 use crate::api::auth::rbac::Action;
 use crate::api::auth::{Auth, Caller};
 use crate::api::from_proto;
+use crate::api::job_filter::JobFilter;
 use crate::api::job_list::{DEFAULT_PAGE, MAX_PAGE, fold, page_of};
+use crate::api::job_watch::{self, WatchStream};
 use crate::api::log_target;
 use crate::api::logs::{self, LogRequest, LogStream};
 use crate::api::status::{invalid, rejected};
@@ -34,6 +38,8 @@ pub(crate) struct JobApi {
     pub jobs_dir: std::path::PathBuf,
     /// The most tasks one array may have (`api.max_array_tasks`).
     pub max_array_tasks: u64,
+    /// The open `WatchJobs` streams (`job_watch::MAX_WATCHERS` at most).
+    pub watchers: Arc<Semaphore>,
 }
 
 /// A job as the API shows it, with the UUIDs of its GPUs.
@@ -310,9 +316,10 @@ impl JobService for JobApi {
             .require(&caller, Action::WriteJob(&spec.tenant))
             .await?;
         let submit = |spec: JobSpec| Command::SubmitJob {
-            spec,
+            spec: Box::new(spec),
             idempotency_key: key.clone(),
             hold: r.hold,
+            owner: None,
         };
         let written = match self
             .cluster
@@ -368,13 +375,7 @@ impl JobService for JobApi {
     ) -> Result<Response<pb::ListJobsResponse>, Status> {
         let caller = self.auth.authenticate(&req, "job.list", "job/*").await?;
         let req = req.into_inner();
-        let mut states = Vec::new();
-        for s in &req.states {
-            states.push(
-                from_proto::job_state(*s)
-                    .ok_or_else(|| invalid(format!("unknown job state {s}")))?,
-            );
-        }
+        let filter = JobFilter::of(&req).map_err(invalid)?;
         if !req.stale {
             self.cluster.linearizable_read().await?;
         }
@@ -387,12 +388,7 @@ impl JobService for JobApi {
             n => (n as usize).min(page),
         };
         let visible = |tenant: &str| caller.identity.may(Action::ReadJob(tenant)).is_ok();
-        let wanted = |j: &Job| {
-            visible(&j.spec.tenant)
-                && (states.is_empty() || states.contains(&j.state))
-                && req.node_id.is_none_or(|n| j.on_node(n))
-                && (req.tenant.is_empty() || j.spec.tenant == req.tenant)
-        };
+        let wanted = |j: &Job| visible(&j.spec.tenant) && filter.matches(j);
         let (jobs, next_after_id) = match req.finished_since_ms {
             None => self.cluster.state.read(|s| {
                 let view = |j: &Job| job_view(s, j);
@@ -559,6 +555,19 @@ impl JobService for JobApi {
             )));
         };
         Ok(Response::new(Box::pin(upstream.into_inner())))
+    }
+
+    type WatchJobsStream = WatchStream;
+
+    async fn watch_jobs(
+        &self,
+        req: Request<pb::ListJobsRequest>,
+    ) -> Result<Response<WatchStream>, Status> {
+        let caller = self.auth.authenticate(&req, "job.watch", "job/*").await?;
+        let filter = JobFilter::of(req.get_ref()).map_err(invalid)?;
+        let permit = job_watch::admit(&self.watchers)?;
+        let stream = job_watch::watch(self.cluster.state.clone(), filter, caller.identity, permit);
+        Ok(Response::new(stream))
     }
 
     async fn explain_job(

@@ -100,9 +100,10 @@ mod tests {
         s.apply(&LogEntry {
             proposed_at_ms: 1,
             cmd: Command::SubmitJob {
-                spec,
+                spec: Box::new(spec),
                 idempotency_key: None,
                 hold: false,
+                owner: None,
             },
             meta: None,
             request: None,

@@ -33,6 +33,7 @@ use crate::api::cert::CertApi;
 use crate::api::cluster::ClusterApi;
 use crate::api::gpu::GpuApi;
 use crate::api::job::JobApi;
+use crate::api::job_watch;
 use crate::api::node::NodeApi;
 use crate::api::peer::{PeerService, check_protocol};
 use crate::api::scheduler::SchedulerApi;
@@ -193,6 +194,7 @@ fn register(router: Router, names: &mut Vec<&'static str>, s: Services) -> Route
         auth: auth.clone(),
         jobs_dir: s.jobs_dir,
         max_array_tasks: s.api.max_array_tasks,
+        watchers: job_watch::watchers(),
     };
     let gpu_api = GpuApi {
         cluster: cluster.clone(),

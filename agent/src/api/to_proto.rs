@@ -174,6 +174,7 @@ fn spec(s: &JobSpec) -> pb::JobSpec {
         retry_backoff_s: s.retry_backoff_s,
         after: s.after.iter().map(ToString::to_string).collect(),
         singleton: s.singleton,
+        labels: s.labels.clone().into_iter().collect(),
         array: s
             .array
             .as_ref()
@@ -246,6 +247,7 @@ pub(crate) fn job(j: &Job, uuids: &BTreeMap<u32, String>) -> pb::Job {
         array_index: j.array_task.map(|t| t.index),
         // Filled in by a folded list.
         array_task_states: Default::default(),
+        submitted_by: j.submitted_by.clone().unwrap_or_default(),
     }
 }
 

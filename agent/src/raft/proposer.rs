@@ -14,8 +14,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use gpu_raft_store::{
-    ApplyResult, ClusterState, Command, LogEntry, NodeId, PROTOCOL_2, PROTOCOL_9, Raft,
-    RequestStamp, StateReader, TypeConfig,
+    ApplyResult, ClusterState, Command, LogEntry, NodeId, PROTOCOL_2, PROTOCOL_9, PROTOCOL_12,
+    Raft, RequestStamp, StateReader, TypeConfig,
 };
 use openraft::error::ClientWriteError;
 use openraft::raft::ClientWriteResult;
@@ -224,7 +224,15 @@ async fn propose_batch(
 
 /// The entry `proposal` becomes at `now`; an API request's is stamped for exactly-once
 /// apply when every member speaks `PROTOCOL_9` (`lowest`).
-fn stamp(proposal: Proposal, now: u64, lowest: u32) -> LogEntry {
+fn stamp(mut proposal: Proposal, now: u64, lowest: u32) -> LogEntry {
+    // A submission records who made it (the actor the leader authenticated), once every
+    // replica keeps it.
+    if let (Command::SubmitJob { owner, .. }, Some(meta)) = (&mut proposal.cmd, &proposal.meta)
+        && lowest >= PROTOCOL_12
+        && !meta.actor.starts_with("system:")
+    {
+        *owner = Some(meta.actor.clone());
+    }
     let request = match &proposal.meta {
         Some(meta) if lowest >= PROTOCOL_9 => RequestStamp::of(meta, &proposal.cmd),
         _ => None,
@@ -374,6 +382,32 @@ mod tests {
         assert!(short.iter().all(|r| matches!(r, Err(Attempt::Fail(_)))));
         let stopped = fan_out(Err("raft stopped".into()), 2);
         assert!(stopped.iter().all(|r| matches!(r, Err(Attempt::Fail(_)))));
+    }
+
+    #[test]
+    fn a_submission_is_stamped_with_its_owner_only_when_every_member_keeps_it() {
+        let submit = Proposal {
+            cmd: Command::SubmitJob {
+                spec: Box::default(),
+                idempotency_key: None,
+                hold: false,
+                owner: None,
+            },
+            meta: Some(gpu_raft_store::RequestMeta {
+                actor: "alice".into(),
+                verb: "job.submit".into(),
+                object: "job/x".into(),
+                request_id: "r1".into(),
+                source: "10.0.0.9:5000".into(),
+            }),
+            credential: None,
+        };
+        let owner = |lowest| match stamp(submit.clone(), 5, lowest).cmd {
+            Command::SubmitJob { owner, .. } => owner,
+            other => panic!("{other}"),
+        };
+        assert_eq!(owner(PROTOCOL_12).as_deref(), Some("alice"));
+        assert_eq!(owner(PROTOCOL_12 - 1), None, "n-1 would drop it");
     }
 
     #[test]

@@ -216,9 +216,10 @@ fn an_unsatisfiable_gang_says_why_and_does_not_hold_the_queue() {
     let r = apply(
         &mut s,
         Command::SubmitJob {
-            spec: gang(2, 3),
+            spec: Box::new(gang(2, 3)),
             idempotency_key: None,
             hold: false,
+            owner: None,
         },
     );
     assert!(matches!(r, ApplyResult::Rejected { .. }), "{r:?}");

@@ -47,9 +47,10 @@ pub(crate) fn step_command(state: &ClusterState, step: &Step) -> Option<Command>
             let mut spec = spec(gpus, 0);
             spec.max_attempts = 3;
             Some(Command::SubmitJob {
-                spec,
+                spec: Box::new(spec),
                 idempotency_key: None,
                 hold: false,
+                owner: None,
             })
         }
         Step::Place => {

@@ -69,9 +69,10 @@ pub(crate) fn submit_at(s: &mut ClusterState, now_ms: u64, spec: JobSpec) {
         s,
         now_ms,
         Command::SubmitJob {
-            spec,
+            spec: Box::new(spec),
             idempotency_key: None,
             hold: false,
+            owner: None,
         },
     );
 }

@@ -41,45 +41,16 @@ use gpu_proto::v1 as pb;
 use gpu_proto::v1::job_service_client::JobServiceClient;
 
 use super::job_bulk::{self, Action};
-use super::job_view::{job_json, jobs_table, render_one, state_of};
-use super::{Answer, Ctx, Failure, job_logs, job_pages, job_submit, job_wait, job_why};
+use super::job_view::render_one;
+use super::{Answer, Ctx, Failure, job_list, job_logs, job_submit, job_wait, job_why};
 use crate::cli::JobVerb;
 use crate::ids::JobRef;
-
-/// How far back `job list --finished` looks without `--since`.
-const DEFAULT_FINISHED_SINCE: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
 
 pub(crate) async fn run(ctx: &Ctx, verb: JobVerb) -> Result<Answer, Failure> {
     let new = JobServiceClient::new;
     match verb {
         JobVerb::Submit(args) => job_submit::run(ctx, *args).await,
-        JobVerb::List {
-            states,
-            node,
-            tenant,
-            limit,
-            finished,
-            since,
-            tasks,
-            stale,
-        } => {
-            let since = since.unwrap_or(DEFAULT_FINISHED_SINCE);
-            let req = pb::ListJobsRequest {
-                states: states.into_iter().map(|s| state_of(s) as i32).collect(),
-                node_id: node,
-                tenant: tenant.unwrap_or_default(),
-                stale,
-                limit: limit.unwrap_or(0),
-                finished_since_ms: finished
-                    .then(|| now_ms().saturating_sub(since.as_millis() as u64)),
-                fold_arrays: !tasks,
-                // Finished jobs come in the order they ended, one page at most: the largest.
-                page_size: if finished { 5_000 } else { 0 },
-                after_id: 0,
-            };
-            let jobs = job_pages::list_all(ctx, req).await?;
-            Ok(ctx.answer_list(&jobs, job_json, |jobs| jobs_table(jobs, now_ms())))
-        }
+        JobVerb::List(args) => job_list::run(ctx, args).await,
         JobVerb::Get { id, stale } => {
             let req = pb::GetJobRequest {
                 id: id.id,
@@ -143,7 +114,7 @@ pub(super) async fn resolve(ctx: &Ctx, job: JobRef) -> Result<u64, Failure> {
     Ok(found.id)
 }
 
-fn now_ms() -> u64 {
+pub(super) fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))

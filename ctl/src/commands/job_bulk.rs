@@ -5,6 +5,7 @@
 //! JSON (stable): one id and no filter prints the job (as `job get`); otherwise an array of
 //! the jobs acted on.
 
+use gpu_proto::glob_matches;
 use gpu_proto::v1 as pb;
 use gpu_proto::v1::job_service_client::JobServiceClient;
 
@@ -164,57 +165,4 @@ async fn matching(ctx: &Ctx, selection: &JobSelection) -> Result<Vec<u64>, CallE
         })
         .map(|j| j.id)
         .collect())
-}
-
-/// Whether `text` matches the shell-style `glob` (`*` any run, `?` any one character).
-pub(crate) fn glob_matches(glob: &str, text: &str) -> bool {
-    let (g, t): (Vec<char>, Vec<char>) = (glob.chars().collect(), text.chars().collect());
-    // The classic two-pointer match with backtracking to the last star.
-    let (mut gi, mut ti) = (0, 0);
-    let mut star: Option<(usize, usize)> = None;
-    while ti < t.len() {
-        match g.get(gi) {
-            Some('*') => {
-                star = Some((gi, ti));
-                gi += 1;
-            }
-            Some(&c) if c == '?' || c == t[ti] => {
-                gi += 1;
-                ti += 1;
-            }
-            _ => match star {
-                Some((sg, st)) => {
-                    gi = sg + 1;
-                    ti = st + 1;
-                    star = Some((sg, st + 1));
-                }
-                None => return false,
-            },
-        }
-    }
-    g[gi..].iter().all(|&c| c == '*')
-}
-
-#[cfg(test)]
-mod tests {
-    use super::glob_matches;
-
-    #[test]
-    fn globs_match_like_a_shell() {
-        for (glob, text, want) in [
-            ("sweep-*", "sweep-12", true),
-            ("sweep-*", "sweep-", true),
-            ("sweep-*", "swee", false),
-            ("*", "", true),
-            ("a?c", "abc", true),
-            ("a?c", "ac", false),
-            ("*-lr-*-b?", "train-lr-0.1-b8", true),
-            ("*-lr-*-b?", "train-lr-0.1-b16", false),
-            ("exact", "exact", true),
-            ("exact", "exactly", false),
-            ("**a", "bba", true),
-        ] {
-            assert_eq!(glob_matches(glob, text), want, "{glob} vs {text}");
-        }
-    }
 }

@@ -94,6 +94,7 @@ fn request(
         gpu_types: args.gpu_types,
         min_gpu_memory_mib: args.min_gpu_memory.unwrap_or(0),
         node_selector: unique_map("--selector", args.selectors)?,
+        labels: unique_map("--label", args.labels)?,
         priority: args.priority,
         runtime_estimate_s: args.estimate,
         wall_time_limit_s: args.wall_time,

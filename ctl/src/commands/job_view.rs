@@ -73,6 +73,7 @@ pub(super) fn job_json(j: &pb::Job) -> Value {
     let spec = j.spec.clone().unwrap_or_default();
     let env: BTreeMap<&String, &String> = spec.env.iter().collect();
     let selector: BTreeMap<&String, &String> = spec.node_selector.iter().collect();
+    let labels: BTreeMap<&String, &String> = spec.labels.iter().collect();
     let mut spec_part = json!({
         "name": spec.name,
         "tenant": spec.tenant,
@@ -93,6 +94,7 @@ pub(super) fn job_json(j: &pb::Job) -> Value {
         "after": spec.after,
         "singleton": spec.singleton,
         "array": spec.array,
+        "labels": labels,
     });
     let status_part = json!({
         "id": j.id,
@@ -125,6 +127,7 @@ pub(super) fn job_json(j: &pb::Job) -> Value {
         "array_id": j.array_id,
         "array_index": j.array_index,
         "array_task_states": j.array_task_states.iter().collect::<BTreeMap<_, _>>(),
+        "submitted_by": j.submitted_by,
     });
     if let (Value::Object(all), Value::Object(status)) = (&mut spec_part, status_part) {
         all.extend(status);
@@ -272,6 +275,11 @@ pub(super) fn job_block(j: &pb::Job) -> String {
         let pairs: Vec<String> = selector.iter().map(|(k, v)| format!("{k}={v}")).collect();
         lines.push(("Selector", pairs.join(",")));
     }
+    if !spec.labels.is_empty() {
+        let labels: BTreeMap<&String, &String> = spec.labels.iter().collect();
+        let pairs: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        lines.push(("Labels", pairs.join(",")));
+    }
     lines.extend([
         (
             "Node",
@@ -287,7 +295,13 @@ pub(super) fn job_block(j: &pb::Job) -> String {
         ("Priority", spec.priority.unwrap_or(0).to_string()),
         ("Reason", or_dash(&j.reason)),
         ("Outcome", or_dash(&j.outcome)),
-        ("Submitted", units::rfc3339(j.submitted_at_ms)),
+        (
+            "Submitted",
+            match j.submitted_by.as_str() {
+                "" => units::rfc3339(j.submitted_at_ms),
+                by => format!("{} by {by}", units::rfc3339(j.submitted_at_ms)),
+            },
+        ),
         ("Bound", time(j.bound_at_ms)),
         ("Started", time(j.started_at_ms)),
         ("Finished", time(j.finished_at_ms)),
@@ -528,6 +542,7 @@ pub(super) mod tests {
             array_id: None,
             array_index: None,
             array_task_states: Default::default(),
+            submitted_by: String::new(),
         }
     }
 
@@ -788,6 +803,7 @@ pub(super) mod tests {
               "held": false,
               "id": 42,
               "idempotency_key": "0123abcd",
+              "labels": {},
               "max_attempts": 3,
               "memory_mib": 4096,
               "min_gpu_memory_mib": 40960,
@@ -811,6 +827,7 @@ pub(super) mod tests {
               "started_at_ms": 1700000002500,
               "state": "running",
               "submitted_at_ms": 1700000000000,
+              "submitted_by": "",
               "tenant": "vision",
               "waiting_for": [],
               "wall_time_limit_s": null,

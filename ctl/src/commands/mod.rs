@@ -14,6 +14,7 @@ mod gpu_view;
 pub(crate) mod image;
 pub(crate) mod job;
 mod job_bulk;
+mod job_list;
 mod job_logs;
 mod job_pages;
 mod job_submit;

@@ -120,13 +120,19 @@ pub enum Command {
     },
     /// A new job. With an idempotency key, a retry returns the first job instead.
     SubmitJob {
-        spec: JobSpec,
+        /// Boxed: a spec is most of a submission's size, and `Command` stays small.
+        spec: Box<JobSpec>,
         #[serde(default)]
         idempotency_key: Option<String>,
         /// Held from the start (`--hold`): pending, not placed until released. Only protocol
         /// 12 agents read it.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         hold: bool,
+        /// The token that submitted it (`Job::submitted_by`): stamped by the leader from the
+        /// request's authenticated actor, once every member speaks protocol 12 (an older agent
+        /// would drop it and its replica would differ).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        owner: Option<String>,
     },
     CancelJob {
         job: JobId,
@@ -429,10 +435,12 @@ impl Command {
         match self {
             Command::UpdateJob { .. }
             | Command::RequeueJob { .. }
-            | Command::SubmitJob { hold: true, .. } => PROTOCOL_12,
+            | Command::SubmitJob { hold: true, .. }
+            | Command::SubmitJob { owner: Some(_), .. } => PROTOCOL_12,
             Command::HoldJob { .. } | Command::CancelArray { .. } | Command::HoldArray { .. } => {
                 PROTOCOL_11
             }
+            Command::SubmitJob { spec, .. } if !spec.labels.is_empty() => PROTOCOL_12,
             Command::SubmitJob { spec, .. }
                 if !spec.after.is_empty() || spec.singleton || spec.array.is_some() =>
             {
@@ -568,6 +576,7 @@ impl fmt::Display for Command {
                 spec,
                 idempotency_key,
                 hold,
+                ..
             } => write!(
                 f,
                 "submit {:?} gpus={} key={}{}",
@@ -933,15 +942,16 @@ mod tests {
         };
         let sliced = |slice, kind| {
             entry(Command::SubmitJob {
-                spec: JobSpec {
+                spec: Box::new(JobSpec {
                     name: "s".into(),
                     gpus: 1,
                     slice: Some(slice),
                     kind,
-                    ..spec.clone()
-                },
+                    ..(*spec).clone()
+                }),
                 idempotency_key: None,
                 hold: false,
+                owner: None,
             })
         };
         let mig = sliced(
@@ -1013,6 +1023,7 @@ mod tests {
             after: Vec::new(),
             singleton: false,
             array: None,
+            labels: BTreeMap::new(),
         };
         let gpu = GpuRecord {
             index: 1,
@@ -1060,9 +1071,10 @@ mod tests {
                 evict: true,
             },
             Command::SubmitJob {
-                spec,
+                spec: Box::new(spec),
                 idempotency_key: Some("k".into()),
                 hold: false,
+                owner: None,
             },
             Command::CancelJob { job: 7 },
             Command::HoldJob { job: 7, hold: true },
@@ -1331,6 +1343,8 @@ mod tests {
             "hold_job",
             "cancel_array",
             "hold_array",
+            "update_job",
+            "requeue_job",
         ];
         for cmd in every_command() {
             let tag = serde_json::to_value(&cmd).expect("encode")["type"].clone();
@@ -1346,10 +1360,12 @@ mod tests {
         else {
             panic!("every_command has a submission");
         };
+        let spec = *spec;
         let submit = |spec| Command::SubmitJob {
-            spec,
+            spec: Box::new(spec),
             idempotency_key: None,
             hold: false,
+            owner: None,
         };
         let mut sliced = spec.clone();
         sliced.slice = Some(crate::model::partition::SliceRequest::Mig {
@@ -1370,9 +1386,10 @@ mod tests {
             ..JobSpec::default()
         };
         let submit = |spec| Command::SubmitJob {
-            spec,
+            spec: Box::new(spec),
             idempotency_key: None,
             hold: false,
+            owner: None,
         };
         let after = JobSpec {
             after: crate::model::dependency::parse_dependencies("ok:j-1").expect("parses"),
@@ -1402,14 +1419,33 @@ mod tests {
     #[test]
     fn updates_requeues_and_holds_at_submission_wait_for_protocol_12() {
         let submit = |hold| Command::SubmitJob {
-            spec: JobSpec {
+            spec: Box::new(JobSpec {
                 name: "n".into(),
                 ..JobSpec::default()
-            },
+            }),
             idempotency_key: None,
             hold,
+            owner: None,
         };
         assert_eq!(submit(true).protocol(), PROTOCOL_12);
+        let labelled = Command::SubmitJob {
+            spec: Box::new(JobSpec {
+                name: "n".into(),
+                labels: BTreeMap::from([("team".into(), "vision".into())]),
+                ..JobSpec::default()
+            }),
+            idempotency_key: None,
+            hold: false,
+            owner: None,
+        };
+        assert_eq!(labelled.protocol(), PROTOCOL_12);
+        let owned = Command::SubmitJob {
+            spec: Box::default(),
+            idempotency_key: None,
+            hold: false,
+            owner: Some("alice".into()),
+        };
+        assert_eq!(owned.protocol(), PROTOCOL_12);
         assert!(submit(false).protocol() < PROTOCOL_12);
         let update = Command::UpdateJob {
             job: 1,
@@ -1454,17 +1490,20 @@ mod tests {
                     mut spec,
                     idempotency_key,
                     hold: false,
+                    owner: None,
                 } => {
                     plain.push(Command::SubmitJob {
                         spec: spec.clone(),
                         idempotency_key: idempotency_key.clone(),
                         hold: false,
+                        owner: None,
                     });
                     spec.account.clone_from(&alice);
                     carrying.push(Command::SubmitJob {
                         spec,
                         idempotency_key,
                         hold: false,
+                        owner: None,
                     });
                 }
                 _ => {}
@@ -1505,18 +1544,20 @@ mod tests {
             ..JobSpec::default()
         };
         let submit = Command::SubmitJob {
-            spec: spec.clone(),
+            spec: Box::new(spec.clone()),
             idempotency_key: None,
             hold: false,
+            owner: None,
         };
         assert_eq!(submit.protocol(), PROTOCOL_4);
         let plain = Command::SubmitJob {
-            spec: JobSpec {
+            spec: Box::new(JobSpec {
                 container: None,
                 ..spec
-            },
+            }),
             idempotency_key: None,
             hold: false,
+            owner: None,
         };
         assert_eq!(plain.protocol(), 1);
         let tenant = crate::model::tenant::TenantRecord {

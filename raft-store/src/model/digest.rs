@@ -71,17 +71,19 @@ mod tests {
             entry(
                 2,
                 Command::SubmitJob {
-                    spec: spec("b"),
+                    spec: Box::new(spec("b")),
                     idempotency_key: Some("k2".into()),
                     hold: false,
+                    owner: None,
                 },
             ),
             entry(
                 3,
                 Command::SubmitJob {
-                    spec: spec("a"),
+                    spec: Box::new(spec("a")),
                     idempotency_key: Some("k1".into()),
                     hold: false,
+                    owner: None,
                 },
             ),
         ]

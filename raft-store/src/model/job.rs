@@ -103,6 +103,9 @@ pub struct JobSpec {
     /// Submitted as an array: one task (a job of this spec) per index.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub array: Option<crate::model::array::ArraySpec>,
+    /// The user's own labels, for selecting jobs (`job list -l team=vision`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
 }
 
 /// What a job is.
@@ -167,6 +170,7 @@ impl Default for JobSpec {
             after: Vec::new(),
             singleton: false,
             array: None,
+            labels: BTreeMap::new(),
         }
     }
 }
@@ -400,6 +404,9 @@ pub struct Job {
     /// The array it is a task of, and its index there.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub array_task: Option<crate::model::array::ArrayTask>,
+    /// The token that submitted it (none: submitted before protocol 12, or by the system).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub submitted_by: Option<String>,
 }
 
 /// A live run's phase before its command starts, as its node reported it.
@@ -445,6 +452,7 @@ impl Job {
             waiting_for: BTreeSet::new(),
             held: false,
             array_task: None,
+            submitted_by: None,
         }
     }
 

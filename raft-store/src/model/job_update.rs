@@ -99,7 +99,7 @@ mod tests {
             priority: Some(5),
             ..JobUpdate::default()
         };
-        let updated = update.applied_to(&spec(2, Some(60))).unwrap();
+        let updated = update.applied_to(&spec(2, Some(60))).expect("applies");
         assert_eq!(updated.priority, 5);
         assert_eq!((updated.gpus, updated.wall_time_limit_s), (2, Some(60)));
     }
@@ -113,11 +113,13 @@ mod tests {
         assert_eq!(
             shorter(30)
                 .applied_to(&spec(1, Some(60)))
-                .unwrap()
+                .expect("applies")
                 .wall_time_limit_s,
             Some(30)
         );
-        let longer = shorter(61).applied_to(&spec(1, Some(60))).unwrap_err();
+        let longer = shorter(61)
+            .applied_to(&spec(1, Some(60)))
+            .expect_err("refused");
         assert!(longer.contains("only be shortened"), "{longer}");
         assert!(shorter(10_000).applied_to(&spec(1, None)).is_ok());
     }
@@ -128,14 +130,14 @@ mod tests {
             gpus: Some(g),
             ..JobUpdate::default()
         };
-        assert_eq!(gpus(4).applied_to(&spec(1, None)).unwrap().gpus, 4);
+        assert_eq!(gpus(4).applied_to(&spec(1, None)).expect("applies").gpus, 4);
         assert!(gpus(0).applied_to(&spec(1, None)).is_err());
         assert!(gpus(1).applied_to(&spec(0, None)).is_err());
         let gang = JobSpec {
             nodes: 2,
             ..spec(4, None)
         };
-        let uneven = gpus(3).applied_to(&gang).unwrap_err();
+        let uneven = gpus(3).applied_to(&gang).expect_err("refused");
         assert!(!uneven.is_empty());
         assert!(JobUpdate::default().applied_to(&spec(1, None)).is_err());
     }

@@ -85,9 +85,10 @@ mod tests {
         apply(
             &mut s,
             Command::SubmitJob {
-                spec,
+                spec: Box::new(spec),
                 idempotency_key: None,
                 hold: false,
+                owner: None,
             },
         );
         let binds = vec![Bind {

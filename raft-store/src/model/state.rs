@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use crate::model::alert::{Alert, AlertRule};
+use crate::model::apply::jobs::Submission;
 use crate::model::audit::{self, AuditEntry, ChainBase, RequestMeta, SignedHead};
 use crate::model::auth::{Seat, TokenRecord};
 use crate::model::ca::CaSet;
@@ -183,7 +184,15 @@ impl ClusterState {
                 spec,
                 idempotency_key,
                 hold,
-            } => self.submit(spec, idempotency_key.as_deref(), *hold, now, meta),
+                owner,
+            } => {
+                let how = Submission {
+                    key: idempotency_key.as_deref(),
+                    hold: *hold,
+                    owner: owner.as_deref(),
+                };
+                self.submit(spec, how, now, meta)
+            }
             Command::CancelJob { job } => self.cancel(*job, now),
             Command::HoldJob { job, hold } => self.hold(*job, *hold),
             Command::CancelArray { array } => self.cancel_array(*array, now),

@@ -290,6 +290,7 @@ pub fn job_spec(spec: &JobSpec) -> Result<(), String> {
     resource_limits(spec)?;
     retry_backoff(spec)?;
     dependencies(spec)?;
+    labels(&spec.labels).map_err(|e| format!("job labels: {e}"))?;
     if let Some(array) = &spec.array {
         array.validate(crate::model::array::MAX_ARRAY_TASKS)?;
     }

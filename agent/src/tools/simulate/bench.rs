@@ -59,9 +59,10 @@ pub fn setup(
         state.apply(&LogEntry {
             proposed_at_ms: i as u64,
             cmd: Command::SubmitJob {
-                spec,
+                spec: Box::new(spec),
                 idempotency_key: None,
                 hold: false,
+                owner: None,
             },
             meta: None,
             request: None,

@@ -6,6 +6,7 @@
 use std::collections::BTreeSet;
 
 use crate::JobId;
+use crate::model::apply::jobs::Submission;
 use crate::model::array::ArrayTask;
 use crate::model::job::{Job, JobSpec};
 use crate::model::job_log::Cursor;
@@ -19,9 +20,8 @@ impl ClusterState {
         &mut self,
         first: JobId,
         spec: &JobSpec,
-        key: Option<&str>,
+        how: Submission<'_>,
         waiting: &BTreeSet<JobId>,
-        hold: bool,
         now: u64,
     ) {
         let tasks: Vec<Option<ArrayTask>> = match &spec.array {
@@ -37,9 +37,10 @@ impl ClusterState {
                 .collect(),
         };
         for (id, task) in (first..).zip(tasks) {
-            let mut job = Job::pending(id, spec.clone(), key.map(str::to_owned), now);
+            let mut job = Job::pending(id, spec.clone(), how.key.map(str::to_owned), now);
             job.array_task = task;
-            job.held = hold;
+            job.held = how.hold;
+            job.submitted_by = how.owner.map(str::to_owned);
             self.jobs.insert(id, job);
             self.job_log.record(id);
             if !waiting.is_empty() {

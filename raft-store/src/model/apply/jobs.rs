@@ -10,15 +10,25 @@ use crate::model::state::ClusterState;
 use crate::model::validate;
 use crate::{JobId, NodeId};
 
+/// How a `SubmitJob` asks for its job, beside the spec.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Submission<'a> {
+    pub key: Option<&'a str>,
+    /// Held from the start.
+    pub hold: bool,
+    /// The token that submitted it, as the leader stamped it.
+    pub owner: Option<&'a str>,
+}
+
 impl ClusterState {
     pub(crate) fn submit(
         &mut self,
         spec: &JobSpec,
-        key: Option<&str>,
-        hold: bool,
+        how: Submission<'_>,
         now: u64,
         meta: Option<&RequestMeta>,
     ) -> Result<ApplyResult, Rejection> {
+        let key = how.key;
         validate::job_spec(spec).map_err(invalid)?;
         let scoped = match key {
             Some(k) => {
@@ -51,7 +61,7 @@ impl ClusterState {
         if let Some(scoped) = scoped {
             self.idempotency.insert(scoped, id);
         }
-        self.insert_submitted(id, spec, key, &waiting, hold, now);
+        self.insert_submitted(id, spec, how, &waiting, now);
         Ok(ApplyResult::JobSubmitted {
             job: id,
             existing: false,
