@@ -36,6 +36,8 @@ use crate::monitor::metrics_http::{self, MetricsServer, MetricsSource};
 use crate::monitor::power_task::PowerTask;
 use crate::monitor::sampler::Sampler;
 use crate::monitor::webhook::Notifier;
+use crate::notify::JobNotifier;
+use crate::notify::post::Poster;
 use crate::raft::Cluster;
 use crate::raft::archive_fill::ArchiveFill;
 use crate::raft::contact::ContactBook;
@@ -146,7 +148,8 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
         timeout: config.monitor.sample_timeout,
     };
     tasks.spawn(sampler.run(cancel.clone()));
-    let (notifier, webhooks) = Notifier::new(config.monitor.webhooks.clone());
+    let poster = Poster::new(config.api.webhook_ca_file.as_deref())?;
+    let (notifier, webhooks) = Notifier::new(config.monitor.webhooks.clone(), poster.clone());
     if let Some(webhooks) = webhooks {
         info!(
             node_id,
@@ -178,7 +181,7 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
         alert_rules: config.monitor.rules.clone(),
         jobs_dir: jobs_dir.clone(),
         tls: tls.clone(),
-        api: config.api,
+        api: config.api.clone(),
         transport_faults: config.raft.fault_injection.then_some(faults),
         images: images.clone(),
     };
@@ -292,6 +295,13 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
     };
     tasks.spawn(power.run(cancel.clone()));
     start_leader_tasks(&tasks, &cluster, &config, &cancel);
+    info!(node_id, "starting job webhooks (active while leader)");
+    let job_webhooks = JobNotifier {
+        cluster: cluster.clone(),
+        tls: tls.clone(),
+        poster,
+    };
+    tasks.spawn(job_webhooks.run(cancel.clone()));
     let lease_path = config.data_dir.join("lease");
     let node_lease = config.node_lease();
     info!(node_id, lease = ?node_lease, edge_site = ?config.edge.as_ref().map(|e| &e.site), "starting the node lease");

@@ -17,6 +17,7 @@ pub mod gpu;
 pub mod host;
 pub(crate) mod leader;
 pub(crate) mod monitor;
+pub(crate) mod notify;
 pub mod raft;
 pub mod scheduler;
 pub mod tls;

@@ -206,6 +206,8 @@ pub(crate) enum TenantVerb {
         /// with --mount; repeatable [default: none].
         #[arg(long = "allow-mount", value_name = "DIR")]
         allow_mounts: Vec<String>,
+        #[command(flatten)]
+        webhook: WebhookArgs,
     },
     /// Change a tenant's quotas, weight, default priority, default account or allowed mounts
     /// (admins).
@@ -238,7 +240,15 @@ pub(crate) enum TenantVerb {
         /// No longer allow this host directory; repeatable.
         #[arg(long = "disallow-mount", value_name = "DIR")]
         disallow_mounts: Vec<String>,
+        #[command(flatten)]
+        webhook: WebhookArgs,
+        /// Remove the tenant's webhook.
+        #[arg(long, conflicts_with = "webhook")]
+        clear_webhook: bool,
     },
+    /// The secret that signs the tenant's webhook posts (hex), for its receiver (admins; a
+    /// voter answers: it holds the CA key). See docs/notifications.md.
+    WebhookSecret { name: String },
     /// One tenant: quotas, GPUs held and GPU time by type, and per job.
     Get {
         name: String,
@@ -266,6 +276,23 @@ pub(crate) enum TenantVerb {
         #[arg(long, conflicts_with = "username")]
         remove: bool,
     },
+}
+
+/// A tenant's webhook: where the leader posts its jobs' state changes.
+#[derive(Args, Debug)]
+pub(crate) struct WebhookArgs {
+    /// POST every job's state changes here (http:// or https://, signed); jobs of the tenant
+    /// may have webhooks of their own at this URL's origin.
+    #[arg(long, value_name = "URL")]
+    pub webhook: Option<String>,
+    /// Only these events: start, end, failure, requeue (comma-separated) [default: all].
+    #[arg(
+        long = "webhook-on",
+        value_name = "EVENTS",
+        value_delimiter = ',',
+        requires = "webhook"
+    )]
+    pub webhook_on: Vec<String>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -905,6 +932,13 @@ pub(crate) struct SubmitArgs {
     /// repeatable.
     #[arg(long = "label", value_name = "KEY=VALUE", value_parser = args::key_value)]
     pub labels: Vec<(String, String)>,
+    /// POST this job's state changes here too (signed; at the origin of the tenant's webhook,
+    /// see docs/notifications.md).
+    #[arg(long, value_name = "URL")]
+    pub notify: Option<String>,
+    /// Only these events: start, end, failure, requeue (comma-separated) [default: all].
+    #[arg(long = "notify-on", value_name = "EVENTS", value_delimiter = ',')]
+    pub notify_on: Vec<String>,
     /// Submit held: the job is pending but not placed until `gpuctl job release`.
     #[arg(long)]
     pub hold: bool,

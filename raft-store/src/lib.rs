@@ -14,7 +14,7 @@ pub mod testing;
 
 pub use model::{
     alert, audit, auth, ca, cert, container, digest, energy, job, mig, node, partition, registry,
-    requests, retention, scheduler, slice_fit, tenant, validate,
+    requests, retention, scheduler, slice_fit, tenant, validate, webhook,
 };
 pub use storage::{archive, backup};
 

@@ -38,6 +38,7 @@ fn tenant(name: &str, account: Option<Account>) -> TenantRecord {
         allowed_mounts: Vec::new(),
         max_priority: None,
         max_pending_jobs: None,
+        webhook: None,
     }
 }
 

@@ -56,6 +56,7 @@ fn cluster() -> ClusterState {
         max_priority: None,
         allowed_mounts: vec![],
         max_pending_jobs: None,
+        webhook: None,
     };
     s.apply(&at(1, Command::CreateTenant { tenant }));
     for (id, role) in [("tadmin", Role::Admin), ("toper", Role::Operator)] {

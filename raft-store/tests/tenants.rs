@@ -27,6 +27,7 @@ fn record() -> TenantRecord {
         allowed_mounts: Vec::new(),
         max_priority: None,
         max_pending_jobs: None,
+        webhook: None,
     }
 }
 
@@ -229,6 +230,7 @@ fn users_stay_under_their_tenants_priority_ceiling() {
         allowed_mounts: vec![],
         max_priority: None,
         max_pending_jobs: None,
+        webhook: None,
     };
     assert_eq!(check_priority(5, Some(&record), Role::User), Ok(()));
     assert!(check_priority(6, Some(&record), Role::User).is_err());

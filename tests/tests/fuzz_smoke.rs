@@ -130,6 +130,7 @@ fn log_entry() {
                 allowed_mounts: Vec::new(),
                 max_priority: None,
                 max_pending_jobs: None,
+                webhook: None,
             },
         }),
         entry(Command::PreemptJobs {

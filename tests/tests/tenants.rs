@@ -175,6 +175,7 @@ async fn a_tenant_is_held_at_its_quota_and_bad_input_changes_nothing() {
         allowed_mounts: Vec::new(),
         max_priority: None,
         max_pending_jobs: None,
+        webhook: None,
     };
     let refusals = [
         api.create_tenant(huge.clone()).await.map(drop),

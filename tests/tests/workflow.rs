@@ -3,7 +3,8 @@
 //! `job cancel --name GLOB` cancels exactly the matching jobs; a held job with its dependency
 //! met stays pending until it is released, then runs; an unknown dependency is refused; a
 //! held job is updated, a failed one requeued, `job list` filters on the server and `--watch`
-//! prints each change.
+//! prints each change; webhooks post signed events, a refused post is retried, and a job's
+//! webhook elsewhere than its tenant's origin is refused.
 
 use std::process::Output;
 use std::time::Duration;
@@ -378,4 +379,231 @@ fn watch_lines(stdout: std::process::ChildStdout) -> std::sync::mpsc::Receiver<S
         }
     });
     rx
+}
+
+/// One POST a webhook receiver got: its path, headers (lower-case names) and body.
+#[derive(Clone, Debug)]
+struct Received {
+    path: String,
+    headers: std::collections::BTreeMap<String, String>,
+    body: Vec<u8>,
+}
+
+/// A plain-HTTP webhook receiver on loopback that refuses the first post to `/tenant` (500)
+/// and accepts every other (200).
+async fn receiver() -> (
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::Mutex<Vec<Received>>>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let got = std::sync::Arc::new(std::sync::Mutex::new(Vec::<Received>::new()));
+    let log = std::sync::Arc::clone(&got);
+    tokio::spawn(async move {
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            let log = std::sync::Arc::clone(&log);
+            tokio::spawn(async move {
+                let mut read = Vec::new();
+                let mut buf = [0u8; 8192];
+                let (head, body) = loop {
+                    let n = tcp.read(&mut buf).await.unwrap_or(0);
+                    if n == 0 {
+                        return;
+                    }
+                    read.extend_from_slice(&buf[..n]);
+                    let text = String::from_utf8_lossy(&read).into_owned();
+                    if let Some(end) = text.find("\r\n\r\n") {
+                        let head = text[..end].to_owned();
+                        let length: usize = head
+                            .lines()
+                            .find_map(|l| {
+                                l.to_lowercase()
+                                    .strip_prefix("content-length:")
+                                    .map(|v| v.trim().parse().unwrap_or(0))
+                            })
+                            .unwrap_or(0);
+                        if read.len() >= end + 4 + length {
+                            break (head, read[end + 4..end + 4 + length].to_vec());
+                        }
+                    }
+                };
+                let mut lines = head.lines();
+                let path = lines
+                    .next()
+                    .and_then(|l| l.split(' ').nth(1))
+                    .unwrap_or_default()
+                    .to_owned();
+                let headers = lines
+                    .filter_map(|l| l.split_once(':'))
+                    .map(|(k, v)| (k.trim().to_lowercase(), v.trim().to_owned()))
+                    .collect();
+                let first_to_tenant = {
+                    let mut log = log.lock().expect("log");
+                    let first = path == "/tenant" && !log.iter().any(|r| r.path == "/tenant");
+                    log.push(Received {
+                        path,
+                        headers,
+                        body,
+                    });
+                    first
+                };
+                let status = if first_to_tenant {
+                    "500 Internal Server Error"
+                } else {
+                    "200 OK"
+                };
+                let answer =
+                    format!("HTTP/1.1 {status}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+                let _ = tcp.write_all(answer.as_bytes()).await;
+            });
+        }
+    });
+    (addr, got)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhooks_post_signed_events_and_retry_a_refused_one() {
+    let c = Cluster::start(3, 3, "").await;
+    let (addr, got) = receiver().await;
+    let hook = format!("http://{addr}/tenant");
+    let out = gpuctl(
+        &c,
+        &[
+            "tenant",
+            "create",
+            "vision",
+            "--webhook",
+            &hook,
+            "--webhook-on",
+            "start,end,failure",
+        ],
+    );
+    assert!(out.status.success(), "tenant create: {}", text(&out.stderr));
+
+    let out = gpuctl(
+        &c,
+        &[
+            "tenant",
+            "update",
+            "vision",
+            "--webhook",
+            "file:///etc/passwd",
+        ],
+    );
+    assert!(!out.status.success(), "a file URL accepted");
+    assert!(
+        text(&out.stderr).contains("http:// or https://"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    // Bad input: not http(s); another origin than the tenant's webhook.
+    for (url, says) in [
+        ("ftp://127.0.0.1/x", "http:// or https://"),
+        ("http://127.0.0.2:1/x", "origin"),
+    ] {
+        let out = gpuctl(
+            &c,
+            &[
+                "job", "submit", "--tenant", "vision", "--notify", url, "--", "true",
+            ],
+        );
+        assert!(!out.status.success(), "{url} accepted");
+        assert!(
+            text(&out.stderr).contains(says),
+            "{url}: {}",
+            text(&out.stderr)
+        );
+    }
+    let mine = format!("http://{addr}/job");
+    let job = submit(
+        &c,
+        "hooked",
+        &[
+            "--tenant",
+            "vision",
+            "--notify",
+            &mine,
+            "--notify-on",
+            "end",
+        ],
+        "true",
+    );
+    let done = c.wait_job(job, WAIT, is_terminal).await;
+    assert_eq!(state(&done), pb::JobState::Succeeded, "{done:?}");
+
+    // The tenant's webhook hears the start and (after one refusal) the end; the job's own
+    // only the end. Each post is signed with the tenant's secret.
+    let deadline = std::time::Instant::now() + WAIT;
+    let wanted = |r: &Vec<Received>| {
+        let count = |path: &str, event: &str| {
+            r.iter()
+                .filter(|x| {
+                    x.path == path
+                        && x.headers.get("x-gpumesh-event").map(String::as_str) == Some(event)
+                })
+                .count()
+        };
+        count("/tenant", "start") >= 1
+            && count("/tenant", "end") >= 1
+            && count("/job", "end") >= 1
+            && r.iter().filter(|x| x.path == "/tenant").count() >= 3
+    };
+    while !wanted(&got.lock().expect("log")) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{:?}",
+            got.lock().expect("log")
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Agent 1 made the cluster's CA: it holds the key (the other voters fetch it in time).
+    let out = c
+        .gpuctl()
+        .args([
+            "--endpoint",
+            c.addr(1),
+            "-o",
+            "json",
+            "tenant",
+            "webhook-secret",
+            "vision",
+        ])
+        .output()
+        .expect("run gpuctl");
+    assert!(out.status.success(), "secret: {}", text(&out.stderr));
+    let secret: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let key = hex::decode(secret["secret"].as_str().expect("hex")).expect("hex");
+    let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &key);
+    let received = got.lock().expect("log").clone();
+    for r in &received {
+        let timestamp = &r.headers["x-gpumesh-timestamp"];
+        let signed = [timestamp.as_bytes(), b".", &r.body].concat();
+        let expected = format!(
+            "sha256={}",
+            hex::encode(ring::hmac::sign(&key, &signed).as_ref())
+        );
+        assert_eq!(r.headers["x-gpumesh-signature"], expected, "{r:?}");
+        let body: Value = serde_json::from_slice(&r.body).expect("a JSON body");
+        assert_eq!(body["job"]["id"].as_u64(), Some(job));
+        assert_eq!(body["id"], r.headers["x-gpumesh-delivery"].as_str());
+    }
+    // The refused post came again, the same event (its delivery id) once more.
+    let first = received
+        .iter()
+        .find(|r| r.path == "/tenant")
+        .expect("a post");
+    let id = &first.headers["x-gpumesh-delivery"];
+    let tries = (received.iter())
+        .filter(|r| r.path == "/tenant" && &r.headers["x-gpumesh-delivery"] == id)
+        .count();
+    assert!(tries >= 2, "{id} was not retried: {received:?}");
+    assert!(
+        received
+            .iter()
+            .all(|r| r.headers["x-gpumesh-delivery"].starts_with(&format!("j-{job}.")))
+    );
 }

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use gpu_proto::v1 as pb;
 use gpu_raft_store::container::{ContainerSpec, Mount};
 use gpu_raft_store::tenant::{Quota, TenantRecord};
+use gpu_raft_store::webhook::{NotifyEvent, Webhook};
 use gpu_raft_store::{
     Account, DEFAULT_RETRY_BACKOFF_S, DEFAULT_TENANT, JobKind, JobSpec, JobState, Role,
     SchedulerSettings, Seat, SliceRequest, TokenLimits, parse_dependencies,
@@ -69,6 +70,14 @@ pub fn spec(p: pb::JobSpec) -> Result<JobSpec, String> {
     Ok(JobSpec {
         after,
         labels: p.labels.into_iter().collect(),
+        notify: match p.notify_url.is_empty() {
+            true if p.notify_events.is_empty() => None,
+            true => return Err("notify events need a notify URL".into()),
+            false => Some(webhook(&pb::Webhook {
+                url: p.notify_url,
+                events: p.notify_events,
+            })?),
+        },
         singleton: p.singleton,
         array,
         account: None,
@@ -254,6 +263,7 @@ pub fn tenant_created(req: &pb::CreateTenantRequest) -> Result<TenantRecord, Str
         allowed_mounts: req.allowed_mounts.clone(),
         max_priority: req.max_priority,
         max_pending_jobs: req.max_pending_jobs,
+        webhook: req.webhook.as_ref().map(webhook).transpose()?,
     })
 }
 
@@ -303,7 +313,24 @@ pub fn tenant_updated(
             Some(cap) => Some(cap),
             None => current.max_pending_jobs,
         },
+        webhook: match (&req.webhook, req.clear_webhook) {
+            (Some(_), true) => return Err("give a webhook or clear it, not both".into()),
+            (Some(w), false) => Some(webhook(w)?),
+            (None, true) => None,
+            (None, false) => current.webhook.clone(),
+        },
         ..current.clone()
+    })
+}
+
+/// A webhook as the API gives it: its events by name.
+pub fn webhook(w: &pb::Webhook) -> Result<Webhook, String> {
+    let events = (w.events.iter())
+        .map(|e| e.parse::<NotifyEvent>())
+        .collect::<Result<_, _>>()?;
+    Ok(Webhook {
+        url: w.url.clone(),
+        events,
     })
 }
 

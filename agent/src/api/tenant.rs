@@ -180,4 +180,29 @@ impl TenantService for TenantApi {
         });
         Ok(Response::new(pb::ListTenantsResponse { tenants }))
     }
+
+    async fn get_webhook_secret(
+        &self,
+        req: Request<pb::GetWebhookSecretRequest>,
+    ) -> Result<Response<pb::WebhookSecret>, Status> {
+        let name = req.get_ref().tenant.clone();
+        let object = format!("tenant/{name}");
+        self.auth
+            .check(
+                &req,
+                "tenant.webhook_secret",
+                &object,
+                Action::ManageTenants,
+            )
+            .await?;
+        self.view(&name)?;
+        let ca = (self.tls.as_ref())
+            .and_then(TlsIdentity::current)
+            .and_then(|t| t.signing_ca())
+            .ok_or_else(|| sealing_failed(sealing::SealError::NoKey))?;
+        Ok(Response::new(pb::WebhookSecret {
+            secret: hex::encode(crate::notify::signing::secret(&ca.key_pem, &name)),
+            key_id: crate::tls::signature::key_id(&ca.cert_pem).unwrap_or_default(),
+        }))
+    }
 }

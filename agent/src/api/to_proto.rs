@@ -175,6 +175,10 @@ fn spec(s: &JobSpec) -> pb::JobSpec {
         after: s.after.iter().map(ToString::to_string).collect(),
         singleton: s.singleton,
         labels: s.labels.clone().into_iter().collect(),
+        notify_url: s.notify.as_ref().map(|n| n.url.clone()).unwrap_or_default(),
+        notify_events: (s.notify.iter())
+            .flat_map(|n| n.events.iter().map(ToString::to_string))
+            .collect(),
         array: s
             .array
             .as_ref()
@@ -192,6 +196,13 @@ fn spec(s: &JobSpec) -> pb::JobSpec {
                 })
                 .collect(),
         }),
+    }
+}
+
+fn webhook(w: &gpu_raft_store::webhook::Webhook) -> pb::Webhook {
+    pb::Webhook {
+        url: w.url.clone(),
+        events: w.events.iter().map(ToString::to_string).collect(),
     }
 }
 
@@ -629,6 +640,7 @@ pub(crate) fn tenant(
         live_jobs: jobs.iter().filter(|j| j.state.is_live()).count() as u64,
         account: record.and_then(|r| r.account.as_ref()).map(account),
         allowed_mounts: record.map(|r| r.allowed_mounts.clone()).unwrap_or_default(),
+        webhook: record.and_then(|r| r.webhook.as_ref()).map(webhook),
         registry_logins: s
             .registry_credentials
             .get(name)

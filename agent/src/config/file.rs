@@ -97,6 +97,7 @@ pub struct ApiSection {
     pub tenant_requests_per_second: Option<u32>,
     pub source_requests_per_second: Option<u32>,
     pub max_array_tasks: Option<u64>,
+    pub webhook_ca_file: Option<std::path::PathBuf>,
 }
 
 /// `[tls]`, validated into `TlsSettings`.

@@ -318,7 +318,7 @@ fn is_loopback_addr(addr: &str) -> bool {
 /// `tenant_requests_per_second`, every token used from one source address together
 /// `source_requests_per_second` (bursts of twice as many); refusals of unauthenticated
 /// requests are logged at the token rate per source address. 0 disables a limit.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct ApiSettings {
     pub requests_per_second: u32,
     pub burst: u32,
@@ -326,6 +326,8 @@ pub struct ApiSettings {
     pub source_requests_per_second: u32,
     /// The most tasks one job array may have.
     pub max_array_tasks: u64,
+    /// CA certificates (PEM) trusted for https webhooks beside the system's.
+    pub webhook_ca_file: Option<std::path::PathBuf>,
 }
 
 pub(super) fn api(a: ApiSection) -> anyhow::Result<ApiSettings> {
@@ -335,6 +337,7 @@ pub(super) fn api(a: ApiSection) -> anyhow::Result<ApiSettings> {
         tenant_requests_per_second: a.tenant_requests_per_second.unwrap_or(500),
         source_requests_per_second: a.source_requests_per_second.unwrap_or(1000),
         max_array_tasks: a.max_array_tasks.unwrap_or(10_000),
+        webhook_ca_file: a.webhook_ca_file,
     };
     ensure!(
         (1..=gpu_raft_store::MAX_ARRAY_TASKS).contains(&api.max_array_tasks),

@@ -1,5 +1,5 @@
-//! Alert notifications POSTed as JSON to the configured webhooks (`monitor.webhooks`, plain
-//! `http://` URLs). The evaluator hands notices over without waiting (`Notifier::notify`); a
+//! Alert notifications POSTed as JSON to the configured webhooks (`monitor.webhooks`, http or
+//! https URLs, posted by `notify::post`). The evaluator hands notices over without waiting (`Notifier::notify`); a
 //! task of its own delivers them in order, retrying each with backoff, so a webhook that is
 //! down or slow never holds up sampling, evaluation or Raft. A full queue drops the newest
 //! notice with a warning.
@@ -7,15 +7,13 @@
 use std::time::Duration;
 
 use gpu_raft_store::Alert;
-use http_body_util::Full;
-use hyper::body::Bytes;
-use hyper::{Request, Uri};
-use hyper_util::rt::TokioIo;
+use hyper::Uri;
 use serde::Serialize;
-use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
+
+use crate::notify::post::Poster;
 
 /// Notices waiting for delivery.
 const QUEUE: usize = 256;
@@ -23,8 +21,6 @@ const QUEUE: usize = 256;
 const ATTEMPTS: u32 = 5;
 /// The first retry's delay; each later one doubles it.
 const FIRST_BACKOFF: Duration = Duration::from_millis(500);
-/// Connect, send and answer, per attempt.
-const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What happened to an alert.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -49,14 +45,14 @@ pub(crate) struct Notifier {
 
 impl Notifier {
     /// A notifier and the sender task for `urls`; with no URLs, no task and notices go nowhere.
-    pub(crate) fn new(urls: Vec<Uri>) -> (Notifier, Option<WebhookSender>) {
+    pub(crate) fn new(urls: Vec<Uri>, poster: Poster) -> (Notifier, Option<WebhookSender>) {
         if urls.is_empty() {
             return (Notifier { queue: None }, None);
         }
         let (tx, rx) = mpsc::channel(QUEUE);
         (
             Notifier { queue: Some(tx) },
-            Some(WebhookSender { urls, rx }),
+            Some(WebhookSender { urls, rx, poster }),
         )
     }
 
@@ -71,6 +67,7 @@ impl Notifier {
 pub(crate) struct WebhookSender {
     urls: Vec<Uri>,
     rx: mpsc::Receiver<Notice>,
+    poster: Poster,
 }
 
 impl WebhookSender {
@@ -84,7 +81,7 @@ impl WebhookSender {
                 },
             };
             let body = match serde_json::to_vec(&notice) {
-                Ok(b) => Bytes::from(b),
+                Ok(b) => b,
                 Err(e) => {
                     warn!(error = %e, "encoding an alert notice failed");
                     continue;
@@ -93,7 +90,7 @@ impl WebhookSender {
             for url in &self.urls {
                 tokio::select! {
                     () = cancel.cancelled() => return,
-                    () = deliver(url, &body, notice.alert.id, FIRST_BACKOFF) => {}
+                    () = deliver(&self.poster, url, &body, notice.alert.id, FIRST_BACKOFF) => {}
                 }
             }
         }
@@ -102,15 +99,15 @@ impl WebhookSender {
 
 /// POST `body` to `url`, retrying with backoff (starting at `backoff`, doubling) until it is
 /// accepted (2xx) or `ATTEMPTS` fail.
-async fn deliver(url: &Uri, body: &Bytes, alert: u64, mut backoff: Duration) {
+async fn deliver(poster: &Poster, url: &Uri, body: &[u8], alert: u64, mut backoff: Duration) {
     for attempt in 1..=ATTEMPTS {
-        match tokio::time::timeout(ATTEMPT_TIMEOUT, post(url, body.clone())).await {
-            Ok(Ok(())) => {
+        match poster.post(&url.to_string(), &[], body.to_vec()).await {
+            Ok(status) if (200..300).contains(&status) => {
                 info!(alert, %url, "alert notice delivered");
                 return;
             }
-            Ok(Err(e)) => warn!(alert, %url, attempt, error = %e, "webhook refused the notice"),
-            Err(_) => warn!(alert, %url, attempt, "webhook did not answer in time"),
+            Ok(status) => warn!(alert, %url, attempt, status, "webhook refused the notice"),
+            Err(e) => warn!(alert, %url, attempt, error = %e, "webhook failed"),
         }
         if attempt < ATTEMPTS {
             tokio::time::sleep(backoff).await;
@@ -120,56 +117,14 @@ async fn deliver(url: &Uri, body: &Bytes, alert: u64, mut backoff: Duration) {
     warn!(alert, %url, "giving up on the webhook for this notice");
 }
 
-async fn post(url: &Uri, body: Bytes) -> Result<(), String> {
-    let host = url.host().ok_or("no host")?;
-    let port = url.port_u16().unwrap_or(80);
-    let stream = TcpStream::connect((host, port))
-        .await
-        .map_err(|e| format!("connect: {e}"))?;
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .map_err(|e| format!("handshake: {e}"))?;
-    let request = Request::post(url.path_and_query().map_or("/", |p| p.as_str()))
-        .header(
-            hyper::header::HOST,
-            url.authority().map_or(host, |a| a.as_str()),
-        )
-        .header(hyper::header::CONTENT_TYPE, "application/json")
-        .body(Full::new(body))
-        .map_err(|e| format!("request: {e}"))?;
-    let exchange = async {
-        let response = sender
-            .send_request(request)
-            .await
-            .map_err(|e| format!("send: {e}"))?;
-        let status = response.status();
-        if status.is_success() {
-            Ok(())
-        } else {
-            Err(format!("HTTP {status}"))
-        }
-    };
-    tokio::pin!(exchange);
-    tokio::select! {
-        r = &mut exchange => r,
-        // A receiver that answers and closes at once ends the connection first: the answer
-        // is in, so the exchange completes (or says why not).
-        closed = connection => match closed {
-            Ok(()) => exchange.await,
-            Err(e) => Err(format!("connection failed: {e}")),
-        },
-    }
-}
-
-/// A webhook URL from the config: `http://host[:port]/path`.
+/// A webhook URL from the config: `http(s)://host[:port]/path`.
 pub(crate) fn parse_url(s: &str) -> Result<Uri, String> {
     let uri: Uri = s.parse().map_err(|e| format!("webhook {s:?}: {e}"))?;
     match (uri.scheme_str(), uri.host()) {
-        (Some("http"), Some(_)) => Ok(uri),
-        (Some("https"), _) => Err(format!(
-            "webhook {s:?}: https is not supported yet; point it at a local relay over http"
+        (Some("http" | "https"), Some(_)) => Ok(uri),
+        _ => Err(format!(
+            "webhook {s:?}: expected http(s)://host[:port]/path"
         )),
-        _ => Err(format!("webhook {s:?}: expected http://host[:port]/path")),
     }
 }
 
@@ -181,10 +136,10 @@ mod tests {
     fn webhook_urls_must_be_plain_http_with_a_host() {
         assert!(parse_url("http://127.0.0.1:9000/alerts").is_ok());
         assert!(parse_url("http://hooks.local/x?y=1").is_ok());
+        assert!(parse_url("https://hooks.slack.com/x").is_ok());
         for (bad, why) in [
-            ("https://hooks.slack.com/x", "https is not supported"),
-            ("ftp://x/y", "expected http://"),
-            ("/just/a/path", "expected http://"),
+            ("ftp://x/y", "expected http(s)://"),
+            ("/just/a/path", "expected http(s)://"),
             ("http://", "webhook"),
         ] {
             let e = parse_url(bad).expect_err(bad);
@@ -196,6 +151,10 @@ mod tests {
 #[cfg(test)]
 mod delivery {
     use super::*;
+
+    fn poster() -> Poster {
+        Poster::new(None).expect("a poster")
+    }
 
     fn notice(id: u64) -> Notice {
         Notice {
@@ -218,7 +177,7 @@ mod delivery {
     #[test]
     fn notifying_never_waits_even_when_nothing_delivers() {
         let url = parse_url("http://127.0.0.1:9/").expect("url");
-        let (notifier, sender) = Notifier::new(vec![url]);
+        let (notifier, sender) = Notifier::new(vec![url], poster());
         let started = std::time::Instant::now();
         // Nobody drains the queue: past its capacity, notices are dropped, not waited for.
         for id in 0..(QUEUE as u64 * 4) {
@@ -236,13 +195,7 @@ mod delivery {
             parse_url(&format!("http://{}/", listener.local_addr().expect("addr"))).expect("url");
         drop(listener);
         let started = std::time::Instant::now();
-        deliver(
-            &url,
-            &Bytes::from_static(b"{}"),
-            1,
-            Duration::from_millis(20),
-        )
-        .await;
+        deliver(&poster(), &url, b"{}", 1, Duration::from_millis(20)).await;
         // It waited 20 + 40 + 80 + 160 ms between its five refused attempts, then gave up.
         assert!(
             started.elapsed() >= Duration::from_millis(300),

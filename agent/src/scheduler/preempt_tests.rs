@@ -43,6 +43,7 @@ fn tenant(s: &mut ClusterState, name: &str, guaranteed: u32, borrow: u32) {
                 allowed_mounts: Vec::new(),
                 max_priority: None,
                 max_pending_jobs: None,
+                webhook: None,
             },
         },
     );

@@ -39,6 +39,7 @@ fn tenant(s: &mut ClusterState, name: &str, quotas: &[(&str, u32, u32)], weight:
                 allowed_mounts: Vec::new(),
                 max_priority: None,
                 max_pending_jobs: None,
+                webhook: None,
             },
         },
     );

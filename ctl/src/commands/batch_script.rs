@@ -303,8 +303,18 @@ pub(crate) fn apply(
             "output" | "error" | "open-mode" => warnings.push(format!(
                 "{shown} ignored: the job's output is kept on its node; read it with `gpuctl job logs`"
             )),
-            "mail-type" | "mail-user" => warnings.push(format!(
-                "{shown} ignored: gpumesh sends no mail (see `gpuctl job wait`)"
+            "notify" => set(&mut args.notify, value()?),
+            "mail-type" => {
+                let (events, unknown) = mail_events(&value()?);
+                if !unknown.is_empty() {
+                    warnings.push(format!("{shown}: {} ignored", unknown.join(",")));
+                }
+                if args.notify_on.is_empty() {
+                    args.notify_on = events;
+                }
+            }
+            "mail-user" => warnings.push(format!(
+                "{shown} ignored: gpumesh posts to webhooks, not mail (--notify URL)"
             )),
             "export" => warnings.push(format!(
                 "{shown} ignored: the job gets only the environment given with --env"
@@ -321,7 +331,41 @@ pub(crate) fn apply(
             _ => return Err(bad("not supported (see docs/batch-scripts.md)".into())),
         }
     }
+    if !args.notify_on.is_empty() && args.notify.is_none() {
+        warnings.push(
+            "--mail-type: no --notify URL for this job; its tenant's webhook (if any) hears every event"
+                .into(),
+        );
+        args.notify_on.clear();
+    }
     Ok(warnings)
+}
+
+/// Slurm's mail types as webhook events (BEGIN, END, FAIL, REQUEUE, ALL, NONE), and the types
+/// with no event.
+fn mail_events(types: &str) -> (Vec<String>, Vec<String>) {
+    let mut events = Vec::new();
+    let mut unknown = Vec::new();
+    for t in types.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+        let add: &[&str] = match t.to_ascii_uppercase().as_str() {
+            "BEGIN" => &["start"],
+            "END" => &["end", "failure"],
+            "FAIL" => &["failure"],
+            "REQUEUE" => &["requeue"],
+            "ALL" => &["start", "end", "failure", "requeue"],
+            "NONE" => &[],
+            _ => {
+                unknown.push(t.to_owned());
+                &[]
+            }
+        };
+        for e in add {
+            if !events.iter().any(|have| have == e) {
+                events.push((*e).to_owned());
+            }
+        }
+    }
+    (events, unknown)
 }
 
 /// Set `field` unless the command line did.
@@ -435,6 +479,23 @@ mod tests {
         assert!(warnings[0].contains("--output=train-%j.out ignored"));
         // A directive after the first command is not one (sbatch stops there too).
         assert_eq!(args.gpus, 0);
+    }
+
+    #[test]
+    fn mail_types_become_the_events_of_the_jobs_webhook() {
+        let text = "#!/bin/sh\n#SBATCH --mail-type=BEGIN,FAIL,TIME_LIMIT\n#GPUMESH --notify https://h/x\ntrue\n";
+        let script = parse(text, "s.sh", &[]).expect("parses");
+        let mut args = submit_args(&["s.sh"]);
+        let warnings = apply(&script.directives, &mut args).expect("applies");
+        assert_eq!(args.notify.as_deref(), Some("https://h/x"));
+        assert_eq!(args.notify_on, ["start", "failure"]);
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(warnings[0].contains("TIME_LIMIT ignored"), "{warnings:?}");
+        let no_url =
+            parse("#!/bin/sh\n#SBATCH --mail-type=ALL\ntrue\n", "s.sh", &[]).expect("parses");
+        let mut args = submit_args(&["s.sh"]);
+        let warnings = apply(&no_url.directives, &mut args).expect("applies");
+        assert!(args.notify_on.is_empty() && warnings[0].contains("no --notify URL"));
     }
 
     #[test]

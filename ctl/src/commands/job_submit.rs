@@ -95,6 +95,8 @@ fn request(
         min_gpu_memory_mib: args.min_gpu_memory.unwrap_or(0),
         node_selector: unique_map("--selector", args.selectors)?,
         labels: unique_map("--label", args.labels)?,
+        notify_url: args.notify.unwrap_or_default(),
+        notify_events: args.notify_on,
         priority: args.priority,
         runtime_estimate_s: args.estimate,
         wall_time_limit_s: args.wall_time,

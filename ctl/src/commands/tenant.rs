@@ -1,9 +1,9 @@
-//! `gpuctl tenant create|update|get|list|set-registry-credential`.
+//! `gpuctl tenant create|update|get|list|set-registry-credential|webhook-secret`.
 //!
 //! JSON (stable): a tenant is `{"name", "has_record" (false: known only from its jobs, so
 //! unlimited), "quotas": [{"gpu_type", "guaranteed", "borrow"}], "weight", "default_priority",
 //! "max_priority" (the highest its users may give a job), "max_pending_jobs" (null: no cap), "account" (the default Unix account of its jobs: null, or `{"user", "group", "groups"}`),
-//! "allowed_mounts": [dir], "registry_logins": [{"registry", "username", "set_at_ms"}] (never a
+//! "allowed_mounts": [dir], "webhook" (null, or `{"url", "events"}`), "registry_logins": [{"registry", "username", "set_at_ms"}] (never a
 //! password),
 //! "created_at_ms", "updated_at_ms", "pending_jobs", "live_jobs", "usage": [{"gpu_type",
 //! "gpus_held", "gpu_seconds", "cluster_gpus"}], "warnings": [string]}`; `get` adds
@@ -16,7 +16,7 @@ use gpu_proto::v1::tenant_service_client::TenantServiceClient;
 use serde_json::{Value, json};
 
 use super::{Answer, Ctx, Failure, account};
-use crate::cli::TenantVerb;
+use crate::cli::{TenantVerb, WebhookArgs};
 use crate::output::{fields, table, table_of};
 
 pub(crate) async fn run(ctx: &Ctx, verb: TenantVerb) -> Result<Answer, Failure> {
@@ -31,8 +31,10 @@ pub(crate) async fn run(ctx: &Ctx, verb: TenantVerb) -> Result<Answer, Failure> 
             max_pending_jobs,
             account,
             allow_mounts,
+            webhook,
         } => {
             let req = pb::CreateTenantRequest {
+                webhook: webhook_pb(webhook),
                 name,
                 quotas: quotas_pb(quotas),
                 weight,
@@ -57,8 +59,12 @@ pub(crate) async fn run(ctx: &Ctx, verb: TenantVerb) -> Result<Answer, Failure> 
             clear_account,
             allow_mounts,
             disallow_mounts,
+            webhook,
+            clear_webhook,
         } => {
             let req = pb::UpdateTenantRequest {
+                webhook: webhook_pb(webhook),
+                clear_webhook,
                 name,
                 quotas: quotas_pb(quotas),
                 remove_quotas,
@@ -102,6 +108,16 @@ pub(crate) async fn run(ctx: &Ctx, verb: TenantVerb) -> Result<Answer, Failure> 
             })
             .await?
         }
+        TenantVerb::WebhookSecret { name } => {
+            let req = pb::GetWebhookSecretRequest { tenant: name };
+            let secret = ctx
+                .call(new, req, async |mut c, r| c.get_webhook_secret(r).await)
+                .await?;
+            return Ok(ctx.answer(
+                || json!({"secret": secret.secret, "key_id": secret.key_id}),
+                || format!("{}\n", secret.secret),
+            ));
+        }
         TenantVerb::List { stale } => {
             let req = pb::ListTenantsRequest { stale };
             let list = ctx
@@ -112,6 +128,13 @@ pub(crate) async fn run(ctx: &Ctx, verb: TenantVerb) -> Result<Answer, Failure> 
         }
     };
     Ok(ctx.answer(|| tenant_json(&tenant), || tenant_text(&tenant)))
+}
+
+fn webhook_pb(args: WebhookArgs) -> Option<pb::Webhook> {
+    args.webhook.map(|url| pb::Webhook {
+        url,
+        events: args.webhook_on,
+    })
 }
 
 /// The password in `path`: its first line, without the line break.
@@ -153,6 +176,7 @@ fn tenant_json(t: &pb::Tenant) -> Value {
         "default_priority": t.default_priority,
         "max_priority": t.max_priority,
         "max_pending_jobs": t.max_pending_jobs,
+        "webhook": t.webhook.as_ref().map(|w| json!({"url": w.url, "events": w.events})),
         "account": account::json(t.account.as_ref()),
         "allowed_mounts": t.allowed_mounts,
         "registry_logins": t.registry_logins.iter().map(|l| json!({
@@ -255,6 +279,16 @@ fn tenant_text(t: &pb::Tenant) -> String {
                 .map_or_else(|| "no cap".to_owned(), |n| n.to_string()),
         ),
         ("Default account", account::text(t.account.as_ref())),
+        (
+            "Webhook",
+            t.webhook.as_ref().map_or_else(
+                || "none".to_owned(),
+                |w| match w.events.is_empty() {
+                    true => w.url.clone(),
+                    false => format!("{} ({})", w.url, w.events.join(",")),
+                },
+            ),
+        ),
         (
             "Allowed mounts",
             if t.allowed_mounts.is_empty() {

@@ -440,7 +440,14 @@ impl Command {
             Command::HoldJob { .. } | Command::CancelArray { .. } | Command::HoldArray { .. } => {
                 PROTOCOL_11
             }
-            Command::SubmitJob { spec, .. } if !spec.labels.is_empty() => PROTOCOL_12,
+            Command::SubmitJob { spec, .. } if !spec.labels.is_empty() || spec.notify.is_some() => {
+                PROTOCOL_12
+            }
+            Command::CreateTenant { tenant } | Command::UpdateTenant { tenant }
+                if tenant.webhook.is_some() =>
+            {
+                PROTOCOL_12
+            }
             Command::SubmitJob { spec, .. }
                 if !spec.after.is_empty() || spec.singleton || spec.array.is_some() =>
             {
@@ -822,6 +829,7 @@ mod tests {
                 allowed_mounts: Vec::new(),
                 max_priority: None,
                 max_pending_jobs: None,
+                webhook: None,
             },
         });
         expect![[r#"{"proposed_at_ms":1700000000000,"cmd":{"type":"create_tenant","tenant":{"name":"vision","quotas":{"A100":{"guaranteed":4,"borrow":2}},"weight":2,"default_priority":-1,"created_at_ms":0,"updated_at_ms":0}}}"#]]
@@ -855,6 +863,7 @@ mod tests {
                 allowed_mounts: Vec::new(),
                 max_priority: None,
                 max_pending_jobs: None,
+                webhook: None,
             },
         });
         expect![[r#"{"proposed_at_ms":1700000000000,"cmd":{"type":"update_tenant","tenant":{"name":"a","quotas":{},"weight":1,"default_priority":0,"created_at_ms":3,"updated_at_ms":4}}}"#]]
@@ -1024,6 +1033,7 @@ mod tests {
             singleton: false,
             array: None,
             labels: BTreeMap::new(),
+            notify: None,
         };
         let gpu = GpuRecord {
             index: 1,
@@ -1225,6 +1235,7 @@ mod tests {
                     allowed_mounts: Vec::new(),
                     max_priority: None,
                     max_pending_jobs: None,
+                    webhook: None,
                 },
             },
             Command::UpdateTenant {
@@ -1239,6 +1250,7 @@ mod tests {
                     allowed_mounts: Vec::new(),
                     max_priority: None,
                     max_pending_jobs: None,
+                    webhook: None,
                 },
             },
             Command::SetSchedulerPolicy {
@@ -1571,6 +1583,7 @@ mod tests {
             allowed_mounts: vec!["/data".into()],
             max_priority: None,
             max_pending_jobs: None,
+            webhook: None,
         };
         let create = Command::CreateTenant {
             tenant: tenant.clone(),

@@ -106,6 +106,9 @@ pub struct JobSpec {
     /// The user's own labels, for selecting jobs (`job list -l team=vision`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
+    /// Where to post this job's state changes, at its tenant's webhook origin.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notify: Option<crate::model::webhook::Webhook>,
 }
 
 /// What a job is.
@@ -171,6 +174,7 @@ impl Default for JobSpec {
             singleton: false,
             array: None,
             labels: BTreeMap::new(),
+            notify: None,
         }
     }
 }

@@ -31,3 +31,4 @@ pub mod slice_fit;
 pub(crate) mod state;
 pub mod tenant;
 pub mod validate;
+pub mod webhook;

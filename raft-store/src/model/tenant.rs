@@ -75,6 +75,10 @@ pub struct TenantRecord {
     /// cap.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_pending_jobs: Option<u32>,
+    /// Where the leader posts the state changes of every job of the tenant; its origin is
+    /// also where the tenant's jobs may have webhooks of their own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub webhook: Option<crate::model::webhook::Webhook>,
 }
 
 fn one() -> u32 {
@@ -92,6 +96,9 @@ impl TenantRecord {
 /// quotas are often set before the hardware arrives.
 pub fn validate(t: &TenantRecord) -> Result<(), String> {
     validate::name("tenant", &t.name)?;
+    if let Some(hook) = &t.webhook {
+        hook.validate()?;
+    }
     if t.quotas.len() > MAX_QUOTA_TYPES {
         return Err(format!("at most {MAX_QUOTA_TYPES} GPU types per tenant"));
     }

@@ -291,6 +291,9 @@ pub fn job_spec(spec: &JobSpec) -> Result<(), String> {
     retry_backoff(spec)?;
     dependencies(spec)?;
     labels(&spec.labels).map_err(|e| format!("job labels: {e}"))?;
+    if let Some(hook) = &spec.notify {
+        hook.validate()?;
+    }
     if let Some(array) = &spec.array {
         array.validate(crate::model::array::MAX_ARRAY_TASKS)?;
     }

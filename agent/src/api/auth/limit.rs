@@ -203,6 +203,7 @@ mod tests {
             tenant_requests_per_second: 3,
             source_requests_per_second: 5,
             max_array_tasks: 1,
+            webhook_ca_file: None,
         };
         let t0 = Instant::now();
         let mut l = Limits::new(&api);

@@ -53,6 +53,13 @@ impl ClusterState {
         };
         self.check_stamped_account(spec, meta)?;
         self.check_mounts(spec)?;
+        if let Some(hook) = &spec.notify {
+            let tenant_hook = self
+                .tenants
+                .get(&spec.tenant)
+                .and_then(|t| t.webhook.as_ref());
+            crate::model::webhook::check_job_webhook(hook, tenant_hook).map_err(invalid)?;
+        }
         let jobs = Self::jobs_in(spec);
         self.check_pending_cap(spec, jobs)?;
         let waiting = self.unmet_dependencies(spec)?;
