@@ -1,10 +1,17 @@
 //! Quantities as people type and read them: durations, memory sizes, timestamps.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 const DURATION_HINT: &str = "expected a duration like 500ms, 30s, 5m or 2h";
 
 /// An integer followed by `ms`, `s`, `m` or `h` (a small humantime subset). Zero is allowed.
+/// Now, in Unix milliseconds (0 before 1970).
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
 pub(crate) fn parse_duration(s: &str) -> Option<Duration> {
     let split = s.find(|c: char| !c.is_ascii_digit())?;
     let (n, unit) = s.split_at(split);

@@ -601,6 +601,12 @@ async fn webhooks_post_signed_events_and_retry_a_refused_one() {
         .filter(|r| r.path == "/tenant" && &r.headers["x-gpumesh-delivery"] == id)
         .count();
     assert!(tries >= 2, "{id} was not retried: {received:?}");
+    // An accepted post is not made again: the job's own webhook got its end once.
+    let posts_to_job: Vec<&str> = (received.iter())
+        .filter(|r| r.path == "/job")
+        .map(|r| r.headers["x-gpumesh-delivery"].as_str())
+        .collect();
+    assert_eq!(posts_to_job, [format!("j-{job}.1.end")], "{received:?}");
     assert!(
         received
             .iter()

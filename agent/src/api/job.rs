@@ -245,6 +245,16 @@ enum Target {
     Array(JobId),
 }
 
+impl Target {
+    /// The id, and whether it stands for a whole array.
+    fn parts(self) -> (JobId, bool) {
+        match self {
+            Target::Job(job) => (job, false),
+            Target::Array(array) => (array, true),
+        }
+    }
+}
+
 /// Whether a request reads a job or changes it.
 #[derive(Clone, Copy)]
 enum Access {
@@ -466,10 +476,7 @@ impl JobService for JobApi {
             wall_time_limit_s,
             gpus,
         };
-        let (id, array) = match self.target(id, array_index)? {
-            Target::Job(job) => (job, false),
-            Target::Array(array) => (array, true),
-        };
+        let (id, array) = self.target(id, array_index)?.parts();
         let job = self.job(id)?;
         let checked = self.cluster.state.read(|s| {
             if let Some(p) = priority {
@@ -500,10 +507,7 @@ impl JobService for JobApi {
         let caller = self
             .caller_for_job(&req, "job.requeue", id, Access::Write, false)
             .await?;
-        let (id, array) = match self.target(id, array_index)? {
-            Target::Job(job) => (job, false),
-            Target::Array(array) => (array, true),
-        };
+        let (id, array) = self.target(id, array_index)?.parts();
         let command = Command::RequeueJob { job: id, array };
         self.cluster.write_as(command, caller.on_behalf()).await?;
         Ok(Response::new(self.get(id)?))
@@ -566,7 +570,8 @@ impl JobService for JobApi {
         let caller = self.auth.authenticate(&req, "job.watch", "job/*").await?;
         let filter = JobFilter::of(req.get_ref()).map_err(invalid)?;
         let permit = job_watch::admit(&self.watchers)?;
-        let stream = job_watch::watch(self.cluster.state.clone(), filter, caller.identity, permit);
+        let state = self.cluster.state.clone();
+        let stream = job_watch::watch(state, filter, caller.identity, permit, job_view);
         Ok(Response::new(stream))
     }
 

@@ -11,12 +11,11 @@ use std::time::Duration;
 
 use futures::Stream;
 use gpu_proto::v1 as pb;
-use gpu_raft_store::{JobId, KeptIndex, StateReader};
+use gpu_raft_store::{ClusterState, Job, JobId, KeptIndex, StateReader};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tonic::Status;
 
 use crate::api::auth::rbac::{Action, Identity};
-use crate::api::job::job_view;
 use crate::api::job_filter::JobFilter;
 use crate::api::job_list::MAX_PAGE;
 
@@ -43,9 +42,13 @@ pub(crate) fn admit(watchers: &Arc<Semaphore>) -> Result<OwnedSemaphorePermit, S
     })
 }
 
+/// How a job is shown to the watcher.
+pub(crate) type View = fn(&ClusterState, &Job) -> pb::Job;
+
 /// One watch's progress.
 struct Watch {
     state: StateReader,
+    view: View,
     filter: JobFilter,
     identity: Identity,
     seen: KeptIndex<()>,
@@ -55,15 +58,18 @@ struct Watch {
     _permit: OwnedSemaphorePermit,
 }
 
-/// The stream of a watch for `identity` of the jobs `filter` selects, from now on.
+/// The stream of a watch for `identity` of the jobs `filter` selects, from now on, each
+/// shown by `view`.
 pub(crate) fn watch(
     state: StateReader,
     filter: JobFilter,
     identity: Identity,
     permit: OwnedSemaphorePermit,
+    view: View,
 ) -> WatchStream {
     let watch = Watch {
         state,
+        view,
         filter,
         identity,
         seen: KeptIndex::default(),
@@ -119,6 +125,7 @@ impl Watch {
     /// most a page of them, the rest left queued.
     fn take_page(&mut self) -> Vec<pb::Job> {
         let (filter, identity, queued) = (&self.filter, &self.identity, &mut self.queued);
+        let view = self.view;
         self.state.read(|s| {
             let mut page = Vec::new();
             while page.len() < MAX_PAGE
@@ -126,7 +133,7 @@ impl Watch {
             {
                 let Some(job) = s.jobs.get(&id) else { continue };
                 if identity.may(Action::ReadJob(&job.spec.tenant)).is_ok() && filter.matches(job) {
-                    page.push(job_view(s, job));
+                    page.push(view(s, job));
                 }
             }
             page

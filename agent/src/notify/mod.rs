@@ -13,7 +13,7 @@ mod events;
 pub(crate) mod post;
 pub(crate) mod signing;
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -109,14 +109,15 @@ impl Watching {
 
     /// The posts the jobs that changed since the last look call for.
     fn look(&mut self, s: &ClusterState, now_ms: u64) -> Vec<Post> {
-        let mut changed = Vec::new();
+        // A set: the log names a job once per change, and a job done is forgotten at once.
+        let mut changed = BTreeSet::new();
         let mut rebuilt = false;
         self.changes.get(
             s,
             |()| true,
             |_| rebuilt = true,
             |(), _, job| {
-                changed.push(job);
+                changed.insert(job);
             },
         );
         if rebuilt {
@@ -125,10 +126,16 @@ impl Watching {
         }
         let mut posts = Vec::new();
         for id in changed {
-            let Some(job) = s.jobs.get(&id) else {
+            // A job no webhook hears about is not followed (nor kept track of): should one
+            // appear, the job's events count from the cutoff on.
+            let Some((job, hooks)) = s.jobs.get(&id).map(|j| (j, hooks_of(s, j))) else {
                 self.seen.remove(&id);
                 continue;
             };
+            if hooks.is_empty() {
+                self.seen.remove(&id);
+                continue;
+            }
             let cutoff = self.cutoff_ms;
             let seen = self
                 .seen
@@ -139,7 +146,7 @@ impl Watching {
                 self.seen.remove(&id);
             }
             for event in events {
-                posts.extend(posts_of(s, job, &event));
+                posts.extend(posts_of(&hooks, job, &event));
             }
         }
         // A job seen next for the first time (done, then requeued) counts from about now;
@@ -149,17 +156,23 @@ impl Watching {
     }
 }
 
-/// The posts of `event`: to the tenant's webhook and the job's own, each if it asked for it.
-fn posts_of(s: &ClusterState, job: &Job, event: &Event) -> Vec<Post> {
+/// The webhooks that hear about `job`: its tenant's and its own.
+fn hooks_of<'a>(s: &'a ClusterState, job: &'a Job) -> Vec<&'a Webhook> {
     let tenant_hook = s
         .tenants
         .get(&job.spec.tenant)
         .and_then(|t| t.webhook.as_ref());
-    let hooks: Vec<&Webhook> = tenant_hook
+    tenant_hook
         .into_iter()
         .chain(job.spec.notify.as_ref())
+        .collect()
+}
+
+/// The posts of `event` to each of `hooks` that asked for it.
+fn posts_of(hooks: &[&Webhook], job: &Job, event: &Event) -> Vec<Post> {
+    let wanted: Vec<&Webhook> = (hooks.iter().copied())
+        .filter(|h| h.wants(event.kind))
         .collect();
-    let wanted: Vec<&Webhook> = hooks.into_iter().filter(|h| h.wants(event.kind)).collect();
     if wanted.is_empty() {
         return Vec::new();
     }
@@ -225,4 +238,114 @@ async fn deliver(poster: &Poster, tls: Option<&TlsIdentity>, slots: &Semaphore, 
         }
     }
     warn!(id = %post.id, url = %post.url, "giving up on the webhook for this event");
+}
+
+#[cfg(test)]
+mod tests {
+    use gpu_raft_store::tenant::TenantRecord;
+    use gpu_raft_store::webhook::NotifyEvent;
+    use gpu_raft_store::{Bind, Command, JobSpec, Outcome};
+
+    use super::*;
+    use crate::scheduler::testkit::{apply_at, gpu, node, spec};
+
+    fn hook(url: &str, events: &[NotifyEvent]) -> Webhook {
+        Webhook {
+            url: url.into(),
+            events: events.iter().copied().collect::<BTreeSet<_>>(),
+        }
+    }
+
+    fn tenant(name: &str, webhook: Option<Webhook>) -> Command {
+        Command::CreateTenant {
+            tenant: TenantRecord {
+                name: name.into(),
+                quotas: Default::default(),
+                weight: 1,
+                default_priority: 0,
+                created_at_ms: 0,
+                updated_at_ms: 0,
+                account: None,
+                max_priority: None,
+                allowed_mounts: Vec::new(),
+                max_pending_jobs: None,
+                webhook,
+            },
+        }
+    }
+
+    fn submit(s: &mut ClusterState, at: u64, spec: JobSpec) {
+        let cmd = Command::SubmitJob {
+            spec: Box::new(spec),
+            idempotency_key: None,
+            hold: false,
+            owner: None,
+        };
+        apply_at(s, at, cmd);
+    }
+
+    /// Bind job `job` to GPU 0 of node 1, start it and end it with exit code 0.
+    fn run(s: &mut ClusterState, at: u64, job: JobId) {
+        let binds = vec![Bind {
+            job,
+            node: 1,
+            gpus: vec![0],
+        }];
+        apply_at(s, at, Command::BindJobs { binds });
+        apply_at(s, at + 1, Command::JobStarted { job, generation: 1 });
+        let outcome = Outcome::Exited { code: 0 };
+        let end = Command::JobFinished {
+            job,
+            generation: 1,
+            outcome,
+        };
+        apply_at(s, at + 2, end);
+    }
+
+    #[test]
+    fn a_look_posts_each_new_event_once_to_each_webhook_that_wants_it() {
+        let now = now_ms();
+        let mut s = ClusterState::new();
+        node(&mut s, 1, vec![gpu(0, "A100", 0)]);
+        let ends = hook("http://h:1/tenant", &[NotifyEvent::End]);
+        apply_at(&mut s, now, tenant("vision", Some(ends)));
+        apply_at(&mut s, now, tenant("quiet", None));
+        let mine = hook("http://h:1/job", &[]);
+        let hooked = JobSpec {
+            tenant: "vision".into(),
+            notify: Some(mine),
+            ..spec(1, 0)
+        };
+        submit(&mut s, now, hooked);
+        let quiet = JobSpec {
+            tenant: "quiet".into(),
+            ..spec(1, 0)
+        };
+        submit(&mut s, now, quiet);
+        let mut w = Watching::new(Instant::now());
+        assert!(w.look(&s, now).is_empty(), "nothing happened yet");
+        run(&mut s, now + 1, 1);
+        let posts: Vec<(String, String)> = w
+            .look(&s, now + 5)
+            .into_iter()
+            .map(|p| (p.url, p.id))
+            .collect();
+        assert_eq!(
+            posts,
+            [
+                ("http://h:1/job".to_owned(), "j-1.1.start".to_owned()),
+                ("http://h:1/tenant".to_owned(), "j-1.1.end".to_owned()),
+                ("http://h:1/job".to_owned(), "j-1.1.end".to_owned()),
+            ]
+        );
+        run(&mut s, now + 10, 2);
+        assert!(
+            w.look(&s, now + 20).is_empty(),
+            "no webhook hears of quiet's job"
+        );
+        assert!(
+            w.seen.is_empty(),
+            "ended jobs and unheard ones are not kept"
+        );
+    }
 }

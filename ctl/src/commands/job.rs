@@ -35,8 +35,6 @@
 //! Exit codes: `wait` exits 0 when the job succeeded, 1 when it failed or was cancelled;
 //! everything else exits 0 on success. Errors (and `wait` timing out) exit 2.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use gpu_proto::v1 as pb;
 use gpu_proto::v1::job_service_client::JobServiceClient;
 
@@ -45,6 +43,7 @@ use super::job_view::render_one;
 use super::{Answer, Ctx, Failure, job_list, job_logs, job_submit, job_wait, job_why};
 use crate::cli::JobVerb;
 use crate::ids::JobRef;
+use crate::units::now_ms;
 
 pub(crate) async fn run(ctx: &Ctx, verb: JobVerb) -> Result<Answer, Failure> {
     let new = JobServiceClient::new;
@@ -112,10 +111,4 @@ pub(super) async fn resolve(ctx: &Ctx, job: JobRef) -> Result<u64, Failure> {
         .call(task, req, async |mut c, r| c.get_job(r).await)
         .await?;
     Ok(found.id)
-}
-
-pub(super) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }

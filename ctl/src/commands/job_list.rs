@@ -7,13 +7,13 @@ use std::time::Duration;
 use gpu_proto::v1 as pb;
 use gpu_proto::v1::job_service_client::JobServiceClient;
 
-use super::job::now_ms;
 use super::job_view::{job_json, jobs_table, state_of};
 use super::{Answer, Ctx, Failure, job_pages};
 use crate::cli::JobListArgs;
 use crate::cli::Output;
 use crate::client::CallError;
 use crate::output;
+use crate::units::now_ms;
 
 /// How far back `job list --finished` looks without `--since`.
 const DEFAULT_FINISHED_SINCE: Duration = Duration::from_secs(24 * 3600);

@@ -517,6 +517,16 @@ impl Command {
     }
 }
 
+/// How a `SubmitJob` asks for its job, beside the spec.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Submission<'a> {
+    pub key: Option<&'a str>,
+    /// Held from the start.
+    pub hold: bool,
+    /// The token that submitted it, as the leader stamped it.
+    pub owner: Option<&'a str>,
+}
+
 /// One placement decision: `job` onto these GPU indexes of `node`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Bind {

@@ -6,12 +6,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use crate::model::alert::{Alert, AlertRule};
-use crate::model::apply::jobs::Submission;
 use crate::model::audit::{self, AuditEntry, ChainBase, RequestMeta, SignedHead};
 use crate::model::auth::{Seat, TokenRecord};
 use crate::model::ca::CaSet;
 use crate::model::cert::CertRecord;
-use crate::model::command::{Command, LogEntry};
+use crate::model::command::{Command, LogEntry, Submission};
 use crate::model::energy::EnergyBook;
 use crate::model::job::Job;
 use crate::model::job_log::JobLog;

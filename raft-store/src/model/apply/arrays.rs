@@ -6,8 +6,8 @@
 use std::collections::BTreeSet;
 
 use crate::JobId;
-use crate::model::apply::jobs::Submission;
 use crate::model::array::ArrayTask;
+use crate::model::command::Submission;
 use crate::model::job::{Job, JobSpec};
 use crate::model::job_log::Cursor;
 use crate::model::outcome::{ApplyResult, Rejection};

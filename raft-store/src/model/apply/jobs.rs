@@ -2,6 +2,7 @@
 //! reports (started, finished: GPU time accounted, requeued or ended) and scheduler feedback.
 
 use crate::model::audit::RequestMeta;
+use crate::model::command::Submission;
 use crate::model::job::{Job, JobSpec, JobState, Outcome, RunPhase, retry_delay_s, scoped_key};
 use crate::model::outcome::{ApplyResult, Rejection, invalid};
 use crate::model::partition;
@@ -9,16 +10,6 @@ use crate::model::retention::spec_digest;
 use crate::model::state::ClusterState;
 use crate::model::validate;
 use crate::{JobId, NodeId};
-
-/// How a `SubmitJob` asks for its job, beside the spec.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct Submission<'a> {
-    pub key: Option<&'a str>,
-    /// Held from the start.
-    pub hold: bool,
-    /// The token that submitted it, as the leader stamped it.
-    pub owner: Option<&'a str>,
-}
 
 impl ClusterState {
     pub(crate) fn submit(

@@ -15,7 +15,7 @@ mod dependencies;
 mod energy;
 pub(crate) mod expiry;
 mod gangs;
-pub(crate) mod jobs;
+mod jobs;
 mod nodes;
 mod partitions;
 mod preemption;
