@@ -35,23 +35,29 @@ impl Poster {
     /// A poster trusting the system's CAs (when the bundle exists) and those in `extra_ca`.
     pub(crate) fn new(extra_ca: Option<&Path>) -> anyhow::Result<Self> {
         let mut roots = RootCertStore::empty();
-        let mut bundles = Vec::new();
-        if let Ok(system) = std::fs::read_to_string(SYSTEM_BUNDLE) {
-            bundles.push(system);
+        // A certificate of the system's bundle that rustls cannot use is left out; the others
+        // still count, and the agent starts.
+        let system = std::fs::read_to_string(SYSTEM_BUNDLE).unwrap_or_default();
+        for pem in pki::certs_in(&system) {
+            if let Ok(der) = cert_der(&pem) {
+                let _ = roots.add(der);
+            }
         }
+        // The operator's own file must be right.
         if let Some(path) = extra_ca {
             let extra = std::fs::read_to_string(path)
                 .with_context(|| format!("reading api.webhook_ca_file {}", path.display()))?;
+            let certs = pki::certs_in(&extra);
             anyhow::ensure!(
-                !pki::certs_in(&extra).is_empty(),
+                !certs.is_empty(),
                 "api.webhook_ca_file {} holds no PEM certificate",
                 path.display()
             );
-            bundles.push(extra);
-        }
-        for pem in bundles.iter().flat_map(|b| pki::certs_in(b)) {
-            // A system bundle may hold a certificate rustls cannot use; the others still count.
-            let _ = roots.add(cert_der(&pem)?);
+            for pem in certs {
+                roots
+                    .add(cert_der(&pem)?)
+                    .with_context(|| format!("a certificate of {}", path.display()))?;
+            }
         }
         let config = ClientConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()
