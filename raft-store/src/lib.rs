@@ -38,7 +38,7 @@ pub use model::job::{
     retry_delay_s,
 };
 pub use model::job_update::JobUpdate;
-pub use model::kept_index::KeptIndex;
+pub use model::kept_index::{JobChanges, KeptIndex};
 pub use model::node::{
     CONTAINER_RUNTIME_LABEL, EdgeTerms, GpuRecord, Inventory, NodeRecord, NodeStatus, SITE_LABEL,
     gpu_fits,

@@ -23,15 +23,7 @@ fn cluster() -> ClusterState {
         "name": "train", "command": ["true"], "gpus": 1, "max_attempts": 1
     }))
     .expect("a job spec");
-    s.apply(&at(
-        2,
-        Command::SubmitJob {
-            spec: Box::new(spec),
-            idempotency_key: None,
-            hold: false,
-            owner: None,
-        },
-    ));
+    s.apply(&at(2, Command::submit(spec)));
     let bound = s.apply(&at(
         3,
         Command::BindJobs {

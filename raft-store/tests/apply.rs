@@ -62,15 +62,10 @@ fn rejected_commands_change_nothing() {
             set: BTreeMap::from([("ok".into(), "v".into()), ("../evil".into(), "v".into())]),
             remove: BTreeSet::new(),
         },
-        Command::SubmitJob {
-            spec: Box::new(JobSpec {
-                command: vec![],
-                ..spec(1)
-            }),
-            idempotency_key: None,
-            hold: false,
-            owner: None,
-        },
+        Command::submit(JobSpec {
+            command: vec![],
+            ..spec(1)
+        }),
         Command::CancelJob { job: 99 },
         Command::JobStarted {
             job: 99,
@@ -250,15 +245,7 @@ fn binds_are_revalidated() {
 fn a_stamped_request_applied_twice_takes_effect_once_and_answers_the_same() {
     let mut s = cluster();
     let submission = |request_id: &str, at_ms: u64| {
-        let mut entry = by(
-            "alice",
-            Command::SubmitJob {
-                spec: Box::new(spec(1)),
-                idempotency_key: None,
-                hold: false,
-                owner: None,
-            },
-        );
+        let mut entry = by("alice", Command::submit(spec(1)));
         entry.proposed_at_ms = at_ms;
         entry.meta.as_mut().expect("meta").request_id = request_id.into();
         entry.request = RequestStamp::of(entry.meta.as_ref().expect("meta"), &entry.cmd);
@@ -592,12 +579,7 @@ fn assert_exclusive(s: &ClusterState) {
 
 fn arb_command() -> impl Strategy<Value = Command> {
     prop_oneof![
-        (0u32..4).prop_map(|g| Command::SubmitJob {
-            spec: Box::new(spec(g)),
-            idempotency_key: None,
-            hold: false,
-            owner: None
-        }),
+        (0u32..4).prop_map(|g| Command::submit(spec(g))),
         (1u64..8, 1u64..4, proptest::collection::vec(0u32..3, 0..4)).prop_map(
             |(job, node, gpus)| Command::BindJobs {
                 binds: vec![Bind { job, node, gpus }]
@@ -689,15 +671,7 @@ fn a_batch_inside_a_batch_is_refused_and_changes_nothing() {
     let inner = at(
         1,
         Command::Batch {
-            entries: vec![at(
-                1,
-                Command::SubmitJob {
-                    spec: Box::new(spec(1)),
-                    idempotency_key: None,
-                    hold: false,
-                    owner: None,
-                },
-            )],
+            entries: vec![at(1, Command::submit(spec(1)))],
         },
     );
     let result = s.apply(&at(
@@ -842,15 +816,7 @@ fn every_api_request_leaves_exactly_one_chained_audit_entry() {
     ));
     let before = s.audit.len();
     let requests = [
-        by(
-            "root",
-            Command::SubmitJob {
-                spec: Box::new(spec(1)),
-                idempotency_key: None,
-                hold: false,
-                owner: None,
-            },
-        ),
+        by("root", Command::submit(spec(1))),
         by("root", Command::CancelJob { job: 999 }),
         by(
             "root",

@@ -36,12 +36,7 @@ fn meta(n: u64) -> Option<RequestMeta> {
 fn history() -> Vec<Entry> {
     let mut out = Vec::new();
     for n in 1..=3 {
-        let submit = Command::SubmitJob {
-            spec: Box::new(spec(0)),
-            idempotency_key: None,
-            hold: false,
-            owner: None,
-        };
+        let submit = Command::submit(spec(0));
         out.push(entry(n, submit, meta(n)));
     }
     for job in 1..=3 {

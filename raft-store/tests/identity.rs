@@ -459,15 +459,7 @@ fn a_stale_stamp_is_refused_and_a_retry_finds_its_job() {
     assert_eq!(s.jobs[&job].spec.account, Some(account("bob:research")));
     // Submissions of the system carry what they carry.
     assert!(matches!(
-        s.apply(&at(
-            5,
-            Command::SubmitJob {
-                spec: Box::new(spec(1)),
-                idempotency_key: None,
-                hold: false,
-                owner: None
-            }
-        )),
+        s.apply(&at(5, Command::submit(spec(1)))),
         ApplyResult::JobSubmitted { .. }
     ));
 }

@@ -48,12 +48,7 @@ fn shared_req(memory_mib: u64, share: u32) -> Option<SliceRequest> {
 }
 
 fn submit(s: &mut ClusterState, spec: JobSpec) -> u64 {
-    match s.apply(&at(Command::SubmitJob {
-        spec: Box::new(spec),
-        idempotency_key: None,
-        hold: false,
-        owner: None,
-    })) {
+    match s.apply(&at(Command::submit(spec))) {
         ApplyResult::JobSubmitted { job, .. } => job,
         other => panic!("submit: {other:?}"),
     }

@@ -171,16 +171,7 @@ fn gpu_time_is_accounted_per_run_by_type() {
         max_attempts: 3,
         ..testing::spec(2)
     };
-    apply(
-        &mut s,
-        0,
-        Command::SubmitJob {
-            spec: Box::new(spec),
-            idempotency_key: None,
-            hold: false,
-            owner: None,
-        },
-    );
+    apply(&mut s, 0, Command::submit(spec));
     let bind = |gpus: Vec<u32>| Command::BindJobs {
         binds: vec![Bind {
             job: 1,

@@ -62,12 +62,7 @@ pub fn submit_request(data: &[u8]) {
     }
     let entry = LogEntry {
         proposed_at_ms: 1,
-        cmd: Command::SubmitJob {
-            spec: Box::new(spec),
-            idempotency_key: None,
-            hold: false,
-            owner: None,
-        },
+        cmd: Command::submit(spec),
         meta: None,
         request: None,
     };

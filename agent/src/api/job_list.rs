@@ -99,12 +99,7 @@ mod tests {
         };
         s.apply(&LogEntry {
             proposed_at_ms: 1,
-            cmd: Command::SubmitJob {
-                spec: Box::new(spec),
-                idempotency_key: None,
-                hold: false,
-                owner: None,
-            },
+            cmd: Command::submit(spec),
             meta: None,
             request: None,
         });

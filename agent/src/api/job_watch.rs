@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use futures::Stream;
 use gpu_proto::v1 as pb;
-use gpu_raft_store::{ClusterState, Job, JobId, KeptIndex, StateReader};
+use gpu_raft_store::{ClusterState, Job, JobChanges, JobId, StateReader};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tonic::Status;
 
@@ -51,7 +51,7 @@ struct Watch {
     view: View,
     filter: JobFilter,
     identity: Identity,
-    seen: KeptIndex<()>,
+    seen: JobChanges,
     /// Jobs that changed and are not sent yet (beyond one answer's page).
     queued: BTreeSet<JobId>,
     begun: bool,
@@ -72,7 +72,7 @@ pub(crate) fn watch(
         view,
         filter,
         identity,
-        seen: KeptIndex::default(),
+        seen: JobChanges::default(),
         queued: BTreeSet::new(),
         begun: false,
         _permit: permit,
@@ -106,19 +106,14 @@ impl Watch {
     /// Queue the jobs that changed since the last look; whether the record of changes had
     /// moved on too far (or the state was replaced) since.
     fn poll(&mut self) -> bool {
-        let (seen, queued) = (&mut self.seen, &mut self.queued);
-        let mut rebuilt = false;
-        self.state.read(|s| {
-            seen.get(
-                s,
-                |()| true,
-                |_| rebuilt = true,
-                |(), _, job| {
-                    queued.insert(job);
-                },
-            );
-        });
-        rebuilt && self.begun
+        let changed = self.state.read(|s| self.seen.since_last(s));
+        match changed {
+            Some(jobs) => {
+                self.queued.extend(jobs);
+                false
+            }
+            None => self.begun,
+        }
     }
 
     /// The queued jobs that the caller may see and the filter selects, as they are now: at

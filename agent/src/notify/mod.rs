@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use gpu_raft_store::webhook::Webhook;
-use gpu_raft_store::{ClusterState, Job, JobId, KeptIndex};
+use gpu_raft_store::{ClusterState, Job, JobChanges, JobId};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
@@ -91,7 +91,7 @@ impl JobNotifier {
 /// What one term of leadership has seen.
 struct Watching {
     since: Instant,
-    changes: KeptIndex<()>,
+    changes: JobChanges,
     seen: HashMap<JobId, Seen>,
     /// Events of a job not in `seen` count from this time on.
     cutoff_ms: u64,
@@ -101,7 +101,7 @@ impl Watching {
     fn new(since: Instant) -> Self {
         Self {
             since,
-            changes: KeptIndex::default(),
+            changes: JobChanges::default(),
             seen: HashMap::new(),
             cutoff_ms: now_ms().saturating_sub(TAKEOVER_MARGIN_MS),
         }
@@ -110,20 +110,9 @@ impl Watching {
     /// The posts the jobs that changed since the last look call for.
     fn look(&mut self, s: &ClusterState, now_ms: u64) -> Vec<Post> {
         // A set: the log names a job once per change, and a job done is forgotten at once.
-        let mut changed = BTreeSet::new();
-        let mut rebuilt = false;
-        self.changes.get(
-            s,
-            |()| true,
-            |_| rebuilt = true,
-            |(), _, job| {
-                changed.insert(job);
-            },
-        );
-        if rebuilt {
-            // The first look, or changes were missed: every job, as of the cutoff.
-            changed = s.jobs.keys().copied().collect();
-        }
+        // The first look, or one after changes were missed: every job, as of the cutoff.
+        let changed: BTreeSet<JobId> =
+            (self.changes.since_last(s)).unwrap_or_else(|| s.jobs.keys().copied().collect());
         let mut posts = Vec::new();
         for id in changed {
             // A job no webhook hears about is not followed (nor kept track of): should one
@@ -275,12 +264,7 @@ mod tests {
     }
 
     fn submit(s: &mut ClusterState, at: u64, spec: JobSpec) {
-        let cmd = Command::SubmitJob {
-            spec: Box::new(spec),
-            idempotency_key: None,
-            hold: false,
-            owner: None,
-        };
+        let cmd = Command::submit(spec);
         apply_at(s, at, cmd);
     }
 

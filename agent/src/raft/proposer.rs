@@ -387,12 +387,7 @@ mod tests {
     #[test]
     fn a_submission_is_stamped_with_its_owner_only_when_every_member_keeps_it() {
         let submit = Proposal {
-            cmd: Command::SubmitJob {
-                spec: Box::default(),
-                idempotency_key: None,
-                hold: false,
-                owner: None,
-            },
+            cmd: Command::submit(Default::default()),
             meta: Some(gpu_raft_store::RequestMeta {
                 actor: "alice".into(),
                 verb: "job.submit".into(),

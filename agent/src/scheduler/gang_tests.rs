@@ -213,14 +213,6 @@ fn an_unsatisfiable_gang_says_why_and_does_not_hold_the_queue() {
         )]
     );
     // Validation: an uneven split is refused at submission.
-    let r = apply(
-        &mut s,
-        Command::SubmitJob {
-            spec: Box::new(gang(2, 3)),
-            idempotency_key: None,
-            hold: false,
-            owner: None,
-        },
-    );
+    let r = apply(&mut s, Command::submit(gang(2, 3)));
     assert!(matches!(r, ApplyResult::Rejected { .. }), "{r:?}");
 }

@@ -46,12 +46,7 @@ pub(crate) fn step_command(state: &ClusterState, step: &Step) -> Option<Command>
         Step::Submit(gpus) => {
             let mut spec = spec(gpus, 0);
             spec.max_attempts = 3;
-            Some(Command::SubmitJob {
-                spec: Box::new(spec),
-                idempotency_key: None,
-                hold: false,
-                owner: None,
-            })
+            Some(Command::submit(spec))
         }
         Step::Place => {
             let binds = plan_default(state).binds;

@@ -65,16 +65,7 @@ pub(crate) fn submit(s: &mut ClusterState, spec: JobSpec) {
 }
 
 pub(crate) fn submit_at(s: &mut ClusterState, now_ms: u64, spec: JobSpec) {
-    apply_at(
-        s,
-        now_ms,
-        Command::SubmitJob {
-            spec: Box::new(spec),
-            idempotency_key: None,
-            hold: false,
-            owner: None,
-        },
-    );
+    apply_at(s, now_ms, Command::submit(spec));
 }
 
 /// Every ordering with each backfill mode the property tests exercise.

@@ -151,10 +151,12 @@ async fn matching(ctx: &Ctx, selection: &JobSelection) -> Result<Vec<u64>, CallE
     let req = pb::ListJobsRequest {
         states,
         tenant: selection.tenant.clone().unwrap_or_default(),
+        name: selection.name.clone().unwrap_or_default(),
         fold_arrays: false,
         ..Default::default()
     };
     let jobs = super::job_pages::list_all(ctx, req).await?;
+    // Checked again: an agent from before the name filter ignores it.
     let name = selection.name.as_deref();
     Ok(jobs
         .iter()

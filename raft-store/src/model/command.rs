@@ -421,6 +421,17 @@ pub const PROTOCOL_9: u32 = 9;
 pub const PROTOCOL_4: u32 = 4;
 
 impl Command {
+    /// A plain submission of `spec`: no idempotency key, not held, its owner left for the
+    /// leader to stamp.
+    pub fn submit(spec: JobSpec) -> Self {
+        Command::SubmitJob {
+            spec: Box::new(spec),
+            idempotency_key: None,
+            hold: false,
+            owner: None,
+        }
+    }
+
     /// How many commands this is: a batch's entries, else one.
     pub fn commands(&self) -> u64 {
         match self {
@@ -960,18 +971,13 @@ mod tests {
             panic!("a submit");
         };
         let sliced = |slice, kind| {
-            entry(Command::SubmitJob {
-                spec: Box::new(JobSpec {
-                    name: "s".into(),
-                    gpus: 1,
-                    slice: Some(slice),
-                    kind,
-                    ..(*spec).clone()
-                }),
-                idempotency_key: None,
-                hold: false,
-                owner: None,
-            })
+            entry(Command::submit(JobSpec {
+                name: "s".into(),
+                gpus: 1,
+                slice: Some(slice),
+                kind,
+                ..(*spec).clone()
+            }))
         };
         let mig = sliced(
             crate::model::partition::SliceRequest::Mig {
@@ -1383,12 +1389,7 @@ mod tests {
             panic!("every_command has a submission");
         };
         let spec = *spec;
-        let submit = |spec| Command::SubmitJob {
-            spec: Box::new(spec),
-            idempotency_key: None,
-            hold: false,
-            owner: None,
-        };
+        let submit = |spec| Command::submit(spec);
         let mut sliced = spec.clone();
         sliced.slice = Some(crate::model::partition::SliceRequest::Mig {
             profile: "1g.10gb".into(),
@@ -1407,12 +1408,7 @@ mod tests {
             name: "n".into(),
             ..JobSpec::default()
         };
-        let submit = |spec| Command::SubmitJob {
-            spec: Box::new(spec),
-            idempotency_key: None,
-            hold: false,
-            owner: None,
-        };
+        let submit = |spec| Command::submit(spec);
         let after = JobSpec {
             after: crate::model::dependency::parse_dependencies("ok:j-1").expect("parses"),
             ..plain.clone()
@@ -1450,16 +1446,11 @@ mod tests {
             owner: None,
         };
         assert_eq!(submit(true).protocol(), PROTOCOL_12);
-        let labelled = Command::SubmitJob {
-            spec: Box::new(JobSpec {
-                name: "n".into(),
-                labels: BTreeMap::from([("team".into(), "vision".into())]),
-                ..JobSpec::default()
-            }),
-            idempotency_key: None,
-            hold: false,
-            owner: None,
-        };
+        let labelled = Command::submit(JobSpec {
+            name: "n".into(),
+            labels: BTreeMap::from([("team".into(), "vision".into())]),
+            ..JobSpec::default()
+        });
         assert_eq!(labelled.protocol(), PROTOCOL_12);
         let owned = Command::SubmitJob {
             spec: Box::default(),
@@ -1565,22 +1556,12 @@ mod tests {
             })),
             ..JobSpec::default()
         };
-        let submit = Command::SubmitJob {
-            spec: Box::new(spec.clone()),
-            idempotency_key: None,
-            hold: false,
-            owner: None,
-        };
+        let submit = Command::submit(spec.clone());
         assert_eq!(submit.protocol(), PROTOCOL_4);
-        let plain = Command::SubmitJob {
-            spec: Box::new(JobSpec {
-                container: None,
-                ..spec
-            }),
-            idempotency_key: None,
-            hold: false,
-            owner: None,
-        };
+        let plain = Command::submit(JobSpec {
+            container: None,
+            ..spec
+        });
         assert_eq!(plain.protocol(), 1);
         let tenant = crate::model::tenant::TenantRecord {
             name: "a".into(),

@@ -1,5 +1,8 @@
 //! `KeptIndex`: a reader's index of some jobs, kept up to date from the state's `JobLog` instead
-//! of being rebuilt by scanning every job on every applied entry.
+//! of being rebuilt by scanning every job on every applied entry; `JobChanges`: just the jobs
+//! that changed since a reader last looked.
+
+use std::collections::BTreeSet;
 
 use crate::JobId;
 use crate::model::job_log::Cursor;
@@ -37,5 +40,27 @@ impl<T> KeptIndex<T> {
         });
         let index = kept.unwrap_or_else(|| build(state));
         &mut self.kept.insert((log.cursor(), index)).1
+    }
+}
+
+/// A reader's place in the state's `JobLog`: which jobs changed since it last looked.
+#[derive(Default)]
+pub struct JobChanges(KeptIndex<()>);
+
+impl JobChanges {
+    /// The jobs that changed since the last call, or `None` when that cannot be told: the
+    /// first call, another copy of the state, a log that moved on too far since.
+    pub fn since_last(&mut self, state: &ClusterState) -> Option<BTreeSet<JobId>> {
+        let mut changed = BTreeSet::new();
+        let mut known = true;
+        self.0.get(
+            state,
+            |()| true,
+            |_| known = false,
+            |(), _, job| {
+                changed.insert(job);
+            },
+        );
+        known.then_some(changed)
     }
 }

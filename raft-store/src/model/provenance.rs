@@ -82,15 +82,7 @@ mod tests {
             gpus: 1,
             ..JobSpec::default()
         };
-        apply(
-            &mut s,
-            Command::SubmitJob {
-                spec: Box::new(spec),
-                idempotency_key: None,
-                hold: false,
-                owner: None,
-            },
-        );
+        apply(&mut s, Command::submit(spec));
         let binds = vec![Bind {
             job: 1,
             node: 2,

@@ -58,12 +58,7 @@ pub fn setup(
         };
         state.apply(&LogEntry {
             proposed_at_ms: i as u64,
-            cmd: Command::SubmitJob {
-                spec: Box::new(spec),
-                idempotency_key: None,
-                hold: false,
-                owner: None,
-            },
+            cmd: Command::submit(spec),
             meta: None,
             request: None,
         });

@@ -139,7 +139,8 @@ impl ClusterState {
         Ok(ApplyResult::Ok)
     }
 
-    fn array_task_ids(&self, array: JobId) -> Result<Vec<JobId>, Rejection> {
+    /// The ids of array `array`'s tasks; refused when the state holds none.
+    pub(super) fn array_task_ids(&self, array: JobId) -> Result<Vec<JobId>, Rejection> {
         let ids: Vec<JobId> = self.array_tasks(array).map(|j| j.id).collect();
         if ids.is_empty() {
             return Err(Rejection::Invalid {

@@ -64,7 +64,7 @@ impl ClusterState {
     /// that depended on an ended job were settled when it ended and stay as they are.
     pub(crate) fn requeue(&mut self, job: JobId, array: bool) -> Result<ApplyResult, Rejection> {
         let targets: Vec<JobId> = if array {
-            self.array_tasks(job).map(|j| j.id).collect()
+            self.array_task_ids(job)?
         } else {
             self.jobs.get(&job).ok_or(Rejection::UnknownJob { job })?;
             vec![job]
@@ -72,11 +72,6 @@ impl ClusterState {
         let ended = (targets.iter())
             .filter(|id| self.jobs[id].state.is_terminal())
             .count();
-        if targets.is_empty() {
-            return Err(invalid(format!(
-                "j-{job} is not an array the cluster's state holds"
-            )));
-        }
         self.check_pending_cap(&self.jobs[&targets[0]].spec, ended as u64)?;
         if let Some(j) = (targets.iter())
             .map(|id| &self.jobs[id])
