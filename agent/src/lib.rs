@@ -10,6 +10,7 @@
 pub mod api;
 pub mod build_info;
 pub(crate) mod clock;
+pub(crate) mod console;
 pub mod config;
 pub mod daemon;
 pub mod executor;

@@ -9,6 +9,7 @@
 pub mod fuzz;
 pub mod package;
 pub mod records;
+pub mod webdriver;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;

@@ -21,7 +21,8 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tonic::server::NamedService;
 use tonic::service::interceptor::InterceptedService;
-use tonic::transport::server::{Router, TcpIncoming};
+use tonic::service::Routes;
+use tonic::transport::server::TcpIncoming;
 use tonic_health::ServingStatus;
 
 use crate::api::alert::AlertApi;
@@ -79,7 +80,8 @@ pub(crate) async fn serve(listener: TcpListener, s: Services, cancel: Cancellati
     };
     let (health, health_service) = tonic_health::server::health_reporter();
     let mut serving = Vec::new();
-    let router = register(server().add_service(health_service), &mut serving, s);
+    let routes = register(Routes::new(health_service), &mut serving, s);
+    let router = server().add_routes(routes.prepare());
     for name in serving {
         health
             .set_service_status(name, ServingStatus::Serving)
@@ -114,6 +116,8 @@ fn server() -> tonic::transport::Server {
         // No request runs forever (streams are not cut: the limit covers producing the
         // response), one connection cannot monopolise the agent, and dead peers are noticed.
         .timeout(Duration::from_secs(60))
+        // Browsers reach the web console over HTTP/1.1 when they do not negotiate HTTP/2.
+        .accept_http1(true)
         .concurrency_limit_per_connection(256)
         // Raft calls carry deadlines of one heartbeat (100 ms): under load many are cancelled,
         // each a stream reset. At h2's default of 20 pending resets the server answers
@@ -131,10 +135,12 @@ fn serving<S: NamedService>(names: &mut Vec<&'static str>, service: S) -> S {
     service
 }
 
-/// Add every service to `router`, each once, noting its name in `names`.
-fn register(router: Router, names: &mut Vec<&'static str>, s: Services) -> Router {
+/// Add every service to `routes`, each once, noting its name in `names`, and the web console
+/// beside them, made from the same handlers.
+fn register(routes: Routes, names: &mut Vec<&'static str>, s: Services) -> Routes {
     let max = gpu_proto::MAX_MESSAGE_BYTES;
     let cluster = s.cluster;
+    let tls = s.tls.is_some();
     let peers = PeerCheck {
         tls: s.tls.is_some(),
         state: cluster.state.clone(),
@@ -216,49 +222,66 @@ fn register(router: Router, names: &mut Vec<&'static str>, s: Services) -> Route
         auth,
         tls: s.tls,
     };
-    router
+    let apis = crate::console::Apis {
+        cluster: Arc::new(cluster_api),
+        node: Arc::new(node_api),
+        gpu: Arc::new(gpu_api),
+        job: Arc::new(job_api),
+        tenant: Arc::new(tenant_api),
+        alert: Arc::new(alert_api),
+        audit: Arc::new(audit_api),
+        token: Arc::new(token_api),
+        scheduler: Arc::new(scheduler_api),
+        streams: crate::console::live_streams(),
+        tls,
+    };
+    let mut routes = routes
         .add_service(InterceptedService::new(
             serving(names, peer),
             check_protocol,
         ))
         .add_service(serving(
             names,
-            ClusterServiceServer::new(cluster_api).max_decoding_message_size(max),
+            ClusterServiceServer::from_arc(apis.cluster.clone()).max_decoding_message_size(max),
         ))
         .add_service(serving(
             names,
-            NodeServiceServer::new(node_api).max_decoding_message_size(max),
+            NodeServiceServer::from_arc(apis.node.clone()).max_decoding_message_size(max),
         ))
         .add_service(serving(
             names,
-            SchedulerServiceServer::new(scheduler_api).max_decoding_message_size(max),
+            SchedulerServiceServer::from_arc(apis.scheduler.clone())
+                .max_decoding_message_size(max),
         ))
         .add_service(serving(
             names,
-            AlertServiceServer::new(alert_api).max_decoding_message_size(max),
+            AlertServiceServer::from_arc(apis.alert.clone()).max_decoding_message_size(max),
         ))
         .add_service(serving(
             names,
-            TenantServiceServer::new(tenant_api).max_decoding_message_size(max),
+            TenantServiceServer::from_arc(apis.tenant.clone()).max_decoding_message_size(max),
         ))
         .add_service(serving(
             names,
-            JobServiceServer::new(job_api).max_decoding_message_size(max),
+            JobServiceServer::from_arc(apis.job.clone()).max_decoding_message_size(max),
         ))
         .add_service(serving(
             names,
-            GpuServiceServer::new(gpu_api).max_decoding_message_size(max),
+            GpuServiceServer::from_arc(apis.gpu.clone()).max_decoding_message_size(max),
         ))
         .add_service(serving(
             names,
-            TokenServiceServer::new(token_api).max_decoding_message_size(max),
+            TokenServiceServer::from_arc(apis.token.clone()).max_decoding_message_size(max),
         ))
         .add_service(serving(
             names,
-            AuditServiceServer::new(audit_api).max_decoding_message_size(max),
+            AuditServiceServer::from_arc(apis.audit.clone()).max_decoding_message_size(max),
         ))
         .add_service(serving(
             names,
             CertServiceServer::new(cert_api).max_decoding_message_size(max),
-        ))
+        ));
+    let grpc = std::mem::take(routes.axum_router_mut());
+    *routes.axum_router_mut() = grpc.merge(crate::console::routes(apis));
+    routes
 }

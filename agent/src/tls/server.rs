@@ -166,7 +166,7 @@ pub(crate) fn cert_der(pem: &str) -> anyhow::Result<CertificateDer<'static>> {
     CertificateDer::from_pem_slice(pem.as_bytes()).context("reading a PEM certificate")
 }
 
-/// TLS 1.2+ with h2, client certificates verified against the cluster's CAs when presented.
+/// TLS 1.2+ with h2 (HTTP/1.1 for a browser that offers only it), client certificates verified against the cluster's CAs when presented.
 pub(crate) fn server_config(slot: Arc<CertSlot>) -> anyhow::Result<Arc<ServerConfig>> {
     let mut config = ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
@@ -177,7 +177,7 @@ pub(crate) fn server_config(slot: Arc<CertSlot>) -> anyhow::Result<Arc<ServerCon
     // against the CAs trusted now (a CA retired since, say). Connections are long-lived.
     config.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
     config.send_tls13_tickets = 0;
-    config.alpn_protocols = vec![b"h2".to_vec()];
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }
 

@@ -296,6 +296,14 @@ fn print_banner(agents: &[DevAgent], leader: u64, dir: &Path) -> Option<(PathBuf
         .collect();
     println!("prometheus: {}", metrics.join(" "));
     println!("token file: {}", token.display());
+    // The token goes after `#`: a browser never sends the fragment to a server or a log.
+    let admin_token = std::fs::read_to_string(&token).unwrap_or_default();
+    println!(
+        "console: https://{}/console/login#token={}  (the CA is {}; accept it or import it)",
+        addrs[0],
+        admin_token.trim(),
+        dir.join("ca.crt").display()
+    );
     println!();
     let written = write_gpuctl_config(&addrs, dir);
     match &written {

@@ -16,7 +16,15 @@ pub enum Peer {
     Anonymous,
     Node(NodeId),
     Client(String),
+    /// The agent's own web console, asking for a browser that logged in with a token.
+    Console,
 }
+
+/// Marks a request that the agent's web console made in-process for a browser (which holds a
+/// token but no client certificate). Extensions never come off the wire, so no network
+/// client can set it; the token is checked as for any other request.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ConsoleOrigin;
 
 #[derive(Clone)]
 pub struct PeerCheck {
@@ -28,6 +36,9 @@ impl PeerCheck {
     pub fn peer<T>(&self, req: &Request<T>) -> Result<Peer, Status> {
         if !self.tls {
             return Ok(Peer::Insecure);
+        }
+        if req.extensions().get::<ConsoleOrigin>().is_some() {
+            return Ok(Peer::Console);
         }
         let Some(leaf) = req.peer_certs().and_then(|c| c.first().cloned()) else {
             return Ok(Peer::Anonymous);
@@ -57,6 +68,9 @@ impl PeerCheck {
             Peer::Client(name) => Err(Status::permission_denied(format!(
                 "client certificate {name} may not call internal RPCs"
             ))),
+            Peer::Console => Err(Status::permission_denied(
+                "the web console may not call internal RPCs",
+            )),
         }
     }
 

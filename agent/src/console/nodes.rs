@@ -1,0 +1,166 @@
+//! Nodes and GPUs: every node with its state and labels, and its GPUs as a heatmap of the
+//! chosen reading (utilization, temperature or memory), MIG instances drawn inside their GPU,
+//! broken and quarantined GPUs marked, each GPU's job linked.
+
+use axum::extract::{Query, State};
+use gpu_proto::v1 as pb;
+use gpu_proto::v1::gpu_service_server::GpuService;
+use gpu_proto::v1::node_service_server::NodeService;
+use maud::{Markup, html};
+use serde::Deserialize;
+
+use super::Shared;
+use super::failure::Page;
+use super::session::Session;
+use super::view::{self, Section};
+
+/// Which reading colours the heatmap.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub(super) enum Reading {
+    #[default]
+    Utilization,
+    Temperature,
+    Memory,
+}
+
+impl Reading {
+    fn label(self) -> &'static str {
+        match self {
+            Reading::Utilization => "utilization",
+            Reading::Temperature => "temperature",
+            Reading::Memory => "memory",
+        }
+    }
+
+    /// The reading on a 0..=10 scale (10: busiest, hottest, fullest).
+    fn heat(self, t: &pb::GpuTelemetry) -> u32 {
+        let fraction = match self {
+            Reading::Utilization => f64::from(t.utilization_pct) / 100.0,
+            // 30 °C cool, 90 °C at the throttling range.
+            Reading::Temperature => (f64::from(t.temperature_c) - 30.0) / 60.0,
+            Reading::Memory if t.memory_total_mib > 0 => {
+                t.memory_used_mib as f64 / t.memory_total_mib as f64
+            }
+            Reading::Memory => 0.0,
+        };
+        (fraction.clamp(0.0, 1.0) * 10.0).round() as u32
+    }
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub(super) struct NodesQuery {
+    by: Reading,
+}
+
+pub(super) async fn page(
+    State(apis): State<Shared>,
+    session: Session,
+    Query(q): Query<NodesQuery>,
+) -> Page {
+    let nodes = apis
+        .node
+        .list_nodes(session.request(pb::ListNodesRequest { stale: true }))
+        .await?
+        .into_inner()
+        .nodes;
+    let gpus = apis
+        .gpu
+        .list_gpus(session.request(pb::ListGpusRequest { node_id: None }))
+        .await?
+        .into_inner()
+        .gpus;
+    let body = html! {
+        p.legend {
+            "Colour by: "
+            @for r in [Reading::Utilization, Reading::Temperature, Reading::Memory] {
+                a href={ "/console/nodes?by=" (r.label()) } class=[(r == q.by).then_some("active")] { (r.label()) } " "
+            }
+            span.scale { @for h in 0..=10 { span class={ "cell heat-" (h) } {} } }
+        }
+        div.nodes {
+            @for n in &nodes {
+                @let mine: Vec<&pb::GpuStatus> = gpus.iter().filter(|g| g.node_id == n.id).collect();
+                (node_card(n, &mine, q.by))
+            }
+        }
+    };
+    Ok(view::page(&session, Section::Nodes, "Nodes & GPUs", body))
+}
+
+fn node_card(n: &pb::Node, gpus: &[&pb::GpuStatus], by: Reading) -> Markup {
+    let down = n.status == pb::NodeStatus::Down as i32;
+    html! {
+        section.node class=[down.then_some("down")] {
+            h2 {
+                "n" (n.id) " " span.addr { (n.addr) }
+                @if down { " " span.tag.bad { "down" } }
+                @if n.cordoned { " " span.tag { "cordoned" } }
+                @if let Some(e) = &n.edge { " " span.tag { "edge " (e.site) } }
+            }
+            p.labels { @for (k, v) in &n.labels { span.tag { (k) "=" (v) } " " } }
+            div.gpus { @for g in gpus { (gpu_cell(g, by)) } }
+        }
+    }
+}
+
+fn gpu_cell(status: &pb::GpuStatus, by: Reading) -> Markup {
+    let gpu = status.gpu.clone().unwrap_or_default();
+    let t = status.telemetry.clone();
+    let heat = t.as_ref().map_or(0, |t| by.heat(t));
+    let broken = !gpu.healthy || t.as_ref().is_some_and(|t| !t.healthy);
+    let quarantined = !gpu.quarantined_by.is_empty();
+    let mut class = format!("gpu heat-{heat}");
+    if broken {
+        class.push_str(" broken");
+    }
+    if quarantined {
+        class.push_str(" quarantined");
+    }
+    html! {
+        div class=(class) data-gpu={ (status.node_id) "/" (gpu.index) } {
+            div.gpu-head { "GPU " (gpu.index) " " span.model { (gpu.model) } }
+            @if let Some(t) = &t {
+                div.readings {
+                    span { (format!("{:.0}", t.utilization_pct)) "%" }
+                    span { (format!("{:.0}", t.temperature_c)) "°C" }
+                    span { (t.memory_used_mib / 1024) "/" (t.memory_total_mib / 1024) " GiB" }
+                    span { (format!("{:.0}", t.power_w)) " W" }
+                }
+            } @else { div.readings { "no reading" } }
+            @if let Some(job) = gpu.job_id { div { a href={ "/console/jobs/" (job) } { "j-" (job) } } }
+            @if !gpu.mig_layout.is_empty() {
+                div.mig { @for instance in &gpu.mig_layout {
+                    @let used = gpu.slices.iter().find(|s| s.ends_with(&format!(" {instance}")));
+                    div class={ "slice" @if used.is_some() { " used" } } title=[used] { (instance) }
+                } }
+            }
+            @if !gpu.slices.is_empty() && gpu.mig_layout.is_empty() {
+                div.shared { @for s in &gpu.slices { div.slice.used { (s) } } }
+            }
+            @if quarantined { div.flag { "quarantined: " (gpu.quarantined_by) } }
+            @if broken { div.flag { (t.as_ref().map(|t| t.error.clone()).unwrap_or_else(|| "unhealthy".into())) } }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn readings_map_to_eleven_shades() {
+        let t = pb::GpuTelemetry {
+            utilization_pct: 55.0,
+            temperature_c: 95.0,
+            memory_used_mib: 10_240,
+            memory_total_mib: 40_960,
+            ..pb::GpuTelemetry::default()
+        };
+        assert_eq!(Reading::Utilization.heat(&t), 6);
+        assert_eq!(Reading::Temperature.heat(&t), 10);
+        assert_eq!(Reading::Memory.heat(&t), 3);
+        assert_eq!(Reading::Memory.heat(&pb::GpuTelemetry::default()), 0);
+    }
+}
