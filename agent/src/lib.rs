@@ -10,8 +10,8 @@
 pub mod api;
 pub mod build_info;
 pub(crate) mod clock;
-pub(crate) mod console;
 pub mod config;
+pub(crate) mod console;
 pub mod daemon;
 pub mod executor;
 pub mod gpu;

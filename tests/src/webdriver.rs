@@ -137,19 +137,31 @@ impl Browser {
     }
 
     pub fn click(&self, e: &Element) {
-        self.call("POST", &self.at(&format!("/element/{}/click", e.0)), Some(json!({})))
-            .expect("click");
+        self.call(
+            "POST",
+            &self.at(&format!("/element/{}/click", e.0)),
+            Some(json!({})),
+        )
+        .expect("click");
     }
 
     pub fn type_into(&self, e: &Element, text: &str) {
         let body = json!({ "text": text });
-        self.call("POST", &self.at(&format!("/element/{}/value", e.0)), Some(body))
-            .expect("type");
+        self.call(
+            "POST",
+            &self.at(&format!("/element/{}/value", e.0)),
+            Some(body),
+        )
+        .expect("type");
     }
 
     pub fn clear(&self, e: &Element) {
-        self.call("POST", &self.at(&format!("/element/{}/clear", e.0)), Some(json!({})))
-            .expect("clear");
+        self.call(
+            "POST",
+            &self.at(&format!("/element/{}/clear", e.0)),
+            Some(json!({})),
+        )
+        .expect("clear");
     }
 
     /// Run `script` (a function body; `arguments` holds `args`) in the page; its return value.
@@ -178,7 +190,12 @@ impl Browser {
     }
 
     /// Wait until `check` holds (polling every 100 ms), or panic saying `what` with the page.
-    pub fn wait_until(&self, what: &str, timeout: Duration, mut check: impl FnMut(&Browser) -> bool) {
+    pub fn wait_until(
+        &self,
+        what: &str,
+        timeout: Duration,
+        mut check: impl FnMut(&Browser) -> bool,
+    ) {
         let started = Instant::now();
         while !check(self) {
             assert!(
@@ -207,16 +224,9 @@ impl Browser {
         stream
             .write_all(request.as_bytes())
             .map_err(|e| e.to_string())?;
-        let mut raw = Vec::new();
-        stream.read_to_end(&mut raw).map_err(|e| e.to_string())?;
-        let text = String::from_utf8_lossy(&raw);
-        let (head, payload) = text.split_once("\r\n\r\n").ok_or("no HTTP answer")?;
-        let payload = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
-            dechunk(payload)
-        } else {
-            payload.to_owned()
-        };
-        let answer: Value = serde_json::from_str(&payload).map_err(|e| format!("{e}: {payload}"))?;
+        let (head, payload) = read_answer(&mut stream)?;
+        let answer: Value =
+            serde_json::from_str(&payload).map_err(|e| format!("{e}: {payload}"))?;
         let value = answer.get("value").cloned().unwrap_or(Value::Null);
         if head.starts_with("HTTP/1.1 2") {
             Ok(value)
@@ -226,10 +236,48 @@ impl Browser {
     }
 }
 
+/// An HTTP/1.1 answer's head and body: chromedriver keeps the connection open, so the body
+/// is read to its `Content-Length` (or its last chunk), not to the end of the stream.
+fn read_answer(stream: &mut TcpStream) -> Result<(String, String), String> {
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 16 * 1024];
+    loop {
+        let n = stream.read(&mut buf).map_err(|e| e.to_string())?;
+        if n == 0 {
+            break;
+        }
+        raw.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&raw);
+        let Some((head, body)) = text.split_once("\r\n\r\n") else {
+            continue;
+        };
+        let lower = head.to_ascii_lowercase();
+        let length = lower.lines().find_map(|l| {
+            l.strip_prefix("content-length:")
+                .and_then(|v| v.trim().parse::<usize>().ok())
+        });
+        let done = match length {
+            Some(len) => body.len() >= len,
+            None => lower.contains("chunked") && body.ends_with("0\r\n\r\n"),
+        };
+        if done {
+            let body = if length.is_none() {
+                dechunk(body)
+            } else {
+                body.to_owned()
+            };
+            return Ok((head.to_owned(), body));
+        }
+    }
+    Err("the connection closed before a whole answer".into())
+}
+
 fn dechunk(mut body: &str) -> String {
     let mut out = String::new();
     while let Some((size, rest)) = body.split_once("\r\n") {
-        let Ok(n) = usize::from_str_radix(size.trim(), 16) else { break };
+        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
+            break;
+        };
         if n == 0 || rest.len() < n {
             break;
         }

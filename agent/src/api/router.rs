@@ -20,8 +20,8 @@ use gpu_proto::v1::token_service_server::TokenServiceServer;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tonic::server::NamedService;
-use tonic::service::interceptor::InterceptedService;
 use tonic::service::Routes;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::server::TcpIncoming;
 use tonic_health::ServingStatus;
 
@@ -250,8 +250,7 @@ fn register(routes: Routes, names: &mut Vec<&'static str>, s: Services) -> Route
         ))
         .add_service(serving(
             names,
-            SchedulerServiceServer::from_arc(apis.scheduler.clone())
-                .max_decoding_message_size(max),
+            SchedulerServiceServer::from_arc(apis.scheduler.clone()).max_decoding_message_size(max),
         ))
         .add_service(serving(
             names,

@@ -24,7 +24,9 @@ pub(super) async fn page(State(apis): State<Shared>, session: Session) -> Page {
         .await?
         .into_inner();
     let policy = scheduler.policy.unwrap_or_default();
-    let leader = status.leader_id.map_or("none".to_owned(), |l| format!("n{l}"));
+    let leader = status
+        .leader_id
+        .map_or("none".to_owned(), |l| format!("n{l}"));
     let body = html! {
         dl.facts.summary {
             dt { "Leader" } dd #leader { (leader) }

@@ -37,8 +37,8 @@ fn admit(apis: &Shared) -> Result<OwnedSemaphorePermit, Failure> {
     })
 }
 
-/// `jobs` events naming the jobs of the query that changed (`resync` when the watch lost
-/// track), for the page to fetch what it shows again.
+/// `jobs` events naming the jobs of the query that changed (`resync` when the watch begins
+/// or lost track), for the page to fetch what it shows again.
 pub(super) async fn jobs(
     State(apis): State<Shared>,
     session: Session,
@@ -46,10 +46,8 @@ pub(super) async fn jobs(
 ) -> Page {
     let permit = admit(&apis)?;
     let mut req = q.request();
-    if q.job.is_some() {
-        // A job's page follows its job whatever its state.
-        req.states.clear();
-    }
+    // A job that leaves the page's states (ends, say) changed too: watch every state.
+    req.states.clear();
     let watch = apis
         .job
         .watch_jobs(session.request(req))
@@ -58,7 +56,11 @@ pub(super) async fn jobs(
     let only = q.job;
     let events = watch.filter_map(move |answer| {
         let event = match answer {
-            Ok(a) if a.resync => Some(Event::default().event("jobs").data("resync")),
+            // The first answer says the watch has begun: what changed between the page's
+            // rendering and now is fetched once.
+            Ok(a) if a.resync || a.jobs.is_empty() => {
+                Some(Event::default().event("jobs").data("resync"))
+            }
             Ok(a) => {
                 let ids: Vec<String> = (a.jobs.iter())
                     .map(|j| j.array_id.unwrap_or(j.id))

@@ -37,7 +37,8 @@ async fn guard(req: Request, next: Next) -> Response {
     set(header::CONTENT_SECURITY_POLICY, CSP);
     set(header::X_FRAME_OPTIONS, "DENY");
     set(header::X_CONTENT_TYPE_OPTIONS, "nosniff");
-    set(header::REFERRER_POLICY, "no-referrer");
+    // Not `no-referrer`: with it a browser sends `Origin: null` on the console's own forms.
+    set(header::REFERRER_POLICY, "same-origin");
     if !headers.contains_key(header::CACHE_CONTROL) {
         headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     }
@@ -94,7 +95,10 @@ mod tests {
         assert!(same_site(&Method::POST, &cross, host).is_err());
         let other_origin = headers(&[("origin", "https://evil.example")]);
         assert!(same_site(&Method::POST, &other_origin, host).is_err());
-        let own = headers(&[("origin", "https://a:7070"), ("sec-fetch-site", "same-origin")]);
+        let own = headers(&[
+            ("origin", "https://a:7070"),
+            ("sec-fetch-site", "same-origin"),
+        ]);
         assert!(same_site(&Method::POST, &own, host).is_ok());
         // No host to compare the origin with: refused.
         assert!(same_site(&Method::POST, &own, None).is_err());

@@ -34,7 +34,11 @@ async fn read(apis: &Shared, session: &Session, id: u64) -> Result<Shown, Failur
     let waiting = job.state == pb::JobState::Pending as i32;
     let why = if waiting {
         let req = pb::ExplainJobRequest { id, stale: true };
-        apis.job.explain_job(session.request(req)).await.ok().map(|r| r.into_inner())
+        apis.job
+            .explain_job(session.request(req))
+            .await
+            .ok()
+            .map(|r| r.into_inner())
     } else {
         None
     };
@@ -78,7 +82,11 @@ pub(super) async fn panel(
 
 fn live_part(session: &Session, shown: &Shown) -> Markup {
     let job = &shown.job;
-    let tenant = job.spec.as_ref().map(|s| s.tenant.as_str()).unwrap_or_default();
+    let tenant = job
+        .spec
+        .as_ref()
+        .map(|s| s.tenant.as_str())
+        .unwrap_or_default();
     let state = pb::JobState::try_from(job.state).unwrap_or_default();
     let live = matches!(
         state,
@@ -162,7 +170,11 @@ fn spec_table(spec: &pb::JobSpec) -> Markup {
 }
 
 fn join(items: &[u32]) -> String {
-    items.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
+    items
+        .iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 #[derive(Deserialize)]
@@ -182,23 +194,37 @@ pub(super) async fn act(
     let api = &apis.job;
     match action.as_str() {
         "cancel" => {
-            let req = pb::CancelJobRequest { id, array_index: None };
+            let req = pb::CancelJobRequest {
+                id,
+                array_index: None,
+            };
             api.cancel_job(session.request(req)).await?;
         }
         "hold" => {
-            let req = pb::HoldJobRequest { id, array_index: None };
+            let req = pb::HoldJobRequest {
+                id,
+                array_index: None,
+            };
             api.hold_job(session.request(req)).await?;
         }
         "release" => {
-            let req = pb::HoldJobRequest { id, array_index: None };
+            let req = pb::HoldJobRequest {
+                id,
+                array_index: None,
+            };
             api.release_job(session.request(req)).await?;
         }
         "requeue" => {
-            let req = pb::RequeueJobRequest { id, array_index: None };
+            let req = pb::RequeueJobRequest {
+                id,
+                array_index: None,
+            };
             api.requeue_job(session.request(req)).await?;
         }
         other => {
-            return Err(Failure(Status::not_found(format!("no job action {other:?}"))));
+            return Err(Failure(Status::not_found(format!(
+                "no job action {other:?}"
+            ))));
         }
     }
     Ok(Redirect::to(&format!("/console/jobs/{id}")).into_response())

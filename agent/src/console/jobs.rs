@@ -8,10 +8,10 @@ use gpu_proto::v1::job_service_server::JobService;
 use maud::{Markup, html};
 use serde::{Deserialize, Serialize};
 
+use super::Shared;
 use super::failure::Page;
 use super::session::Session;
 use super::view::{self, Section};
-use super::Shared;
 
 /// Lines per page of the table.
 const PAGE: u32 = 50;
@@ -127,10 +127,21 @@ pub(super) async fn rows(
 
 fn filters(q: &JobQuery) -> Markup {
     let states = [
-        "active", "finished", "all", "pending", "bound", "running", "succeeded", "failed",
+        "active",
+        "finished",
+        "all",
+        "pending",
+        "bound",
+        "running",
+        "succeeded",
+        "failed",
         "cancelled",
     ];
-    let chosen = if q.state.is_empty() { "active" } else { q.state.as_str() };
+    let chosen = if q.state.is_empty() {
+        "active"
+    } else {
+        q.state.as_str()
+    };
     html! {
         form.filters method="get" action="/console/jobs" {
             label { "State " select name="state" {
@@ -163,9 +174,17 @@ fn rows_of(jobs: &[pb::Job]) -> Markup {
 
 fn row(j: &pb::Job) -> Markup {
     let spec = j.spec.clone().unwrap_or_default();
-    let gpus = if spec.nodes > 1 { spec.gpus * spec.nodes } else { spec.gpus };
+    let gpus = if spec.nodes > 1 {
+        spec.gpus * spec.nodes
+    } else {
+        spec.gpus
+    };
     let place = if !j.gang_nodes.is_empty() {
-        j.gang_nodes.iter().map(|n| format!("n{n}")).collect::<Vec<_>>().join(",")
+        j.gang_nodes
+            .iter()
+            .map(|n| format!("n{n}"))
+            .collect::<Vec<_>>()
+            .join(",")
     } else {
         j.node_id.map(|n| format!("n{n}")).unwrap_or_default()
     };
@@ -205,7 +224,10 @@ mod tests {
         let req = q.request();
         assert_eq!(req.states.len(), 3);
         assert_eq!(req.labels.get("team").map(String::as_str), Some("vision"));
-        assert_eq!((req.after_id, req.page_size, req.fold_arrays), (40, PAGE, true));
+        assert_eq!(
+            (req.after_id, req.page_size, req.fold_arrays),
+            (40, PAGE, true)
+        );
         assert!(!q.encoded().contains("after"));
         assert_eq!(JobQuery::default().request().states.len(), 3);
     }

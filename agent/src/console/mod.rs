@@ -62,7 +62,10 @@ pub(crate) fn routes(apis: Apis) -> Router {
         .route("/", get(|| async { Redirect::to("/console/jobs") }))
         .route("/console", get(|| async { Redirect::to("/console/jobs") }))
         .route("/console/", get(|| async { Redirect::to("/console/jobs") }))
-        .route("/console/login", get(session::login_page).post(session::login))
+        .route(
+            "/console/login",
+            get(session::login_page).post(session::login),
+        )
         .route("/console/logout", post(session::logout))
         .route("/console/cluster", get(cluster::page))
         .route("/console/nodes", get(nodes::page))

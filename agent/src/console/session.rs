@@ -5,11 +5,11 @@
 
 use std::net::SocketAddr;
 
+use axum::Form;
 use axum::extract::{FromRequestParts, Query, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Redirect, Response};
-use axum::Form;
 use gpu_proto::v1 as pb;
 use gpu_proto::v1::token_service_server::TokenService;
 use maud::html;
@@ -251,7 +251,9 @@ pub(super) async fn logout(session: Session, Form(form): Form<CsrfForm>) -> Resp
 
 /// A `Set-Cookie` that makes the browser forget the session.
 pub(super) fn cleared_cookie() -> HeaderValue {
-    HeaderValue::from_static("gpumesh_console=; Path=/console; HttpOnly; SameSite=Strict; Max-Age=0")
+    HeaderValue::from_static(
+        "gpumesh_console=; Path=/console; HttpOnly; SameSite=Strict; Max-Age=0",
+    )
 }
 
 #[cfg(test)]

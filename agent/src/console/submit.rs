@@ -76,7 +76,10 @@ fn request(f: SubmitForm) -> Result<pb::SubmitJobRequest, String> {
     let number = |what: &str, text: &str| -> Result<Option<i64>, String> {
         let text = text.trim();
         (!text.is_empty())
-            .then(|| text.parse::<i64>().map_err(|_| format!("{what}: {text:?} is not a whole number")))
+            .then(|| {
+                text.parse::<i64>()
+                    .map_err(|_| format!("{what}: {text:?} is not a whole number"))
+            })
             .transpose()
     };
     let gpus = number("GPUs", &f.gpus)?.unwrap_or(0);

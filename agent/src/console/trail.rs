@@ -24,7 +24,12 @@ pub(super) async fn alerts(State(apis): State<Shared>, session: Session) -> Page
         .await?
         .into_inner()
         .alerts;
-    alerts.sort_by_key(|a| (a.resolved_at_ms.is_some(), std::cmp::Reverse(a.raised_at_ms)));
+    alerts.sort_by_key(|a| {
+        (
+            a.resolved_at_ms.is_some(),
+            std::cmp::Reverse(a.raised_at_ms),
+        )
+    });
     let body = html! {
         table.alerts {
             thead { tr { th { "Raised" } th { "Rule" } th { "GPU" } th { "Severity" } th { "Action" } th { "Message" } th { "Resolved" } } }

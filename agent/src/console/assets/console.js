@@ -3,7 +3,7 @@
 //   element's content is fetched again from data-rows (HTML rendered and escaped by the
 //   server) and swapped in, at most once per 300 ms.
 // - [data-log]: an EventSource of a job's log; each event's text is appended as text, never
-//   as HTML, and only the last 256 KiB are kept.
+//   as HTML, and only the last 256 KiB are kept; a job with no log yet is asked again.
 // - The login page's link form (#token=<id>.<secret> after the URL): the token is taken from
 //   the fragment (which never reaches a server or a log), removed from the address bar, and
 //   the form submitted.
@@ -37,19 +37,26 @@
   }
 
   function follow(pre) {
-    var source = new EventSource(pre.dataset.log);
     var limit = 256 * 1024;
-    source.addEventListener("log", function (e) {
-      var text = pre.textContent + JSON.parse(e.data);
-      pre.textContent = text.length > limit ? text.slice(text.length - limit) : text;
-      pre.scrollTop = pre.scrollHeight;
-    });
-    source.addEventListener("end", function () { source.close(); });
-    source.addEventListener("failed", function (e) {
-      pre.textContent += "\n[log: " + e.data + "]";
-      source.close();
-    });
-    window.addEventListener("beforeunload", function () { source.close(); });
+    function open() {
+      var source = new EventSource(pre.dataset.log);
+      var fresh = true;
+      source.addEventListener("log", function (e) {
+        var text = (fresh ? "" : pre.textContent) + JSON.parse(e.data);
+        fresh = false;
+        pre.textContent = text.length > limit ? text.slice(text.length - limit) : text;
+        pre.scrollTop = pre.scrollHeight;
+      });
+      source.addEventListener("end", function () { source.close(); });
+      // No log yet (the job waits), or the stream broke: say so, and try again from the start.
+      source.addEventListener("failed", function (e) {
+        source.close();
+        pre.dataset.note = e.data;
+        setTimeout(open, 2000);
+      });
+      window.addEventListener("beforeunload", function () { source.close(); });
+    }
+    open();
   }
 
   function loginLink() {
