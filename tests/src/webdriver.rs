@@ -287,12 +287,6 @@ fn dechunk(mut body: &str) -> String {
     out
 }
 
-impl Element {
-    pub fn id(&self) -> &str {
-        &self.0
-    }
-}
-
 impl Drop for Browser {
     fn drop(&mut self) {
         if !self.session.is_empty() {

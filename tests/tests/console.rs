@@ -13,6 +13,7 @@
 use std::time::Duration;
 
 use gpu_proto::v1 as pb;
+use gpu_proto::v1::gpu_service_client::GpuServiceClient;
 use gpu_proto::v1::job_service_client::JobServiceClient;
 use gpu_proto::v1::token_service_client::TokenServiceClient;
 use gpu_tests::webdriver::{self, Browser};
@@ -258,8 +259,33 @@ async fn a_browser_logs_in_sees_its_tenant_submits_watches_and_cancels() {
     b.wait_until("the refusal", WAIT, |b| b.find(".refusal").is_some());
     assert!(b.source().contains("expired"), "{}", b.source());
 
-    // The admin sees the audit log, with the user's submission in it.
+    // The admin sees the nodes (a MIG GPU drawn) and the audit log, with the user's
+    // submission in it.
     login(&b, &base, &admin);
+    // A GPU split into MIG instances is drawn with its instances inside, the one in use marked.
+    let mut gpus = GpuServiceClient::new(c.channel(1).await.expect("channel"));
+    let layout = ["3g.40gb", "2g.20gb", "1g.10gb"]
+        .map(str::to_owned)
+        .to_vec();
+    gpus.set_gpu_partition(pb::SetGpuPartitionRequest {
+        node_id: 1,
+        gpu_index: 3,
+        mode: "mig".into(),
+        mig: layout,
+    })
+    .await
+    .expect("a MIG layout");
+    let sliced = pb::JobSpec {
+        mig_profile: "1g.10gb".into(),
+        ..shell_job("on-a-slice", 1, "sleep 600")
+    };
+    submit_as(&c, &vision, sliced, false).await;
+    b.goto(&format!("{base}/console/nodes"));
+    b.wait_until("the MIG instances drawn, one in use", WAIT, |b| {
+        b.goto(&format!("{base}/console/nodes"));
+        b.find("[data-gpu='1/3'] .mig .slice.used").is_some()
+    });
+
     b.click(&b.must_find("nav a[href='/console/audit']"));
     b.wait_until("the audit page", WAIT, |b| {
         b.url().ends_with("/console/audit")
@@ -276,5 +302,83 @@ async fn a_browser_logs_in_sees_its_tenant_submits_watches_and_cancels() {
         assert!(b.find("main h1").is_some(), "{}", b.source());
         shot(&b, name);
     }
-    assert!(b.source().contains("nlp-secret-run") || b.url().contains("alerts"));
+    b.goto(&format!("{base}/console/jobs?state=all"));
+    assert!(
+        b.source().contains("nlp-secret-run"),
+        "the admin sees every tenant's jobs"
+    );
+}
+
+/// The jobs page over 10,000 jobs in the state: how long it takes to paint (printed, not
+/// asserted: a measurement, on whatever machine runs it), and its pages walked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_jobs_page_over_ten_thousand_jobs_paints_and_pages() {
+    if !webdriver::available() {
+        return;
+    }
+    const JOBS: usize = 10_000;
+    const CLIENTS: usize = 32;
+    // The fill goes faster than one token's request rate allows.
+    let c = Cluster::start(1, 1, "[api]\nrequests_per_second = 0\n").await;
+    let base = format!("https://{}", c.addr(1));
+    let admin = c.admin_token();
+    let started = std::time::Instant::now();
+    let mut writers = Vec::new();
+    for w in 0..CLIENTS {
+        let channel = c.channel(1).await.expect("channel");
+        writers.push(tokio::spawn(async move {
+            let mut jobs = JobServiceClient::new(channel);
+            for i in (w..JOBS).step_by(CLIENTS) {
+                let spec = pb::JobSpec {
+                    tenant: "bulk".into(),
+                    ..shell_job(&format!("bulk-{i}"), 1, "true")
+                };
+                let req = pb::SubmitJobRequest {
+                    spec: Some(spec),
+                    idempotency_key: format!("bulk-{i}"),
+                    hold: true,
+                };
+                jobs.submit_job(req).await.expect("submitted");
+            }
+        }));
+    }
+    for w in writers {
+        w.await.expect("writer");
+    }
+    eprintln!("submitted {JOBS} held jobs in {:?}", started.elapsed());
+
+    let b = Browser::start();
+    login(&b, &base, &admin);
+    let mut paints = Vec::new();
+    for _ in 0..3 {
+        b.goto(&format!("{base}/console/jobs?state=all"));
+        let ms = b.script(
+            "const n = performance.getEntriesByType('navigation')[0];
+             return n.loadEventEnd - n.startTime;",
+            vec![],
+        );
+        paints.push(ms.as_f64().expect("a time"));
+    }
+    eprintln!("console jobs page over {JOBS} jobs: loaded in {paints:?} ms");
+    let first_row = |b: &Browser| {
+        b.script(
+            "return document.querySelector('#job-rows tr[data-job]').dataset.job;",
+            vec![],
+        )
+    };
+    let mut seen = vec![first_row(&b)];
+    for _ in 0..3 {
+        b.click(&b.must_find("#next-page"));
+        b.wait_until("the next page", WAIT, |b| {
+            first_row(b) != *seen.last().expect("a page")
+        });
+        seen.push(first_row(&b));
+    }
+    let rows = b.script(
+        "return document.querySelectorAll('#job-rows tr[data-job]').length;",
+        vec![],
+    );
+    assert_eq!(rows, 50, "a page holds 50 jobs");
+    eprintln!("pages began at jobs {seen:?}");
+    assert!(b.url().contains("after="), "{}", b.url());
 }

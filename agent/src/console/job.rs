@@ -126,7 +126,7 @@ fn live_part(session: &Session, shown: &Shown) -> Markup {
                     td { (r.nodes.iter().map(|n| format!("n{n}")).collect::<Vec<_>>().join(",")) }
                     td { (when(r.bound_at_ms)) }
                     td { @if let (Some(s), Some(f)) = (r.started_at_ms, r.finished_at_ms) { (span(f.saturating_sub(s))) } }
-                    td { (r.outcome) @if let Some(c) = r.exit_code { " (exit " (c) ")" } @if let Some(s) = r.signal { " (signal " (s) ")" } }
+                    td { (r.outcome) }
                 } } }
             }
         }
