@@ -303,3 +303,25 @@ async fn green_mode_caps_idle_gpus_and_energy_is_accounted_per_job_node_and_tena
         "{report}"
     );
 }
+
+/// A job shorter than the energy report interval shows its energy as soon as it ends: the
+/// agent reports a job's energy when the job stops holding its GPUs, not at the next
+/// interval (an hour here, which nothing else would reach).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_jobs_energy_is_reported_when_it_ends() {
+    let c = Cluster::start(1, 1, "[monitor]\nenergy_report_every = \"1h\"\n").await;
+    let job = c
+        .submit(1, shell_job("brief", 2, "sleep 3"), "brief")
+        .await
+        .expect("submit")
+        .job_id;
+    c.wait_job(job, Duration::from_secs(30), gpu_tests::is_terminal)
+        .await;
+    let used = eventually(&c, "the job's energy", Duration::from_secs(10), || async {
+        let j = c.job(1, job).await.ok()?;
+        (j.energy_mj > 0).then_some(j.energy_mj)
+    })
+    .await;
+    // Two GPUs for about three seconds, at most 400 W each on the simulated A100s.
+    assert!(used < 2 * 400 * 6 * 1000, "{used} mJ");
+}

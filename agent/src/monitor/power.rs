@@ -114,6 +114,15 @@ impl EnergyMeter {
         })
     }
 
+    /// Whether a job counted here holds none of `holders`' GPUs any more (it ended or moved):
+    /// its energy is then reported at once rather than at the next interval, so a short job
+    /// shows its energy as soon as it ends.
+    pub(crate) fn holds_a_gone_job(&self, holders: &BTreeMap<u32, JobId>) -> bool {
+        self.jobs
+            .keys()
+            .any(|job| !holders.values().any(|held| held == job))
+    }
+
     /// Put back a report that could not be delivered, to go out with the next one.
     pub(crate) fn restore(&mut self, r: EnergyReport) {
         self.gpu_mj += r.gpu_mj;
@@ -206,6 +215,17 @@ mod tests {
         assert_eq!(report.jobs, [(42, 300_000)]);
         assert_eq!(report.green_capped_ms, 1_000);
         assert_eq!(meter.report(3, 3), None, "taken");
+        meter.restore(report.clone());
+        assert!(!meter.holds_a_gone_job(&holders), "j-42 still holds GPU 0");
+        assert!(
+            meter.holds_a_gone_job(&BTreeMap::new()),
+            "j-42 ended: report now"
+        );
+        let again = EnergyReport {
+            seq: 3,
+            ..report.clone()
+        };
+        assert_eq!(meter.report(3, 3), Some(again));
         meter.restore(report);
         meter.observe(&[reading(0, 2_000, 100, 95.0)], &holders, &capped);
         let report = meter.report(3, 4).expect("restored");

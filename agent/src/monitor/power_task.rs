@@ -2,7 +2,8 @@
 //! `power::wanted_limit` gives (throttling alerts open in the replicated state, green mode for
 //! idle GPUs), level-triggered, so a restarted agent re-applies what is still wanted (the agent
 //! owns its GPUs' power limits: a limit set by hand is reset at start); and meter
-//! the GPUs' energy into jobs and the node, reported through Raft every `report_every`.
+//! the GPUs' energy into jobs and the node, reported through Raft every `report_every`, and as soon as a
+//! job it counted has ended.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -94,7 +95,7 @@ impl PowerTask {
                 }
             }
             meter.observe(&latest, &holders, &capped);
-            if reported.elapsed() < self.report_every {
+            if reported.elapsed() < self.report_every && !meter.holds_a_gone_job(&holders) {
                 continue;
             }
             reported = Instant::now();
