@@ -292,6 +292,50 @@ async fn a_browser_logs_in_sees_its_tenant_submits_watches_and_cancels() {
     });
     assert!(b.source().contains("job.submit"), "{}", b.source());
     shot(&b, "audit");
+    // The scheduler page replays this cluster's finished jobs under three policies.
+    b.goto(&format!("{base}/console/scheduler"));
+    b.click(&b.must_find("#replay"));
+    b.wait_until("the replay's results", Duration::from_secs(120), |b| {
+        b.find("#replay-results").is_some()
+    });
+    let results = b.text(&b.must_find("#replay-results table"));
+    for policy in ["fcfs+easy", "sjf+easy", "fairshare+easy"] {
+        assert!(results.contains(policy), "{results}");
+    }
+    assert!(
+        b.find("#replay-results svg").is_some(),
+        "the chart is drawn"
+    );
+    // A pasted trace: 600 jobs of two tenants, a burst every hour.
+    let mut csv = String::from("submit,duration,gpus,tenant\n");
+    for i in 0u64..600 {
+        let (submit, duration) = (i / 50 * 3600 + i % 50 * 7, 60 + (i * 7919) % 7200);
+        let gpus = [1, 1, 2, 4, 8][(i % 5) as usize];
+        let tenant = if i % 3 == 0 { "nlp" } else { "vision" };
+        csv.push_str(&format!("{submit},{duration},{gpus},{tenant}\n"));
+    }
+    b.script(
+        "document.getElementById('trace').value = arguments[0]; return null;",
+        vec![csv.into()],
+    );
+    b.click(&b.must_find("#replay"));
+    b.wait_until(
+        "the pasted trace's results",
+        Duration::from_secs(120),
+        |b| {
+            b.find("#replay-results h2")
+                .is_some_and(|h| b.text(&h).contains("pasted trace"))
+        },
+    );
+    assert!(
+        b.text(&b.must_find("#replay-results table"))
+            .contains("600")
+    );
+    b.script(
+        "document.getElementById('replay-results').scrollIntoView(); return null;",
+        vec![],
+    );
+    shot(&b, "scheduler");
     for (page, name) in [
         ("cluster", "cluster"),
         ("nodes", "nodes"),

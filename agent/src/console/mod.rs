@@ -13,6 +13,7 @@ mod guard;
 mod job;
 mod jobs;
 mod nodes;
+mod scheduler;
 mod session;
 mod submit;
 mod tenants;
@@ -76,6 +77,9 @@ pub(crate) fn routes(apis: Apis) -> Router {
         .route("/console/jobs/{id}/{action}", post(job::act))
         .route("/console/submit", get(submit::page).post(submit::submit))
         .route("/console/tenants", get(tenants::page))
+        .route("/console/scheduler", get(scheduler::page))
+        .route("/console/scheduler/policy", post(scheduler::set_policy))
+        .route("/console/scheduler/replay", post(scheduler::replay))
         .route("/console/alerts", get(trail::alerts))
         .route("/console/audit", get(trail::audit))
         .route("/console/events/jobs", get(events::jobs))

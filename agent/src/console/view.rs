@@ -18,14 +18,17 @@ pub(super) enum Section {
     Jobs,
     Submit,
     Tenants,
+    Scheduler,
     Alerts,
     Audit,
 }
 
 impl Section {
-    fn all() -> [Section; 7] {
+    fn all() -> [Section; 8] {
         use Section::*;
-        [Cluster, Nodes, Jobs, Submit, Tenants, Alerts, Audit]
+        [
+            Cluster, Nodes, Jobs, Submit, Tenants, Scheduler, Alerts, Audit,
+        ]
     }
 
     fn label(self) -> &'static str {
@@ -35,6 +38,7 @@ impl Section {
             Section::Jobs => "Jobs",
             Section::Submit => "Submit",
             Section::Tenants => "Tenants",
+            Section::Scheduler => "Scheduler",
             Section::Alerts => "Alerts",
             Section::Audit => "Audit",
         }
@@ -47,6 +51,7 @@ impl Section {
             Section::Jobs => "/console/jobs",
             Section::Submit => "/console/submit",
             Section::Tenants => "/console/tenants",
+            Section::Scheduler => "/console/scheduler",
             Section::Alerts => "/console/alerts",
             Section::Audit => "/console/audit",
         }

@@ -40,15 +40,6 @@ pub struct Options {
 /// Replay the trace under every policy; write the JSON and SVG files asked for. Returns the
 /// summaries and the number of skipped rows (warnings go to stderr).
 pub fn run(opts: &Options) -> anyhow::Result<Vec<Summary>> {
-    let policies: Vec<(String, Policy)> = opts
-        .policies
-        .iter()
-        .map(|p| Ok((p.clone(), p.parse::<Policy>()?)))
-        .collect::<Result<_, crate::scheduler::BadPolicy>>()?;
-    if policies.is_empty() {
-        anyhow::bail!("no policy to simulate");
-    }
-    let (cluster, gpus) = cluster::build(&opts.cluster)?;
     let text = std::fs::read_to_string(&opts.trace)
         .with_context(|| format!("reading the trace {}", opts.trace.display()))?;
     let trace = trace::parse(&text, opts.skip_bad_rows)
@@ -56,51 +47,97 @@ pub fn run(opts: &Options) -> anyhow::Result<Vec<Summary>> {
     for bad in &trace.skipped {
         eprintln!("warning: skipped {bad}");
     }
-    let mut replays = Vec::new();
-    for (name, policy) in &policies {
-        let replay = engine::replay(&trace.jobs, &cluster, gpus, policy, opts.estimates)
-            .with_context(|| format!("replaying under {name}"))?;
+    let compared = compare(&trace.jobs, &opts.cluster, &opts.policies, opts.estimates)?;
+    for (name, replay) in &compared.replays {
         eprintln!(
             "{name}: {} jobs in {:.2} s ({} passes)",
             replay.records.len(),
             replay.wall.as_secs_f64(),
             replay.passes
         );
-        replays.push((name.clone(), replay));
     }
-    let summaries: Vec<Summary> = replays
-        .iter()
-        .map(|(name, r)| metrics::summarize(name, r))
-        .collect();
-    let estimates = match opts.estimates {
-        Estimates::Exact => "exact",
-        Estimates::Predicted => "predicted",
-    };
     if let Some(path) = &opts.json {
         let doc = report::Document {
             trace: opts.trace.display().to_string(),
             cluster: &opts.cluster,
-            gpus,
-            estimates,
+            gpus: compared.gpus,
+            estimates: estimates_name(opts.estimates),
             jobs: trace.jobs.len(),
             skipped_rows: trace.skipped.iter().map(|b| b.line).collect(),
-            results: &summaries,
+            results: &compared.summaries,
         };
         let text = serde_json::to_string_pretty(&doc).context("encoding the results")?;
         std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))?;
     }
     if let Some(path) = &opts.svg {
-        let runs: Vec<(String, &engine::Replay)> =
-            replays.iter().map(|(n, r)| (n.clone(), r)).collect();
-        let title = format!(
-            "{} jobs on {} ({} GPUs), {} estimates",
-            trace.jobs.len(),
-            opts.cluster,
-            gpus,
-            estimates
-        );
-        std::fs::write(path, svg::chart(&title, &runs))
+        std::fs::write(path, compared.chart(&opts.cluster))
             .with_context(|| format!("writing {}", path.display()))?;
     }
-    Ok(summaries)
+    Ok(compared.summaries)
+}
+
+/// Replays of one trace under several policies.
+pub(crate) struct Comparison {
+    pub replays: Vec<(String, engine::Replay)>,
+    pub summaries: Vec<Summary>,
+    pub gpus: u64,
+    pub jobs: usize,
+    pub estimates: Estimates,
+}
+
+impl Comparison {
+    /// The SVG chart of the replays (utilization over time, the JCT distribution).
+    pub(crate) fn chart(&self, cluster: &str) -> String {
+        let runs: Vec<(String, &engine::Replay)> =
+            self.replays.iter().map(|(n, r)| (n.clone(), r)).collect();
+        let title = format!(
+            "{} jobs on {} ({} GPUs), {} estimates",
+            self.jobs,
+            cluster,
+            self.gpus,
+            estimates_name(self.estimates)
+        );
+        svg::chart(&title, &runs)
+    }
+}
+
+/// Replay `jobs` (sorted by submission) on the cluster `cluster` under each of `policies`.
+pub(crate) fn compare(
+    jobs: &[trace::TraceJob],
+    cluster: &str,
+    policies: &[String],
+    estimates: Estimates,
+) -> anyhow::Result<Comparison> {
+    let policies: Vec<(String, Policy)> = policies
+        .iter()
+        .map(|p| Ok((p.clone(), p.parse::<Policy>()?)))
+        .collect::<Result<_, crate::scheduler::BadPolicy>>()?;
+    if policies.is_empty() {
+        anyhow::bail!("no policy to simulate");
+    }
+    let (state, gpus) = cluster::build(cluster)?;
+    let mut replays = Vec::new();
+    for (name, policy) in &policies {
+        let replay = engine::replay(jobs, &state, gpus, policy, estimates)
+            .with_context(|| format!("replaying under {name}"))?;
+        replays.push((name.clone(), replay));
+    }
+    let summaries = replays
+        .iter()
+        .map(|(name, r)| metrics::summarize(name, r))
+        .collect();
+    Ok(Comparison {
+        replays,
+        summaries,
+        gpus,
+        jobs: jobs.len(),
+        estimates,
+    })
+}
+
+fn estimates_name(e: Estimates) -> &'static str {
+    match e {
+        Estimates::Exact => "exact",
+        Estimates::Predicted => "predicted",
+    }
 }
