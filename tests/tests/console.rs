@@ -285,6 +285,14 @@ async fn a_browser_logs_in_sees_its_tenant_submits_watches_and_cancels() {
         b.goto(&format!("{base}/console/nodes"));
         b.find("[data-gpu='1/3'] .mig .slice.used").is_some()
     });
+    // A GPU's page draws its readings from its agent's own telemetry.
+    b.click(&b.must_find("[data-gpu='1/3'] .gpu-head a"));
+    b.wait_until("the GPU's charts", WAIT, |b| {
+        b.find("figure.chart-line svg path").is_some()
+    });
+    let charts = "return document.querySelectorAll('figure.chart-line').length;";
+    assert_eq!(b.script(charts, vec![]), 4);
+    shot(&b, "gpu");
 
     b.click(&b.must_find("nav a[href='/console/audit']"));
     b.wait_until("the audit page", WAIT, |b| {

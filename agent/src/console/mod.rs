@@ -6,6 +6,7 @@
 //! refreshes the parts of a page that server-sent events say have changed.
 
 mod assets;
+mod chart;
 mod cluster;
 mod events;
 mod failure;
@@ -70,6 +71,7 @@ pub(crate) fn routes(apis: Apis) -> Router {
         .route("/console/logout", post(session::logout))
         .route("/console/cluster", get(cluster::page))
         .route("/console/nodes", get(nodes::page))
+        .route("/console/gpus/{node}/{index}", get(nodes::gpu))
         .route("/console/jobs", get(jobs::page))
         .route("/console/jobs/rows", get(jobs::rows))
         .route("/console/jobs/{id}", get(job::page))

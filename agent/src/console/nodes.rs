@@ -2,17 +2,17 @@
 //! chosen reading (utilization, temperature or memory), MIG instances drawn inside their GPU,
 //! broken and quarantined GPUs marked, each GPU's job linked.
 
-use axum::extract::{Query, State};
+use axum::extract::{Path, Query, State};
 use gpu_proto::v1 as pb;
 use gpu_proto::v1::gpu_service_server::GpuService;
 use gpu_proto::v1::node_service_server::NodeService;
 use maud::{Markup, html};
 use serde::Deserialize;
 
-use super::Shared;
 use super::failure::Page;
 use super::session::Session;
 use super::view::{self, Section};
+use super::{Shared, chart};
 
 /// Which reading colours the heatmap.
 #[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
@@ -120,7 +120,7 @@ fn gpu_cell(status: &pb::GpuStatus, by: Reading) -> Markup {
     }
     html! {
         div class=(class) data-gpu={ (status.node_id) "/" (gpu.index) } {
-            div.gpu-head { "GPU " (gpu.index) " " span.model { (gpu.model) } }
+            div.gpu-head { a href={ "/console/gpus/" (status.node_id) "/" (gpu.index) } { "GPU " (gpu.index) } " " span.model { (gpu.model) } }
             @if let Some(t) = &t {
                 div.readings {
                     span { (format!("{:.0}", t.utilization_pct)) "%" }
@@ -163,4 +163,52 @@ mod tests {
         assert_eq!(Reading::Memory.heat(&t), 3);
         assert_eq!(Reading::Memory.heat(&pb::GpuTelemetry::default()), 0);
     }
+}
+
+/// How far back a GPU's page looks (the agent keeps `monitor.retention` of readings).
+const HISTORY_MS: u64 = 15 * 60 * 1000;
+
+/// One GPU's page: its readings over the last minutes, from the telemetry its own agent keeps.
+pub(super) async fn gpu(
+    State(apis): State<Shared>,
+    session: Session,
+    Path((node, index)): Path<(u64, u32)>,
+) -> Page {
+    let since_ms = crate::clock::now_ms().saturating_sub(HISTORY_MS);
+    let req = pb::GetGpuStatsRequest {
+        node_id: node,
+        gpu_index: index,
+        since_ms,
+    };
+    let readings = apis
+        .gpu
+        .get_gpu_stats(session.request(req))
+        .await?
+        .into_inner()
+        .readings;
+    let series = |f: fn(&pb::GpuTelemetry) -> f64| -> Vec<(u64, f64)> {
+        (readings.iter())
+            .filter_map(|r| r.telemetry.as_ref().map(|t| (r.at_ms, f(t))))
+            .collect()
+    };
+    let latest = readings
+        .last()
+        .and_then(|r| r.telemetry.clone())
+        .unwrap_or_default();
+    let memory_total = (latest.memory_total_mib as f64 / 1024.0).max(1.0);
+    let power_limit = f64::from(latest.power_limit_w).max(1.0);
+    let body = html! {
+        p { a href="/console/nodes" { "← all nodes" } }
+        @if readings.is_empty() { p.empty { "No readings kept for this GPU." } }
+        @else {
+            div.charts {
+                (chart::line("Utilization", "%", &series(|t| f64::from(t.utilization_pct)), 0.0, 100.0))
+                (chart::line("Temperature", "°C", &series(|t| f64::from(t.temperature_c)), 20.0, 100.0))
+                (chart::line("Memory used", "GiB", &series(|t| t.memory_used_mib as f64 / 1024.0), 0.0, memory_total))
+                (chart::line("Power", "W", &series(|t| f64::from(t.power_w)), 0.0, power_limit))
+            }
+        }
+    };
+    let title = format!("GPU n{node}/{index}");
+    Ok(view::page(&session, Section::Nodes, &title, body))
 }
