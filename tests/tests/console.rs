@@ -354,6 +354,10 @@ async fn a_browser_logs_in_sees_its_tenant_submits_watches_and_cancels() {
         assert!(b.find("main h1").is_some(), "{}", b.source());
         shot(&b, name);
     }
+    // The tenants' last day, drawn from the jobs' records: GPU hours and energy.
+    b.goto(&format!("{base}/console/tenants"));
+    assert_eq!(b.script(charts, vec![]), 2, "{}", b.source());
+    assert!(b.source().contains("vision"), "{}", b.source());
     b.goto(&format!("{base}/console/jobs?state=all"));
     assert!(
         b.source().contains("nlp-secret-run"),

@@ -145,26 +145,6 @@ fn gpu_cell(status: &pb::GpuStatus, by: Reading) -> Markup {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn readings_map_to_eleven_shades() {
-        let t = pb::GpuTelemetry {
-            utilization_pct: 55.0,
-            temperature_c: 95.0,
-            memory_used_mib: 10_240,
-            memory_total_mib: 40_960,
-            ..pb::GpuTelemetry::default()
-        };
-        assert_eq!(Reading::Utilization.heat(&t), 6);
-        assert_eq!(Reading::Temperature.heat(&t), 10);
-        assert_eq!(Reading::Memory.heat(&t), 3);
-        assert_eq!(Reading::Memory.heat(&pb::GpuTelemetry::default()), 0);
-    }
-}
-
 /// How far back a GPU's page looks (the agent keeps `monitor.retention` of readings).
 const HISTORY_MS: u64 = 15 * 60 * 1000;
 
@@ -211,4 +191,24 @@ pub(super) async fn gpu(
     };
     let title = format!("GPU n{node}/{index}");
     Ok(view::page(&session, Section::Nodes, &title, body))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn readings_map_to_eleven_shades() {
+        let t = pb::GpuTelemetry {
+            utilization_pct: 55.0,
+            temperature_c: 95.0,
+            memory_used_mib: 10_240,
+            memory_total_mib: 40_960,
+            ..pb::GpuTelemetry::default()
+        };
+        assert_eq!(Reading::Utilization.heat(&t), 6);
+        assert_eq!(Reading::Temperature.heat(&t), 10);
+        assert_eq!(Reading::Memory.heat(&t), 3);
+        assert_eq!(Reading::Memory.heat(&pb::GpuTelemetry::default()), 0);
+    }
 }
