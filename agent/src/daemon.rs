@@ -13,7 +13,6 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
-use crate::api::router::{Services, serve};
 use crate::config::{Config, ForeignPolicy};
 use crate::executor::lease::LeaseKeeper;
 use crate::executor::retention::Retention;
@@ -47,6 +46,7 @@ use crate::raft::peer_client::PeerClients;
 use crate::raft::snapshots::SnapshotTrigger;
 use crate::raft::transport_faults::TransportFaults;
 use crate::scheduler::Policy;
+use crate::server::{Services, serve};
 use crate::tls::ca_keeper::CaKeeper;
 use crate::tls::enroll::{self, Renewer, TlsIdentity};
 use crate::tls::files::write_file;

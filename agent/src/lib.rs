@@ -21,5 +21,6 @@ pub(crate) mod monitor;
 pub(crate) mod notify;
 pub mod raft;
 pub mod scheduler;
+pub(crate) mod server;
 pub mod tls;
 pub mod tools;

@@ -287,6 +287,13 @@ fn dechunk(mut body: &str) -> String {
     out
 }
 
+impl Element {
+    /// This element as an argument of `Browser::script` (`arguments[i]` in the page).
+    pub fn as_argument(&self) -> Value {
+        json!({ ELEMENT: self.0 })
+    }
+}
+
 impl Drop for Browser {
     fn drop(&mut self) {
         if !self.session.is_empty() {

@@ -137,6 +137,32 @@ async fn a_browser_logs_in_sees_its_tenant_submits_watches_and_cancels() {
         "{}",
         b.source()
     );
+    // A hostile job name is refused by the API, and the refusal shows it as text.
+    b.goto(&format!("{base}/console/submit"));
+    let name = b.must_find("#name");
+    let unpattern = "arguments[0].removeAttribute('pattern'); return null;";
+    b.script(unpattern, vec![name.as_argument()]);
+    b.type_into(&name, "<img src=x onerror=window.__xss=3>");
+    b.type_into(&b.must_find("#command"), "true");
+    b.click(&b.must_find("#submit"));
+    b.wait_until("the refusal", WAIT, |b| b.find(".refusal").is_some());
+    assert!(
+        b.text(&b.must_find(".refusal")).contains("<img src=x"),
+        "{}",
+        b.source()
+    );
+    // A hostile filter in the address is echoed into the form as text.
+    b.goto(&format!(
+        "{base}/console/jobs?name=%22%3E%3Cscript%3Ewindow.__xss%3D4%3C%2Fscript%3E"
+    ));
+    let echoed = b.script(
+        "return document.querySelector('input[name=name]').value;",
+        vec![],
+    );
+    assert_eq!(echoed, "\"><script>window.__xss=4</script>");
+    let images = b.script("return document.querySelectorAll('img').length;", vec![]);
+    let xss = b.script("return window.__xss === undefined;", vec![]);
+    assert_eq!((images, xss), (0.into(), true.into()), "{}", b.source());
 
     // Submit from the form; the job's page follows it from running to succeeded without a
     // reload (the marker set on the page survives).
@@ -285,6 +311,20 @@ async fn a_browser_logs_in_sees_its_tenant_submits_watches_and_cancels() {
         b.goto(&format!("{base}/console/nodes"));
         b.find("[data-gpu='1/3'] .mig .slice.used").is_some()
     });
+    // A GPU that raised an alert (a fatal XID here) is marked, and quarantined.
+    gpus.inject_fault(pb::InjectFaultRequest {
+        node_id: 1,
+        gpu_index: 1,
+        fault: pb::GpuFault::Xid as i32,
+        xid: 79,
+    })
+    .await
+    .expect("a simulated XID");
+    b.wait_until("the alerted GPU marked", WAIT, |b| {
+        b.goto(&format!("{base}/console/nodes"));
+        b.find("[data-gpu='1/1'].alerted.quarantined").is_some()
+    });
+    shot(&b, "nodes");
     // A GPU's page draws its readings from its agent's own telemetry.
     b.click(&b.must_find("[data-gpu='1/3'] .gpu-head a"));
     b.wait_until("the GPU's charts", WAIT, |b| {
@@ -346,7 +386,6 @@ async fn a_browser_logs_in_sees_its_tenant_submits_watches_and_cancels() {
     shot(&b, "scheduler");
     for (page, name) in [
         ("cluster", "cluster"),
-        ("nodes", "nodes"),
         ("tenants", "tenants"),
         ("alerts", "alerts"),
     ] {

@@ -2,11 +2,12 @@
 //! status that matches the gRPC one; a session that is no longer valid goes back to the login.
 
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Redirect, Response};
+use axum::response::{IntoResponse, Response};
 use maud::html;
 use tonic::{Code, Status};
 
-use super::view;
+use super::cookie::login_again;
+use super::frame;
 
 #[derive(Debug)]
 pub(super) struct Failure(pub Status);
@@ -37,7 +38,7 @@ impl IntoResponse for Failure {
             Code::Unavailable | Code::DeadlineExceeded => StatusCode::SERVICE_UNAVAILABLE,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         };
-        let body = view::bare(
+        let body = frame::document(
             "gpumesh: refused",
             html! {
                 main.narrow {
@@ -49,16 +50,4 @@ impl IntoResponse for Failure {
         );
         (http, body).into_response()
     }
-}
-
-/// To the login page, saying why (an expired or revoked token, a session that never was).
-pub(super) fn login_again(why: &str) -> Response {
-    let query = serde_urlencoded::to_string([("why", why)]).unwrap_or_default();
-    let url = format!("/console/login?{query}");
-    let mut response = Redirect::to(&url).into_response();
-    response.headers_mut().insert(
-        axum::http::header::SET_COOKIE,
-        super::session::cleared_cookie(),
-    );
-    response
 }

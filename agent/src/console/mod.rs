@@ -8,11 +8,14 @@
 mod assets;
 mod chart;
 mod cluster;
+mod cookie;
 mod events;
 mod failure;
+mod frame;
 mod guard;
 mod job;
 mod jobs;
+mod login;
 mod nodes;
 mod scheduler;
 mod session;
@@ -64,11 +67,8 @@ pub(crate) fn routes(apis: Apis) -> Router {
         .route("/", get(|| async { Redirect::to("/console/jobs") }))
         .route("/console", get(|| async { Redirect::to("/console/jobs") }))
         .route("/console/", get(|| async { Redirect::to("/console/jobs") }))
-        .route(
-            "/console/login",
-            get(session::login_page).post(session::login),
-        )
-        .route("/console/logout", post(session::logout))
+        .route("/console/login", get(login::page).post(login::login))
+        .route("/console/logout", post(login::logout))
         .route("/console/cluster", get(cluster::page))
         .route("/console/nodes", get(nodes::page))
         .route("/console/gpus/{node}/{index}", get(nodes::gpu))

@@ -3,7 +3,10 @@
 //! broken and quarantined GPUs marked, each GPU's job linked.
 
 use axum::extract::{Path, Query, State};
+use std::collections::BTreeMap;
+
 use gpu_proto::v1 as pb;
+use gpu_proto::v1::alert_service_server::AlertService;
 use gpu_proto::v1::gpu_service_server::GpuService;
 use gpu_proto::v1::node_service_server::NodeService;
 use maud::{Markup, html};
@@ -71,6 +74,23 @@ pub(super) async fn page(
         .await?
         .into_inner()
         .gpus;
+    let open = pb::ListAlertsRequest {
+        include_resolved: false,
+        stale: true,
+    };
+    let alerts = apis
+        .alert
+        .list_alerts(session.request(open))
+        .await?
+        .into_inner()
+        .alerts;
+    let mut alerted: Alerted = BTreeMap::new();
+    for a in alerts {
+        alerted
+            .entry((a.node_id, a.gpu_index))
+            .or_default()
+            .push(a.rule);
+    }
     let body = html! {
         p.legend {
             "Colour by: "
@@ -82,14 +102,17 @@ pub(super) async fn page(
         div.nodes {
             @for n in &nodes {
                 @let mine: Vec<&pb::GpuStatus> = gpus.iter().filter(|g| g.node_id == n.id).collect();
-                (node_card(n, &mine, q.by))
+                (node_card(n, &mine, &alerted, q.by))
             }
         }
     };
     Ok(view::page(&session, Section::Nodes, "Nodes & GPUs", body))
 }
 
-fn node_card(n: &pb::Node, gpus: &[&pb::GpuStatus], by: Reading) -> Markup {
+/// The rules of the open alerts on each GPU (node, index).
+type Alerted = BTreeMap<(u64, u32), Vec<String>>;
+
+fn node_card(n: &pb::Node, gpus: &[&pb::GpuStatus], alerted: &Alerted, by: Reading) -> Markup {
     let down = n.status == pb::NodeStatus::Down as i32;
     html! {
         section.node class=[down.then_some("down")] {
@@ -100,12 +123,15 @@ fn node_card(n: &pb::Node, gpus: &[&pb::GpuStatus], by: Reading) -> Markup {
                 @if let Some(e) = &n.edge { " " span.tag { "edge " (e.site) } }
             }
             p.labels { @for (k, v) in &n.labels { span.tag { (k) "=" (v) } " " } }
-            div.gpus { @for g in gpus { (gpu_cell(g, by)) } }
+            div.gpus { @for g in gpus {
+                @let index = g.gpu.as_ref().map_or(0, |g| g.index);
+                (gpu_cell(g, alerted.get(&(n.id, index)), by))
+            } }
         }
     }
 }
 
-fn gpu_cell(status: &pb::GpuStatus, by: Reading) -> Markup {
+fn gpu_cell(status: &pb::GpuStatus, alerts: Option<&Vec<String>>, by: Reading) -> Markup {
     let gpu = status.gpu.clone().unwrap_or_default();
     let t = status.telemetry.clone();
     let heat = t.as_ref().map_or(0, |t| by.heat(t));
@@ -117,6 +143,9 @@ fn gpu_cell(status: &pb::GpuStatus, by: Reading) -> Markup {
     }
     if quarantined {
         class.push_str(" quarantined");
+    }
+    if alerts.is_some() {
+        class.push_str(" alerted");
     }
     html! {
         div class=(class) data-gpu={ (status.node_id) "/" (gpu.index) } {
@@ -139,6 +168,7 @@ fn gpu_cell(status: &pb::GpuStatus, by: Reading) -> Markup {
             @if !gpu.slices.is_empty() && gpu.mig_layout.is_empty() {
                 div.shared { @for s in &gpu.slices { div.slice.used { (s) } } }
             }
+            @if let Some(rules) = alerts { div.flag { "alert: " (rules.join(", ")) } }
             @if quarantined { div.flag { "quarantined: " (gpu.quarantined_by) } }
             @if broken { div.flag { (t.as_ref().map(|t| t.error.clone()).unwrap_or_else(|| "unhealthy".into())) } }
         }

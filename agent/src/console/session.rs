@@ -1,34 +1,25 @@
-//! Who is using the console: a token, kept in an `HttpOnly`, `SameSite=Strict` cookie and
-//! checked again on every request by the API itself (`TokenService.WhoAmI`), so an expired or
+//! Who is using the console: a token, kept in the session cookie (`cookie.rs`) and checked again on every request by the API itself (`TokenService.WhoAmI`), so an expired or
 //! revoked token ends the session at its next click. Every request the console makes for the
 //! browser carries that token, and the API's own authorization decides what it may see.
 
 use std::net::SocketAddr;
 
-use axum::Form;
-use axum::extract::{FromRequestParts, Query, State};
+use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
-use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use gpu_proto::v1 as pb;
 use gpu_proto::v1::token_service_server::TokenService;
-use maud::html;
-use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use tonic::metadata::MetadataValue;
 use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
 
-use super::failure::{Failure, login_again};
-use super::{Shared, view};
+use super::Shared;
+use super::cookie::{self, login_again};
+use super::failure::Failure;
 use crate::api::auth::peer::ConsoleOrigin;
 use crate::api::auth::rbac::{Action, Identity};
 use crate::api::auth::token::parse_header;
 use crate::api::from_proto;
-
-const COOKIE: &str = "gpumesh_console";
-
-/// How long a browser keeps the cookie; the token's own expiry and revocation apply sooner.
-const COOKIE_MAX_AGE_S: u64 = 12 * 3600;
 
 /// A logged-in browser.
 pub(super) struct Session {
@@ -91,7 +82,7 @@ fn request_as<T>(credential: &str, remote: Option<SocketAddr>, msg: T) -> tonic:
 }
 
 /// The browser's address, as the gRPC server noted it for this connection (for the audit log).
-pub(super) struct Remote(Option<SocketAddr>);
+pub(super) struct Remote(pub(super) Option<SocketAddr>);
 
 impl<S: Send + Sync> FromRequestParts<S> for Remote {
     type Rejection = std::convert::Infallible;
@@ -111,18 +102,6 @@ fn remote_of(parts: &Parts) -> Option<SocketAddr> {
         })
 }
 
-fn cookie_credential(parts: &Parts) -> Option<String> {
-    parts
-        .headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(name, _)| *name == COOKIE)
-        .map(|(_, value)| value.to_owned())
-}
-
 /// The form token of a session: derived from its credential (so every agent derives the same),
 /// unguessable without it, and readable by another site only if it could read the page.
 fn csrf_of(credential: &str) -> String {
@@ -130,7 +109,7 @@ fn csrf_of(credential: &str) -> String {
     hex::encode(&digest[..16])
 }
 
-async fn open(
+pub(super) async fn open(
     apis: &Shared,
     credential: String,
     remote: Option<SocketAddr>,
@@ -165,7 +144,7 @@ impl FromRequestParts<Shared> for Session {
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, apis: &Shared) -> Result<Self, Response> {
-        let Some(credential) = cookie_credential(parts) else {
+        let Some(credential) = cookie::credential(parts) else {
             return Err(Redirect::to("/console/login").into_response());
         };
         match open(apis, credential, remote_of(parts)).await {
@@ -178,84 +157,6 @@ impl FromRequestParts<Shared> for Session {
     }
 }
 
-#[derive(Deserialize)]
-pub(super) struct LoginQuery {
-    #[serde(default)]
-    why: String,
-}
-
-pub(super) async fn login_page(Query(q): Query<LoginQuery>) -> Response {
-    view::bare(
-        "gpumesh: log in",
-        html! {
-            main.narrow {
-                h1 { "gpumesh" }
-                @if !q.why.is_empty() { p.refusal { (q.why) } }
-                form #login method="post" action="/console/login" {
-                    label for="token" { "Token" }
-                    input #token type="password" name="token" autocomplete="off"
-                        placeholder="<id>.<secret>" required;
-                    button type="submit" { "Log in" }
-                }
-                p.hint { "A token from " code { "gpuctl token create" } " or " code { "gpu-agent dev" } "." }
-            }
-        },
-    )
-    .into_response()
-}
-
-#[derive(Deserialize)]
-pub(super) struct LoginForm {
-    token: String,
-}
-
-pub(super) async fn login(
-    State(apis): State<Shared>,
-    Remote(remote): Remote,
-    Form(form): Form<LoginForm>,
-) -> Response {
-    let credential = form.token.trim().to_owned();
-    match open(&apis, credential.clone(), remote).await {
-        Ok(_) => {
-            let mut response = Redirect::to("/console/jobs").into_response();
-            let secure = if apis.tls { "; Secure" } else { "" };
-            let cookie = format!(
-                "{COOKIE}={credential}; Path=/console; HttpOnly; SameSite=Strict; \
-                 Max-Age={COOKIE_MAX_AGE_S}{secure}"
-            );
-            if let Ok(v) = HeaderValue::from_str(&cookie) {
-                response.headers_mut().insert(header::SET_COOKIE, v);
-            }
-            response
-        }
-        Err(status) => login_again(status.message()),
-    }
-}
-
-#[derive(Deserialize)]
-pub(super) struct CsrfForm {
-    #[serde(default)]
-    csrf: String,
-}
-
-pub(super) async fn logout(session: Session, Form(form): Form<CsrfForm>) -> Response {
-    if let Err(refused) = session.check_csrf(&form.csrf) {
-        return refused.into_response();
-    }
-    let mut response = Redirect::to("/console/login").into_response();
-    response
-        .headers_mut()
-        .insert(header::SET_COOKIE, cleared_cookie());
-    response
-}
-
-/// A `Set-Cookie` that makes the browser forget the session.
-pub(super) fn cleared_cookie() -> HeaderValue {
-    HeaderValue::from_static(
-        "gpumesh_console=; Path=/console; HttpOnly; SameSite=Strict; Max-Age=0",
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -265,15 +166,5 @@ mod tests {
         assert_eq!(csrf_of("a.b"), csrf_of("a.b"));
         assert_ne!(csrf_of("a.b"), csrf_of("a.c"));
         assert_eq!(csrf_of("a.b").len(), 32);
-    }
-
-    #[test]
-    fn the_cookie_is_found_among_others() {
-        let req = axum::http::Request::builder()
-            .header("cookie", "x=1; gpumesh_console=t1.s3cret; y=2")
-            .body(())
-            .expect("request");
-        let (parts, ()) = req.into_parts();
-        assert_eq!(cookie_credential(&parts).as_deref(), Some("t1.s3cret"));
     }
 }

@@ -3,10 +3,11 @@
 
 use std::time::{Duration, UNIX_EPOCH};
 
-use axum::response::{Html, IntoResponse, Response};
+use axum::response::{IntoResponse, Response};
 use gpu_proto::v1 as pb;
-use maud::{DOCTYPE, Markup, html};
+use maud::{Markup, html};
 
+use super::frame;
 use super::session::Session;
 use crate::api::auth::rbac::Action;
 
@@ -67,41 +68,12 @@ impl Section {
     }
 }
 
-/// A page without navigation (login, refusals).
-pub(super) fn bare(title: &str, body: Markup) -> Html<String> {
-    Html(
-        html! {
-            (DOCTYPE)
-            html lang="en" {
-                (head(title))
-                body { (body) }
-            }
-        }
-        .into_string(),
-    )
-}
-
-fn head(title: &str) -> Markup {
-    html! {
-        head {
-            meta charset="utf-8";
-            meta name="viewport" content="width=device-width, initial-scale=1";
-            title { (title) }
-            link rel="stylesheet" href="/console/assets/console.css";
-            script src="/console/assets/console.js" defer {}
-        }
-    }
-}
-
 /// A page of the console, with its navigation and the session's identity.
 pub(super) fn page(session: &Session, section: Section, title: &str, body: Markup) -> Response {
     let who = &session.who;
-    Html(
+    frame::document(
+        &format!("{title} · gpumesh"),
         html! {
-            (DOCTYPE)
-            html lang="en" {
-                (head(&format!("{title} · gpumesh")))
-                body {
                     header.top {
                         a.brand href="/console/jobs" { "gpumesh" }
                         nav {
@@ -120,10 +92,7 @@ pub(super) fn page(session: &Session, section: Section, title: &str, body: Marku
                         }
                     }
                     main { h1 { (title) } (body) }
-                }
-            }
-        }
-        .into_string(),
+        },
     )
     .into_response()
 }

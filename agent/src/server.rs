@@ -1,6 +1,7 @@
-//! The agent's one gRPC server: every service (the public `gpumesh.v1` ones and the internal
-//! peer service) is registered here once, and the same registration marks it serving in gRPC
-//! health, so the two lists cannot drift apart.
+//! The agent's one server on its API port: every gRPC service (the public `gpumesh.v1` ones
+//! and the internal peer service) is registered here once, and the same registration marks it
+//! serving in gRPC health, so the two lists cannot drift apart; the web console's routes are
+//! merged beside them, made from the same handlers. Above both `api/` and `console/`.
 
 use std::path::PathBuf;
 use std::sync::Arc;
