@@ -127,12 +127,19 @@ fn timeline(
     let size = s.jobs.values().filter(|j| !j.state.is_terminal()).count() + s.nodes.len();
     let steps = (WORK / size.max(1)).clamp(MIN_STEPS, MAX_STEPS);
     for _ in 0..steps {
-        let binds = plan(&s, &policy, &env).binds;
-        if binds.iter().any(|b| b.job == job) {
+        let planned = plan(&s, &policy, &env);
+        let (binds, slice_binds) = (planned.binds, planned.slice_binds);
+        // Whole GPUs and slices (MIG instances, shared slices) alike: a sliced job is placed
+        // by a slice bind.
+        if binds.iter().any(|b| b.job == job) || slice_binds.iter().any(|b| b.job == job) {
             return Ok(env.now_ms);
         }
         if !binds.is_empty() {
             apply(&mut s, env.now_ms, Command::BindJobs { binds });
+        }
+        if !slice_binds.is_empty() {
+            let binds = slice_binds;
+            apply(&mut s, env.now_ms, Command::BindSlices { binds });
         }
         let ends: Vec<(u64, JobId, u64)> = s
             .jobs
@@ -149,7 +156,7 @@ fn timeline(
         let Some(next) = ends.iter().map(|(end, ..)| *end).chain(retries).min() else {
             let live = s.jobs.values().any(|j| j.state.is_live());
             return Err(if live {
-                "no estimate: the GPUs it waits for are held by runs without a runtime estimate or wall-time limit".to_owned()
+                "no estimate: it waits, itself or behind jobs ahead of it, for GPUs held by runs without a runtime estimate or wall-time limit".to_owned()
             } else {
                 "no estimate: it would not start even on an idle cluster (see the reason)"
                     .to_owned()
@@ -252,6 +259,76 @@ mod tests {
         assert!(
             never.note.contains("idle cluster") || never.note.contains("estimate"),
             "{never:?}"
+        );
+    }
+
+    #[test]
+    fn no_estimate_behind_a_job_that_has_none() {
+        let mut s = ClusterState::new();
+        node(&mut s, 1, (0..2).map(|i| gpu(i, "A100", 0)).collect());
+        // j-1 holds both GPUs with no estimate; j-2 (2 GPUs) waits for them, j-3 (1 GPU)
+        // waits behind j-2 in FCFS order.
+        submit_at(&mut s, 0, spec(2, 0));
+        bind(&mut s, 0, 1, vec![0, 1]);
+        submit_at(&mut s, 1, with_estimate(2, 50));
+        submit_at(&mut s, 2, with_estimate(1, 10));
+        let policy: Policy = "fcfs+strict".parse().expect("policy");
+        let env = PlanEnv::new(5_000, &policy);
+        let behind = explain(&s, &policy, &env, 3).expect("known");
+        assert_eq!((behind.position, behind.start_ms), (2, None), "{behind:?}");
+        assert!(behind.note.contains("behind jobs ahead"), "{behind:?}");
+    }
+
+    #[test]
+    fn a_sliced_job_gets_the_start_of_the_slice_it_waits_for() {
+        use gpu_raft_store::{GpuMode, PartitionSpec, SliceRequest, mig};
+
+        let mut s = ClusterState::new();
+        node(&mut s, 1, vec![gpu(0, "A100", 0)]);
+        // The node's one GPU: an A100-80GB split into a single 7g.80gb instance.
+        let layout = mig::model("A100-80GB")
+            .expect("a MIG model")
+            .parse_layout(&["7g.80gb".to_owned()])
+            .expect("a layout");
+        apply_at(
+            &mut s,
+            0,
+            Command::SetGpuPartition {
+                node: 1,
+                gpu: 0,
+                partition: PartitionSpec {
+                    mode: GpuMode::Mig,
+                    mig: layout,
+                },
+                if_idle: false,
+            },
+        );
+        let sliced = |estimate_s| JobSpec {
+            slice: Some(SliceRequest::Mig {
+                profile: "7g.80gb".into(),
+            }),
+            runtime_estimate_s: Some(estimate_s),
+            ..spec(1, 0)
+        };
+        submit_at(&mut s, 0, sliced(100));
+        submit_at(&mut s, 1, sliced(10));
+        let policy: Policy = "fcfs+strict".parse().expect("policy");
+        let env = PlanEnv::new(0, &policy);
+        let first = crate::scheduler::plan(&s, &policy, &env);
+        assert_eq!(first.slice_binds.len(), 1, "{first:?}");
+        apply_at(
+            &mut s,
+            0,
+            Command::BindSlices {
+                binds: first.slice_binds,
+            },
+        );
+        let env = PlanEnv::new(5_000, &policy);
+        let waiting = explain(&s, &policy, &env, 2).expect("known");
+        assert_eq!(
+            waiting.start_ms,
+            Some(100_000),
+            "when the instance is free again: {waiting:?}"
         );
     }
 
