@@ -108,3 +108,41 @@ async fn operators_change_the_replicated_policy_and_bad_values_change_nothing() 
     let done = c.wait_job(id, Duration::from_secs(60), is_terminal).await;
     assert_eq!(done.state, pb::JobState::Succeeded as i32, "{done:?}");
 }
+
+/// `gpuctl scheduler status` judges runtime guesses by the jobs that succeeded: the first run
+/// of a job has no history to predict from, the second is predicted from the first; the
+/// user's estimate of each is judged too. The metrics say the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scheduler_status_reports_how_good_runtime_guesses_were() {
+    let c = Cluster::start(1, 1, "").await;
+    for key in ["first", "second"] {
+        let spec = pb::JobSpec {
+            runtime_estimate_s: Some(600),
+            ..shell_job("guess", 1, "sleep 1")
+        };
+        let id = c.submit(1, spec, key).await.expect("submit").job_id;
+        let done = c.wait_job(id, Duration::from_secs(30), is_terminal).await;
+        assert_eq!(done.state, pb::JobState::Succeeded as i32, "{done:?}");
+    }
+    let (code, status, stderr) = c.gpuctl_json(1, &["scheduler", "status"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let accuracy = &status["accuracy"];
+    assert_eq!(accuracy["jobs"], 2, "{status}");
+    assert_eq!(accuracy["predictions"]["count"], 1, "{status}");
+    assert_eq!(accuracy["estimates"]["count"], 2, "{status}");
+    // 600 s guessed for runs of about a second: far off, never within 2x.
+    assert_eq!(accuracy["estimates"]["within_2x"], 0.0, "{status}");
+    assert!(
+        accuracy["estimates"]["median_relative_error"]
+            .as_f64()
+            .is_some_and(|e| e > 100.0),
+        "{status}"
+    );
+    let out = c
+        .gpuctl()
+        .args(["--endpoint", c.addr(1), "scheduler", "status"])
+        .output()
+        .expect("gpuctl");
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains("runtime predictions"), "{table}");
+}

@@ -393,6 +393,19 @@ fn millis(d: std::time::Duration) -> u64 {
 }
 
 /// The scheduler's settings and queue as `SchedulerStatus`.
+pub(crate) fn runtime_accuracy(a: &crate::scheduler::Accuracy) -> pb::RuntimeAccuracy {
+    let errors = |e: &crate::scheduler::Errors| pb::GuessErrors {
+        count: e.count as u64,
+        median_relative_error: e.median_relative_error,
+        within_2x: e.within_2x,
+    };
+    pb::RuntimeAccuracy {
+        jobs: a.jobs as u64,
+        estimates: Some(errors(&a.estimates)),
+        predictions: Some(errors(&a.predictions)),
+    }
+}
+
 pub(crate) fn scheduler_status(s: &ClusterState) -> pb::SchedulerStatus {
     let settings = &s.scheduler;
     let pending = s
@@ -419,6 +432,7 @@ pub(crate) fn scheduler_status(s: &ClusterState) -> pb::SchedulerStatus {
         running_jobs: running as u64,
         gpus_total: total as u64,
         gpus_free: free as u64,
+        accuracy: Some(runtime_accuracy(&crate::scheduler::accuracy(s))),
     }
 }
 

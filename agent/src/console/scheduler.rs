@@ -64,6 +64,9 @@ async fn render(
             dt { "Aging" } dd { (policy.aging_per_hour) " per hour" }
             dt { "Jobs" } dd { (status.pending_jobs) " pending, " (status.running_jobs) " running" }
             dt { "GPUs" } dd { (status.gpus_free) " free of " (status.gpus_total) }
+            @let accuracy = status.accuracy.clone().unwrap_or_default();
+            dt { "Users' estimates" } dd #estimates { (guesses(accuracy.estimates.as_ref())) }
+            dt { "Predictions" } dd #predictions { (guesses(accuracy.predictions.as_ref())) }
         }
         @if manage {
             form.inline-form method="post" action="/console/scheduler/policy" {
@@ -180,6 +183,19 @@ pub(super) async fn replay(
     .map_err(|e| invalid(format!("{e:#}")))?;
     let result = results(&source, &compared.1, &compared.0);
     render(&apis, &session, &form, Some(result)).await
+}
+
+/// How good one kind of runtime guess was, over the succeeded jobs the state holds.
+fn guesses(e: Option<&pb::GuessErrors>) -> String {
+    match e {
+        Some(e) if e.count > 0 => format!(
+            "{:.0}% median error, {:.0}% within 2× of the actual runtime ({} jobs)",
+            e.median_relative_error * 100.0,
+            e.within_2x * 100.0,
+            e.count
+        ),
+        _ => "no succeeded job to judge them by yet".into(),
+    }
 }
 
 fn invalid(why: String) -> Failure {

@@ -116,32 +116,39 @@ fn answer(source: &MetricsSource, req: &Request<Incoming>) -> Response<Full<Byte
 pub(crate) fn exposition(source: &MetricsSource) -> String {
     let node_id = source.cluster.id;
     let latest = source.telemetry.latest();
-    let (bound, jobs_by_state, pending_by_tenant, open_alerts) = source.cluster.state.read(|s| {
-        let mut bound = BTreeMap::new();
-        let mut by_state = BTreeMap::new();
-        let mut pending = BTreeMap::new();
-        for job in s.jobs.values() {
-            *by_state.entry(job.state.to_string()).or_insert(0) += 1;
-            if job.state == JobState::Pending {
-                *pending.entry(job.spec.tenant.clone()).or_insert(0) += 1;
+    let (bound, jobs_by_state, pending_by_tenant, open_alerts, accuracy) =
+        source.cluster.state.read(|s| {
+            let mut bound = BTreeMap::new();
+            let mut by_state = BTreeMap::new();
+            let mut pending = BTreeMap::new();
+            for job in s.jobs.values() {
+                *by_state.entry(job.state.to_string()).or_insert(0) += 1;
+                if job.state == JobState::Pending {
+                    *pending.entry(job.spec.tenant.clone()).or_insert(0) += 1;
+                }
+                if job.state.is_terminal() {
+                    continue;
+                }
+                let Some(b) = job.binding.as_ref().filter(|b| b.node == node_id) else {
+                    continue;
+                };
+                for gpu in &b.gpus {
+                    let tenant = job.spec.tenant.clone();
+                    bound.insert(*gpu, BoundJob { id: job.id, tenant });
+                }
             }
-            if job.state.is_terminal() {
-                continue;
+            let mut alerts = BTreeMap::from([("critical", 0), ("warning", 0)]);
+            for a in s.alerts.values().filter(|a| a.is_open()) {
+                *alerts.entry(a.severity.name()).or_insert(0) += 1;
             }
-            let Some(b) = job.binding.as_ref().filter(|b| b.node == node_id) else {
-                continue;
-            };
-            for gpu in &b.gpus {
-                let tenant = job.spec.tenant.clone();
-                bound.insert(*gpu, BoundJob { id: job.id, tenant });
-            }
-        }
-        let mut alerts = BTreeMap::from([("critical", 0), ("warning", 0)]);
-        for a in s.alerts.values().filter(|a| a.is_open()) {
-            *alerts.entry(a.severity.name()).or_insert(0) += 1;
-        }
-        (bound, by_state, pending, alerts)
-    });
+            (
+                bound,
+                by_state,
+                pending,
+                alerts,
+                crate::scheduler::accuracy(s),
+            )
+        });
     let mut process_memory: BTreeMap<(u32, Option<JobId>), u64> = BTreeMap::new();
     for r in &latest {
         for p in &r.sample.processes {
@@ -162,6 +169,7 @@ pub(crate) fn exposition(source: &MetricsSource) -> String {
         jobs_by_state: &jobs_by_state,
         pending_by_tenant: &pending_by_tenant,
         open_alerts: &open_alerts,
+        accuracy: &accuracy,
     })
 }
 

@@ -36,6 +36,8 @@ pub(crate) struct Scrape<'a> {
     pub pending_by_tenant: &'a BTreeMap<String, u64>,
     /// Open alerts in the cluster, by severity (`warning`, `critical`).
     pub open_alerts: &'a BTreeMap<&'static str, u64>,
+    /// How good users' runtime estimates and the history's predictions were.
+    pub accuracy: &'a crate::scheduler::Accuracy,
 }
 
 /// A GPU metric: dcgm-exporter's name (or one of ours, `gpumesh_gpu_*`, where DCGM has no
@@ -372,6 +374,33 @@ fn jobs(out: &mut String, s: &Scrape) {
             *n as f64,
         );
     }
+    let kinds = [
+        ("estimate", &s.accuracy.estimates),
+        ("prediction", &s.accuracy.predictions),
+    ];
+    let families: [(&str, &str, fn(&crate::scheduler::Errors) -> f64); 3] = [
+        (
+            "gpumesh_runtime_guesses",
+            "Succeeded jobs in the state with a runtime guess: users' estimates, the history's predictions.",
+            |e| e.count as f64,
+        ),
+        (
+            "gpumesh_runtime_guess_median_relative_error",
+            "Median of |guess - actual| / actual over those jobs.",
+            |e| e.median_relative_error,
+        ),
+        (
+            "gpumesh_runtime_guess_within_2x_ratio",
+            "Share of those guesses within a factor of two of the actual runtime.",
+            |e| e.within_2x,
+        ),
+    ];
+    for (name, help, value) in families {
+        family(out, name, "gauge", help);
+        for (kind, errors) in kinds {
+            line(out, name, &format!("kind=\"{kind}\""), value(errors));
+        }
+    }
 }
 
 fn family(out: &mut String, name: &str, kind: &str, help: &str) {
@@ -446,6 +475,7 @@ mod tests {
             jobs_by_state: &BTreeMap::from([("Running".to_owned(), 1)]),
             pending_by_tenant: &BTreeMap::from([("vision".to_owned(), 3)]),
             open_alerts: &BTreeMap::from([("critical", 2), ("warning", 0)]),
+            accuracy: &crate::scheduler::Accuracy::default(),
         });
         let uuid = &sim.devices()[0].uuid;
         let labels = format!(
@@ -468,6 +498,7 @@ mod tests {
             "gpumesh_raft_leader_id{node_id=\"2\"} 1".to_owned(),
             "gpumesh_raft_applied_index{node_id=\"2\"} 39".to_owned(),
             "gpumesh_jobs{state=\"Running\"} 1".to_owned(),
+            "gpumesh_runtime_guess_within_2x_ratio{kind=\"prediction\"} 0".to_owned(),
             "gpumesh_queue_length{tenant=\"vision\"} 3".to_owned(),
             "gpumesh_alerts_open{severity=\"critical\"} 2".to_owned(),
         ] {

@@ -2,6 +2,7 @@
 //! shared by the leader's loop (`leader/scheduler_loop.rs`) and the offline simulator. Apply re-validates every placement, so
 //! a stale plan can only lose, never double-book.
 
+mod accuracy;
 mod backfill;
 mod env;
 mod explain;
@@ -42,6 +43,7 @@ mod slices;
 pub(crate) mod testkit;
 mod usage;
 
+pub use accuracy::{Accuracy, Errors, accuracy};
 pub use backfill::Reservation;
 pub(crate) use env::EnvCache;
 pub use env::PlanEnv;

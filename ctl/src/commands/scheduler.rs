@@ -2,8 +2,10 @@
 //!
 //! JSON (stable): both print `{"policy": {"spec", "ordering", "backfill", "aging_per_hour",
 //! "fairshare_weight", "usage_half_life_s", "preemption" ("off"|"reclaim"|"priority")},
-//! "pending_jobs", "running_jobs", "gpus_total", "gpus_free"}` (`policy set` prints the status
-//! after the change).
+//! "pending_jobs", "running_jobs", "gpus_total", "gpus_free", "accuracy": {"jobs", "estimates",
+//! "predictions"}}`, each of `estimates` and `predictions` being `{"count",
+//! "median_relative_error", "within_2x"}` over the succeeded jobs the state holds (`policy set`
+//! prints the status after the change).
 
 use gpu_proto::v1 as pb;
 use gpu_proto::v1::scheduler_service_client::SchedulerServiceClient;
@@ -45,6 +47,7 @@ pub(crate) async fn run(ctx: &Ctx, verb: SchedulerVerb) -> Result<Answer, Failur
 
 fn status_json(s: &pb::SchedulerStatus) -> Value {
     let p = s.policy.clone().unwrap_or_default();
+    let a = s.accuracy.clone().unwrap_or_default();
     json!({
         "policy": {
             "spec": p.spec,
@@ -59,11 +62,38 @@ fn status_json(s: &pb::SchedulerStatus) -> Value {
         "running_jobs": s.running_jobs,
         "gpus_total": s.gpus_total,
         "gpus_free": s.gpus_free,
+        "accuracy": {
+            "jobs": a.jobs,
+            "estimates": errors_json(&a.estimates.unwrap_or_default()),
+            "predictions": errors_json(&a.predictions.unwrap_or_default()),
+        },
     })
+}
+
+fn errors_json(e: &pb::GuessErrors) -> Value {
+    json!({
+        "count": e.count,
+        "median_relative_error": e.median_relative_error,
+        "within_2x": e.within_2x,
+    })
+}
+
+/// "38% median error, 71% within 2x (of 120 jobs)", or "none yet".
+fn errors_text(e: Option<&pb::GuessErrors>) -> String {
+    match e {
+        Some(e) if e.count > 0 => format!(
+            "{:.0}% median error, {:.0}% within 2x (of {} jobs)",
+            e.median_relative_error * 100.0,
+            e.within_2x * 100.0,
+            e.count
+        ),
+        _ => "none yet".into(),
+    }
 }
 
 fn status_table(s: &pb::SchedulerStatus) -> String {
     let p = s.policy.clone().unwrap_or_default();
+    let a = s.accuracy.clone().unwrap_or_default();
     let rows = vec![
         vec!["policy".into(), p.spec],
         vec!["aging per hour".into(), p.aging_per_hour.to_string()],
@@ -78,6 +108,14 @@ fn status_table(s: &pb::SchedulerStatus) -> String {
         vec![
             "free GPUs".into(),
             format!("{} of {}", s.gpus_free, s.gpus_total),
+        ],
+        vec![
+            "users' runtime estimates".into(),
+            errors_text(a.estimates.as_ref()),
+        ],
+        vec![
+            "runtime predictions".into(),
+            errors_text(a.predictions.as_ref()),
         ],
     ];
     table(&["FIELD", "VALUE"], &rows)
