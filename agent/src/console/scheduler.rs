@@ -64,7 +64,7 @@ async fn render(
             dt { "Aging" } dd { (policy.aging_per_hour) " per hour" }
             dt { "Jobs" } dd { (status.pending_jobs) " pending, " (status.running_jobs) " running" }
             dt { "GPUs" } dd { (status.gpus_free) " free of " (status.gpus_total) }
-            @let accuracy = status.accuracy.clone().unwrap_or_default();
+            @let accuracy = status.accuracy.unwrap_or_default();
             dt { "Users' estimates" } dd #estimates { (guesses(accuracy.estimates.as_ref())) }
             dt { "Predictions" } dd #predictions { (guesses(accuracy.predictions.as_ref())) }
         }

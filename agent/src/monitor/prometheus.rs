@@ -378,7 +378,7 @@ fn jobs(out: &mut String, s: &Scrape) {
         ("estimate", &s.accuracy.estimates),
         ("prediction", &s.accuracy.predictions),
     ];
-    let families: [(&str, &str, fn(&crate::scheduler::Errors) -> f64); 3] = [
+    let families: [(&str, &str, ErrorFigure); 3] = [
         (
             "gpumesh_runtime_guesses",
             "Succeeded jobs in the state with a runtime guess: users' estimates, the history's predictions.",
@@ -402,6 +402,9 @@ fn jobs(out: &mut String, s: &Scrape) {
         }
     }
 }
+
+/// One figure of a kind of runtime guess.
+type ErrorFigure = fn(&crate::scheduler::Errors) -> f64;
 
 fn family(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}");

@@ -47,7 +47,7 @@ pub(crate) async fn run(ctx: &Ctx, verb: SchedulerVerb) -> Result<Answer, Failur
 
 fn status_json(s: &pb::SchedulerStatus) -> Value {
     let p = s.policy.clone().unwrap_or_default();
-    let a = s.accuracy.clone().unwrap_or_default();
+    let a = s.accuracy.unwrap_or_default();
     json!({
         "policy": {
             "spec": p.spec,
@@ -93,7 +93,7 @@ fn errors_text(e: Option<&pb::GuessErrors>) -> String {
 
 fn status_table(s: &pb::SchedulerStatus) -> String {
     let p = s.policy.clone().unwrap_or_default();
-    let a = s.accuracy.clone().unwrap_or_default();
+    let a = s.accuracy.unwrap_or_default();
     let rows = vec![
         vec!["policy".into(), p.spec],
         vec!["aging per hour".into(), p.aging_per_hour.to_string()],
