@@ -9,7 +9,7 @@ use maud::{Markup, html};
 use serde::{Deserialize, Serialize};
 
 use super::Shared;
-use super::failure::Page;
+use super::failure::{Failure, Page};
 use super::session::Session;
 use super::view::{self, Section};
 
@@ -88,11 +88,7 @@ pub(super) async fn page(
     session: Session,
     Query(q): Query<JobQuery>,
 ) -> Page {
-    let list = apis
-        .job
-        .list_jobs(session.request(q.request()))
-        .await?
-        .into_inner();
+    let list = list(&apis, &session, &q).await?;
     let query = q.encoded();
     let body = html! {
         (filters(&q))
@@ -117,12 +113,18 @@ pub(super) async fn rows(
     session: Session,
     Query(q): Query<JobQuery>,
 ) -> Page {
-    let list = apis
-        .job
-        .list_jobs(session.request(q.request()))
-        .await?
-        .into_inner();
+    let list = list(&apis, &session, &q).await?;
     Ok(Html(rows_of(&list.jobs).into_string()).into_response())
+}
+
+/// The page of jobs `q` asks for, as the session's token may see them.
+async fn list(
+    apis: &Shared,
+    session: &Session,
+    q: &JobQuery,
+) -> Result<pb::ListJobsResponse, Failure> {
+    let req = session.request(q.request());
+    Ok(apis.job.list_jobs(req).await?.into_inner())
 }
 
 fn filters(q: &JobQuery) -> Markup {
