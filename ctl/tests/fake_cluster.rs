@@ -129,6 +129,7 @@ impl JobService for Fake {
         Ok(Response::new(pb::ListJobsResponse {
             jobs: vec![job(2, pb::JobState::Failed), job(3, pb::JobState::Running)],
             next_after_id: None,
+            next_before_id: None,
         }))
     }
 

@@ -475,5 +475,10 @@ async fn the_jobs_page_over_ten_thousand_jobs_paints_and_pages() {
     );
     assert_eq!(rows, 50, "a page holds 50 jobs");
     eprintln!("pages began at jobs {seen:?}");
-    assert!(b.url().contains("after="), "{}", b.url());
+    assert!(b.url().contains("before="), "{}", b.url());
+    // Newest first, 50 a page.
+    let firsts: Vec<u64> = (seen.iter())
+        .map(|v| v.as_str().and_then(|s| s.parse().ok()).expect("an id"))
+        .collect();
+    assert_eq!(firsts, [10_000, 9_950, 9_900, 9_850], "{seen:?}");
 }

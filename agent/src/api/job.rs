@@ -19,7 +19,7 @@ use crate::api::auth::rbac::Action;
 use crate::api::auth::{Auth, Caller};
 use crate::api::from_proto;
 use crate::api::job_filter::JobFilter;
-use crate::api::job_list::{DEFAULT_PAGE, MAX_PAGE, fold, page_of};
+use crate::api::job_list::{DEFAULT_PAGE, MAX_PAGE, fold, page_newest_first, page_of};
 use crate::api::job_watch::{self, WatchStream};
 use crate::api::log_target;
 use crate::api::logs::{self, LogRequest, LogStream};
@@ -399,6 +399,17 @@ impl JobService for JobApi {
         };
         let visible = |tenant: &str| caller.identity.may(Action::ReadJob(tenant)).is_ok();
         let wanted = |j: &Job| visible(&j.spec.tenant) && filter.matches(j);
+        if req.newest_first && req.finished_since_ms.is_none() {
+            let (jobs, next_before_id) = self.cluster.state.read(|s| {
+                let view = |j: &Job| job_view(s, j);
+                page_newest_first(s, req.before_id, limit, req.fold_arrays, &wanted, view)
+            });
+            return Ok(Response::new(pb::ListJobsResponse {
+                jobs,
+                next_after_id: None,
+                next_before_id,
+            }));
+        }
         let (jobs, next_after_id) = match req.finished_since_ms {
             None => self.cluster.state.read(|s| {
                 let view = |j: &Job| job_view(s, j);
@@ -415,6 +426,7 @@ impl JobService for JobApi {
         Ok(Response::new(pb::ListJobsResponse {
             jobs,
             next_after_id,
+            next_before_id: None,
         }))
     }
 

@@ -48,6 +48,50 @@ pub(super) fn page_of(
     (lines, None)
 }
 
+/// `page_of` from the newest job down: at most `limit` views of the wanted jobs with ids below
+/// `before` (every id when 0), newest first, an array folded into one line where its newest
+/// wanted task stands (the line is the view of its first wanted task, with its wanted tasks
+/// counted, as `page_of` makes it); and the `before` of the next page, if one may follow.
+pub(super) fn page_newest_first(
+    state: &ClusterState,
+    before: JobId,
+    limit: usize,
+    fold: bool,
+    wanted: &impl Fn(&Job) -> bool,
+    view: impl Fn(&Job) -> pb::Job,
+) -> (Vec<pb::Job>, Option<JobId>) {
+    let upper = if before == 0 { JobId::MAX } else { before };
+    let mut lines = Vec::new();
+    // An array's tasks are consecutive ids: its line is made at the first met, the rest skipped.
+    let mut last_array = None;
+    for j in state.jobs.range(..upper).rev().map(|(_, j)| j) {
+        let array = j.array_task.map(|t| t.array).filter(|_| fold);
+        if array.is_some() && array == last_array {
+            continue;
+        }
+        if !wanted(j) {
+            continue;
+        }
+        if lines.len() == limit {
+            return (lines, Some(j.id + 1));
+        }
+        let line = match array {
+            Some(a) => {
+                let tasks: Vec<&Job> = state.array_tasks(a).filter(|t| wanted(t)).collect();
+                let mut line = view(tasks.first().copied().unwrap_or(j));
+                for task in tasks {
+                    count_task(&mut line, task.state);
+                }
+                line
+            }
+            None => view(j),
+        };
+        last_array = array;
+        lines.push(line);
+    }
+    (lines, None)
+}
+
 /// At most `limit` lines of `items` folded by array: one line per array (the view of its
 /// first item, with its items counted by state name) and one per item outside arrays.
 pub(super) fn fold<T>(
@@ -123,6 +167,36 @@ mod tests {
 
     fn ids(lines: &[pb::Job]) -> Vec<u64> {
         lines.iter().map(|l| l.id).collect()
+    }
+
+    #[test]
+    fn newest_first_pages_go_down_and_fold_an_array_where_it_stands() {
+        let s = state();
+        let all = |_: &Job| true;
+        let (first, next) = page_newest_first(&s, 0, 2, true, &all, view);
+        assert_eq!(
+            (ids(&first), next),
+            (vec![7, 2], Some(2)),
+            "j-7, then the array at j-2"
+        );
+        assert_eq!(first[1].array_task_states.get("pending"), Some(&5));
+        let (one, next) = page_newest_first(&s, 0, 1, true, &all, view);
+        assert_eq!((ids(&one), next), (vec![7], Some(7)));
+        let (two, next) = page_newest_first(&s, 7, 1, true, &all, view);
+        assert_eq!(
+            (ids(&two), next),
+            (vec![2], Some(2)),
+            "the array whole, then below it"
+        );
+        let (three, next) = page_newest_first(&s, 2, 1, true, &all, view);
+        assert_eq!((ids(&three), next), (vec![1], None));
+        // Unfolded, tasks are jobs; only wanted tasks are counted on a folded line.
+        let (tasks, next) = page_newest_first(&s, 0, 3, false, &all, view);
+        assert_eq!((ids(&tasks), next), (vec![7, 6, 5], Some(5)));
+        let odd = |j: &Job| j.id % 2 == 1;
+        let (lines, _) = page_newest_first(&s, 0, 10, true, &odd, view);
+        assert_eq!(ids(&lines), [7, 3, 1]);
+        assert_eq!(lines[1].array_task_states.get("pending"), Some(&2));
     }
 
     #[test]

@@ -27,9 +27,9 @@ pub(super) struct JobQuery {
     pub user: String,
     /// `key=value`.
     pub label: String,
-    /// Jobs after this id (the next page).
+    /// Jobs below this id (an older page; the newest come first).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub after: Option<u64>,
+    pub before: Option<u64>,
     /// One job's changes only (the event stream of a job's page).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub job: Option<u64>,
@@ -68,7 +68,8 @@ impl JobQuery {
             labels,
             fold_arrays: true,
             page_size: PAGE,
-            after_id: self.after.unwrap_or(0),
+            newest_first: true,
+            before_id: self.before.unwrap_or(0),
             ..pb::ListJobsRequest::default()
         }
     }
@@ -76,7 +77,7 @@ impl JobQuery {
     /// This query as a URL's query string (without the page).
     pub(super) fn encoded(&self) -> String {
         let first_page = JobQuery {
-            after: None,
+            before: None,
             ..self.clone()
         };
         serde_urlencoded::to_string(first_page).unwrap_or_default()
@@ -97,12 +98,12 @@ pub(super) async fn page(
                 th { "ID" } th { "Name" } th { "Tenant" } th { "User" } th { "State" }
                 th { "GPUs" } th { "Where" } th { "Submitted" } th { "Reason" }
             } }
-            tbody #job-rows data-rows={ "/console/jobs/rows?" (query) @if let Some(a) = q.after { "&after=" (a) } }
+            tbody #job-rows data-rows={ "/console/jobs/rows?" (query) @if let Some(b) = q.before { "&before=" (b) } }
                 data-watch={ "/console/events/jobs?" (query) } {
                 (rows_of(&list.jobs))
             }
         }
-        (pager(&q, &query, list.next_after_id))
+        (pager(&q, &query, list.next_before_id))
     };
     Ok(view::page(&session, Section::Jobs, "Jobs", body))
 }
@@ -158,11 +159,11 @@ fn filters(q: &JobQuery) -> Markup {
     }
 }
 
-fn pager(q: &JobQuery, query: &str, next: Option<u64>) -> Markup {
+fn pager(q: &JobQuery, query: &str, older: Option<u64>) -> Markup {
     html! {
         p.pager {
-            @if q.after.is_some() { a href={ "/console/jobs?" (query) } { "First page" } " " }
-            @if let Some(after) = next { a #next-page href={ "/console/jobs?" (query) "&after=" (after) } { "Next page" } }
+            @if q.before.is_some() { a href={ "/console/jobs?" (query) } { "Newest" } " " }
+            @if let Some(before) = older { a #next-page href={ "/console/jobs?" (query) "&before=" (before) } { "Older" } }
         }
     }
 }
@@ -220,17 +221,18 @@ mod tests {
         let q = JobQuery {
             state: "finished".into(),
             label: "team = vision".into(),
-            after: Some(40),
+            before: Some(40),
             ..JobQuery::default()
         };
         let req = q.request();
         assert_eq!(req.states.len(), 3);
         assert_eq!(req.labels.get("team").map(String::as_str), Some("vision"));
         assert_eq!(
-            (req.after_id, req.page_size, req.fold_arrays),
+            (req.before_id, req.page_size, req.newest_first),
             (40, PAGE, true)
         );
-        assert!(!q.encoded().contains("after"));
+        assert!(req.fold_arrays);
+        assert!(!q.encoded().contains("before"));
         assert_eq!(JobQuery::default().request().states.len(), 3);
     }
 

@@ -47,6 +47,8 @@ fn request(args: &JobListArgs, now_ms: u64) -> pb::ListJobsRequest {
         // Finished jobs come in the order they ended, one page at most: the largest.
         page_size: if args.finished { 5_000 } else { 0 },
         after_id: 0,
+        newest_first: false,
+        before_id: 0,
     }
 }
 
