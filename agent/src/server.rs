@@ -143,7 +143,7 @@ fn register(routes: Routes, names: &mut Vec<&'static str>, s: Services) -> Route
     let cluster = s.cluster;
     let tls = s.tls.is_some();
     let peers = PeerCheck {
-        tls: s.tls.is_some(),
+        tls,
         state: cluster.state.clone(),
     };
     let auth = Auth {

@@ -118,6 +118,29 @@ pub(super) async fn rows(
     Ok(Html(rows_of(&list.jobs).into_string()).into_response())
 }
 
+/// Every page of the jobs `req` asks for (up from its `after_id`), until the last page or
+/// until more than `cap` jobs are gathered.
+pub(super) async fn every_page(
+    apis: &Shared,
+    session: &Session,
+    mut req: pb::ListJobsRequest,
+    cap: usize,
+) -> Result<Vec<pb::Job>, Failure> {
+    let mut jobs = Vec::new();
+    loop {
+        let page = apis
+            .job
+            .list_jobs(session.request(req.clone()))
+            .await?
+            .into_inner();
+        jobs.extend(page.jobs);
+        match page.next_after_id {
+            Some(after) if jobs.len() <= cap => req.after_id = after,
+            _ => return Ok(jobs),
+        }
+    }
+}
+
 /// The page of jobs `q` asks for, as the session's token may see them.
 async fn list(
     apis: &Shared,

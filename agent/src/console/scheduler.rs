@@ -9,7 +9,6 @@ use axum::Form;
 use axum::extract::State;
 use axum::response::{IntoResponse, Redirect};
 use gpu_proto::v1 as pb;
-use gpu_proto::v1::job_service_server::JobService;
 use gpu_proto::v1::node_service_server::NodeService;
 use gpu_proto::v1::scheduler_service_server::SchedulerService;
 use maud::{Markup, PreEscaped, html};
@@ -255,7 +254,7 @@ async fn cluster_history(
     apis: &Shared,
     session: &Session,
 ) -> Result<Vec<trace::TraceJob>, Failure> {
-    let mut req = pb::ListJobsRequest {
+    let req = pb::ListJobsRequest {
         states: [
             pb::JobState::Succeeded,
             pb::JobState::Failed,
@@ -267,19 +266,7 @@ async fn cluster_history(
         stale: true,
         ..pb::ListJobsRequest::default()
     };
-    let mut finished = Vec::new();
-    loop {
-        let page = apis
-            .job
-            .list_jobs(session.request(req.clone()))
-            .await?
-            .into_inner();
-        finished.extend(page.jobs);
-        match page.next_after_id {
-            Some(after) if finished.len() <= MAX_TRACE_JOBS => req.after_id = after,
-            _ => break,
-        }
-    }
+    let finished = super::jobs::every_page(apis, session, req, MAX_TRACE_JOBS).await?;
     Ok(as_trace(&finished))
 }
 

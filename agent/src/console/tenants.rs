@@ -88,24 +88,14 @@ async fn recent_jobs(apis: &Shared, session: &Session, now: u64) -> Result<Vec<p
         .await?
         .into_inner()
         .jobs;
-    let mut live = pb::ListJobsRequest {
+    let live = pb::ListJobsRequest {
         states: vec![pb::JobState::Bound as i32, pb::JobState::Running as i32],
         page_size: 5_000,
         stale: true,
         ..pb::ListJobsRequest::default()
     };
-    loop {
-        let page = apis
-            .job
-            .list_jobs(session.request(live.clone()))
-            .await?
-            .into_inner();
-        jobs.extend(page.jobs);
-        match page.next_after_id {
-            Some(after) => live.after_id = after,
-            None => return Ok(jobs),
-        }
-    }
+    jobs.extend(super::jobs::every_page(apis, session, live, usize::MAX).await?);
+    Ok(jobs)
 }
 
 /// One tenant's last day, an hourly point each.
