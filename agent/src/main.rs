@@ -112,7 +112,7 @@ struct SimulateArgs {
     /// NODESxGPUSxMODEL, groups joined with '+', e.g. 56x8xV100-32GB.
     #[arg(long, default_value = "56x8xV100-32GB")]
     cluster: String,
-    /// Policies to compare, ORDERING[+BACKFILL]: ordering fcfs|sjf|priority|fairshare,
+    /// Policies to compare, ORDERING[+BACKFILL]: ordering fcfs|sjf|priority|fairshare|learned,
     /// backfill strict (default)|easy|greedy.
     #[arg(
         long,
@@ -133,6 +133,20 @@ struct SimulateArgs {
     /// Write an SVG chart (utilization over time, JCT CDF) to this file.
     #[arg(long)]
     svg: Option<PathBuf>,
+    /// Weights for the learned ordering (JSON like agent/src/scheduler/learned_weights.json)
+    /// instead of the shipped ones.
+    #[arg(long)]
+    weights: Option<PathBuf>,
+    /// Tenants' weights and quotas, CSV tenant,weight,quota (quota: TYPE=G[:B] joined by ';');
+    /// see docs/scheduling.md.
+    #[arg(long)]
+    tenants: Option<PathBuf>,
+    /// Preemption in the replay: off, reclaim (quota reclaim from borrowers) or priority.
+    #[arg(long, default_value = "off")]
+    preemption: gpu_raft_store::scheduler::Preemption,
+    /// Seconds of work a preempted run does again when it resumes from its checkpoint.
+    #[arg(long, default_value_t = 60)]
+    checkpoint_cost_s: u64,
     /// Output on stdout.
     #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputArg::Table)]
     output: OutputArg,
@@ -211,6 +225,10 @@ fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
         skip_bad_rows: args.skip_bad_rows,
         json: args.json,
         svg: args.svg,
+        weights: args.weights,
+        tenants: args.tenants,
+        preemption: args.preemption,
+        checkpoint_ms: args.checkpoint_cost_s.saturating_mul(1000),
     };
     let summaries = simulate::run(&opts)?;
     match args.output {

@@ -175,7 +175,16 @@ pub(super) async fn replay(
     };
     let cluster = form.cluster.trim().to_owned();
     let compared = tokio::task::spawn_blocking(move || {
-        simulate::compare(&jobs, &cluster, &policies, estimates).map(|c| (c.chart(&cluster), c))
+        simulate::compare(
+            &jobs,
+            &simulate::Setup {
+                cluster: cluster.clone(),
+                ..simulate::Setup::default()
+            },
+            &policies,
+            estimates,
+        )
+        .map(|c| (c.chart(&cluster), c))
     })
     .await
     .map_err(|e| Failure(Status::internal(format!("the replay failed: {e}"))))?

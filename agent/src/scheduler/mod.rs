@@ -13,6 +13,7 @@ mod gate_tests;
 mod history;
 #[cfg(test)]
 mod image_locality_tests;
+mod learned;
 mod order;
 #[cfg(test)]
 mod order_tests;
@@ -49,6 +50,7 @@ pub(crate) use env::EnvCache;
 pub use env::PlanEnv;
 pub use explain::{Explanation, explain, planning_copy};
 pub use history::RuntimeHistory;
+pub use learned::{LearnedWeights, parse as parse_learned_weights};
 pub(crate) use pending::PendingCache;
 pub use pending::PendingIndex;
 pub use plan::{Plan, plan, plan_pending};

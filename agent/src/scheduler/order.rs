@@ -12,6 +12,7 @@ use gpu_raft_store::{ClusterState, Job, JobId};
 
 use super::env::PlanEnv;
 use super::history::Fnv;
+use super::learned::LearnedWeights;
 use super::pending::{PendingIndex, Rank};
 use super::policy::{Ordering, Policy};
 use super::usage::live_jobs;
@@ -62,12 +63,14 @@ enum Key {
     Highest(Load),
     /// Inside a tenant under fair share: base priority, highest first.
     Base(Reverse<i32>),
+    /// The learned priority function's score, lowest first.
+    Score(Load),
 }
 
 enum Draw {
     /// FCFS: pending jobs in id order, straight from the index.
     Arrivals { after: Option<JobId> },
-    /// SJF, priority: one heap of class heads.
+    /// SJF, priority, learned: one heap of class heads.
     Heads { heap: BinaryHeap<Head>, keys: Keys },
     /// Fair share: tenants take turns, least loaded first; inside a tenant, its class heads.
     Turns(Turns),
@@ -81,6 +84,12 @@ enum Keys {
         base: Vec<(i32, f64)>,
         aging_per_hour: f64,
         fairshare_weight: f64,
+        now_ms: u64,
+    },
+    Learned {
+        /// Per class: the score's terms that do not depend on the wait.
+        base: Vec<f64>,
+        weights: LearnedWeights,
         now_ms: u64,
     },
 }
@@ -103,6 +112,11 @@ impl Keys {
                     f64::from(priority) + aging_per_hour * waited_h - fairshare_weight * share;
                 Key::Highest(Load(-score))
             }
+            Keys::Learned {
+                base,
+                weights,
+                now_ms,
+            } => Key::Score(Load(weights.score(base[class], submitted_ms, *now_ms))),
         }
     }
 }
@@ -155,6 +169,26 @@ impl<'a> Queue<'a> {
                             })
                             .collect(),
                     )
+                } else if ordering == Ordering::Learned {
+                    let weights = policy.learned;
+                    let usage = if weights.usage == 0.0 {
+                        HashMap::new()
+                    } else {
+                        usage_shares(state, env)
+                    };
+                    Keys::Learned {
+                        base: slots()
+                            .map(|c| {
+                                c.map_or(0.0, |c| {
+                                    let share = usage.get(&c.spec.tenant).copied();
+                                    let expected = env.estimate_ms(&c.spec, policy);
+                                    weights.class_term(expected, c.spec.gpus, share.unwrap_or(0.0))
+                                })
+                            })
+                            .collect(),
+                        weights,
+                        now_ms: env.now_ms,
+                    }
                 } else {
                     let usage = if policy.fairshare_weight == 0.0 {
                         HashMap::new()

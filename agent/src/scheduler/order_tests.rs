@@ -9,7 +9,7 @@ use proptest::prelude::*;
 
 use super::order::queue;
 use super::testkit::{POLICIES, apply_at, gpu, node, spec, submit_at};
-use super::{Ordering, PendingIndex, PlanEnv, Policy, plan};
+use super::{LearnedWeights, Ordering, PendingIndex, PlanEnv, Policy, plan};
 
 const HOUR_MS: f64 = 3_600_000.0;
 const TENANTS: [&str; 3] = ["a", "b", "c"];
@@ -79,6 +79,22 @@ fn sorted<'a>(s: &'a ClusterState, p: &Policy, env: &PlanEnv) -> Vec<&'a Job> {
                     .then((a.submitted_at_ms, a.id).cmp(&(b.submitted_at_ms, b.id)))
             });
         }
+        Ordering::Learned => {
+            let w = p.learned;
+            let score = |j: &Job| {
+                let base = w.class_term(
+                    env.estimate_ms(&j.spec, p),
+                    j.spec.gpus,
+                    share(&j.spec.tenant),
+                );
+                w.score(base, j.submitted_at_ms, env.now_ms)
+            };
+            pending.sort_by(|a, b| {
+                score(a)
+                    .total_cmp(&score(b))
+                    .then((a.submitted_at_ms, a.id).cmp(&(b.submitted_at_ms, b.id)))
+            });
+        }
         Ordering::FairShare => {
             let mut queues: BTreeMap<&str, Vec<&Job>> = BTreeMap::new();
             for j in pending.drain(..) {
@@ -111,6 +127,20 @@ fn sorted<'a>(s: &'a ClusterState, p: &Policy, env: &PlanEnv) -> Vec<&'a Job> {
     pending
 }
 
+/// Learned weights with every term at work (the shipped ones may leave some at 0).
+fn with_test_weights(p: Policy) -> Policy {
+    Policy {
+        learned: LearnedWeights {
+            runtime: 1.0,
+            gpus: 0.7,
+            usage: 3.0,
+            wait: 0.4,
+            unknown_runtime_s: 86_400.0,
+        },
+        ..p
+    }
+}
+
 fn arb_jobs() -> impl Strategy<Value = Vec<(u32, i32, Option<u64>, usize, u64)>> {
     proptest::collection::vec(
         (
@@ -137,7 +167,7 @@ proptest! {
         past in proptest::collection::vec((0usize..3, 1u32..8, 0u64..3_600_000), 0..4),
     ) {
         let s = cluster(&jobs, &running);
-        let p: Policy = POLICIES[which].parse().expect("policy");
+        let p = with_test_weights(POLICIES[which].parse().expect("policy"));
         let now = 7_200_000;
         let mut env = PlanEnv::new(now, &p);
         for (t, gpus, start) in past {
@@ -157,7 +187,7 @@ proptest! {
         gangs in any::<bool>(),
     ) {
         let s = cluster(&jobs, &running);
-        let base: Policy = POLICIES[which].parse().expect("policy");
+        let base = with_test_weights(POLICIES[which].parse().expect("policy"));
         let env = PlanEnv::new(7_200_000, &base);
         // A pass that explains looks at every job; one that does not passes over classes.
         let pass = |explain: bool| {

@@ -7,6 +7,8 @@ use std::str::FromStr;
 pub use gpu_raft_store::scheduler::{Backfill, BadPolicy, Ordering};
 use gpu_raft_store::scheduler::{SchedulerSettings, parse_spec};
 
+use super::learned::LearnedWeights;
+
 /// How the scheduler decides. `Policy::default()` is v1's behaviour: priority then submission
 /// order, greedy, no aging, no fair-share term.
 #[derive(Clone, Debug, PartialEq)]
@@ -37,6 +39,9 @@ pub struct Policy {
     /// idle: a node holding the image wins over one that fits as well or up to this many GPUs
     /// better. 0: image locality off.
     pub image_locality: usize,
+    /// The weights of the learned ordering (`Ordering::Learned`): the shipped ones unless the
+    /// simulator is told otherwise.
+    pub learned: LearnedWeights,
 }
 
 /// `Policy::image_locality` by default: a node holding the image wins over one whose hole is
@@ -61,6 +66,7 @@ impl Default for Policy {
             max_binds_per_pass: 1024,
             slice_best_fit: true,
             image_locality: DEFAULT_IMAGE_LOCALITY,
+            learned: LearnedWeights::shipped(),
         }
     }
 }

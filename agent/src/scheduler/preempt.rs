@@ -53,6 +53,10 @@ pub fn preemptions(
         {
             continue;
         }
+        // `check_preemption` refuses every run for a job that would borrow: skip the nodes.
+        if quotas.borrows_whatever_it_gets(&job.spec) {
+            continue;
+        }
         let spec = match quotas.admit(&job.spec) {
             Admission::Unlimited => job.spec.clone(),
             Admission::Only(types) => restrict(&job.spec, types),
@@ -79,7 +83,10 @@ pub fn preemptions(
                         .filter(|i| node.gpu(**i).is_some_and(|g| gpu_fits(g, &spec)))
                         .count();
                     let p = preempt(v, job);
-                    (fitting > 0 && state.check_preemption(&held, &p).is_ok())
+                    // Never the run the job was itself preempted for: both would wait for
+                    // each other to start, forever.
+                    let mutual = job.preempted_for == Some(v.id);
+                    (fitting > 0 && !mutual && state.check_preemption(&held, &p).is_ok())
                         .then_some((v, fitting))
                 })
                 .collect();

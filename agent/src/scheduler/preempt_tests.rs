@@ -247,3 +247,27 @@ fn the_victim_is_requeued_without_using_an_attempt_and_waits_for_the_beneficiary
         (JobState::Bound, 1, 2)
     );
 }
+
+#[test]
+fn a_job_never_preempts_the_run_it_was_preempted_for() {
+    // j-1 is preempted for j-2, which starts; then j-1 outranks j-2 (its priority raised).
+    let mut s = cluster(Preemption::Priority, 2);
+    submit(&mut s, job("t", 2, 0));
+    pass(&mut s);
+    submit(&mut s, job("t", 2, 5));
+    let v = victims(&s);
+    apply(&mut s, Command::PreemptJobs { preemptions: v });
+    apply(
+        &mut s,
+        Command::JobFinished {
+            job: 1,
+            generation: 1,
+            outcome: Outcome::Evicted,
+        },
+    );
+    pass(&mut s);
+    assert_eq!(s.jobs[&2].state, JobState::Bound);
+    s.jobs.get_mut(&1).expect("j-1").spec.priority = 9;
+    // Stopping j-2 for j-1 would leave each waiting for the other to start, forever.
+    assert_eq!(victims(&s), vec![]);
+}

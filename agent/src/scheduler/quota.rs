@@ -116,6 +116,24 @@ impl<'a> QuotaBook<'a> {
         }
     }
 
+    /// Whether `spec` would take its tenant beyond its guarantee of every GPU type it accepts,
+    /// so that no run may be preempted for it (it would borrow) wherever it were placed.
+    pub(super) fn borrows_whatever_it_gets(&self, spec: &JobSpec) -> bool {
+        let Some(record) = self.tenants.get(&spec.tenant).filter(|_| spec.gpus > 0) else {
+            return false;
+        };
+        let over = |t: &str| {
+            record.quota(t).is_some_and(|q| {
+                self.held(&spec.tenant, t).saturating_add(spec.gpus) > q.guaranteed
+            })
+        };
+        if spec.gpu_types.is_empty() {
+            !self.types.is_empty() && self.types.iter().all(|t| over(t))
+        } else {
+            spec.gpu_types.iter().all(|t| over(t))
+        }
+    }
+
     /// Count GPUs of these types as held by `tenant` from now on in this pass.
     pub(super) fn take(&mut self, tenant: &'a str, types: impl Iterator<Item = &'a str>) {
         if self.limited(tenant) {

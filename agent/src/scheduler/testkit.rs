@@ -69,7 +69,7 @@ pub(crate) fn submit_at(s: &mut ClusterState, now_ms: u64, spec: JobSpec) {
 }
 
 /// Every ordering with each backfill mode the property tests exercise.
-pub(crate) const POLICIES: [&str; 9] = [
+pub(crate) const POLICIES: [&str; 11] = [
     "fcfs",
     "fcfs+easy",
     "sjf",
@@ -79,4 +79,6 @@ pub(crate) const POLICIES: [&str; 9] = [
     "fairshare",
     "fairshare+easy",
     "fairshare+greedy",
+    "learned",
+    "learned+easy",
 ];

@@ -411,6 +411,10 @@ pub const PROTOCOL_11: u32 = 11;
 /// first two and would place a job submitted held.
 pub const PROTOCOL_12: u32 = 12;
 
+/// The internal protocol version that added the learned queue order (`Ordering::Learned`):
+/// an older agent cannot read the setting.
+pub const PROTOCOL_13: u32 = 13;
+
 /// The internal protocol version that added exactly-once writes (`LogEntry::request`: an
 /// older agent would apply a request's second copy, which the others answer without applying)
 /// and `ForgetExpired`.
@@ -444,6 +448,11 @@ impl Command {
     /// it only once every member has registered with at least this version.
     pub fn protocol(&self) -> u32 {
         match self {
+            Command::SetSchedulerPolicy { settings }
+                if settings.ordering == crate::model::scheduler::Ordering::Learned =>
+            {
+                PROTOCOL_13
+            }
             Command::UpdateJob { .. }
             | Command::RequeueJob { .. }
             | Command::SubmitJob { hold: true, .. }

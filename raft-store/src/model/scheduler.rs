@@ -21,6 +21,9 @@ pub enum Ordering {
     /// goes next; inside a tenant, priority then submission order.
     #[serde(rename = "fairshare")]
     FairShare,
+    /// A learned priority function of the job's expected runtime, GPU count, its tenant's
+    /// recent usage and its wait (the weights ship with the agent).
+    Learned,
 }
 
 /// What a job that cannot be placed now does to the jobs queued behind it.
@@ -150,7 +153,7 @@ impl SchedulerSettings {
 /// A policy word that is not known.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[error(
-    "unknown scheduler policy {0:?}: expected ORDERING[+BACKFILL] with ORDERING one of fcfs, sjf, priority, fairshare and BACKFILL one of strict, easy, greedy"
+    "unknown scheduler policy {0:?}: expected ORDERING[+BACKFILL] with ORDERING one of fcfs, sjf, priority, fairshare, learned and BACKFILL one of strict, easy, greedy"
 )]
 pub struct BadPolicy(pub String);
 
@@ -172,6 +175,7 @@ impl FromStr for Ordering {
             "sjf" => Ok(Self::Sjf),
             "priority" => Ok(Self::Priority),
             "fairshare" => Ok(Self::FairShare),
+            "learned" => Ok(Self::Learned),
             _ => Err(BadPolicy(s.to_owned())),
         }
     }
@@ -196,6 +200,7 @@ impl fmt::Display for Ordering {
             Self::Sjf => "sjf",
             Self::Priority => "priority",
             Self::FairShare => "fairshare",
+            Self::Learned => "learned",
         })
     }
 }

@@ -3,13 +3,14 @@
 //! trace duration. Nothing here reads a clock except to time the replay itself.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
+use gpu_raft_store::scheduler::Preemption;
 use gpu_raft_store::{Binding, ClusterState, Job, JobId, JobSpec, JobState, NodeId};
 
 use super::trace::TraceJob;
-use crate::scheduler::{PendingIndex, PlanEnv, Policy, plan_pending};
+use crate::scheduler::{PendingIndex, PlanEnv, Policy, plan_pending, preemptions};
 
 /// Where SJF and backfill get runtime estimates from in a replay.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -24,10 +25,14 @@ pub enum Estimates {
 /// One finished job of a replay.
 #[derive(Clone, Debug)]
 pub(crate) struct JobRecord {
+    /// Index into the replayed trace's jobs.
+    pub job: usize,
     pub submit_ms: u64,
     pub start_ms: u64,
     pub end_ms: u64,
-    pub gpus: u32,
+    /// GPU-milliseconds its runs held (more than `gpus × (end − start)` less the time it
+    /// waited after a preemption).
+    pub gpu_ms: u64,
     /// Index into `Replay::tenants`.
     pub tenant: usize,
     /// What the history predicted when the job started, if it had anything to go on.
@@ -48,6 +53,8 @@ pub(crate) struct Replay {
     pub timeline: Vec<(u64, u64)>,
     pub total_gpus: u64,
     pub passes: u64,
+    /// Runs stopped by the preemption pass (each resumed later from its checkpoint).
+    pub preemptions: u64,
     pub wall: Duration,
 }
 
@@ -61,13 +68,17 @@ pub(crate) struct DoubleBooked {
     pub job: JobId,
 }
 
-/// Replay `jobs` (sorted by submission) on `cluster` under `policy`.
+/// Replay `jobs` (sorted by submission) on `cluster` under `policy`. With preemption on in
+/// the cluster's scheduler settings, a pass that places nothing is followed by the leader's
+/// own preemption pass; a preempted run resumes later from its checkpoint, paying
+/// `checkpoint_ms` of its work again.
 pub(crate) fn replay(
     jobs: &[TraceJob],
     cluster: &ClusterState,
     total_gpus: u64,
     policy: &Policy,
     estimates: Estimates,
+    checkpoint_ms: u64,
 ) -> Result<Replay, DoubleBooked> {
     let began = Instant::now();
     let policy = Policy {
@@ -78,21 +89,14 @@ pub(crate) fn replay(
     };
     let mut env = PlanEnv::new(0, &policy);
     let mut state = cluster.clone();
-    let mut tenants: Vec<String> = Vec::new();
-    let mut tenant_index: HashMap<&str, usize> = HashMap::new();
-    let mut job_tenant: Vec<usize> = Vec::with_capacity(jobs.len());
-    for j in jobs {
-        let next = tenant_index.len();
-        let i = *tenant_index.entry(j.tenant.as_str()).or_insert(next);
-        if i == next {
-            tenants.push(j.tenant.clone());
-        }
-        job_tenant.push(i);
-    }
+    let (tenants, job_tenant) = tenant_indices(jobs);
 
     let mut records = Vec::with_capacity(jobs.len());
     let mut predicted: HashMap<JobId, Option<u64>> = HashMap::new();
-    let mut ends: BinaryHeap<Reverse<(u64, JobId)>> = BinaryHeap::new();
+    // (end, job, generation): a preempted run's end is stale once the job moved on.
+    let mut ends: BinaryHeap<Reverse<(u64, JobId, u64)>> = BinaryHeap::new();
+    let mut stopped = Stopped::default();
+    let preempting = !cluster.scheduler.preemption.is_off();
     let mut placements: HashMap<JobId, Vec<(NodeId, Vec<u32>)>> = HashMap::new();
     let mut pending = PendingIndex::new(policy.ordering);
     let mut pending_by_gpus: BTreeMap<u32, usize> = BTreeMap::new();
@@ -112,7 +116,7 @@ pub(crate) fn replay(
 
     loop {
         let arrival = jobs.get(next_arrival).map(|j| j.submit_ms);
-        let completion = ends.peek().map(|Reverse((t, _))| *t);
+        let completion = ends.peek().map(|Reverse((t, ..))| *t);
         let t = match (arrival, completion) {
             (None, None) => break,
             (Some(a), Some(c)) => a.min(c),
@@ -124,30 +128,30 @@ pub(crate) fn replay(
         }
         last_t = t;
 
-        while let Some(&Reverse((end, id))) = ends.peek() {
+        while let Some(&Reverse((end, id, generation))) = ends.peek() {
             if end != t {
                 break;
             }
             ends.pop();
+            let current = |j: &Job| j.generation == generation && j.state == JobState::Running;
+            if !state.jobs.get(&id).is_some_and(current) {
+                continue;
+            }
             let Some(job) = state.jobs.remove(&id) else {
                 continue;
             };
-            for (node, gpus) in placements.remove(&id).unwrap_or_default() {
-                if let Some(n) = state.nodes.get_mut(&node) {
-                    for g in gpus {
-                        n.allocations.remove(&g);
-                    }
-                }
-            }
+            release(&mut state, placements.remove(&id));
             busy -= u64::from(job.spec.gpus);
             let start = job.started_at_ms.unwrap_or(t);
             env.usage.record(&job.spec.tenant, job.spec.gpus, start, t);
             env.history.record(&job.spec, t - start);
+            let (first_start, gpu_ms) = stopped.finish(&job, start, t);
             records.push(JobRecord {
+                job: (id - 1) as usize,
                 submit_ms: job.submitted_at_ms,
-                start_ms: start,
+                start_ms: first_start,
+                gpu_ms,
                 end_ms: t,
-                gpus: job.spec.gpus,
                 tenant: job_tenant[(id - 1) as usize],
                 predicted_ms: predicted.remove(&id).flatten(),
             });
@@ -164,54 +168,96 @@ pub(crate) fn replay(
             next_arrival += 1;
         }
 
-        if could_place(&state, &pending_by_gpus, total_gpus - busy, node_size) {
+        // A pass; when it placed nothing and preemption is on, the leader's preemption pass,
+        // then another pass for the job the stopped runs made room for.
+        let mut rounds = 0;
+        loop {
             env.now_ms = t;
-            let pass = plan_pending(&state, &policy, &env, &pending);
-            passes += 1;
-            for b in pass.binds {
-                let node = state
-                    .nodes
-                    .get_mut(&b.node)
-                    .expect("plan binds known nodes");
-                for &g in &b.gpus {
-                    if node.allocations.insert(g, b.job).is_some() {
-                        return Err(DoubleBooked {
-                            at_ms: t,
-                            node: b.node,
-                            gpu: g,
-                            job: b.job,
-                        });
+            let binds = if could_place(&state, &pending_by_gpus, total_gpus - busy, node_size) {
+                passes += 1;
+                plan_pending(&state, &policy, &env, &pending).binds
+            } else {
+                Vec::new()
+            };
+            if !binds.is_empty() {
+                for b in binds {
+                    let node = state
+                        .nodes
+                        .get_mut(&b.node)
+                        .expect("plan binds known nodes");
+                    for &g in &b.gpus {
+                        if node.allocations.insert(g, b.job).is_some() {
+                            return Err(DoubleBooked {
+                                at_ms: t,
+                                node: b.node,
+                                gpu: g,
+                                job: b.job,
+                            });
+                        }
                     }
+                    let parts = placements.entry(b.job).or_default();
+                    let first = parts.is_empty();
+                    parts.push((b.node, b.gpus.clone()));
+                    if !first {
+                        continue;
+                    }
+                    let job = state.jobs.get_mut(&b.job).expect("plan binds known jobs");
+                    pending.remove(job.id);
+                    job.state = JobState::Running;
+                    job.generation += 1;
+                    job.attempts += 1;
+                    job.bound_at_ms = Some(t);
+                    job.started_at_ms = Some(t);
+                    // As `apply` does: a preempted job placed again waits for no one.
+                    job.preempted_for = None;
+                    job.binding = Some(Binding {
+                        node: b.node,
+                        gpus: b.gpus,
+                        generation: job.generation,
+                        slice: None,
+                    });
+                    busy += u64::from(job.spec.gpus);
+                    predicted.insert(b.job, env.history.predict_ms(&job.spec));
+                    let trace = &jobs[(b.job - 1) as usize];
+                    let run = stopped.work_left_ms(b.job).unwrap_or(trace.duration_ms);
+                    ends.push(Reverse((t + run, b.job, job.generation)));
+                    if let Some(n) = pending_by_gpus.get_mut(&trace.gpus) {
+                        *n -= 1;
+                        if *n == 0 {
+                            pending_by_gpus.remove(&trace.gpus);
+                        }
+                    }
+                    stopped.waiting.remove(&b.job);
                 }
-                let parts = placements.entry(b.job).or_default();
-                let first = parts.is_empty();
-                parts.push((b.node, b.gpus.clone()));
-                if !first {
+                if stopped.waiting.is_empty() {
+                    break;
+                }
+                continue;
+            }
+            if !preempting || rounds == MAX_PREEMPTION_ROUNDS || !may_preempt(&state, &pending) {
+                break;
+            }
+            rounds += 1;
+            let stop = preemptions(&state, &policy, &env, &pending);
+            if stop.is_empty() {
+                break;
+            }
+            for p in stop {
+                release(&mut state, placements.remove(&p.job));
+                let Some(job) = state.jobs.get_mut(&p.job) else {
                     continue;
-                }
-                let job = state.jobs.get_mut(&b.job).expect("plan binds known jobs");
-                pending.remove(job.id);
-                job.state = JobState::Running;
-                job.generation += 1;
-                job.attempts += 1;
-                job.bound_at_ms = Some(t);
-                job.started_at_ms = Some(t);
-                job.binding = Some(Binding {
-                    node: b.node,
-                    gpus: b.gpus,
-                    generation: job.generation,
-                    slice: None,
-                });
-                busy += u64::from(job.spec.gpus);
-                predicted.insert(b.job, env.history.predict_ms(&job.spec));
-                let trace = &jobs[(b.job - 1) as usize];
-                ends.push(Reverse((t + trace.duration_ms, b.job)));
-                if let Some(n) = pending_by_gpus.get_mut(&trace.gpus) {
-                    *n -= 1;
-                    if *n == 0 {
-                        pending_by_gpus.remove(&trace.gpus);
-                    }
-                }
+                };
+                busy -= u64::from(job.spec.gpus);
+                let full = jobs[(p.job - 1) as usize].duration_ms;
+                stopped.stop(job, full, t, checkpoint_ms);
+                job.state = JobState::Pending;
+                job.binding = None;
+                job.started_at_ms = None;
+                job.bound_at_ms = None;
+                job.preempted_for = Some(p.for_job);
+                pending.insert(job);
+                *pending_by_gpus.entry(job.spec.gpus).or_default() += 1;
+                predicted.remove(&p.job);
             }
         }
         fragmented = is_fragmented(&state, &pending_by_gpus, total_gpus - busy, node_size);
@@ -231,8 +277,123 @@ pub(crate) fn replay(
         timeline,
         total_gpus,
         passes,
+        preemptions: stopped.count,
         wall: began.elapsed(),
     })
+}
+
+/// What the preemption pass stopped: each stopped job's work left, first start and GPU time
+/// held so far, and which of them wait to be placed again.
+#[derive(Default)]
+struct Stopped {
+    work_left_ms: HashMap<JobId, u64>,
+    first_start_ms: HashMap<JobId, u64>,
+    gpu_ms: HashMap<JobId, u64>,
+    /// Stopped jobs not placed again yet: each waits for its beneficiary to start, so a pass
+    /// that placed something is followed by another at the same instant.
+    waiting: HashSet<JobId>,
+    count: u64,
+}
+
+impl Stopped {
+    /// `job`'s run (of a job whose whole work is `full_ms`) stops at `t`; it will resume from
+    /// its checkpoint, doing `checkpoint_ms` of its work again.
+    fn stop(&mut self, job: &Job, full_ms: u64, t: u64, checkpoint_ms: u64) {
+        let start = job.started_at_ms.unwrap_or(t);
+        self.first_start_ms.entry(job.id).or_insert(start);
+        *self.gpu_ms.entry(job.id).or_default() += u64::from(job.spec.gpus) * (t - start);
+        let left = self.work_left_ms(job.id).unwrap_or(full_ms);
+        self.work_left_ms
+            .insert(job.id, left.saturating_sub(t - start) + checkpoint_ms);
+        self.waiting.insert(job.id);
+        self.count += 1;
+    }
+
+    /// The work left of a job that was stopped before.
+    fn work_left_ms(&self, job: JobId) -> Option<u64> {
+        self.work_left_ms.get(&job).copied()
+    }
+
+    /// `job`, whose last run started at `start`, ends at `t`: its first start and the GPU
+    /// time of all its runs.
+    fn finish(&mut self, job: &Job, start: u64, t: u64) -> (u64, u64) {
+        self.work_left_ms.remove(&job.id);
+        let first = self.first_start_ms.remove(&job.id).unwrap_or(start);
+        let before = self.gpu_ms.remove(&job.id).unwrap_or(0);
+        (first, before + u64::from(job.spec.gpus) * (t - start))
+    }
+}
+
+/// Free the GPUs of a run's placements.
+fn release(state: &mut ClusterState, placements: Option<Vec<(NodeId, Vec<u32>)>>) {
+    for (node, gpus) in placements.unwrap_or_default() {
+        if let Some(n) = state.nodes.get_mut(&node) {
+            for g in gpus {
+                n.allocations.remove(&g);
+            }
+        }
+    }
+}
+
+/// Most preemption rounds at one instant (each round stops runs for one beneficiary).
+const MAX_PREEMPTION_ROUNDS: usize = 16;
+
+/// Whether the preemption pass could find anything: some tenant borrows (holds more than its
+/// guarantee of a GPU type) while a pending job would stay within its own tenant's guarantee
+/// (quota reclaim), or, in `priority` mode, some pending job outranks a running one. A cheap
+/// test that spares the replay most preemption passes.
+fn may_preempt(state: &ClusterState, pending: &PendingIndex) -> bool {
+    let held = gpu_raft_store::tenant::held_by_type(&state.jobs, &state.nodes);
+    let held_of = |tenant: &str, gpu_type: &str| {
+        held.get(&(tenant.to_owned(), gpu_type.to_owned()))
+            .copied()
+            .unwrap_or(0)
+    };
+    if state.scheduler.preemption == Preemption::Priority {
+        let lowest_running = state
+            .jobs
+            .values()
+            .filter(|j| j.state == JobState::Running)
+            .map(|j| j.spec.priority)
+            .min();
+        let outranked =
+            lowest_running.is_some_and(|low| pending.classes().any(|(_, c)| c.spec.priority > low));
+        if outranked {
+            return true;
+        }
+    }
+    let borrowing = state.tenants.values().any(|t| {
+        t.quotas
+            .iter()
+            .any(|(gpu_type, q)| held_of(&t.name, gpu_type) > q.guaranteed)
+    });
+    borrowing
+        && pending.classes().any(|(_, class)| {
+            let spec = &class.spec;
+            state.tenants.get(&spec.tenant).is_some_and(|t| {
+                t.quotas
+                    .iter()
+                    .any(|(gpu_type, q)| held_of(&t.name, gpu_type) + spec.gpus <= q.guaranteed)
+            })
+        })
+}
+
+/// The trace's tenants in order of first appearance, and each job's index among them.
+pub(crate) fn tenant_indices(jobs: &[TraceJob]) -> (Vec<String>, Vec<usize>) {
+    let mut tenants: Vec<String> = Vec::new();
+    let mut index: HashMap<&str, usize> = HashMap::new();
+    let job_tenant = jobs
+        .iter()
+        .map(|j| {
+            let next = index.len();
+            let i = *index.entry(j.tenant.as_str()).or_insert(next);
+            if i == next {
+                tenants.push(j.tenant.clone());
+            }
+            i
+        })
+        .collect();
+    (tenants, job_tenant)
 }
 
 /// Whether a pass could place anything: some waiting job fits the largest free hole of one
@@ -326,7 +487,7 @@ mod tests {
         let t = trace::parse(TRACE, false).expect("trace");
         let (state, gpus) = cluster::build("1x4xV100-32GB").expect("cluster");
         let policy: Policy = policy.parse().expect("policy");
-        let r = replay(&t.jobs, &state, gpus, &policy, estimates).expect("replay");
+        let r = replay(&t.jobs, &state, gpus, &policy, estimates, 0).expect("replay");
         let mut out: Vec<(u64, u64)> = r
             .records
             .iter()
@@ -361,6 +522,44 @@ mod tests {
     }
 
     #[test]
+    fn reclaim_preempts_a_borrower_which_resumes_from_its_checkpoint() {
+        // a borrows the whole node (guarantee 0) for 1,000 s; b, guaranteed 4, wants 2 at 10 s.
+        let t = trace::parse(
+            "submit,duration,gpus,tenant\n0,1000,4,a\n10,10,2,b\n",
+            false,
+        )
+        .expect("trace");
+        let (mut state, gpus) = cluster::build("1x4xV100-32GB").expect("cluster");
+        crate::tools::simulate::tenants::register(
+            &mut state,
+            "tenant,weight,quota\na,1,V100=0:4\nb,1,V100=4:0\n",
+        )
+        .expect("tenants");
+        state.scheduler.preemption = Preemption::Reclaim;
+        let policy: Policy = "fcfs".parse().expect("policy");
+        let r = replay(&t.jobs, &state, gpus, &policy, Estimates::Exact, 5_000).expect("replay");
+        assert_eq!(r.preemptions, 1);
+        let mut got: Vec<(usize, u64, u64, u64)> = r
+            .records
+            .iter()
+            .map(|j| (j.job, j.start_ms / 1000, j.end_ms / 1000, j.gpu_ms / 1000))
+            .collect();
+        got.sort_unstable();
+        // b runs at once; a resumes when b ends, with 990 s left plus 5 s done again, and held
+        // 4 GPUs for 10 s, then 995 s.
+        assert_eq!(got, vec![(0, 0, 1015, 4 * 1005), (1, 10, 20, 20)]);
+        // Off: b waits for a.
+        state.scheduler.preemption = Preemption::Off;
+        let r = replay(&t.jobs, &state, gpus, &policy, Estimates::Exact, 5_000).expect("replay");
+        assert_eq!(r.preemptions, 0);
+        assert!(
+            r.records
+                .iter()
+                .any(|j| j.job == 1 && j.start_ms == 1_000_000)
+        );
+    }
+
+    #[test]
     fn jobs_larger_than_a_node_run_as_gangs_and_impossible_ones_are_counted() {
         let t = trace::parse("submit,duration,gpus\n0,10,8\n0,10,9\n", false).expect("trace");
         let (state, gpus) = cluster::build("2x4xV100-32GB").expect("cluster");
@@ -370,6 +569,7 @@ mod tests {
             gpus,
             &"fcfs".parse().expect("p"),
             Estimates::Exact,
+            0,
         )
         .expect("replay");
         assert_eq!(r.records.len(), 1);

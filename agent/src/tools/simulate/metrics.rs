@@ -1,12 +1,13 @@
 //! The figures of one replay: job completion time, queueing delay, makespan, utilization,
-//! bounded slowdown, Jain's fairness index across tenants, GPU-hours lost to fragmentation,
-//! and how good the runtime predictions were.
+//! bounded slowdown, Jain's fairness index across tenants, finish-time fairness, GPU-hours
+//! lost to fragmentation, and how good the runtime predictions were.
 
 use serde::Serialize;
 
 use super::engine::Replay;
+use super::fairness::{Ideal, TenantFairness};
 
-const HOUR_MS: f64 = 3_600_000.0;
+pub(crate) const HOUR_MS: f64 = 3_600_000.0;
 /// Bounded slowdown does not let jobs shorter than this inflate the figure.
 const SLOWDOWN_FLOOR_MS: u64 = 10_000;
 
@@ -29,7 +30,14 @@ pub struct Summary {
     /// tenant is slowed down alike, 1/n when one tenant gets all the service.
     pub jain_fairness: f64,
     pub fragmentation_gpu_h: f64,
-    /// Always 0: the replay does not run the preemption pass (the leader does, when enabled).
+    /// The largest finish-time fairness of any tenant (`fairness.rs`): its mean JCT over its
+    /// mean JCT in the ideal weighted fair share. 1 or less: as good as its share promises.
+    pub max_finish_time_fairness: f64,
+    /// The tenant with the largest finish-time fairness.
+    pub least_fairly_served: String,
+    /// Jain's index over the tenants' finish-time fairness.
+    pub finish_time_fairness_jain: f64,
+    /// Runs the replay's preemption pass stopped (0 with preemption off).
     pub preemptions: u64,
     /// Jobs for which history had a prediction when they started.
     pub prediction_coverage: f64,
@@ -40,10 +48,12 @@ pub struct Summary {
     pub scheduler_passes: u64,
     /// Wall time of the replay, seconds.
     pub replay_s: f64,
+    /// Per tenant, how it fared against the ideal share.
+    pub tenants: Vec<TenantFairness>,
 }
 
-/// Summarise a replay.
-pub(crate) fn summarize(policy: &str, r: &Replay) -> Summary {
+/// Summarise a replay; `ideal` is the trace's fluid fair share (`fairness::Ideal`).
+pub(crate) fn summarize(policy: &str, r: &Replay, ideal: &Ideal) -> Summary {
     let n = r.records.len().max(1) as f64;
     let mut jct: Vec<u64> = r.records.iter().map(|j| j.end_ms - j.submit_ms).collect();
     let mut queue: Vec<u64> = r.records.iter().map(|j| j.start_ms - j.submit_ms).collect();
@@ -52,11 +62,7 @@ pub(crate) fn summarize(policy: &str, r: &Replay) -> Summary {
     let first = r.records.iter().map(|j| j.submit_ms).min().unwrap_or(0);
     let last = r.records.iter().map(|j| j.end_ms).max().unwrap_or(0);
     let makespan = last.saturating_sub(first);
-    let busy: f64 = r
-        .records
-        .iter()
-        .map(|j| f64::from(j.gpus) * (j.end_ms - j.start_ms) as f64)
-        .sum();
+    let busy: f64 = r.records.iter().map(|j| j.gpu_ms as f64).sum();
     let slowdown = |j: &super::engine::JobRecord| {
         let run = (j.end_ms - j.start_ms).max(SLOWDOWN_FLOOR_MS) as f64;
         ((j.end_ms - j.submit_ms) as f64 / run).max(1.0)
@@ -83,6 +89,11 @@ pub(crate) fn summarize(policy: &str, r: &Replay) -> Summary {
         }
     }
     errors.sort_by(f64::total_cmp);
+    let tenants = ideal.judge(r);
+    let ftf: Vec<f64> = tenants.iter().map(|t| t.finish_time_fairness).collect();
+    let worst = tenants
+        .iter()
+        .max_by(|a, b| a.finish_time_fairness.total_cmp(&b.finish_time_fairness));
     let predicted = errors.len().max(1) as f64;
     Summary {
         policy: policy.to_owned(),
@@ -102,12 +113,16 @@ pub(crate) fn summarize(policy: &str, r: &Replay) -> Summary {
         avg_bounded_slowdown: r.records.iter().map(slowdown).sum::<f64>() / n,
         jain_fairness: jain(&service),
         fragmentation_gpu_h: r.fragmented_gpu_ms / HOUR_MS,
-        preemptions: 0,
+        max_finish_time_fairness: worst.map_or(1.0, |t| t.finish_time_fairness),
+        least_fairly_served: worst.map(|t| t.tenant.clone()).unwrap_or_default(),
+        finish_time_fairness_jain: jain(&ftf),
+        preemptions: r.preemptions,
         prediction_coverage: errors.len() as f64 / n,
         prediction_median_rel_error: errors.get(errors.len() / 2).copied().unwrap_or(0.0),
         prediction_within_2x: within as f64 / predicted,
         scheduler_passes: r.passes,
         replay_s: r.wall.as_secs_f64(),
+        tenants,
     }
 }
 

@@ -7,10 +7,12 @@
 pub mod bench;
 pub(crate) mod cluster;
 pub(crate) mod engine;
+pub(crate) mod fairness;
 pub mod fragmentation;
 pub(crate) mod metrics;
 pub mod report;
 pub(crate) mod svg;
+pub(crate) mod tenants;
 pub(crate) mod trace;
 
 use std::path::PathBuf;
@@ -18,9 +20,12 @@ use std::path::PathBuf;
 use anyhow::Context;
 
 pub use engine::Estimates;
+pub use fairness::TenantFairness;
 pub use metrics::Summary;
 
-use crate::scheduler::Policy;
+use gpu_raft_store::scheduler::Preemption;
+
+use crate::scheduler::{LearnedWeights, Policy};
 
 /// A `gpu-agent simulate` run.
 #[derive(Debug)]
@@ -35,6 +40,26 @@ pub struct Options {
     pub json: Option<PathBuf>,
     /// Where to write the SVG chart, if anywhere.
     pub svg: Option<PathBuf>,
+    /// A weights file for the learned ordering instead of the shipped weights.
+    pub weights: Option<PathBuf>,
+    /// Tenants' weights and quotas (`tenants.rs`); none: every tenant unlimited, weight 1.
+    pub tenants: Option<PathBuf>,
+    /// The preemption the replay's leader runs (off, reclaim or priority).
+    pub preemption: Preemption,
+    /// Work a preempted run does again when it resumes from its checkpoint, milliseconds.
+    pub checkpoint_ms: u64,
+}
+
+/// What every replay of a comparison shares besides the trace: the cluster, its tenants and
+/// preemption, and the learned ordering's weights.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Setup {
+    pub cluster: String,
+    /// The tenants file's text, if any.
+    pub tenants: Option<String>,
+    pub preemption: Preemption,
+    pub checkpoint_ms: u64,
+    pub learned: Option<LearnedWeights>,
 }
 
 /// Replay the trace under every policy; write the JSON and SVG files asked for. Returns the
@@ -47,7 +72,31 @@ pub fn run(opts: &Options) -> anyhow::Result<Vec<Summary>> {
     for bad in &trace.skipped {
         eprintln!("warning: skipped {bad}");
     }
-    let compared = compare(&trace.jobs, &opts.cluster, &opts.policies, opts.estimates)?;
+    let learned = match &opts.weights {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading the weights {}", path.display()))?;
+            let weights = crate::scheduler::parse_learned_weights(&text)
+                .map_err(|e| anyhow::anyhow!("reading the weights {}: {e}", path.display()))?;
+            Some(weights)
+        }
+        None => None,
+    };
+    let tenants = match &opts.tenants {
+        Some(path) => Some(
+            std::fs::read_to_string(path)
+                .with_context(|| format!("reading the tenants {}", path.display()))?,
+        ),
+        None => None,
+    };
+    let setup = Setup {
+        cluster: opts.cluster.clone(),
+        tenants,
+        preemption: opts.preemption,
+        checkpoint_ms: opts.checkpoint_ms,
+        learned,
+    };
+    let compared = compare(&trace.jobs, &setup, &opts.policies, opts.estimates)?;
     for (name, replay) in &compared.replays {
         eprintln!(
             "{name}: {} jobs in {:.2} s ({} passes)",
@@ -101,30 +150,43 @@ impl Comparison {
     }
 }
 
-/// Replay `jobs` (sorted by submission) on the cluster `cluster` under each of `policies`.
+/// Replay `jobs` (sorted by submission) under each of `policies`, as `setup` says.
 pub(crate) fn compare(
     jobs: &[trace::TraceJob],
-    cluster: &str,
+    setup: &Setup,
     policies: &[String],
     estimates: Estimates,
 ) -> anyhow::Result<Comparison> {
     let policies: Vec<(String, Policy)> = policies
         .iter()
-        .map(|p| Ok((p.clone(), p.parse::<Policy>()?)))
+        .map(|p| {
+            let mut policy = p.parse::<Policy>()?;
+            if let Some(weights) = setup.learned {
+                policy.learned = weights;
+            }
+            Ok((p.clone(), policy))
+        })
         .collect::<Result<_, crate::scheduler::BadPolicy>>()?;
     if policies.is_empty() {
         anyhow::bail!("no policy to simulate");
     }
-    let (state, gpus) = cluster::build(cluster)?;
+    let (mut state, gpus) = cluster::build(&setup.cluster)?;
+    if let Some(text) = &setup.tenants {
+        tenants::register(&mut state, text)?;
+    }
+    state.scheduler.preemption = setup.preemption;
     let mut replays = Vec::new();
     for (name, policy) in &policies {
-        let replay = engine::replay(jobs, &state, gpus, policy, estimates)
+        let replay = engine::replay(jobs, &state, gpus, policy, estimates, setup.checkpoint_ms)
             .with_context(|| format!("replaying under {name}"))?;
         replays.push((name.clone(), replay));
     }
+    let ideal = fairness::Ideal::new(jobs, gpus, |t| {
+        state.tenants.get(t).map_or(1.0, |r| f64::from(r.weight))
+    });
     let summaries = replays
         .iter()
-        .map(|(name, r)| metrics::summarize(name, r))
+        .map(|(name, r)| metrics::summarize(name, r, &ideal))
         .collect();
     Ok(Comparison {
         replays,
