@@ -107,6 +107,20 @@ async fn operators_change_the_replicated_policy_and_bad_values_change_nothing() 
         .job_id;
     let done = c.wait_job(id, Duration::from_secs(60), is_terminal).await;
     assert_eq!(done.state, pb::JobState::Succeeded as i32, "{done:?}");
+
+    // The learned order (protocol 13, which every member of this mesh speaks) with the
+    // shipped weights: set, replicated, and jobs run under it.
+    set(&c, 2, &admin, "learned+easy", None)
+        .await
+        .expect("learned");
+    assert_eq!(spec(&c, 3, false).await, "learned+easy");
+    let id = c
+        .submit(1, shell_job("under-learned", 1, "true"), "")
+        .await
+        .expect("submit")
+        .job_id;
+    let done = c.wait_job(id, Duration::from_secs(60), is_terminal).await;
+    assert_eq!(done.state, pb::JobState::Succeeded as i32, "{done:?}");
 }
 
 /// `gpuctl scheduler status` judges runtime guesses by the jobs that succeeded: the first run

@@ -248,17 +248,8 @@ mod tests {
     fn tenant(name: &str, webhook: Option<Webhook>) -> Command {
         Command::CreateTenant {
             tenant: TenantRecord {
-                name: name.into(),
-                quotas: Default::default(),
-                weight: 1,
-                default_priority: 0,
-                created_at_ms: 0,
-                updated_at_ms: 0,
-                account: None,
-                max_priority: None,
-                allowed_mounts: Vec::new(),
-                max_pending_jobs: None,
                 webhook,
+                ..TenantRecord::named(name)
             },
         }
     }

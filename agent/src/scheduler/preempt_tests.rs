@@ -33,17 +33,8 @@ fn tenant(s: &mut ClusterState, name: &str, guaranteed: u32, borrow: u32) {
         s,
         Command::CreateTenant {
             tenant: TenantRecord {
-                account: None,
-                name: name.into(),
                 quotas,
-                weight: 1,
-                default_priority: 0,
-                created_at_ms: 0,
-                updated_at_ms: 0,
-                allowed_mounts: Vec::new(),
-                max_priority: None,
-                max_pending_jobs: None,
-                webhook: None,
+                ..TenantRecord::named(name)
             },
         },
     );
@@ -186,14 +177,20 @@ fn reclaim_takes_back_from_borrowers_and_never_serves_one() {
     assert!(rejected[0].1.contains("borrow"), "{rejected:?}");
 }
 
-#[test]
-fn the_victim_is_requeued_without_using_an_attempt_and_waits_for_the_beneficiary() {
+/// j-1 (priority 0) runs on both GPUs and is preempted for j-2 (priority 5).
+fn preempted_for_a_higher_priority_job() -> ClusterState {
     let mut s = cluster(Preemption::Priority, 2);
     submit(&mut s, job("t", 2, 0));
     pass(&mut s);
     submit(&mut s, job("t", 2, 5));
     let v = victims(&s);
     apply(&mut s, Command::PreemptJobs { preemptions: v });
+    s
+}
+
+#[test]
+fn the_victim_is_requeued_without_using_an_attempt_and_waits_for_the_beneficiary() {
+    let mut s = preempted_for_a_higher_priority_job();
     assert!(s.jobs[&1].evict_requested);
     assert_eq!(victims(&s), vec![], "one round at a time");
     // The executor stops it (SIGTERM, grace) and reports the eviction.
@@ -251,12 +248,7 @@ fn the_victim_is_requeued_without_using_an_attempt_and_waits_for_the_beneficiary
 #[test]
 fn a_job_never_preempts_the_run_it_was_preempted_for() {
     // j-1 is preempted for j-2, which starts; then j-1 outranks j-2 (its priority raised).
-    let mut s = cluster(Preemption::Priority, 2);
-    submit(&mut s, job("t", 2, 0));
-    pass(&mut s);
-    submit(&mut s, job("t", 2, 5));
-    let v = victims(&s);
-    apply(&mut s, Command::PreemptJobs { preemptions: v });
+    let mut s = preempted_for_a_higher_priority_job();
     apply(
         &mut s,
         Command::JobFinished {

@@ -86,6 +86,23 @@ fn one() -> u32 {
 }
 
 impl TenantRecord {
+    /// A record named `name` that limits nothing: weight 1, default priority 0, no quotas.
+    pub fn named(name: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            quotas: BTreeMap::new(),
+            weight: 1,
+            default_priority: 0,
+            created_at_ms: 0,
+            updated_at_ms: 0,
+            account: None,
+            max_priority: None,
+            allowed_mounts: Vec::new(),
+            max_pending_jobs: None,
+            webhook: None,
+        }
+    }
+
     /// The quota of `gpu_type`, if the record limits it.
     pub fn quota(&self, gpu_type: &str) -> Option<Quota> {
         self.quotas.get(gpu_type).copied()

@@ -46,17 +46,9 @@ pub(crate) fn register(state: &mut ClusterState, text: &str) -> Result<(), BadTe
             .parse()
             .map_err(|_| bad(line, format!("weight {weight:?} is not a whole number")))?;
         let tenant = TenantRecord {
-            name: name.to_owned(),
             quotas: quotas(quota).map_err(|m| bad(line, m))?,
             weight,
-            default_priority: 0,
-            created_at_ms: 0,
-            updated_at_ms: 0,
-            account: None,
-            max_priority: None,
-            allowed_mounts: Vec::new(),
-            max_pending_jobs: None,
-            webhook: None,
+            ..TenantRecord::named(name)
         };
         gpu_raft_store::tenant::validate(&tenant).map_err(|m| bad(line, m))?;
         let result = state.apply(&LogEntry {
