@@ -14,8 +14,9 @@
 use serde::Serialize;
 
 use super::engine::{Replay, tenant_indices};
-use super::metrics::HOUR_MS;
 use super::trace::TraceJob;
+
+const HOUR_MS: f64 = 3_600_000.0;
 
 /// One job as the ideal sees it.
 #[derive(Clone, Copy, Debug)]

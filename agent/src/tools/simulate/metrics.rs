@@ -7,7 +7,7 @@ use serde::Serialize;
 use super::engine::Replay;
 use super::fairness::{Ideal, TenantFairness};
 
-pub(crate) const HOUR_MS: f64 = 3_600_000.0;
+const HOUR_MS: f64 = 3_600_000.0;
 /// Bounded slowdown does not let jobs shorter than this inflate the figure.
 const SLOWDOWN_FLOOR_MS: u64 = 10_000;
 
