@@ -45,19 +45,7 @@ fn as_token(id: &str, cmd: Command) -> LogEntry {
 
 fn cluster() -> ClusterState {
     let mut s = ClusterState::new();
-    let tenant = gpu_raft_store::tenant::TenantRecord {
-        name: "vision".into(),
-        quotas: Default::default(),
-        weight: 1,
-        default_priority: 0,
-        created_at_ms: 0,
-        updated_at_ms: 0,
-        account: None,
-        max_priority: None,
-        allowed_mounts: vec![],
-        max_pending_jobs: None,
-        webhook: None,
-    };
+    let tenant = gpu_raft_store::tenant::TenantRecord::named("vision");
     s.apply(&at(1, Command::CreateTenant { tenant }));
     for (id, role) in [("tadmin", Role::Admin), ("toper", Role::Operator)] {
         let token = TokenRecord {

@@ -8,7 +8,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::hash::BuildHasherDefault;
 
-use gpu_raft_store::{ClusterState, Job, JobId};
+use gpu_raft_store::{ClusterState, Job, JobId, JobSpec};
 
 use super::env::PlanEnv;
 use super::history::Fnv;
@@ -160,6 +160,17 @@ impl<'a> Queue<'a> {
             ordering => {
                 // Per slot; an empty slot's key is never read.
                 let slots = || (0..idx.slots()).map(|i| idx.slot(i));
+                // Each tenant's share of recent usage, where the ordering's key weighs it.
+                let weighs_usage = match ordering {
+                    Ordering::Learned => policy.learned.usage != 0.0,
+                    _ => policy.fairshare_weight != 0.0,
+                };
+                let usage = if weighs_usage {
+                    usage_shares(state, env)
+                } else {
+                    HashMap::new()
+                };
+                let share = |spec: &JobSpec| usage.get(&spec.tenant).copied().unwrap_or(0.0);
                 let keys = if ordering == Ordering::Sjf {
                     Keys::Shortest(
                         slots()
@@ -171,18 +182,12 @@ impl<'a> Queue<'a> {
                     )
                 } else if ordering == Ordering::Learned {
                     let weights = policy.learned;
-                    let usage = if weights.usage == 0.0 {
-                        HashMap::new()
-                    } else {
-                        usage_shares(state, env)
-                    };
                     Keys::Learned {
                         base: slots()
                             .map(|c| {
                                 c.map_or(0.0, |c| {
-                                    let share = usage.get(&c.spec.tenant).copied();
                                     let expected = env.estimate_ms(&c.spec, policy);
-                                    weights.class_term(expected, c.spec.gpus, share.unwrap_or(0.0))
+                                    weights.class_term(expected, c.spec.gpus, share(&c.spec))
                                 })
                             })
                             .collect(),
@@ -190,19 +195,9 @@ impl<'a> Queue<'a> {
                         now_ms: env.now_ms,
                     }
                 } else {
-                    let usage = if policy.fairshare_weight == 0.0 {
-                        HashMap::new()
-                    } else {
-                        usage_shares(state, env)
-                    };
                     Keys::Highest {
                         base: slots()
-                            .map(|c| {
-                                c.map_or((0, 0.0), |c| {
-                                    let share = usage.get(&c.spec.tenant).copied();
-                                    (c.spec.priority, share.unwrap_or(0.0))
-                                })
-                            })
+                            .map(|c| c.map_or((0, 0.0), |c| (c.spec.priority, share(&c.spec))))
                             .collect(),
                         aging_per_hour: policy.aging_per_hour,
                         fairshare_weight: policy.fairshare_weight,

@@ -188,20 +188,24 @@ fn preempted_for_a_higher_priority_job() -> ClusterState {
     s
 }
 
+/// The executor stopped `job`'s first run (SIGTERM, grace) and reports the eviction.
+fn report_evicted(s: &mut ClusterState, job: JobId) {
+    apply(
+        s,
+        Command::JobFinished {
+            job,
+            generation: 1,
+            outcome: Outcome::Evicted,
+        },
+    );
+}
+
 #[test]
 fn the_victim_is_requeued_without_using_an_attempt_and_waits_for_the_beneficiary() {
     let mut s = preempted_for_a_higher_priority_job();
     assert!(s.jobs[&1].evict_requested);
     assert_eq!(victims(&s), vec![], "one round at a time");
-    // The executor stops it (SIGTERM, grace) and reports the eviction.
-    apply(
-        &mut s,
-        Command::JobFinished {
-            job: 1,
-            generation: 1,
-            outcome: Outcome::Evicted,
-        },
-    );
+    report_evicted(&mut s, 1);
     let low = &s.jobs[&1];
     assert_eq!((low.state, low.attempts), (JobState::Pending, 0));
     assert_eq!(low.reason.as_deref(), Some("requeued: preempted for j-2"));
@@ -249,14 +253,7 @@ fn the_victim_is_requeued_without_using_an_attempt_and_waits_for_the_beneficiary
 fn a_job_never_preempts_the_run_it_was_preempted_for() {
     // j-1 is preempted for j-2, which starts; then j-1 outranks j-2 (its priority raised).
     let mut s = preempted_for_a_higher_priority_job();
-    apply(
-        &mut s,
-        Command::JobFinished {
-            job: 1,
-            generation: 1,
-            outcome: Outcome::Evicted,
-        },
-    );
+    report_evicted(&mut s, 1);
     pass(&mut s);
     assert_eq!(s.jobs[&2].state, JobState::Bound);
     s.jobs.get_mut(&1).expect("j-1").spec.priority = 9;

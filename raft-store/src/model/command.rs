@@ -1573,17 +1573,8 @@ mod tests {
         });
         assert_eq!(plain.protocol(), 1);
         let tenant = crate::model::tenant::TenantRecord {
-            name: "a".into(),
-            quotas: BTreeMap::new(),
-            weight: 1,
-            default_priority: 0,
-            created_at_ms: 0,
-            updated_at_ms: 0,
-            account: None,
             allowed_mounts: vec!["/data".into()],
-            max_priority: None,
-            max_pending_jobs: None,
-            webhook: None,
+            ..crate::model::tenant::TenantRecord::named("a")
         };
         let create = Command::CreateTenant {
             tenant: tenant.clone(),
