@@ -147,6 +147,11 @@ struct SimulateArgs {
     /// Seconds of work a preempted run does again when it resumes from its checkpoint.
     #[arg(long, default_value_t = 60)]
     checkpoint_cost_s: u64,
+    /// The gang starvation guard in seconds (0: off): a gang pending this long goes first and
+    /// holds the queue with a reservation; with preemption on it may stop single-node runs of
+    /// no higher priority.
+    #[arg(long, default_value_t = 0)]
+    gang_wait_limit_s: u64,
     /// Output on stdout.
     #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputArg::Table)]
     output: OutputArg,
@@ -229,6 +234,7 @@ fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
         tenants: args.tenants,
         preemption: args.preemption,
         checkpoint_ms: args.checkpoint_cost_s.saturating_mul(1000),
+        gang_wait_limit_s: args.gang_wait_limit_s,
     };
     let summaries = simulate::run(&opts)?;
     match args.output {

@@ -381,6 +381,11 @@ pub(crate) enum SchedulerPolicyVerb {
         /// and stop strictly lower-priority jobs; never for a borrower).
         #[arg(long, value_parser = ["off", "reclaim", "priority"])]
         preemption: Option<String>,
+        /// The gang starvation guard, e.g. 6h (0s: off): a gang pending this long goes first
+        /// and holds the queue with a reservation; with preemption on it may stop
+        /// single-node runs of no higher priority.
+        #[arg(long, value_parser = crate::units::whole_seconds)]
+        gang_wait_limit: Option<u64>,
     },
 }
 
@@ -836,6 +841,10 @@ pub(crate) struct SubmitArgs {
     /// GPUs on each node of a gang (instead of --gpus: --gpus = --nodes × this).
     #[arg(long, conflicts_with = "gpus")]
     pub gpus_per_node: Option<u32>,
+    /// A gang's nodes must all lie in one domain of this level (the node label of that name);
+    /// without it a gang goes in the narrowest domain that can hold it now, else anywhere.
+    #[arg(long, value_parser = ["nvlink-domain", "rack", "block"])]
+    pub topology: Option<String>,
     /// Acceptable GPU types, the most preferred first ("A100,V100": an A100 if one has room,
     /// else a V100); repeat or separate with commas [default: any].
     #[arg(long = "gpu-type", value_delimiter = ',', value_parser = args::non_empty)]

@@ -29,7 +29,7 @@ pub use model::cert::CertRecord;
 pub use model::command::{
     Bind, Command, LogEntry, PROTOCOL_2, PROTOCOL_3, PROTOCOL_4, PROTOCOL_5, PROTOCOL_6,
     PROTOCOL_7, PROTOCOL_8, PROTOCOL_9, PROTOCOL_10, PROTOCOL_11, PROTOCOL_12, PROTOCOL_13,
-    Preempt, RequestStamp,
+    PROTOCOL_14, Preempt, RequestStamp,
 };
 pub use model::dependency::{AfterKind, Dependency, MAX_DEPENDENCIES, Verdict, parse_dependencies};
 pub use model::job::{
@@ -41,7 +41,7 @@ pub use model::job_update::JobUpdate;
 pub use model::kept_index::{JobChanges, KeptIndex};
 pub use model::node::{
     CONTAINER_RUNTIME_LABEL, EdgeTerms, GpuRecord, Inventory, NodeRecord, NodeStatus, SITE_LABEL,
-    gpu_fits,
+    TOPOLOGY_LABELS, gpu_fits,
 };
 pub use model::outcome::{ApplyResult, Rejection};
 pub use model::partition::{GpuMode, PartitionSpec, Slice, SliceBind, SliceRequest};

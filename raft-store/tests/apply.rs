@@ -1001,6 +1001,7 @@ fn apply_sets_valid_settings_and_refuses_bad_ones_untouched() {
         fairshare_weight: 0,
         usage_half_life_s: 3600,
         preemption: scheduler::Preemption::Reclaim,
+        gang_wait_limit_s: 6 * 3600,
     };
     assert_eq!(set_policy(&mut s, good.clone()), ApplyResult::Ok);
     assert_eq!(s.scheduler, good);
@@ -1019,6 +1020,14 @@ fn apply_sets_valid_settings_and_refuses_bad_ones_untouched() {
         },
         SchedulerSettings {
             fairshare_weight: u32::MAX,
+            ..good.clone()
+        },
+        SchedulerSettings {
+            gang_wait_limit_s: 59,
+            ..good.clone()
+        },
+        SchedulerSettings {
+            gang_wait_limit_s: 31 * 86_400,
             ..good.clone()
         },
     ] {

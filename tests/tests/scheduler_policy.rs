@@ -23,6 +23,7 @@ async fn set(
         fairshare_weight: None,
         usage_half_life_s: half_life_s,
         preemption: None,
+        gang_wait_limit_s: None,
     };
     Ok(client.set_scheduler_policy(req).await?.into_inner())
 }
@@ -121,6 +122,29 @@ async fn operators_change_the_replicated_policy_and_bad_values_change_nothing() 
         .job_id;
     let done = c.wait_job(id, Duration::from_secs(60), is_terminal).await;
     assert_eq!(done.state, pb::JobState::Succeeded as i32, "{done:?}");
+
+    // The gang starvation guard (protocol 14) through gpuctl: set, shown, replicated; a limit
+    // under a minute is refused and leaves it as it was.
+    let set_limit = |limit: &str| {
+        let args = [
+            "scheduler",
+            "policy",
+            "set",
+            "learned+easy",
+            "--gang-wait-limit",
+            limit,
+        ];
+        c.gpuctl_json(1, &args)
+    };
+    let (code, status, stderr) = set_limit("2h");
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(status["policy"]["gang_wait_limit_s"], 7200, "{status}");
+    let (code, _, stderr) = set_limit("30s");
+    assert_ne!(code, Some(0), "30 s is under the least limit");
+    assert!(stderr.contains("gang wait limit"), "{stderr}");
+    let (code, status, stderr) = c.gpuctl_json(3, &["scheduler", "status"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(status["policy"]["gang_wait_limit_s"], 7200, "{status}");
 }
 
 /// `gpuctl scheduler status` judges runtime guesses by the jobs that succeeded: the first run

@@ -102,6 +102,7 @@ pub fn spec(p: pb::JobSpec) -> Result<JobSpec, String> {
         cpu_millis: p.cpu_millis,
         memory_mib: p.memory_mib,
         nodes: p.nodes,
+        topology: (!p.topology.is_empty()).then_some(p.topology),
         slice,
         kind,
         container: p.container.map(|c| {
@@ -159,6 +160,7 @@ pub fn scheduler_settings(
             Some(p) => p.trim().parse()?,
             None => current.preemption,
         },
+        gang_wait_limit_s: req.gang_wait_limit_s.unwrap_or(current.gang_wait_limit_s),
     })
 }
 

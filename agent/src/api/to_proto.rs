@@ -155,6 +155,7 @@ fn spec(s: &JobSpec) -> pb::JobSpec {
         cpu_millis: s.cpu_millis,
         memory_mib: s.memory_mib,
         nodes: s.nodes,
+        topology: s.topology.clone().unwrap_or_default(),
         mig_profile: match &s.slice {
             Some(SliceRequest::Mig { profile }) => profile.clone(),
             _ => String::new(),
@@ -427,6 +428,7 @@ pub(crate) fn scheduler_status(s: &ClusterState) -> pb::SchedulerStatus {
             fairshare_weight: settings.fairshare_weight,
             usage_half_life_s: settings.usage_half_life_s,
             preemption: settings.preemption.to_string(),
+            gang_wait_limit_s: settings.gang_wait_limit_s,
         }),
         pending_jobs: pending as u64,
         running_jobs: running as u64,

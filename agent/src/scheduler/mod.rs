@@ -9,6 +9,8 @@ mod explain;
 #[cfg(test)]
 mod gang_tests;
 #[cfg(test)]
+mod gang_wait_tests;
+#[cfg(test)]
 mod gate_tests;
 mod history;
 #[cfg(test)]
@@ -42,6 +44,8 @@ mod slice_tests;
 mod slices;
 #[cfg(test)]
 pub(crate) mod testkit;
+#[cfg(test)]
+mod topology_tests;
 mod usage;
 
 pub use accuracy::{Accuracy, Errors, accuracy};

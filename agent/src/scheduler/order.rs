@@ -49,6 +49,10 @@ pub(crate) struct Queue<'a> {
     /// The class of the job `next` returned last.
     last: Option<usize>,
     passed_over: Vec<bool>,
+    /// Gangs past the starvation guard's limit (class, id), drawn before anything else in
+    /// submission order; sorted by id, to leave them out when the ordering draws them again.
+    overdue: std::collections::VecDeque<(usize, JobId)>,
+    overdue_ids: Vec<JobId>,
 }
 
 /// A class head's place in the queue: least first.
@@ -209,6 +213,13 @@ impl<'a> Queue<'a> {
             }
         };
         let may_pass_over = !policy.explain;
+        let overdue = if policy.gang_wait_limit_ms.is_some() {
+            overdue_gangs(state, idx, policy, env.now_ms)
+        } else {
+            Vec::new()
+        };
+        let mut overdue_ids: Vec<JobId> = overdue.iter().map(|(_, id)| *id).collect();
+        overdue_ids.sort_unstable();
         Self {
             state,
             passed_over: vec![false; idx.slots()],
@@ -216,6 +227,8 @@ impl<'a> Queue<'a> {
             draw,
             may_pass_over,
             last: None,
+            overdue: overdue.into(),
+            overdue_ids,
         }
     }
 
@@ -242,16 +255,37 @@ impl<'a> Queue<'a> {
     }
 
     pub(super) fn next(&mut self) -> Option<&'a Job> {
+        loop {
+            let (class, id) = match self.overdue.pop_front() {
+                Some(overdue) => overdue,
+                None => match self.draw()? {
+                    // Drawn already, ahead of the rest.
+                    (_, id) if self.overdue_ids.binary_search(&id).is_ok() => continue,
+                    drawn => drawn,
+                },
+            };
+            if self.passed_over[class] {
+                continue;
+            }
+            self.last = Some(class);
+            match self.state.jobs.get(&id) {
+                Some(job) => return Some(job),
+                None => debug_assert!(false, "the pending index names j-{id}, not in the state"),
+            }
+        }
+    }
+
+    /// The ordering's next job (class, id), leaving out classes passed over.
+    fn draw(&mut self) -> Option<(usize, JobId)> {
         let index: &PendingIndex = &self.index;
         loop {
-            let (class, id) = match &mut self.draw {
+            match &mut self.draw {
                 Draw::Arrivals { after } => {
                     let (id, class) = index.arrival_after(*after)?;
                     *after = Some(id);
-                    if self.passed_over[class] {
-                        continue;
+                    if !self.passed_over[class] {
+                        return Some((class, id));
                     }
-                    (class, id)
                 }
                 Draw::Heads { heap, keys } => {
                     let Reverse((_, rank, class)) = heap.pop()?;
@@ -261,17 +295,12 @@ impl<'a> Queue<'a> {
                     if let Some(r) = index.class(class).after(Some(rank)) {
                         heap.push(Reverse((keys.of(class, r), r, class)));
                     }
-                    (class, rank.1)
+                    return Some((class, rank.1));
                 }
                 Draw::Turns(turns) => {
                     let (class, rank) = turns.next(index, &self.passed_over)?;
-                    (class, rank.1)
+                    return Some((class, rank.1));
                 }
-            };
-            self.last = Some(class);
-            match self.state.jobs.get(&id) {
-                Some(job) => return Some(job),
-                None => debug_assert!(false, "the pending index names j-{id}, not in the state"),
             }
         }
     }
@@ -349,6 +378,31 @@ impl Turns {
         }
         None
     }
+}
+
+/// The pending gangs past the starvation guard's limit (`Policy::is_starving_gang`), as
+/// (class, id) in submission order: the guard puts them first.
+fn overdue_gangs(
+    state: &ClusterState,
+    index: &PendingIndex,
+    policy: &Policy,
+    now_ms: u64,
+) -> Vec<(usize, JobId)> {
+    let mut out: Vec<(u64, JobId, usize)> = Vec::new();
+    for (class, c) in index.classes().filter(|(_, c)| c.spec.nodes > 1) {
+        // A class keeps its members in submission order (ids under FCFS, the log's order).
+        for &(_, id) in &c.members {
+            let Some(job) = state.jobs.get(&id) else {
+                continue;
+            };
+            if !policy.is_starving_gang(job, now_ms) {
+                break;
+            }
+            out.push((job.submitted_at_ms, id, class));
+        }
+    }
+    out.sort_unstable();
+    out.into_iter().map(|(_, id, class)| (class, id)).collect()
 }
 
 /// Each tenant's fraction of all recent (decayed) usage.

@@ -11,7 +11,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use gpu_raft_store::container::canonical_image;
-use gpu_raft_store::{CONTAINER_RUNTIME_LABEL, ClusterState, GpuRecord, JobSpec, NodeId, gpu_fits};
+use gpu_raft_store::{
+    CONTAINER_RUNTIME_LABEL, ClusterState, GpuRecord, JobSpec, NodeId, TOPOLOGY_LABELS, gpu_fits,
+};
 
 /// One schedulable node as a pass sees it.
 pub(crate) struct Slot<'a> {
@@ -39,6 +41,8 @@ pub(crate) struct Nodes<'a> {
     pub largest_node: usize,
     /// What a pull costs, in GPUs of hole (`Policy::image_locality`; 0: image locality off).
     image_miss: usize,
+    /// Whether any node declares its place in the topology (`TOPOLOGY_LABELS`).
+    topology: bool,
 }
 
 impl<'a> Nodes<'a> {
@@ -62,12 +66,16 @@ impl<'a> Nodes<'a> {
         }
         let free_total = slots.iter().map(|s| s.free.len()).sum();
         let largest_node = slots.iter().map(|s| s.all.len()).max().unwrap_or(0);
+        let topology = slots
+            .iter()
+            .any(|s| TOPOLOGY_LABELS.iter().any(|l| s.labels.contains_key(*l)));
         Self {
             slots,
             buckets,
             free_total,
             largest_node,
             image_miss,
+            topology,
         }
     }
 
@@ -93,13 +101,8 @@ impl<'a> Nodes<'a> {
         self.free_total
     }
 
-    /// The best placement for `spec` now, avoiding the slot `avoid` if given.
-    pub(super) fn find(
-        &self,
-        spec: &JobSpec,
-        gangs: bool,
-        avoid: Option<usize>,
-    ) -> Option<Placement> {
+    /// The best placement for `spec` now, on none of the slots `avoid`.
+    pub(super) fn find(&self, spec: &JobSpec, gangs: bool, avoid: &[usize]) -> Option<Placement> {
         if spec.nodes > 1 {
             return self.find_even_gang(spec, avoid);
         }
@@ -123,7 +126,7 @@ impl<'a> Nodes<'a> {
         spec: &JobSpec,
         prefer: &[String],
         gangs: bool,
-        avoid: Option<usize>,
+        avoid: &[usize],
     ) -> Option<Placement> {
         if prefer.len() > 1 {
             for t in prefer.iter().filter(|t| spec.gpu_types.contains(t)) {
@@ -154,14 +157,21 @@ impl<'a> Nodes<'a> {
     /// job's) plus the pull cost — then the smallest hole, then fewest free GPUs, then lowest
     /// node id. Buckets are scanned from the smallest hole up, so the first placement
     /// of cost 0 ends the search.
-    fn find_single(&self, spec: &JobSpec, avoid: Option<usize>) -> Option<(usize, Vec<u32>)> {
+    fn find_single(&self, spec: &JobSpec, avoid: &[usize]) -> Option<(usize, Vec<u32>)> {
         let want = spec.gpus as usize;
         let image = self.image_of(spec);
+        // Any free GPU serves it and no node costs a pull: every eligible slot of a bucket
+        // leaves the same hole, so the first one found is the best.
+        let uniform = image.is_none() && spec.gpu_types.is_empty() && spec.min_gpu_memory_mib == 0;
         let mut best: Option<((usize, usize), usize)> = None; // ((cost, hole), slot)
         'scan: for bucket in self.buckets.iter().skip(want) {
             for &i in bucket {
-                if Some(i) == avoid || !selector_matches(spec, &self.slots[i].labels) {
+                if avoid.contains(&i) || !selector_matches(spec, &self.slots[i].labels) {
                     continue;
+                }
+                if uniform {
+                    best = Some(((0, 0), i));
+                    break 'scan;
                 }
                 let matching = matching_free(&self.slots[i], spec);
                 if matching < want {
@@ -190,12 +200,12 @@ impl<'a> Nodes<'a> {
 
     /// A gang over several nodes, all or nothing: the nodes with the most matching free GPUs
     /// first, so the gang spans as few nodes as possible.
-    fn find_gang(&self, spec: &JobSpec, avoid: Option<usize>) -> Option<Placement> {
+    fn find_gang(&self, spec: &JobSpec, avoid: &[usize]) -> Option<Placement> {
         let mut candidates: Vec<(usize, Vec<&GpuRecord>)> = self
             .slots
             .iter()
             .enumerate()
-            .filter(|(i, s)| Some(*i) != avoid && selector_matches(spec, &s.labels))
+            .filter(|(i, s)| !avoid.contains(i) && selector_matches(spec, &s.labels))
             .map(|(i, s)| {
                 let fitting = s.free.iter().copied().filter(|g| gpu_fits(g, spec));
                 (i, fitting.collect::<Vec<_>>())
@@ -219,7 +229,7 @@ impl<'a> Nodes<'a> {
     /// A gang the job asked for (`--nodes K`): K distinct nodes with `gpus / K` matching free
     /// GPUs each, the tightest fits first (big holes stay for big jobs; a node that must pull
     /// the image counts as its pull cost more), in node id order on ties; member 0 (the rank-0 node) is the first. All or nothing.
-    fn find_even_gang(&self, spec: &JobSpec, avoid: Option<usize>) -> Option<Placement> {
+    fn find_even_gang(&self, spec: &JobSpec, avoid: &[usize]) -> Option<Placement> {
         let per = spec.gpus_per_node() as usize;
         let k = spec.node_count() as usize;
         let image = self.image_of(spec);
@@ -227,7 +237,7 @@ impl<'a> Nodes<'a> {
             .slots
             .iter()
             .enumerate()
-            .filter(|(i, s)| Some(*i) != avoid && selector_matches(spec, &s.labels))
+            .filter(|(i, s)| !avoid.contains(i) && selector_matches(spec, &s.labels))
             .map(|(i, s)| (matching_free(s, spec), i))
             .filter(|(m, _)| *m >= per)
             .map(|(m, i)| {
@@ -239,21 +249,69 @@ impl<'a> Nodes<'a> {
             return None;
         }
         fits.sort_unstable();
+        let chosen = self.in_one_domain(&fits, k, spec.topology.as_deref())?;
         Some(
-            fits.into_iter()
-                .take(k)
-                .map(|(_, i)| (i, self.pick_in(i, spec, per)))
+            chosen
+                .into_iter()
+                .map(|i| (i, self.pick_in(i, spec, per)))
                 .collect(),
         )
     }
 
+    /// The K slots of `fits` (cheapest first) a gang goes on: inside the narrowest topology
+    /// domain that holds K of them (of those, the cheapest, then the first by name), up to
+    /// the level the gang requires; without a requirement, the K cheapest anywhere when no
+    /// domain can hold it.
+    fn in_one_domain(
+        &self,
+        fits: &[((usize, usize), usize)],
+        k: usize,
+        required: Option<&str>,
+    ) -> Option<Vec<usize>> {
+        let levels = match required {
+            Some(level) => levels_up_to(level),
+            None if self.topology => &TOPOLOGY_LABELS[..],
+            None => &[],
+        };
+        for level in levels {
+            let labelled = fits.iter().map(|fit| (&self.slots[fit.1].labels, *fit));
+            let best = by_domain(level, labelled)
+                .into_iter()
+                .filter(|(_, members)| members.len() >= k)
+                .map(|(name, members)| {
+                    let cost: (usize, usize) = members[..k]
+                        .iter()
+                        .fold((0, 0), |(c, h), ((cost, hole), _)| (c + cost, h + hole));
+                    (cost, name, members)
+                })
+                .min_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+            if let Some((.., members)) = best {
+                return Some(members[..k].iter().map(|(_, slot)| *slot).collect());
+            }
+        }
+        required
+            .is_none()
+            .then(|| fits[..k].iter().map(|(_, slot)| *slot).collect())
+    }
+
     /// Eligible nodes with at least `per` matching GPUs, free or not (for a gang's nodes).
+    /// With a topology level required, the most in any one domain.
     pub(super) fn nodes_with_capacity(&self, spec: &JobSpec, per: usize) -> usize {
-        self.slots
+        let able = self
+            .slots
             .iter()
             .filter(|s| selector_matches(spec, &s.labels))
-            .filter(|s| s.all.iter().filter(|g| gpu_fits(g, spec)).count() >= per)
-            .count()
+            .filter(|s| s.all.iter().filter(|g| gpu_fits(g, spec)).count() >= per);
+        let Some(required) = spec.topology.as_deref() else {
+            return able.count();
+        };
+        let able: Vec<&Slot<'_>> = able.collect();
+        levels_up_to(required)
+            .iter()
+            .flat_map(|level| by_domain(level, able.iter().map(|s| (&s.labels, ()))).into_values())
+            .map(|members| members.len())
+            .max()
+            .unwrap_or(0)
     }
 
     /// The most GPUs matching `spec` that any one eligible node has, free or not.
@@ -303,6 +361,30 @@ impl<'a> Nodes<'a> {
             self.buckets[slot.free.len()].insert(*i);
         }
     }
+}
+
+/// The topology levels a gang that requires `level` may be placed in: the narrower ones first
+/// (domains nest), then `level` itself; none for an unknown level.
+pub(crate) fn levels_up_to(level: &str) -> &'static [&'static str] {
+    match TOPOLOGY_LABELS.iter().position(|l| *l == level) {
+        Some(i) => &TOPOLOGY_LABELS[..=i],
+        None => &[],
+    }
+}
+
+/// `items` grouped by the domain their node is in at topology `level` (the value of the label
+/// of that name), in order of domain name; items of nodes without the label are left out.
+pub(crate) fn by_domain<'l, T>(
+    level: &str,
+    items: impl IntoIterator<Item = (&'l BTreeMap<String, String>, T)>,
+) -> BTreeMap<&'l str, Vec<T>> {
+    let mut out: BTreeMap<&'l str, Vec<T>> = BTreeMap::new();
+    for (labels, item) in items {
+        if let Some(domain) = labels.get(level) {
+            out.entry(domain.as_str()).or_default().push(item);
+        }
+    }
+    out
 }
 
 /// No GPU type, memory, node selector or container: any GPU of any node will do.

@@ -270,7 +270,7 @@ impl<'a> Pass<'a> {
         let asked_gang = spec.nodes > 1;
         let memo = !asked_gang && is_plain(spec) && want <= self.capacity.largest;
         let Some(placement) = self.find(job, spec, asked_gang, memo) else {
-            self.no_room(job, spec, asked_gang, queue);
+            self.no_room(job, spec, queue);
             return Flow::Next;
         };
         let end_ms = self
@@ -314,7 +314,7 @@ impl<'a> Pass<'a> {
             want <= nodes.max_free() || (self.gangs && want <= nodes.total_free())
         };
         let found = if may_fit && !(memo && want >= self.no_room_from) {
-            nodes.find_preferring(spec, &job.spec.gpu_types, self.gangs, None)
+            nodes.find_preferring(spec, &job.spec.gpu_types, self.gangs, &[])
         } else {
             None
         };
@@ -325,14 +325,15 @@ impl<'a> Pass<'a> {
     }
 
     /// The job found no room: the rest of its class finds none either. The first such job
-    /// takes the EASY reservation (or, under a strict queue, holds the queue behind it).
-    fn no_room(&mut self, job: &'a Job, spec: &JobSpec, asked_gang: bool, queue: &mut Queue<'a>) {
+    /// takes the EASY reservation (or, under a strict queue, holds the queue behind it); a
+    /// gang past the starvation guard's limit takes it in every backfill mode.
+    fn no_room(&mut self, job: &'a Job, spec: &JobSpec, queue: &mut Queue<'a>) {
         // Free GPUs only shrink during a pass: the rest of its class finds no room either.
         queue.pass_over_class();
-        // A gang asked for does not hold the queue (no reservation is computed for its
-        // shape): it starts when enough nodes are free at once.
+        let starving = self.policy.is_starving_gang(job, self.env.now_ms);
+        let reserves = self.policy.backfill == Backfill::Easy || starving;
         let holds_queue =
-            !asked_gang && self.policy.backfill != Backfill::Greedy && self.reservation.is_none();
+            self.reservation.is_none() && (starving || self.policy.backfill != Backfill::Greedy);
         if !(self.policy.explain || holds_queue) {
             return;
         }
@@ -342,7 +343,7 @@ impl<'a> Pass<'a> {
             return;
         }
         if holds_queue {
-            let reserved = (self.policy.backfill == Backfill::Easy)
+            let reserved = reserves
                 .then(|| {
                     let holdings = holdings(
                         self.state,
@@ -386,16 +387,21 @@ impl<'a> Pass<'a> {
         };
         let want = spec.gpus as usize;
         let outlasts = end_ms.is_none_or(|end| end > r.start_ms);
-        let memo = memo && outlasts && is_plain(head);
+        // With a gang's several reserved nodes, a bigger job may fit one's spare GPUs where a
+        // smaller one, best fit on another, did not: no size memo then.
+        let memo = memo && outlasts && is_plain(head) && head.nodes <= 1;
         if !(memo && want >= self.held_from)
             && backfill::admit(r, head, &self.nodes, &placement, end_ms)
         {
             return Some(placement);
         }
-        let elsewhere = r.slot.and_then(|avoid| {
-            self.nodes
-                .find_preferring(spec, &job.spec.gpu_types, self.gangs, Some(avoid))
-        });
+        let reserved = r.held_slots();
+        let elsewhere = (!reserved.is_empty())
+            .then(|| {
+                self.nodes
+                    .find_preferring(spec, &job.spec.gpu_types, self.gangs, &reserved)
+            })
+            .flatten();
         if let Some(elsewhere) = elsewhere
             && backfill::admit(r, head, &self.nodes, &elsewhere, end_ms)
         {
@@ -427,7 +433,7 @@ impl<'a> Pass<'a> {
             self.quotas.take(&job.spec.tenant, types);
         }
         for (slot, gpus) in placement {
-            if self.policy.backfill == Backfill::Easy {
+            if self.policy.backfill == Backfill::Easy || self.policy.gang_wait_limit_ms.is_some() {
                 self.started.push(Holding {
                     slot,
                     gpus: gpus.clone(),
@@ -522,12 +528,19 @@ fn why_unplaceable(spec: &JobSpec, nodes: &Nodes<'_>) -> String {
             nodes: 0,
             ..spec.clone()
         });
-        return if able < k as usize {
-            format!("gang of {k} nodes: only {able} schedulable nodes have {each} each")
-        } else {
-            format!(
+        return match (&spec.topology, able < k as usize) {
+            (None, true) => {
+                format!("gang of {k} nodes: only {able} schedulable nodes have {each} each")
+            }
+            (None, false) => format!(
                 "gang of {k} nodes not yet satisfiable: waiting for {k} nodes with {each} free at once"
-            )
+            ),
+            (Some(level), true) => format!(
+                "gang of {k} nodes in one {level}: at most {able} schedulable nodes of one {level} have {each} each"
+            ),
+            (Some(level), false) => format!(
+                "gang of {k} nodes in one {level} not yet satisfiable: waiting for {k} nodes of one {level} with {each} free at once"
+            ),
         };
     }
     let largest = nodes.largest_capacity(spec);
@@ -540,12 +553,16 @@ fn why_unplaceable(spec: &JobSpec, nodes: &Nodes<'_>) -> String {
         };
         return format!("{nodes} has {what} (the most any has is {largest})");
     }
-    let free: usize = nodes
-        .slots
-        .iter()
-        .filter(|n| selector_matches(spec, &n.labels))
-        .map(|n| n.free.iter().filter(|g| gpu_fits(g, spec)).count())
-        .sum();
+    let free: usize = if is_plain(spec) {
+        nodes.total_free()
+    } else {
+        nodes
+            .slots
+            .iter()
+            .filter(|n| selector_matches(spec, &n.labels))
+            .map(|n| n.free.iter().filter(|g| gpu_fits(g, spec)).count())
+            .sum()
+    };
     if want > 1 && free >= want {
         format!(
             "waiting for {what} on one node: {free} matching GPUs are free, but spread over several nodes (fragmentation)"

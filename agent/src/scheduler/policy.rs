@@ -4,6 +4,7 @@
 
 use std::str::FromStr;
 
+use gpu_raft_store::Job;
 pub use gpu_raft_store::scheduler::{Backfill, BadPolicy, Ordering};
 use gpu_raft_store::scheduler::{SchedulerSettings, parse_spec};
 
@@ -39,6 +40,9 @@ pub struct Policy {
     /// idle: a node holding the image wins over one that fits as well or up to this many GPUs
     /// better. 0: image locality off.
     pub image_locality: usize,
+    /// The starvation guard (`SchedulerSettings::gang_wait_limit_s`): a gang pending this long
+    /// goes first and holds the queue with a reservation in any backfill mode.
+    pub gang_wait_limit_ms: Option<u64>,
     /// The weights of the learned ordering (`Ordering::Learned`): the shipped ones unless the
     /// simulator is told otherwise.
     pub learned: LearnedWeights,
@@ -66,6 +70,7 @@ impl Default for Policy {
             max_binds_per_pass: 1024,
             slice_best_fit: true,
             image_locality: DEFAULT_IMAGE_LOCALITY,
+            gang_wait_limit_ms: None,
             learned: LearnedWeights::shipped(),
         }
     }
@@ -93,8 +98,19 @@ impl Policy {
             aging_per_hour: f64::from(settings.aging_per_hour),
             fairshare_weight: f64::from(settings.fairshare_weight),
             usage_half_life_ms: settings.usage_half_life_s.saturating_mul(1000),
+            gang_wait_limit_ms: settings.gang_wait_limit_ms(),
             ..self.clone()
         }
+    }
+
+    /// Whether `job` is a gang asked for (`JobSpec::nodes` > 1) pending for at least the
+    /// starvation guard's limit at `now_ms` (what `ClusterState::is_starving_gang` says under
+    /// the settings this policy was made from).
+    pub(crate) fn is_starving_gang(&self, job: &Job, now_ms: u64) -> bool {
+        job.spec.nodes > 1
+            && self
+                .gang_wait_limit_ms
+                .is_some_and(|limit| now_ms.saturating_sub(job.submitted_at_ms) >= limit)
     }
 
     /// The short spec (`ordering+backfill`) of this policy's ordering and backfill.

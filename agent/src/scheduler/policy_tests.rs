@@ -281,7 +281,7 @@ proptest! {
     fn every_policy_is_safe(
         nodes in proptest::collection::vec((1u32..9, prop_oneof![Just("A100"), Just("T4")]), 1..5),
         first in proptest::collection::vec((1u32..9, 1u64..500), 0..12),
-        later in proptest::collection::vec((0u32..12, proptest::option::of(1u64..500), 0usize..3), 1..20),
+        later in proptest::collection::vec((0u32..12, proptest::option::of(1u64..500), 0usize..3, any::<bool>()), 1..20),
         which in 0usize..POLICIES.len(),
         gangs in any::<bool>(),
     ) {
@@ -294,8 +294,10 @@ proptest! {
         }
         bind_all(&mut s, &policy("fcfs+greedy"), 0);
         let tenants = ["a", "b", "c"];
-        for (i, (g, est, t)) in later.iter().enumerate() {
-            let spec = JobSpec { runtime_estimate_s: *est, tenant: tenants[*t].into(), ..spec(*g, 0) };
+        for (i, (g, est, t, asked_gang)) in later.iter().enumerate() {
+            // Some even sizes are gangs asked for, over two nodes.
+            let nodes = if *asked_gang && g % 2 == 0 && *g > 0 { 2 } else { 0 };
+            let spec = JobSpec { runtime_estimate_s: *est, tenant: tenants[*t].into(), nodes, ..spec(*g, 0) };
             submit_at(&mut s, 1 + i as u64, spec);
         }
         let p = Policy { multi_node_gangs: gangs, ..policy(POLICIES[which]) };
@@ -337,9 +339,18 @@ proptest! {
                     node.allocations.insert(*g, b.job);
                 }
             }
-            let free = free_for_head_at(&after, &head, r.node, r.start_ms, &ends);
-            prop_assert!(free >= head.gpus as usize,
-                "j-{} reserved at {} ms finds only {} GPUs then", r.job, r.start_ms, free);
+            if r.nodes.is_empty() {
+                let free = free_for_head_at(&after, &head, None, r.start_ms, &ends);
+                prop_assert!(free >= head.gpus as usize,
+                    "j-{} reserved at {} ms finds only {} GPUs then", r.job, r.start_ms, free);
+            }
+            // Each reserved node has the job's share of it then (all of it but for a gang).
+            let share = head.gpus_per_node() as usize;
+            for node in &r.nodes {
+                let free = free_for_head_at(&after, &head, Some(*node), r.start_ms, &ends);
+                prop_assert!(free >= share,
+                    "j-{} reserved at {} ms finds only {} GPUs on n{} then", r.job, r.start_ms, free, node);
+            }
         }
     }
 }

@@ -280,6 +280,17 @@ pub(crate) fn apply(
             }
             "image" => set(&mut args.image, value()?),
             "array" => set(&mut args.array, value()?),
+            "topology" => set(&mut args.topology, value()?),
+            // Slurm's tree topology: all of the job under one leaf switch, a network block.
+            "switches" => {
+                let text = value()?;
+                if text.split('@').next() != Some("1") {
+                    return Err(bad(
+                        "only 1 is honoured (the gang inside one network block)".into(),
+                    ));
+                }
+                set(&mut args.topology, "block".to_owned());
+            }
             "dependency" => dependency(&value()?, args).map_err(bad)?,
             "after" => args.after.push(value()?),
             "singleton" => args.singleton = true,
@@ -509,12 +520,24 @@ mod tests {
             ("#SBATCH --time=1:2:3:4", "not a time"),
             ("#SBATCH -x n3", "-x: not supported"),
             ("#SBATCH --job-name='unclosed", "unclosed quote"),
+            ("#SBATCH --switches=2", "only 1 is honoured"),
         ] {
             let text = format!("#!/bin/sh\n{line}\ntrue\n");
             let err = parse(&text, "s.sh", &[])
                 .and_then(|s| apply(&s.directives, &mut submit_args(&["s.sh"])))
                 .expect_err(line);
             assert!(err.contains(says), "{line}: {err}");
+        }
+    }
+
+    #[test]
+    fn one_switch_keeps_a_gang_in_one_network_block() {
+        for text in ["#SBATCH --switches=1@2:00:00", "#GPUMESH --topology block"] {
+            let text = format!("#!/bin/sh\n#SBATCH --nodes=2\n{text}\ntrue\n");
+            let script = parse(&text, "s.sh", &[]).expect("parses");
+            let mut args = submit_args(&["s.sh"]);
+            apply(&script.directives, &mut args).expect("applies");
+            assert_eq!(args.topology.as_deref(), Some("block"), "{text}");
         }
     }
 

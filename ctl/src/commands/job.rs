@@ -26,7 +26,8 @@
 //!   starts, as its node last reported it: `"pulling image REF: copying layers (3)"`; "" when
 //!   nothing of the kind), "phase_since_ms" (when that phase began; null without one),
 //!   "after": ["ok:j-1", …] (the jobs it waits for, as submitted), "singleton", "waiting_for":
-//!   [job id] (those of "after" not met yet), "held"}`;
+//!   [job id] (those of "after" not met yet), "held", "topology" (the level a gang's nodes
+//!   must share: "nvlink-domain", "rack" or "block"; null: any)}`;
 //! - `submit` prints `{"job_id", "existing"}` (`existing`: the idempotency key had already
 //!   created this job);
 //! - `logs` writes the job's output bytes unchanged, in both output modes (`--rank`, a gang

@@ -84,6 +84,7 @@ fn request(
             None => args.gpus,
         },
         nodes: args.nodes,
+        topology: args.topology.unwrap_or_default(),
         mig_profile: args.mig.unwrap_or_default(),
         shared_memory_mib: args.gpu_mem.unwrap_or(0),
         gpu_share: args.gpu_share.unwrap_or(0),

@@ -93,6 +93,7 @@ pub(super) fn job_json(j: &pb::Job) -> Value {
         "retry_backoff_s": spec.retry_backoff_s,
         "after": spec.after,
         "singleton": spec.singleton,
+        "topology": (!spec.topology.is_empty()).then_some(&spec.topology),
         "array": spec.array,
         "labels": labels,
     });
@@ -829,6 +830,7 @@ pub(super) mod tests {
               "submitted_at_ms": 1700000000000,
               "submitted_by": "",
               "tenant": "vision",
+              "topology": null,
               "waiting_for": [],
               "wall_time_limit_s": null,
               "workdir": "/data/run"

@@ -1,7 +1,8 @@
 //! `gpuctl scheduler status|policy set`.
 //!
 //! JSON (stable): both print `{"policy": {"spec", "ordering", "backfill", "aging_per_hour",
-//! "fairshare_weight", "usage_half_life_s", "preemption" ("off"|"reclaim"|"priority")},
+//! "fairshare_weight", "usage_half_life_s", "preemption" ("off"|"reclaim"|"priority"),
+//! "gang_wait_limit_s" (0: off)},
 //! "pending_jobs", "running_jobs", "gpus_total", "gpus_free", "accuracy": {"jobs", "estimates",
 //! "predictions"}}`, each of `estimates` and `predictions` being `{"count",
 //! "median_relative_error", "within_2x"}` over the succeeded jobs the state holds (`policy set`
@@ -30,6 +31,7 @@ pub(crate) async fn run(ctx: &Ctx, verb: SchedulerVerb) -> Result<Answer, Failur
             fairshare_weight,
             usage_half_life,
             preemption,
+            gang_wait_limit,
         }) => {
             let req = pb::SetSchedulerPolicyRequest {
                 policy,
@@ -37,6 +39,7 @@ pub(crate) async fn run(ctx: &Ctx, verb: SchedulerVerb) -> Result<Answer, Failur
                 fairshare_weight,
                 usage_half_life_s: usage_half_life,
                 preemption,
+                gang_wait_limit_s: gang_wait_limit,
             };
             ctx.call(new, req, async |mut c, r| c.set_scheduler_policy(r).await)
                 .await?
@@ -57,6 +60,7 @@ fn status_json(s: &pb::SchedulerStatus) -> Value {
             "fairshare_weight": p.fairshare_weight,
             "usage_half_life_s": p.usage_half_life_s,
             "preemption": p.preemption,
+            "gang_wait_limit_s": p.gang_wait_limit_s,
         },
         "pending_jobs": s.pending_jobs,
         "running_jobs": s.running_jobs,
@@ -103,6 +107,13 @@ fn status_table(s: &pb::SchedulerStatus) -> String {
             units::format_duration(std::time::Duration::from_secs(p.usage_half_life_s)),
         ],
         vec!["preemption".into(), p.preemption],
+        vec![
+            "gang wait limit".into(),
+            match p.gang_wait_limit_s {
+                0 => "off".into(),
+                s => units::format_duration(std::time::Duration::from_secs(s)),
+            },
+        ],
         vec!["pending jobs".into(), s.pending_jobs.to_string()],
         vec!["running jobs".into(), s.running_jobs.to_string()],
         vec![

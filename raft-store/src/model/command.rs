@@ -415,6 +415,12 @@ pub const PROTOCOL_12: u32 = 12;
 /// an older agent cannot read the setting.
 pub const PROTOCOL_13: u32 = 13;
 
+/// The internal protocol version that added the gang starvation guard
+/// (`SchedulerSettings::gang_wait_limit_s`: an older agent would drop the setting and refuse
+/// the preemptions it allows) and gangs' topology levels (`JobSpec::topology`: an older
+/// leader would drop it and spread the gang over any nodes).
+pub const PROTOCOL_14: u32 = 14;
+
 /// The internal protocol version that added exactly-once writes (`LogEntry::request`: an
 /// older agent would apply a request's second copy, which the others answer without applying)
 /// and `ForgetExpired`.
@@ -448,6 +454,10 @@ impl Command {
     /// it only once every member has registered with at least this version.
     pub fn protocol(&self) -> u32 {
         match self {
+            Command::SetSchedulerPolicy { settings } if settings.gang_wait_limit_s != 0 => {
+                PROTOCOL_14
+            }
+            Command::SubmitJob { spec, .. } if spec.topology.is_some() => PROTOCOL_14,
             Command::SetSchedulerPolicy { settings }
                 if settings.ordering == crate::model::scheduler::Ordering::Learned =>
             {
@@ -836,6 +846,7 @@ mod tests {
                 fairshare_weight: 10,
                 usage_half_life_s: 86_400,
                 preemption: crate::model::scheduler::Preemption::Off,
+                gang_wait_limit_s: 0,
             },
         });
         expect![[r#"{"proposed_at_ms":1700000000000,"cmd":{"type":"set_scheduler_policy","settings":{"ordering":"sjf","backfill":"easy","aging_per_hour":1,"fairshare_weight":10,"usage_half_life_s":86400}}}"#]]
@@ -1049,6 +1060,7 @@ mod tests {
             cpu_millis: None,
             memory_mib: None,
             nodes: 0,
+            topology: None,
             slice: None,
             kind: Default::default(),
             account: None,
@@ -1286,6 +1298,7 @@ mod tests {
                     fairshare_weight: 3,
                     usage_half_life_s: 3600,
                     preemption: crate::model::scheduler::Preemption::Priority,
+                    gang_wait_limit_s: 0,
                 },
             },
             Command::SignAuditHead {
@@ -1439,6 +1452,39 @@ mod tests {
             hold: false,
         };
         assert_eq!(hold.protocol(), PROTOCOL_11);
+    }
+
+    /// A version 12 agent cannot read the learned order; a version 13 agent would drop the
+    /// gang wait limit and refuse the preemptions it allows, and drop a gang's topology level.
+    /// Off, the limit is not written.
+    #[test]
+    fn the_learned_order_the_gang_wait_limit_and_topology_wait_for_protocols_13_and_14() {
+        use crate::model::scheduler::{Ordering, SchedulerSettings};
+        let set = |settings| Command::SetSchedulerPolicy { settings };
+        let plain = SchedulerSettings::default();
+        let learned = SchedulerSettings {
+            ordering: Ordering::Learned,
+            ..plain.clone()
+        };
+        let guarded = SchedulerSettings {
+            gang_wait_limit_s: 3600,
+            ..plain.clone()
+        };
+        assert!(
+            !serde_json::to_string(&plain)
+                .expect("encodes")
+                .contains("gang_wait_limit_s")
+        );
+        assert!(set(plain).protocol() < PROTOCOL_13);
+        assert_eq!(set(learned).protocol(), PROTOCOL_13);
+        assert_eq!(set(guarded).protocol(), PROTOCOL_14);
+        let in_one_rack = JobSpec {
+            gpus: 16,
+            nodes: 2,
+            topology: Some("rack".into()),
+            ..JobSpec::default()
+        };
+        assert_eq!(Command::submit(in_one_rack).protocol(), PROTOCOL_14);
     }
 
     /// A version 11 agent cannot read an update or a requeue, and would place a job

@@ -73,6 +73,11 @@ pub struct JobSpec {
     /// unit with the distributed-training environment; 0 or 1 is a single-node job.
     #[serde(default, skip_serializing_if = "is_single_node")]
     pub nodes: u32,
+    /// A gang's nodes must all lie inside one domain of this topology level
+    /// (`node::TOPOLOGY_LABELS`: `nvlink-domain`, `rack` or `block`, a label on the nodes).
+    /// Without it a gang is still placed inside the narrowest domain that can hold it now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology: Option<String>,
     /// One slice of one GPU (a MIG instance or a shared slice) instead of whole GPUs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slice: Option<crate::model::partition::SliceRequest>,
@@ -165,6 +170,7 @@ impl Default for JobSpec {
             cpu_millis: None,
             memory_mib: None,
             nodes: 0,
+            topology: None,
             slice: None,
             kind: JobKind::default(),
             account: None,

@@ -106,6 +106,15 @@ pub struct SchedulerSettings {
     /// existed keep their bytes.
     #[serde(default, skip_serializing_if = "Preemption::is_off")]
     pub preemption: Preemption,
+    /// The starvation guard: a gang (a job on several nodes) pending this long goes to the
+    /// head of the queue and holds it with a reservation in any backfill mode, and with
+    /// preemption on it may stop runs of no higher priority. 0: off. Not written when off.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub gang_wait_limit_s: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 fn one_day() -> u64 {
@@ -121,6 +130,7 @@ impl Default for SchedulerSettings {
             fairshare_weight: 0,
             usage_half_life_s: one_day(),
             preemption: Preemption::Off,
+            gang_wait_limit_s: 0,
         }
     }
 }
@@ -141,7 +151,21 @@ impl SchedulerSettings {
                 self.usage_half_life_s
             ));
         }
+        if self.gang_wait_limit_s != 0 && !GANG_WAIT_LIMIT_RANGE_S.contains(&self.gang_wait_limit_s)
+        {
+            return Err(format!(
+                "gang wait limit must be 0 (off) or {}..={} seconds, got {}",
+                GANG_WAIT_LIMIT_RANGE_S.start(),
+                GANG_WAIT_LIMIT_RANGE_S.end(),
+                self.gang_wait_limit_s
+            ));
+        }
         Ok(())
+    }
+
+    /// The starvation guard's limit in milliseconds, when it is on.
+    pub fn gang_wait_limit_ms(&self) -> Option<u64> {
+        (self.gang_wait_limit_s != 0).then(|| self.gang_wait_limit_s.saturating_mul(1000))
     }
 
     /// `ordering+backfill`, e.g. `sjf+easy`.
@@ -149,6 +173,9 @@ impl SchedulerSettings {
         format!("{}+{}", self.ordering, self.backfill)
     }
 }
+
+/// Shortest and longest gang wait limit accepted, in seconds (a minute to 30 days).
+pub const GANG_WAIT_LIMIT_RANGE_S: std::ops::RangeInclusive<u64> = 60..=30 * 86_400;
 
 /// A policy word that is not known.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

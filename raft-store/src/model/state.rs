@@ -216,7 +216,7 @@ impl ClusterState {
                 node,
             } => self.member_finished(*job, *generation, *node, now),
             Command::NoteUnschedulable { reasons } => Ok(self.note_unschedulable(reasons)),
-            Command::PreemptJobs { preemptions } => Ok(self.preempt_all(preemptions)),
+            Command::PreemptJobs { preemptions } => Ok(self.preempt_all(preemptions, now)),
             Command::CreateToken { token } => self.create_token(token, meta, now),
             Command::RevokeToken { id } => self.revoke_token(id, meta),
             Command::SetTokenAccount { id, account } => {

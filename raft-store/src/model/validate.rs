@@ -428,6 +428,19 @@ fn placement(spec: &JobSpec) -> Result<(), String> {
             spec.nodes, spec.gpus
         ));
     }
+    if let Some(level) = &spec.topology {
+        if !crate::model::node::TOPOLOGY_LABELS.contains(&level.as_str()) {
+            return Err(format!(
+                "unknown topology level {level:?}: expected one of {}",
+                crate::model::node::TOPOLOGY_LABELS.join(", ")
+            ));
+        }
+        if spec.nodes <= 1 {
+            return Err(format!(
+                "a topology level ({level}) is for gangs: the job asks for one node"
+            ));
+        }
+    }
     if spec.gpu_types.len() > limits::GPU_TYPES {
         return Err(format!("at most {} GPU types", limits::GPU_TYPES));
     }

@@ -37,6 +37,8 @@ pub(crate) struct JobRecord {
     pub tenant: usize,
     /// What the history predicted when the job started, if it had anything to go on.
     pub predicted_ms: Option<u64>,
+    /// A gang: a job larger than a node, run evenly over several.
+    pub gang: bool,
 }
 
 /// What a replay produced.
@@ -83,6 +85,7 @@ pub(crate) fn replay(
     let began = Instant::now();
     let policy = Policy {
         multi_node_gangs: true,
+        gang_wait_limit_ms: cluster.scheduler.gang_wait_limit_ms(),
         explain: false,
         max_binds_per_pass: usize::MAX,
         ..policy.clone()
@@ -154,6 +157,7 @@ pub(crate) fn replay(
                 end_ms: t,
                 tenant: job_tenant[(id - 1) as usize],
                 predicted_ms: predicted.remove(&id).flatten(),
+                gang: job.spec.nodes > 1,
             });
         }
         while let Some(j) = jobs.get(next_arrival) {
@@ -161,7 +165,11 @@ pub(crate) fn replay(
                 break;
             }
             let id = next_arrival as JobId + 1;
-            let job = pending_job(id, j, estimates);
+            let job = pending_job(id, j, estimates, node_size);
+            // The starvation guard acts on its own time: a pass then, whatever else happens.
+            if let Some(limit) = policy.gang_wait_limit_ms.filter(|_| job.spec.nodes > 1) {
+                ends.push(Reverse((t + limit, WAKE_UP, 0)));
+            }
             pending.insert(&job);
             state.jobs.insert(id, job);
             *pending_by_gpus.entry(j.gpus).or_default() += 1;
@@ -234,7 +242,7 @@ pub(crate) fn replay(
                 }
                 continue;
             }
-            if !preempting || rounds == MAX_PREEMPTION_ROUNDS || !may_preempt(&state, &pending) {
+            if !preempting || rounds == MAX_PREEMPTION_ROUNDS || !may_preempt(&state, &pending, t) {
                 break;
             }
             rounds += 1;
@@ -340,9 +348,23 @@ const MAX_PREEMPTION_ROUNDS: usize = 16;
 
 /// Whether the preemption pass could find anything: some tenant borrows (holds more than its
 /// guarantee of a GPU type) while a pending job would stay within its own tenant's guarantee
-/// (quota reclaim), or, in `priority` mode, some pending job outranks a running one. A cheap
-/// test that spares the replay most preemption passes.
-fn may_preempt(state: &ClusterState, pending: &PendingIndex) -> bool {
+/// (quota reclaim), or, in `priority` mode, some pending job outranks a running one, or a gang
+/// starves (at `now_ms`). A cheap test that spares the replay most preemption passes.
+fn may_preempt(state: &ClusterState, pending: &PendingIndex, now_ms: u64) -> bool {
+    let starving = |&(_, id): &(u64, JobId)| {
+        state
+            .jobs
+            .get(&id)
+            .is_some_and(|j| state.is_starving_gang(j, now_ms))
+    };
+    let gangs = pending.classes().filter(|(_, c)| c.spec.nodes > 1);
+    if state.scheduler.gang_wait_limit_ms().is_some()
+        && gangs
+            .into_iter()
+            .any(|(_, c)| c.members.first().is_some_and(starving))
+    {
+        return true;
+    }
     let held = gpu_raft_store::tenant::held_by_type(&state.jobs, &state.nodes);
     let held_of = |tenant: &str, gpu_type: &str| {
         held.get(&(tenant.to_owned(), gpu_type.to_owned()))
@@ -459,15 +481,26 @@ fn is_fragmented(
         .is_some()
 }
 
-fn pending_job(id: JobId, t: &TraceJob, estimates: Estimates) -> Job {
+/// The id of no job: an entry of the end events that only makes a pass happen then.
+const WAKE_UP: JobId = 0;
+
+/// The trace's job as submitted. One larger than a node (`node_size` GPUs) is a gang asked for
+/// over as few nodes as can hold it evenly, as a distributed training job is launched (a size
+/// no such split fits is left for the planner to split however the free GPUs allow).
+fn pending_job(id: JobId, t: &TraceJob, estimates: Estimates, node_size: u32) -> Job {
     let estimate_s = match estimates {
         Estimates::Exact => Some(t.duration_ms.div_ceil(1000)),
         Estimates::Predicted => t.estimate_s,
+    };
+    let nodes = match t.gpus.div_ceil(node_size.max(1)) {
+        k if k > 1 && t.gpus.is_multiple_of(k) => k,
+        _ => 0,
     };
     let spec = JobSpec {
         name: t.name.clone(),
         tenant: t.tenant.clone(),
         gpus: t.gpus,
+        nodes,
         priority: t.priority,
         runtime_estimate_s: estimate_s,
         ..JobSpec::default()
@@ -557,6 +590,33 @@ mod tests {
                 .iter()
                 .any(|j| j.job == 1 && j.start_ms == 1_000_000)
         );
+    }
+
+    /// On 2 × 4 GPUs, an 8-GPU gang at 1 s behind a stream of 2-GPU jobs (one every 30 min,
+    /// each running an hour): greedy keeps a node busy at every moment, so the gang waits
+    /// until the stream ends. With the guard at an hour it goes first once it has waited an
+    /// hour, reserves both nodes, and starts when the runs then holding them end.
+    #[test]
+    fn the_starvation_guard_bounds_a_gangs_wait() {
+        let mut csv = String::from("submit,duration,gpus\n0,3600,2\n1,600,8\n");
+        for k in 1..=24 {
+            csv.push_str(&format!("{},3600,2\n", k * 1800));
+        }
+        let t = trace::parse(&csv, false).expect("trace");
+        let (mut state, gpus) = cluster::build("2x4xV100-32GB").expect("cluster");
+        let policy: Policy = "fcfs+greedy".parse().expect("policy");
+        let gang_start = |state: &ClusterState| {
+            let r = replay(&t.jobs, state, gpus, &policy, Estimates::Exact, 0).expect("replay");
+            let gang = r.records.iter().find(|j| j.gang).expect("the gang ran");
+            (gang.start_ms - gang.submit_ms) / 1000
+        };
+        assert!(
+            gang_start(&state) > 24 * 1800,
+            "without the guard it starves"
+        );
+        state.scheduler.gang_wait_limit_s = 3600;
+        // Starving at 3601 s: the runs started at 1800 s and 3600 s end at 5400 s and 7200 s.
+        assert_eq!(gang_start(&state), 7200 - 1);
     }
 
     #[test]

@@ -39,6 +39,11 @@ pub struct Summary {
     pub finish_time_fairness_jain: f64,
     /// Runs the replay's preemption pass stopped (0 with preemption off).
     pub preemptions: u64,
+    /// Gangs (jobs run evenly over several nodes) that ran.
+    pub gangs: usize,
+    /// The longest and the mean time a gang waited before its first start.
+    pub max_gang_queue_h: f64,
+    pub avg_gang_queue_h: f64,
     /// Jobs for which history had a prediction when they started.
     pub prediction_coverage: f64,
     /// Median of |predicted − actual| / actual over predicted jobs.
@@ -95,6 +100,12 @@ pub(crate) fn summarize(policy: &str, r: &Replay, ideal: &Ideal) -> Summary {
         .iter()
         .max_by(|a, b| a.finish_time_fairness.total_cmp(&b.finish_time_fairness));
     let predicted = errors.len().max(1) as f64;
+    let gang_waits: Vec<u64> = r
+        .records
+        .iter()
+        .filter(|j| j.gang)
+        .map(|j| j.start_ms - j.submit_ms)
+        .collect();
     Summary {
         policy: policy.to_owned(),
         jobs: r.records.len(),
@@ -117,6 +128,11 @@ pub(crate) fn summarize(policy: &str, r: &Replay, ideal: &Ideal) -> Summary {
         least_fairly_served: worst.map(|t| t.tenant.clone()).unwrap_or_default(),
         finish_time_fairness_jain: jain(&ftf),
         preemptions: r.preemptions,
+        gangs: gang_waits.len(),
+        max_gang_queue_h: gang_waits.iter().max().copied().unwrap_or(0) as f64 / HOUR_MS,
+        avg_gang_queue_h: gang_waits.iter().sum::<u64>() as f64
+            / gang_waits.len().max(1) as f64
+            / HOUR_MS,
         prediction_coverage: errors.len() as f64 / n,
         prediction_median_rel_error: errors.get(errors.len() / 2).copied().unwrap_or(0.0),
         prediction_within_2x: within as f64 / predicted,

@@ -48,10 +48,13 @@ pub struct Options {
     pub preemption: Preemption,
     /// Work a preempted run does again when it resumes from its checkpoint, milliseconds.
     pub checkpoint_ms: u64,
+    /// The gang starvation guard's limit in seconds (`SchedulerSettings::gang_wait_limit_s`;
+    /// 0: off).
+    pub gang_wait_limit_s: u64,
 }
 
-/// What every replay of a comparison shares besides the trace: the cluster, its tenants and
-/// preemption, and the learned ordering's weights.
+/// What every replay of a comparison shares besides the trace: the cluster, its tenants,
+/// preemption and the gang starvation guard, and the learned ordering's weights.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Setup {
     pub cluster: String,
@@ -59,6 +62,7 @@ pub(crate) struct Setup {
     pub tenants: Option<String>,
     pub preemption: Preemption,
     pub checkpoint_ms: u64,
+    pub gang_wait_limit_s: u64,
     pub learned: Option<LearnedWeights>,
 }
 
@@ -94,6 +98,7 @@ pub fn run(opts: &Options) -> anyhow::Result<Vec<Summary>> {
         tenants,
         preemption: opts.preemption,
         checkpoint_ms: opts.checkpoint_ms,
+        gang_wait_limit_s: opts.gang_wait_limit_s,
         learned,
     };
     let compared = compare(&trace.jobs, &setup, &opts.policies, opts.estimates)?;
@@ -175,6 +180,11 @@ pub(crate) fn compare(
         tenants::register(&mut state, text)?;
     }
     state.scheduler.preemption = setup.preemption;
+    state.scheduler.gang_wait_limit_s = setup.gang_wait_limit_s;
+    state
+        .scheduler
+        .validate()
+        .map_err(|e| anyhow::anyhow!("the scheduler settings: {e}"))?;
     let mut replays = Vec::new();
     for (name, policy) in &policies {
         let replay = engine::replay(jobs, &state, gpus, policy, estimates, setup.checkpoint_ms)

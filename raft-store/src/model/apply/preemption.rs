@@ -4,19 +4,19 @@
 use std::collections::BTreeMap;
 
 use crate::model::command::Preempt;
-use crate::model::job::JobState;
+use crate::model::job::{Job, JobState};
 use crate::model::outcome::ApplyResult;
 use crate::model::scheduler::Preemption;
 use crate::model::state::ClusterState;
 use crate::model::tenant;
 
 impl ClusterState {
-    pub(crate) fn preempt_all(&mut self, preemptions: &[Preempt]) -> ApplyResult {
+    pub(crate) fn preempt_all(&mut self, preemptions: &[Preempt], now_ms: u64) -> ApplyResult {
         let held = tenant::held_by_type(&self.jobs, &self.nodes);
         let mut preempted = Vec::new();
         let mut rejected = Vec::new();
         for p in preemptions {
-            match self.check_preemption(&held, p) {
+            match self.check_preemption(&held, p, now_ms) {
                 Ok(_) => {
                     if let Some(j) = self.jobs.get_mut(&p.job) {
                         j.evict_requested = true;
@@ -33,16 +33,19 @@ impl ClusterState {
         }
     }
 
-    /// Whether preemption `p` is allowed now, and of which kind (`reclaim` or `priority`):
-    /// the rule the leader plans with and `apply` enforces. Only a live run not already
-    /// stopping may be preempted, only for a pending job, never so that a tenant can borrow
-    /// (hold more than its guarantee of a type the run's GPUs are), and only to take GPUs back
-    /// from a tenant borrowing them (reclaim) or, with `priority` preemption on, from a job of
-    /// strictly lower priority.
+    /// Whether preemption `p` is allowed at `now_ms`, and of which kind (`reclaim`,
+    /// `starving gang` or `priority`): the rule the leader plans with and `apply` enforces.
+    /// Only a live run not already stopping may be preempted, only for a pending job, never so
+    /// that a tenant can borrow (hold more than its guarantee of a type the run's GPUs are),
+    /// and only to take GPUs back from a tenant borrowing them (reclaim), for a gang pending
+    /// longer than the starvation guard's limit from a single-node run of no higher priority
+    /// (a starving gang), or, with `priority` preemption on, from a job of strictly lower
+    /// priority.
     pub fn check_preemption(
         &self,
         held: &BTreeMap<(String, String), u32>,
         p: &Preempt,
+        now_ms: u64,
     ) -> Result<&'static str, String> {
         let mode = self.scheduler.preemption;
         if mode == Preemption::Off {
@@ -102,6 +105,12 @@ impl ClusterState {
         if reclaim {
             return Ok("reclaim");
         }
+        if self.is_starving_gang(ben, now_ms)
+            && victim.spec.nodes <= 1
+            && victim.spec.priority <= ben.spec.priority
+        {
+            return Ok("starving gang");
+        }
         if mode == Preemption::Priority && victim.spec.priority < ben.spec.priority {
             return Ok("priority");
         }
@@ -109,5 +118,16 @@ impl ClusterState {
             "j-{} (priority {}) is not of lower priority than j-{} (priority {}) and its tenant is not borrowing what j-{} is guaranteed",
             p.job, victim.spec.priority, p.for_job, ben.spec.priority, p.for_job
         ))
+    }
+
+    /// Whether `job` is a gang (`JobSpec::nodes` > 1) that has been pending longer than the
+    /// starvation guard's limit (`SchedulerSettings::gang_wait_limit_s`) at `now_ms`.
+    pub fn is_starving_gang(&self, job: &Job, now_ms: u64) -> bool {
+        job.state == JobState::Pending
+            && job.spec.nodes > 1
+            && self
+                .scheduler
+                .gang_wait_limit_ms()
+                .is_some_and(|limit| now_ms.saturating_sub(job.submitted_at_ms) >= limit)
     }
 }
