@@ -31,6 +31,16 @@ run philly-48x8-predicted --cluster 48x8xV100-32GB --estimates predicted \
 run philly-56x8-reclaim --cluster 56x8xV100-32GB --estimates predicted \
   --tenants "$out/philly-tenants-24.csv" --preemption reclaim --checkpoint-cost-s 600 \
   --policy fairshare+easy,sjf+easy,learned+easy
+# Gangs (the trace's jobs larger than a node, run evenly over several nodes): as they are, with
+# the starvation guard at 24 hours, and with the guard allowed to preempt (10 minutes lost per
+# stop; no tenant has a quota, so a starving gang is the only reason to preempt).
+run philly-56x8-gangs --cluster 56x8xV100-32GB --estimates predicted \
+  --policy sjf+easy,fairshare+easy
+run philly-56x8-gangs-guard --cluster 56x8xV100-32GB --estimates predicted \
+  --gang-wait-limit-s 86400 --policy sjf+easy,fairshare+easy
+run philly-56x8-gangs-guard-preempt --cluster 56x8xV100-32GB --estimates predicted \
+  --gang-wait-limit-s 86400 --preemption reclaim --checkpoint-cost-s 600 \
+  --policy sjf+easy,fairshare+easy
 # One scheduling pass: 10,000 pending jobs on 5,000 nodes, and 100,000 on 10,000 nodes.
 for policy in default sjf+easy fairshare+easy learned+easy; do
   args=()

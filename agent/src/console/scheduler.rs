@@ -285,7 +285,8 @@ fn as_trace(jobs: &[pb::Job]) -> Vec<trace::TraceJob> {
         .iter()
         .filter_map(|j| {
             let spec = j.spec.as_ref()?;
-            let gpus = spec.gpus * spec.nodes.max(1);
+            // A gang's `gpus` counts every node's share already.
+            let gpus = spec.gpus;
             let ran = j.finished_at_ms?.checked_sub(j.started_at_ms?)?;
             (gpus > 0).then(|| trace::TraceJob {
                 line: 0,
@@ -296,6 +297,12 @@ fn as_trace(jobs: &[pb::Job]) -> Vec<trace::TraceJob> {
                 name: spec.name.clone(),
                 priority: spec.priority.unwrap_or(0),
                 estimate_s: spec.runtime_estimate_s,
+                // One type required; several are a preference the replay cannot express.
+                gpu_type: match spec.gpu_types.as_slice() {
+                    [only] => Some(only.clone()),
+                    _ => None,
+                },
+                nodes: (spec.nodes > 1).then_some(spec.nodes),
             })
         })
         .collect();

@@ -3,7 +3,6 @@
 //! members in that order, so a heap of class heads yields the whole queue: a pass pays per
 //! class and per job it takes, not per pending job, and may pass over the rest of a class.
 
-use std::borrow::Cow;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::hash::BuildHasherDefault;
@@ -30,7 +29,7 @@ pub(crate) fn queue<'a>(
     env: &PlanEnv,
     pending: &'a PendingIndex,
 ) -> impl Iterator<Item = &'a Job> + 'a {
-    let mut q = Queue::new(state, policy, env, Cow::Borrowed(pending));
+    let mut q = Queue::new(state, policy, env, pending);
     std::iter::from_fn(move || {
         let job = q.next()?;
         q.placed();
@@ -41,8 +40,8 @@ pub(crate) fn queue<'a>(
 /// One pass's queue.
 pub(crate) struct Queue<'a> {
     state: &'a ClusterState,
-    index: Cow<'a, PendingIndex>,
-    draw: Draw,
+    index: &'a PendingIndex,
+    draw: Draw<'a>,
     /// Whether `pass_over_class` may act: not when every job must be looked at (a pass that
     /// explains).
     may_pass_over: bool,
@@ -71,9 +70,9 @@ enum Key {
     Score(Load),
 }
 
-enum Draw {
-    /// FCFS: pending jobs in id order, straight from the index.
-    Arrivals { after: Option<JobId> },
+enum Draw<'a> {
+    /// FCFS: pending jobs in id order (with their classes), straight from the index.
+    Arrivals(std::collections::btree_set::Iter<'a, (JobId, usize)>),
     /// SJF, priority, learned: one heap of class heads.
     Heads { heap: BinaryHeap<Head>, keys: Keys },
     /// Fair share: tenants take turns, least loaded first; inside a tenant, its class heads.
@@ -146,17 +145,17 @@ impl<'a> Queue<'a> {
         state: &'a ClusterState,
         policy: &Policy,
         env: &PlanEnv,
-        index: Cow<'a, PendingIndex>,
+        index: &'a PendingIndex,
     ) -> Self {
         debug_assert_eq!(index.ordering(), policy.ordering);
-        let idx: &PendingIndex = &index;
+        let idx = index;
         let heads = |key: &dyn Fn(usize, Rank) -> Key| -> Vec<Head> {
             idx.classes()
                 .filter_map(|(i, c)| c.after(None).map(|r| Reverse((key(i, r), r, i))))
                 .collect()
         };
         let draw = match policy.ordering {
-            Ordering::Fcfs => Draw::Arrivals { after: None },
+            Ordering::Fcfs => Draw::Arrivals(idx.arrivals()),
             Ordering::FairShare => {
                 let by_base = |i: usize, _: Rank| Key::Base(Reverse(idx.class(i).spec.priority));
                 Draw::Turns(Turns::new(state, env, idx, heads(&by_base)))
@@ -277,12 +276,11 @@ impl<'a> Queue<'a> {
 
     /// The ordering's next job (class, id), leaving out classes passed over.
     fn draw(&mut self) -> Option<(usize, JobId)> {
-        let index: &PendingIndex = &self.index;
+        let index = self.index;
         loop {
             match &mut self.draw {
-                Draw::Arrivals { after } => {
-                    let (id, class) = index.arrival_after(*after)?;
-                    *after = Some(id);
+                Draw::Arrivals(arrivals) => {
+                    let &(id, class) = arrivals.next()?;
                     if !self.passed_over[class] {
                         return Some((class, id));
                     }

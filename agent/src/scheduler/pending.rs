@@ -220,16 +220,9 @@ impl PendingIndex {
             .filter_map(|(slot, c)| c.as_ref().map(|c| (slot, c)))
     }
 
-    /// FCFS: the first pending job after `id` (from the start with `None`), and its class.
-    pub(crate) fn arrival_after(&self, id: Option<JobId>) -> Option<(JobId, usize)> {
-        let from = match id {
-            None => std::ops::Bound::Unbounded,
-            Some(id) => std::ops::Bound::Excluded((id, usize::MAX)),
-        };
-        self.arrivals
-            .range((from, std::ops::Bound::Unbounded))
-            .next()
-            .copied()
+    /// FCFS: the pending jobs in id order, each with its class.
+    pub(crate) fn arrivals(&self) -> std::collections::btree_set::Iter<'_, (JobId, usize)> {
+        self.arrivals.iter()
     }
 
     fn rank(&self, job: &Job) -> Rank {
@@ -314,11 +307,7 @@ mod tests {
         assert_eq!(members(&kept), members(&built));
         assert!(!kept.has_cpu_only());
         assert_eq!(kept.classes().count(), 2, "an emptied class is dropped");
-        let arrivals: Vec<u64> = std::iter::successors(kept.arrival_after(None), |(id, _)| {
-            kept.arrival_after(Some(*id))
-        })
-        .map(|(id, _)| id)
-        .collect();
+        let arrivals: Vec<u64> = kept.arrivals().map(|(id, _)| *id).collect();
         assert_eq!(arrivals, [1, 3, 5]);
     }
 

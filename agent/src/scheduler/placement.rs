@@ -142,6 +142,16 @@ impl<'a> Nodes<'a> {
         self.find(spec, gangs, avoid)
     }
 
+    /// A single-node `spec` on slot `i` alone, if it fits there now.
+    pub(super) fn place_on(&self, i: usize, spec: &JobSpec) -> Option<Placement> {
+        let want = spec.gpus as usize;
+        let slot = &self.slots[i];
+        let fits = spec.nodes <= 1
+            && selector_matches(spec, &slot.labels)
+            && matching_free(slot, spec) >= want;
+        fits.then(|| vec![(i, self.pick_in(i, spec, want))])
+    }
+
     /// `want` GPUs of slot `slot` that fit `spec`, best placed (NUMA, NVLink).
     fn pick_in(&self, slot: usize, spec: &JobSpec, want: usize) -> Vec<u32> {
         let fitting: Vec<&GpuRecord> = self.slots[slot]

@@ -34,12 +34,7 @@ pub struct Plan {
 /// now, unless the backfill mode holds it back for a job ahead of it.
 pub fn plan(state: &ClusterState, policy: &Policy, env: &PlanEnv) -> Plan {
     let pending = PendingIndex::of(state, policy.ordering);
-    plan_queue(
-        state,
-        policy,
-        Queue::new(state, policy, env, Cow::Owned(pending)),
-        env,
-    )
+    plan_pending(state, policy, env, &pending)
 }
 
 /// `plan` with the pending jobs of `state` already indexed (kept up to date by the
@@ -50,12 +45,7 @@ pub fn plan_pending(
     env: &PlanEnv,
     pending: &PendingIndex,
 ) -> Plan {
-    plan_queue(
-        state,
-        policy,
-        Queue::new(state, policy, env, Cow::Borrowed(pending)),
-        env,
-    )
+    plan_queue(state, policy, Queue::new(state, policy, env, pending), env)
 }
 
 fn plan_queue<'a>(
@@ -387,9 +377,7 @@ impl<'a> Pass<'a> {
         };
         let want = spec.gpus as usize;
         let outlasts = end_ms.is_none_or(|end| end > r.start_ms);
-        // With a gang's several reserved nodes, a bigger job may fit one's spare GPUs where a
-        // smaller one, best fit on another, did not: no size memo then.
-        let memo = memo && outlasts && is_plain(head) && head.nodes <= 1;
+        let memo = memo && outlasts && is_plain(head);
         if !(memo && want >= self.held_from)
             && backfill::admit(r, head, &self.nodes, &placement, end_ms)
         {
@@ -406,6 +394,16 @@ impl<'a> Pass<'a> {
             && backfill::admit(r, head, &self.nodes, &elsewhere, end_ms)
         {
             return Some(elsewhere);
+        }
+        // A gang's other reserved nodes may have the spare GPUs its best fit lacked. (Tried
+        // last, so that a job held back is one no node can take: failure stays monotone in
+        // size, as the size memo needs.)
+        let spare = reserved.iter().find_map(|&slot| {
+            let there = self.nodes.place_on(slot, spec)?;
+            backfill::admit(r, head, &self.nodes, &there, end_ms).then_some(there)
+        });
+        if spare.is_some() {
+            return spare;
         }
         if memo {
             self.held_from = self.held_from.min(want);

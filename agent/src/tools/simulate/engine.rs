@@ -484,22 +484,27 @@ fn is_fragmented(
 /// The id of no job: an entry of the end events that only makes a pass happen then.
 const WAKE_UP: JobId = 0;
 
-/// The trace's job as submitted. One larger than a node (`node_size` GPUs) is a gang asked for
-/// over as few nodes as can hold it evenly, as a distributed training job is launched (a size
-/// no such split fits is left for the planner to split however the free GPUs allow).
+/// The trace's job as submitted. A gang over the nodes the trace names; without, one larger
+/// than a node (`node_size` GPUs) is a gang over as few nodes as can hold it evenly, as a
+/// distributed training job is launched (a size no such split fits is left for the planner to
+/// split however the free GPUs allow).
 fn pending_job(id: JobId, t: &TraceJob, estimates: Estimates, node_size: u32) -> Job {
     let estimate_s = match estimates {
         Estimates::Exact => Some(t.duration_ms.div_ceil(1000)),
         Estimates::Predicted => t.estimate_s,
     };
-    let nodes = match t.gpus.div_ceil(node_size.max(1)) {
-        k if k > 1 && t.gpus.is_multiple_of(k) => k,
-        _ => 0,
+    let nodes = match t.nodes {
+        Some(k) => k,
+        None => match t.gpus.div_ceil(node_size.max(1)) {
+            k if k > 1 && t.gpus.is_multiple_of(k) => k,
+            _ => 0,
+        },
     };
     let spec = JobSpec {
         name: t.name.clone(),
         tenant: t.tenant.clone(),
         gpus: t.gpus,
+        gpu_types: t.gpu_type.iter().cloned().collect(),
         nodes,
         priority: t.priority,
         runtime_estimate_s: estimate_s,
@@ -617,6 +622,27 @@ mod tests {
         state.scheduler.gang_wait_limit_s = 3600;
         // Starving at 3601 s: the runs started at 1800 s and 3600 s end at 5400 s and 7200 s.
         assert_eq!(gang_start(&state), 7200 - 1);
+    }
+
+    #[test]
+    fn a_gpu_type_column_keeps_jobs_on_their_type_and_a_nodes_column_makes_gangs() {
+        let t = trace::parse(
+            "submit,duration,gpus,gpu_type,nodes\n0,100,4,T4,\n0,100,4,T4,\n1,10,4,,2\n",
+            false,
+        )
+        .expect("trace");
+        let (state, gpus) = cluster::build("1x4xV100-32GB+2x4xT4-16GB").expect("cluster");
+        let policy: Policy = "fcfs+greedy".parse().expect("policy");
+        let r = replay(&t.jobs, &state, gpus, &policy, Estimates::Exact, 0).expect("replay");
+        let mut got: Vec<(usize, u64, bool)> = r
+            .records
+            .iter()
+            .map(|j| (j.job, j.start_ms / 1000, j.gang))
+            .collect();
+        got.sort_unstable();
+        // Both T4 jobs start at once on the two T4 nodes; the 2 × 2 gang needs two nodes
+        // with 2 GPUs free, and only the V100 node has any until 100 s.
+        assert_eq!(got, vec![(0, 0, false), (1, 0, false), (2, 100, true)]);
     }
 
     #[test]

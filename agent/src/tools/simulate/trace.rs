@@ -2,10 +2,14 @@
 //! generic CSV, both read by header name. Bad rows are reported with their line number.
 //!
 //! Generic format (a header line, then one job per line; plain commas, no quoting):
-//! `submit,duration,gpus[,tenant][,name][,priority][,estimate]` in any column order, where
+//! `submit,duration,gpus[,tenant][,name][,priority][,estimate][,gpu_type][,nodes]` in any column
+//! order, where
 //! `submit` is seconds since the trace start (or `timestamp` as `YYYY-MM-DD HH:MM:SS` UTC),
 //! `duration` and `estimate` are seconds, `gpus` is a whole count (`num_gpus` also accepted)
-//! and `tenant` (or `cluster`) names the tenant. Unknown columns (e.g. `gpu_time`) are ignored.
+//! `tenant` (or `cluster`) names the tenant and `gpu_type` the GPU type the job requires (as a
+//! cluster's models name them: `V100`, `T4`; empty: any), and `nodes` makes the job a gang of
+//! that many nodes (`gpus` in all; empty: a job larger than a node is a gang over as few nodes as
+//! hold it evenly). Unknown columns (e.g. `gpu_time`) are ignored.
 
 use std::fmt;
 
@@ -23,6 +27,10 @@ pub(crate) struct TraceJob {
     pub priority: i32,
     /// The user's runtime estimate, if the trace has one.
     pub estimate_s: Option<u64>,
+    /// The GPU type it requires, if any.
+    pub gpu_type: Option<String>,
+    /// A gang over this many nodes, if the trace says.
+    pub nodes: Option<u32>,
 }
 
 /// A row that could not be read.
@@ -62,6 +70,8 @@ struct Columns {
     name: Option<usize>,
     priority: Option<usize>,
     estimate: Option<usize>,
+    gpu_type: Option<usize>,
+    nodes: Option<usize>,
     width: usize,
 }
 
@@ -148,6 +158,8 @@ fn columns(header: &str) -> Result<Columns, TraceError> {
         name: find(&["name"]),
         priority: find(&["priority"]),
         estimate: find(&["estimate"]),
+        gpu_type: find(&["gpu_type"]),
+        nodes: find(&["nodes"]),
         width: names.len(),
     })
 }
@@ -189,6 +201,17 @@ fn row(cols: &Columns, line: &str, number: usize) -> Result<(f64, TraceJob), Str
             .parse()
             .map_err(|_| format!("priority {p:?} is not an integer"))?,
     };
+    let nodes = match cols.nodes.map(|c| fields[c]) {
+        None | Some("") => None,
+        Some(n) => match n.parse::<u32>() {
+            Ok(k) if k >= 1 && gpus.is_multiple_of(k) => Some(k),
+            _ => {
+                return Err(format!(
+                    "nodes {n:?} must be a whole number of at least 1 that divides the GPU count {gpus}"
+                ));
+            }
+        },
+    };
     let estimate_s = match cols.estimate.map(|c| fields[c]) {
         None | Some("") => None,
         Some(e) => Some(seconds("estimate", e)?.ceil() as u64),
@@ -204,6 +227,8 @@ fn row(cols: &Columns, line: &str, number: usize) -> Result<(f64, TraceJob), Str
             name: text(cols.name),
             priority,
             estimate_s,
+            gpu_type: Some(text(cols.gpu_type)).filter(|t| !t.is_empty()),
+            nodes,
         },
     ))
 }
@@ -293,7 +318,7 @@ mod tests {
     #[test]
     fn generic_rows_with_optional_columns() {
         let t = parse(
-            "gpus,submit,duration,tenant,name,priority,estimate\n4,10,60,a,bert,2,90\n1,0,5,,,,\n",
+            "gpus,submit,duration,tenant,name,priority,estimate,gpu_type,nodes\n4,10,60,a,bert,2,90,T4,2\n1,0,5,,,,,,\n",
             false,
         )
         .expect("parse");
@@ -309,8 +334,21 @@ mod tests {
                 name: "bert".into(),
                 priority: 2,
                 estimate_s: Some(90),
+                gpu_type: Some("T4".into()),
+                nodes: Some(2),
             }
         );
+    }
+
+    #[test]
+    fn a_gang_node_count_must_divide_its_gpus() {
+        for bad in ["3", "0", "x", "-2"] {
+            let text = format!("submit,duration,gpus,nodes\n0,10,8,{bad}\n");
+            let Err(TraceError::BadRows { first, .. }) = parse(&text, false) else {
+                panic!("nodes {bad} must be refused");
+            };
+            assert!(first.message.contains("divides the GPU count 8"), "{first}");
+        }
     }
 
     #[test]
