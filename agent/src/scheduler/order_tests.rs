@@ -21,9 +21,11 @@ fn cluster(jobs: &[(u32, i32, Option<u64>, usize, u64)], running: &[(u32, usize)
     for id in 1..=3 {
         node(&mut s, id, (0..8).map(|g| gpu(g, "A100", g % 2)).collect());
     }
+    // 16 GPUs: a gang asked for over two nodes.
     let with = |gpus: u32, priority: i32, estimate: Option<u64>, t: usize| JobSpec {
         tenant: TENANTS[t].into(),
         runtime_estimate_s: estimate,
+        nodes: if gpus == 16 { 2 } else { 0 },
         ..spec(gpus, priority)
     };
     for &(gpus, t) in running {
@@ -144,7 +146,7 @@ fn with_test_weights(p: Policy) -> Policy {
 fn arb_jobs() -> impl Strategy<Value = Vec<(u32, i32, Option<u64>, usize, u64)>> {
     proptest::collection::vec(
         (
-            prop_oneof![Just(0u32), Just(1), Just(2), Just(8), Just(12)],
+            prop_oneof![Just(0u32), Just(1), Just(2), Just(8), Just(12), Just(16)],
             -1i32..2,
             proptest::option::of(prop_oneof![Just(60u64), Just(600), Just(6000)]),
             0usize..3,
@@ -185,13 +187,20 @@ proptest! {
         running in arb_running(),
         which in 0usize..POLICIES.len(),
         gangs in any::<bool>(),
+        guard in any::<bool>(),
     ) {
         let s = cluster(&jobs, &running);
         let base = with_test_weights(POLICIES[which].parse().expect("policy"));
         let env = PlanEnv::new(7_200_000, &base);
         // A pass that explains looks at every job; one that does not passes over classes.
         let pass = |explain: bool| {
-            let p = Policy { explain, multi_node_gangs: gangs, ..base.clone() };
+            let p = Policy {
+                explain,
+                multi_node_gangs: gangs,
+                // Gangs submitted in the first hour are starving.
+                gang_wait_limit_ms: guard.then_some(3_600_000),
+                ..base.clone()
+            };
             let out = plan(&s, &p, &env);
             (out.binds, out.reservation)
         };
