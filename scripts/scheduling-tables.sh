@@ -31,6 +31,10 @@ run philly-48x8-predicted --cluster 48x8xV100-32GB --estimates predicted \
 run philly-56x8-reclaim --cluster 56x8xV100-32GB --estimates predicted \
   --tenants "$out/philly-tenants-24.csv" --preemption reclaim --checkpoint-cost-s 600 \
   --policy fairshare+easy,sjf+easy,learned+easy
+# The same with the gang starvation guard at 24 hours.
+run philly-56x8-reclaim-guard --cluster 56x8xV100-32GB --estimates predicted \
+  --tenants "$out/philly-tenants-24.csv" --preemption reclaim --checkpoint-cost-s 600 \
+  --gang-wait-limit-s 86400 --policy fairshare+easy
 # Gangs (the trace's jobs larger than a node, run evenly over several nodes): as they are, with
 # the starvation guard at 24 hours, and with the guard allowed to preempt (10 minutes lost per
 # stop; no tenant has a quota, so a starving gang is the only reason to preempt).
