@@ -29,6 +29,13 @@ fn guarded(preemption: Preemption) -> SchedulerSettings {
     }
 }
 
+fn priority_preemption() -> SchedulerSettings {
+    SchedulerSettings {
+        preemption: Preemption::Priority,
+        ..SchedulerSettings::default()
+    }
+}
+
 fn gang(nodes: u32, gpus: u32, estimate_s: u64) -> JobSpec {
     JobSpec {
         nodes,
@@ -193,14 +200,7 @@ fn a_starving_gang_never_preempts_another_gang_and_off_means_off() {
 
 #[test]
 fn a_gang_of_higher_priority_preempts_on_k_nodes() {
-    let mut s = cluster(
-        3,
-        2,
-        SchedulerSettings {
-            preemption: Preemption::Priority,
-            ..SchedulerSettings::default()
-        },
-    );
+    let mut s = cluster(3, 2, priority_preemption());
     let fcfs = policy(&s, "fcfs");
     for priority in [1, 0, 0] {
         submit_at(&mut s, 0, single(2, 3600, priority));
@@ -222,14 +222,7 @@ fn a_gang_of_higher_priority_preempts_on_k_nodes() {
 
 #[test]
 fn runs_preempted_for_a_job_then_held_are_free_to_start_again() {
-    let mut s = cluster(
-        1,
-        2,
-        SchedulerSettings {
-            preemption: Preemption::Priority,
-            ..SchedulerSettings::default()
-        },
-    );
+    let mut s = cluster(1, 2, priority_preemption());
     let fcfs = policy(&s, "fcfs");
     submit_at(&mut s, 0, single(2, 3600, 0));
     pass_at(&mut s, &fcfs, 0);

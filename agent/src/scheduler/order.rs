@@ -148,21 +148,21 @@ impl<'a> Queue<'a> {
         index: &'a PendingIndex,
     ) -> Self {
         debug_assert_eq!(index.ordering(), policy.ordering);
-        let idx = index;
         let heads = |key: &dyn Fn(usize, Rank) -> Key| -> Vec<Head> {
-            idx.classes()
+            index
+                .classes()
                 .filter_map(|(i, c)| c.after(None).map(|r| Reverse((key(i, r), r, i))))
                 .collect()
         };
         let draw = match policy.ordering {
-            Ordering::Fcfs => Draw::Arrivals(idx.arrivals()),
+            Ordering::Fcfs => Draw::Arrivals(index.arrivals()),
             Ordering::FairShare => {
-                let by_base = |i: usize, _: Rank| Key::Base(Reverse(idx.class(i).spec.priority));
-                Draw::Turns(Turns::new(state, env, idx, heads(&by_base)))
+                let by_base = |i: usize, _: Rank| Key::Base(Reverse(index.class(i).spec.priority));
+                Draw::Turns(Turns::new(state, env, index, heads(&by_base)))
             }
             ordering => {
                 // Per slot; an empty slot's key is never read.
-                let slots = || (0..idx.slots()).map(|i| idx.slot(i));
+                let slots = || (0..index.slots()).map(|i| index.slot(i));
                 // Each tenant's share of recent usage, where the ordering's key weighs it.
                 let weighs_usage = match ordering {
                     Ordering::Learned => policy.learned.usage != 0.0,
@@ -213,7 +213,7 @@ impl<'a> Queue<'a> {
         };
         let may_pass_over = !policy.explain;
         let overdue = if policy.gang_wait_limit_ms.is_some() {
-            overdue_gangs(state, idx, policy, env.now_ms)
+            overdue_gangs(state, index, policy, env.now_ms)
         } else {
             Vec::new()
         };
@@ -221,7 +221,7 @@ impl<'a> Queue<'a> {
         overdue_ids.sort_unstable();
         Self {
             state,
-            passed_over: vec![false; idx.slots()],
+            passed_over: vec![false; index.slots()],
             index,
             draw,
             may_pass_over,

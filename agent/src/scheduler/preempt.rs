@@ -65,16 +65,16 @@ pub fn preemptions(
             Admission::Only(types) => restrict(&job.spec, types),
             Admission::OverQuota(_) => continue,
         };
-        let stops = Victims {
+        let victims = Victims {
             state,
             held: &held,
             by_node: &by_node,
             now_ms: env.now_ms,
         };
         let chosen = if spec.nodes > 1 {
-            stops.for_gang(job, &spec)
+            victims.for_gang(job, &spec)
         } else {
-            stops.for_one_node(job, &spec)
+            victims.for_one_node(job, &spec)
         };
         if let Some(chosen) = chosen {
             return chosen;

@@ -103,6 +103,13 @@ pub(crate) fn replay(
     let mut placements: HashMap<JobId, Vec<(NodeId, Vec<u32>)>> = HashMap::new();
     let mut pending = PendingIndex::new(policy.ordering);
     let mut pending_by_gpus: BTreeMap<u32, usize> = BTreeMap::new();
+    // GPUs per node, largest first (where a gang can be split evenly).
+    let mut node_sizes: Vec<u32> = cluster
+        .nodes
+        .values()
+        .map(|n| n.inventory.gpus.len() as u32)
+        .collect();
+    node_sizes.sort_unstable_by(|a, b| b.cmp(a));
     let node_size = cluster
         .nodes
         .values()
@@ -165,7 +172,7 @@ pub(crate) fn replay(
                 break;
             }
             let id = next_arrival as JobId + 1;
-            let job = pending_job(id, j, estimates, node_size);
+            let job = pending_job(id, j, estimates, &node_sizes);
             // The starvation guard acts on its own time: a pass then, whatever else happens.
             if let Some(limit) = policy.gang_wait_limit_ms.filter(|_| job.spec.nodes > 1) {
                 ends.push(Reverse((t + limit, WAKE_UP, 0)));
@@ -485,21 +492,15 @@ fn is_fragmented(
 const WAKE_UP: JobId = 0;
 
 /// The trace's job as submitted. A gang over the nodes the trace names; without, one larger
-/// than a node (`node_size` GPUs) is a gang over as few nodes as can hold it evenly, as a
-/// distributed training job is launched (a size no such split fits is left for the planner to
-/// split however the free GPUs allow).
-fn pending_job(id: JobId, t: &TraceJob, estimates: Estimates, node_size: u32) -> Job {
+/// than every node is a gang over as few nodes as can hold it evenly (`node_sizes`: GPUs per
+/// node, largest first), as a distributed training job is launched; one that no even split
+/// fits is left for the planner to split however the free GPUs allow.
+fn pending_job(id: JobId, t: &TraceJob, estimates: Estimates, node_sizes: &[u32]) -> Job {
     let estimate_s = match estimates {
         Estimates::Exact => Some(t.duration_ms.div_ceil(1000)),
         Estimates::Predicted => t.estimate_s,
     };
-    let nodes = match t.nodes {
-        Some(k) => k,
-        None => match t.gpus.div_ceil(node_size.max(1)) {
-            k if k > 1 && t.gpus.is_multiple_of(k) => k,
-            _ => 0,
-        },
-    };
+    let nodes = t.nodes.unwrap_or_else(|| even_split(t.gpus, node_sizes));
     let spec = JobSpec {
         name: t.name.clone(),
         tenant: t.tenant.clone(),
@@ -513,10 +514,33 @@ fn pending_job(id: JobId, t: &TraceJob, estimates: Estimates, node_size: u32) ->
     Job::pending(id, spec, None, t.submit_ms)
 }
 
+/// The fewest nodes K > 1 over which `gpus` split evenly with K nodes large enough for a share
+/// (`node_sizes` largest first); 0 for a job that fits one node, or that no even split fits.
+fn even_split(gpus: u32, node_sizes: &[u32]) -> u32 {
+    let largest = node_sizes.first().copied().unwrap_or(0).max(1);
+    if gpus <= largest {
+        return 0;
+    }
+    (gpus.div_ceil(largest)..=node_sizes.len() as u32)
+        .find(|&k| gpus.is_multiple_of(k) && node_sizes[k as usize - 1] >= gpus / k)
+        .unwrap_or(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::tools::simulate::{cluster, trace};
+
+    #[test]
+    fn gangs_split_evenly_over_the_fewest_nodes_that_can_hold_them() {
+        assert_eq!(even_split(8, &[8, 8]), 0, "fits one node");
+        assert_eq!(even_split(16, &[8, 8, 8]), 2);
+        assert_eq!(even_split(12, &[8, 8]), 2, "6 + 6");
+        assert_eq!(even_split(24, &[8, 8]), 0, "3 × 8 needs 3 nodes");
+        // 4 + 2 + 2 GPUs: no even split of 8 (2 × 4 needs two nodes of 4): split however.
+        assert_eq!(even_split(8, &[4, 2, 2]), 0);
+        assert_eq!(even_split(6, &[4, 2, 2]), 3, "3 × 2");
+    }
 
     /// A (2 GPUs, 100 s) at 0, B (all 4 GPUs, 100 s) at 1, C (1 GPU, 10 s) at 2, on one node.
     const TRACE: &str = "submit,duration,gpus\n0,100,2\n1,100,4\n2,10,1\n";
