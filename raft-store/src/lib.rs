@@ -41,13 +41,14 @@ pub use model::job_update::JobUpdate;
 pub use model::kept_index::{JobChanges, KeptIndex};
 pub use model::node::{
     CONTAINER_RUNTIME_LABEL, EdgeTerms, GpuRecord, Inventory, NodeRecord, NodeStatus, SITE_LABEL,
-    TOPOLOGY_LABELS, gpu_fits,
+    gpu_fits,
 };
 pub use model::outcome::{ApplyResult, Rejection};
 pub use model::partition::{GpuMode, PartitionSpec, Slice, SliceBind, SliceRequest};
 pub use model::scheduler::SchedulerSettings;
 pub use model::state::ClusterState;
 pub use model::tenant::{Quota, TenantRecord};
+pub use model::topology::TOPOLOGY_LABELS;
 pub use storage::engine::{KvEngine, Scan, SledEngine, Space};
 pub use storage::error::OpenError;
 pub use storage::format::DATA_FORMAT_VERSION;

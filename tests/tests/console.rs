@@ -413,8 +413,13 @@ async fn the_jobs_page_over_ten_thousand_jobs_paints_and_pages() {
     }
     const JOBS: usize = 10_000;
     const CLIENTS: usize = 32;
-    // The fill goes faster than one token's request rate allows.
-    let c = Cluster::start(1, 1, "[api]\nrequests_per_second = 0\n").await;
+    // The fill goes faster than one token's (or one source's) request rate allows.
+    let c = Cluster::start(
+        1,
+        1,
+        "[api]\nrequests_per_second = 0\nsource_requests_per_second = 0\n",
+    )
+    .await;
     let base = format!("https://{}", c.addr(1));
     let admin = c.admin_token();
     let started = std::time::Instant::now();

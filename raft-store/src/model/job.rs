@@ -74,7 +74,7 @@ pub struct JobSpec {
     #[serde(default, skip_serializing_if = "is_single_node")]
     pub nodes: u32,
     /// A gang's nodes must all lie inside one domain of this topology level
-    /// (`node::TOPOLOGY_LABELS`: `nvlink-domain`, `rack` or `block`, a label on the nodes).
+    /// (`topology::TOPOLOGY_LABELS`: `nvlink-domain`, `rack` or `block`, a label on the nodes).
     /// Without it a gang is still placed inside the narrowest domain that can hold it now.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub topology: Option<String>,

@@ -30,5 +30,6 @@ pub mod scheduler;
 pub mod slice_fit;
 pub(crate) mod state;
 pub mod tenant;
+pub(crate) mod topology;
 pub mod validate;
 pub mod webhook;

@@ -53,13 +53,6 @@ pub enum NodeStatus {
 /// The label naming a node's site; placement selects on it like on any label.
 pub const SITE_LABEL: &str = "site";
 
-/// The node labels that declare the network topology, narrowest first, each naming the domain
-/// the node is in: its NVLink domain (one NVSwitch fabric, such as an NVL72 rack), its rack,
-/// its network block (the nodes under one leaf or spine switch). Domains are meant to nest.
-/// A gang goes inside the narrowest domain that can hold it (Slurm's topology/block, Kueue's
-/// topology-aware scheduling), and must when it names a level (`JobSpec::topology`).
-pub const TOPOLOGY_LABELS: [&str; 3] = ["nvlink-domain", "rack", "block"];
-
 /// The label an agent sets to the container runtime it runs container jobs with (`podman`,
 /// `apptainer`, `enroot`). Container jobs are placed only on nodes that carry it.
 pub const CONTAINER_RUNTIME_LABEL: &str = "gpumesh.io/container-runtime";

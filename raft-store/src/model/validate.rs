@@ -429,10 +429,10 @@ fn placement(spec: &JobSpec) -> Result<(), String> {
         ));
     }
     if let Some(level) = &spec.topology {
-        if !crate::model::node::TOPOLOGY_LABELS.contains(&level.as_str()) {
+        if !crate::model::topology::TOPOLOGY_LABELS.contains(&level.as_str()) {
             return Err(format!(
                 "unknown topology level {level:?}: expected one of {}",
-                crate::model::node::TOPOLOGY_LABELS.join(", ")
+                crate::model::topology::TOPOLOGY_LABELS.join(", ")
             ));
         }
         if spec.nodes <= 1 {
