@@ -5,9 +5,7 @@
 
 use gpu_raft_store::{JobId, JobSpec, NodeId, gpu_fits};
 
-use super::placement::{
-    Nodes, Placement, by_domain, is_plain, levels_up_to, matching, selector_matches,
-};
+use super::placement::{Nodes, Placement, gang_domains, is_plain, matching, selector_matches};
 
 /// A run holding GPUs during the pass (running before it, or started by it).
 #[derive(Clone, Debug)]
@@ -137,19 +135,12 @@ fn reserve_even_gang(
 ) -> Option<Reservation> {
     let per = spec.gpus_per_node() as usize;
     let k = spec.node_count() as usize;
-    let groups: Vec<Vec<usize>> = match spec.topology.as_deref() {
-        None => vec![(0..profiles.len()).collect()],
-        Some(level) => levels_up_to(level)
-            .iter()
-            .flat_map(|level| {
-                let labelled = profiles
-                    .iter()
-                    .enumerate()
-                    .map(|(i, p)| (&nodes.slots[p.slot].labels, i));
-                by_domain(level, labelled).into_values()
-            })
-            .collect(),
-    };
+    let labelled: Vec<_> = profiles
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (&nodes.slots[p.slot].labels, i))
+        .collect();
+    let groups = gang_domains(spec.topology.as_deref(), &labelled);
     let (start_ms, chosen) = groups
         .iter()
         .filter_map(|group| soonest(group, profiles, per, k, now_ms))

@@ -307,19 +307,16 @@ impl<'a> Nodes<'a> {
     /// Eligible nodes with at least `per` matching GPUs, free or not (for a gang's nodes).
     /// With a topology level required, the most in any one domain.
     pub(super) fn nodes_with_capacity(&self, spec: &JobSpec, per: usize) -> usize {
-        let able = self
+        let able: Vec<(&BTreeMap<String, String>, ())> = self
             .slots
             .iter()
             .filter(|s| selector_matches(spec, &s.labels))
-            .filter(|s| s.all.iter().filter(|g| gpu_fits(g, spec)).count() >= per);
-        let Some(required) = spec.topology.as_deref() else {
-            return able.count();
-        };
-        let able: Vec<&Slot<'_>> = able.collect();
-        levels_up_to(required)
+            .filter(|s| s.all.iter().filter(|g| gpu_fits(g, spec)).count() >= per)
+            .map(|s| (&s.labels, ()))
+            .collect();
+        gang_domains(spec.topology.as_deref(), &able)
             .iter()
-            .flat_map(|level| by_domain(level, able.iter().map(|s| (&s.labels, ()))).into_values())
-            .map(|members| members.len())
+            .map(Vec::len)
             .max()
             .unwrap_or(0)
     }
@@ -373,9 +370,25 @@ impl<'a> Nodes<'a> {
     }
 }
 
+/// The groups of `items` (each with its node's labels) that a gang may be placed in as a
+/// whole: all of them without a required topology level; with one, the items of each domain of
+/// that level or a narrower one (narrowest first).
+pub(crate) fn gang_domains<T: Copy>(
+    required: Option<&str>,
+    items: &[(&BTreeMap<String, String>, T)],
+) -> Vec<Vec<T>> {
+    match required {
+        None => vec![items.iter().map(|(_, item)| *item).collect()],
+        Some(level) => levels_up_to(level)
+            .iter()
+            .flat_map(|level| by_domain(level, items.iter().copied()).into_values())
+            .collect(),
+    }
+}
+
 /// The topology levels a gang that requires `level` may be placed in: the narrower ones first
 /// (domains nest), then `level` itself; none for an unknown level.
-pub(crate) fn levels_up_to(level: &str) -> &'static [&'static str] {
+fn levels_up_to(level: &str) -> &'static [&'static str] {
     match TOPOLOGY_LABELS.iter().position(|l| *l == level) {
         Some(i) => &TOPOLOGY_LABELS[..=i],
         None => &[],
@@ -384,7 +397,7 @@ pub(crate) fn levels_up_to(level: &str) -> &'static [&'static str] {
 
 /// `items` grouped by the domain their node is in at topology `level` (the value of the label
 /// of that name), in order of domain name; items of nodes without the label are left out.
-pub(crate) fn by_domain<'l, T>(
+fn by_domain<'l, T>(
     level: &str,
     items: impl IntoIterator<Item = (&'l BTreeMap<String, String>, T)>,
 ) -> BTreeMap<&'l str, Vec<T>> {

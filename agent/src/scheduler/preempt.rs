@@ -14,7 +14,7 @@ use gpu_raft_store::{
 use super::env::PlanEnv;
 use super::order;
 use super::pending::PendingIndex;
-use super::placement::{by_domain, levels_up_to, selector_matches};
+use super::placement::{gang_domains, selector_matches};
 use super::policy::Policy;
 use super::quota::{Admission, QuotaBook, restrict};
 
@@ -121,16 +121,11 @@ impl Victims<'_> {
             .nodes(spec)
             .filter_map(|(node, labels)| Some((labels, self.on_node(node, job, spec, per)?)))
             .collect();
-        let groups: Vec<Vec<&Stops>> = match spec.topology.as_deref() {
-            None => vec![costs.iter().map(|(_, stops)| stops).collect()],
-            Some(level) => levels_up_to(level)
-                .iter()
-                .flat_map(|level| {
-                    by_domain(level, costs.iter().map(|(labels, stops)| (labels, stops)))
-                        .into_values()
-                })
-                .collect(),
-        };
+        let labelled: Vec<(&BTreeMap<String, String>, &Stops)> = costs
+            .iter()
+            .map(|(labels, stops)| (labels, stops))
+            .collect();
+        let groups = gang_domains(spec.topology.as_deref(), &labelled);
         let cheapest = groups
             .into_iter()
             .filter(|group| group.len() >= k)
