@@ -28,6 +28,17 @@ async fn set(
     Ok(client.set_scheduler_policy(req).await?.into_inner())
 }
 
+/// A job submitted through `via` is placed and succeeds.
+async fn a_job_runs(c: &Cluster, via: u64, name: &str) {
+    let id = c
+        .submit(via, shell_job(name, 1, "true"), "")
+        .await
+        .expect("submit")
+        .job_id;
+    let done = c.wait_job(id, Duration::from_secs(60), is_terminal).await;
+    assert_eq!(done.state, pb::JobState::Succeeded as i32, "{done:?}");
+}
+
 async fn spec(c: &Cluster, via: u64, stale: bool) -> String {
     let mut client = SchedulerServiceClient::new(c.channel(via).await.expect("channel"));
     client
@@ -101,13 +112,7 @@ async fn operators_change_the_replicated_policy_and_bad_values_change_nothing() 
 
     // The leader schedules under the new policy: jobs are still placed and run.
     set(&c, 1, &admin, "fcfs", None).await.expect("admin");
-    let id = c
-        .submit(2, shell_job("under-fcfs", 1, "true"), "")
-        .await
-        .expect("submit")
-        .job_id;
-    let done = c.wait_job(id, Duration::from_secs(60), is_terminal).await;
-    assert_eq!(done.state, pb::JobState::Succeeded as i32, "{done:?}");
+    a_job_runs(&c, 2, "under-fcfs").await;
 
     // The learned order (protocol 13, which every member of this mesh speaks) with the
     // shipped weights: set, replicated, and jobs run under it.
@@ -115,13 +120,7 @@ async fn operators_change_the_replicated_policy_and_bad_values_change_nothing() 
         .await
         .expect("learned");
     assert_eq!(spec(&c, 3, false).await, "learned+easy");
-    let id = c
-        .submit(1, shell_job("under-learned", 1, "true"), "")
-        .await
-        .expect("submit")
-        .job_id;
-    let done = c.wait_job(id, Duration::from_secs(60), is_terminal).await;
-    assert_eq!(done.state, pb::JobState::Succeeded as i32, "{done:?}");
+    a_job_runs(&c, 1, "under-learned").await;
 
     // The gang starvation guard (protocol 14) through gpuctl: set, shown, replicated; a limit
     // under a minute is refused and leaves it as it was.

@@ -41,8 +41,6 @@ pub(crate) struct Nodes<'a> {
     pub largest_node: usize,
     /// What a pull costs, in GPUs of hole (`Policy::image_locality`; 0: image locality off).
     image_miss: usize,
-    /// Whether any node declares its place in the topology (`TOPOLOGY_LABELS`).
-    topology: bool,
 }
 
 impl<'a> Nodes<'a> {
@@ -66,16 +64,12 @@ impl<'a> Nodes<'a> {
         }
         let free_total = slots.iter().map(|s| s.free.len()).sum();
         let largest_node = slots.iter().map(|s| s.all.len()).max().unwrap_or(0);
-        let topology = slots
-            .iter()
-            .any(|s| TOPOLOGY_LABELS.iter().any(|l| s.labels.contains_key(*l)));
         Self {
             slots,
             buckets,
             free_total,
             largest_node,
             image_miss,
-            topology,
         }
     }
 
@@ -280,8 +274,7 @@ impl<'a> Nodes<'a> {
     ) -> Option<Vec<usize>> {
         let levels = match required {
             Some(level) => levels_up_to(level),
-            None if self.topology => &TOPOLOGY_LABELS[..],
-            None => &[],
+            None => &TOPOLOGY_LABELS[..],
         };
         for level in levels {
             let labelled = fits.iter().map(|fit| (&self.slots[fit.1].labels, *fit));
