@@ -252,7 +252,7 @@ impl<'a> Pass<'a> {
     /// the strict queue.
     fn place_whole(&mut self, job: &'a Job, spec: &JobSpec, queue: &mut Queue<'a>) -> Flow {
         let want = spec.gpus as usize;
-        if self.nothing_more_starts(want, queue) {
+        if self.nothing_more_starts(job, want, queue) {
             return Flow::Stop;
         }
         // A gang the job asked for (`nodes` > 1) has its own shape: no size memo, and it
@@ -277,15 +277,18 @@ impl<'a> Pass<'a> {
     }
 
     /// Nothing with GPUs can start any more and no CPU-only job waits: the pass is over, once
-    /// an EASY head has its reservation. (Otherwise the job goes on to find no room, which
-    /// under a strict queue holds every job behind it, CPU-only ones included.)
-    fn nothing_more_starts(&self, want: usize, queue: &Queue<'a>) -> bool {
+    /// an EASY head or a starving gang has its reservation. (Otherwise the job goes on to find
+    /// no room, which under a strict queue holds every job behind it, CPU-only ones included.
+    /// Starving gangs are drawn first: once `job` is not one, none is left.)
+    fn nothing_more_starts(&self, job: &Job, want: usize, queue: &Queue<'a>) -> bool {
         !self.policy.explain
             && want > 0
             && self.nodes.total_free() == 0
             && !queue.has_cpu_only_pending()
             && !self.sliced.has_room()
-            && (self.reservation.is_some() || self.policy.backfill != Backfill::Easy)
+            && (self.reservation.is_some()
+                || (self.policy.backfill != Backfill::Easy
+                    && !self.policy.is_starving_gang(job, self.env.now_ms)))
     }
 
     /// Where the job fits now, skipping the search when the size memo says it cannot.
