@@ -113,7 +113,7 @@ struct SimulateArgs {
     #[arg(long, default_value = "56x8xV100-32GB")]
     cluster: String,
     /// Policies to compare, ORDERING[+BACKFILL]: ordering fcfs|sjf|priority|fairshare|learned,
-    /// backfill strict (default)|easy|greedy.
+    /// backfill strict (default)|easy|greedy|conservative.
     #[arg(
         long,
         value_delimiter = ',',

@@ -366,7 +366,7 @@ pub(crate) enum SchedulerVerb {
 pub(crate) enum SchedulerPolicyVerb {
     /// Set the policy, e.g. `sjf+easy`, `fairshare`, `priority+greedy --aging-per-hour 2`.
     Set {
-        /// ORDERING[+BACKFILL]: fcfs|sjf|priority|fairshare|learned, then strict (default)|easy|greedy.
+        /// ORDERING[+BACKFILL]: fcfs|sjf|priority|fairshare|learned, then strict (default)|easy|greedy|conservative.
         policy: String,
         /// Priority points a waiting job gains per hour (priority ordering).
         #[arg(long)]

@@ -29,7 +29,7 @@ pub use model::cert::CertRecord;
 pub use model::command::{
     Bind, Command, LogEntry, PROTOCOL_2, PROTOCOL_3, PROTOCOL_4, PROTOCOL_5, PROTOCOL_6,
     PROTOCOL_7, PROTOCOL_8, PROTOCOL_9, PROTOCOL_10, PROTOCOL_11, PROTOCOL_12, PROTOCOL_13,
-    PROTOCOL_14, Preempt, RequestStamp,
+    PROTOCOL_14, PROTOCOL_15, Preempt, RequestStamp,
 };
 pub use model::dependency::{AfterKind, Dependency, MAX_DEPENDENCIES, Verdict, parse_dependencies};
 pub use model::job::{

@@ -144,6 +144,13 @@ async fn operators_change_the_replicated_policy_and_bad_values_change_nothing() 
     let (code, status, stderr) = c.gpuctl_json(3, &["scheduler", "status"]);
     assert_eq!(code, Some(0), "{stderr}");
     assert_eq!(status["policy"]["gang_wait_limit_s"], 7200, "{status}");
+
+    // Conservative backfill (protocol 15) through gpuctl: set, replicated, and jobs run.
+    let args = ["scheduler", "policy", "set", "sjf+conservative"];
+    let (code, _, stderr) = c.gpuctl_json(2, &args);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(spec(&c, 1, false).await, "sjf+conservative");
+    a_job_runs(&c, 3, "under-conservative").await;
 }
 
 /// `gpuctl scheduler status` judges runtime guesses by the jobs that succeeded: the first run

@@ -44,8 +44,9 @@ pub const BUILD_HEADER: &str = "x-gpumesh-build";
 /// 12: updates and requeues of jobs, holds at submission (`gpu_raft_store::PROTOCOL_12`).
 /// 13: the learned queue order (`gpu_raft_store::PROTOCOL_13`).
 /// 14: the gang starvation guard (`gpu_raft_store::PROTOCOL_14`).
-pub const PROTOCOL_VERSION: u32 = 14;
-const _: () = assert!(PROTOCOL_VERSION >= gpu_raft_store::PROTOCOL_14);
+/// 15: conservative backfill (`gpu_raft_store::PROTOCOL_15`).
+pub const PROTOCOL_VERSION: u32 = 15;
+const _: () = assert!(PROTOCOL_VERSION >= gpu_raft_store::PROTOCOL_15);
 /// The first version whose agents forward their callers' credentials with their writes.
 pub const CREDENTIALS_FORWARDED: u32 = 5;
 /// The oldest version this build still speaks with a peer.

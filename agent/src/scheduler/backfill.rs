@@ -1,7 +1,9 @@
-//! EASY backfill: the first job that cannot start gets a reservation — the earliest time
-//! enough matching GPUs are expected to be free (from the running jobs' estimated ends) — and a
-//! later job may start now only if it cannot delay that reservation: it ends before the
-//! reserved start, or it runs elsewhere, or it only uses GPUs the reserved job will not need.
+//! Backfill reservations. EASY: the first job that cannot start gets a reservation — the
+//! earliest time enough matching GPUs are expected to be free (from the running jobs'
+//! estimated ends) for as long as it is expected to run. Conservative: every job that cannot
+//! start gets one, in queue order, each counting on the GPUs those before it booked. A later
+//! job may start now only if it delays none of them: it ends before a reservation's start, or
+//! it runs elsewhere, or it only uses GPUs the reserved job will not need.
 
 use gpu_raft_store::{JobId, JobSpec, NodeId, gpu_fits};
 
@@ -16,122 +18,216 @@ pub(crate) struct Holding {
     pub end_ms: Option<u64>,
 }
 
-/// The head job's reservation.
+/// A job's reservation.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Reservation {
     pub job: JobId,
     /// When it is expected to start.
     pub start_ms: u64,
+    /// When it is expected to end; `None` without an estimate (it books its GPUs for good).
+    pub end_ms: Option<u64>,
     /// The nodes it will start on: one for a single-node job, K for a gang asked for
     /// (`JobSpec::nodes`); none for a gang split however the free GPUs allow (any nodes).
     pub nodes: Vec<NodeId>,
     /// Those nodes' slots in the pass, each with the matching GPUs expected to be free there
-    /// at `start_ms` beyond what the job needs there: later jobs may use that many without
-    /// delaying it.
+    /// from `start_ms` to `end_ms` beyond what the job needs there: later jobs may use that
+    /// many without delaying it.
     pub(crate) slots: Vec<(usize, usize)>,
-    /// Matching GPUs expected to be free at `start_ms` beyond what it needs: on its nodes,
-    /// or cluster-wide without nodes.
+    /// Matching GPUs expected to be free from `start_ms` to `end_ms` beyond what it needs: on
+    /// its nodes, or cluster-wide without nodes.
     pub spare: usize,
+    /// GPUs it takes on each of its nodes (all it asks for without nodes).
+    pub(crate) need: usize,
 }
 
 impl Reservation {
     /// The slots of its nodes.
-    pub(crate) fn held_slots(&self) -> Vec<usize> {
-        self.slots.iter().map(|(slot, _)| *slot).collect()
+    pub(crate) fn held_slots(&self) -> impl Iterator<Item = usize> + '_ {
+        self.slots.iter().map(|(slot, _)| *slot)
     }
+}
+
+/// The free GPUs of each node over time as the reservations of one pass see them: the runs
+/// holding GPUs (running before the pass or started by it) with their expected ends, and the
+/// GPUs each reservation books from its start to its end. Built once a pass first reserves,
+/// then kept up to date.
+pub(crate) struct Timeline {
+    runs: Vec<Holding>,
+    bookings: Vec<Booking>,
+    /// Per slot, (time, change in free GPUs) for a plain job (any GPU will do): the runs'
+    /// ends, the bookings' starts and ends, in time order.
+    plain: Vec<Vec<(u64, isize)>>,
+}
+
+/// GPUs a reservation books on one node.
+struct Booking {
+    slot: usize,
+    gpus: usize,
+    start_ms: u64,
+    end_ms: Option<u64>,
+}
+
+impl Timeline {
+    pub(crate) fn new(slots: usize, runs: Vec<Holding>) -> Self {
+        let mut timeline = Self {
+            runs: Vec::with_capacity(runs.len()),
+            bookings: Vec::new(),
+            plain: vec![Vec::new(); slots],
+        };
+        for run in runs {
+            timeline.add_run(run);
+        }
+        timeline
+    }
+
+    /// A run started by the pass.
+    pub(crate) fn add_run(&mut self, run: Holding) {
+        if let Some(end) = run.end_ms {
+            insert(&mut self.plain[run.slot], (end, run.gpus.len() as isize));
+        }
+        self.runs.push(run);
+    }
+
+    /// A reservation taken: later ones count on its GPUs being taken.
+    pub(crate) fn book(&mut self, r: &Reservation) {
+        for slot in r.held_slots() {
+            let gpus = r.need as isize;
+            insert(&mut self.plain[slot], (r.start_ms, -gpus));
+            if let Some(end) = r.end_ms {
+                insert(&mut self.plain[slot], (end, gpus));
+            }
+            self.bookings.push(Booking {
+                slot,
+                gpus: r.need,
+                start_ms: r.start_ms,
+                end_ms: r.end_ms,
+            });
+        }
+    }
+
+    /// Per slot, (time, change in GPUs that could serve `spec`), in time order. (A booking
+    /// counts whole, whatever its GPUs' type.)
+    fn events_for(&self, spec: &JobSpec, nodes: &Nodes<'_>) -> Vec<Vec<(u64, isize)>> {
+        let mut events: Vec<Vec<(u64, isize)>> = vec![Vec::new(); nodes.slots.len()];
+        for h in &self.runs {
+            if let Some(end) = h.end_ms {
+                let released = matching(&nodes.slots[h.slot], &h.gpus, spec);
+                events[h.slot].push((end, released as isize));
+            }
+        }
+        for b in &self.bookings {
+            events[b.slot].push((b.start_ms, -(b.gpus as isize)));
+            if let Some(end) = b.end_ms {
+                events[b.slot].push((end, b.gpus as isize));
+            }
+        }
+        for e in &mut events {
+            e.sort_unstable();
+        }
+        events
+    }
+
+    /// The earliest start of `spec`, expected to run `duration_ms` (for good without one),
+    /// given the GPUs free now, the runs holding the others and the reservations booked.
+    pub(crate) fn reserve(
+        &self,
+        job: JobId,
+        spec: &JobSpec,
+        duration_ms: Option<u64>,
+        nodes: &Nodes<'_>,
+        gangs: bool,
+        now_ms: u64,
+    ) -> Option<Reservation> {
+        let plain = is_plain(spec);
+        let computed;
+        let events: &[Vec<(u64, isize)>] = if plain {
+            &self.plain
+        } else {
+            computed = self.events_for(spec, nodes);
+            &computed
+        };
+        // The eligible slots, with the GPUs that could serve it free now.
+        let eligible = nodes.slots.iter().enumerate().filter_map(|(i, slot)| {
+            if plain {
+                return Some((i, slot.free.len()));
+            }
+            selector_matches(spec, &slot.labels)
+                .then(|| (i, slot.free.iter().filter(|g| gpu_fits(g, spec)).count()))
+        });
+        let window = Window { duration_ms };
+        if spec.nodes > 1 {
+            let profiles: Vec<Profile> = eligible
+                .map(|(slot, free_now)| Profile {
+                    slot,
+                    steps: steps(free_now, &events[slot], now_ms),
+                })
+                .collect();
+            return reserve_even_gang(job, spec, nodes, &profiles, window);
+        }
+        let want = spec.gpus as usize;
+        let mut best: Option<(u64, usize, usize)> = None;
+        let mut cluster_free = 0;
+        let mut scratch = Vec::new();
+        for (slot, free_now) in eligible {
+            cluster_free += free_now;
+            fill_steps(&mut scratch, free_now, &events[slot], now_ms);
+            if let Some((start, low)) = window.earliest(&scratch, want) {
+                let candidate = (start, low - want, slot);
+                best = Some(best.map_or(candidate, |b| b.min(candidate)));
+            }
+        }
+        if let Some((start, spare, slot)) = best {
+            return Some(window.reservation(job, start, nodes, vec![(slot, spare)], want));
+        }
+        if !gangs {
+            return None;
+        }
+        // A gang on any nodes: the cluster's GPUs as one.
+        let mut cluster_events: Vec<(u64, isize)> = nodes
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|(_, slot)| plain || selector_matches(spec, &slot.labels))
+            .flat_map(|(i, _)| events[i].iter().copied())
+            .collect();
+        cluster_events.sort_unstable();
+        let (start, low) = window.earliest(&steps(cluster_free, &cluster_events, now_ms), want)?;
+        Some(Reservation {
+            spare: low - want,
+            ..window.reservation(job, start, nodes, Vec::new(), want)
+        })
+    }
+}
+
+/// Insert `event` into `events`, kept in time order.
+fn insert(events: &mut Vec<(u64, isize)>, event: (u64, isize)) {
+    let at = events.partition_point(|e| *e <= event);
+    events.insert(at, event);
 }
 
 /// One eligible slot as a reservation sees it.
 struct Profile {
     slot: usize,
-    /// Matching GPUs free now.
-    free_now: usize,
-    /// (end, matching GPUs released) of the runs holding its GPUs, in time order.
-    events: Vec<(u64, usize)>,
+    /// (from, matching GPUs free from then on), in time order, the first at now.
+    steps: Vec<(u64, usize)>,
 }
 
-/// The earliest start of `spec` given the GPUs free now and the runs in `holdings`.
-pub(crate) fn reserve(
-    job: JobId,
-    spec: &JobSpec,
-    nodes: &Nodes<'_>,
-    holdings: &[Holding],
-    gangs: bool,
-    now_ms: u64,
-) -> Option<Reservation> {
-    // Per eligible slot: matching GPUs free now, and (end, matching GPUs released) events.
-    let mut events_of: Vec<Vec<(u64, usize)>> = vec![Vec::new(); nodes.slots.len()];
-    for h in holdings {
-        if let Some(end) = h.end_ms {
-            events_of[h.slot].push((end, matching(&nodes.slots[h.slot], &h.gpus, spec)));
-        }
+impl Profile {
+    /// Whether its free GPUs never fall (nothing booked on it).
+    fn rises_only(&self) -> bool {
+        self.steps.windows(2).all(|w| w[0].1 <= w[1].1)
     }
-    let mut profiles: Vec<Profile> = Vec::new();
-    for ((i, slot), mut events) in nodes.slots.iter().enumerate().zip(events_of) {
-        if !selector_matches(spec, &slot.labels) {
-            continue;
-        }
-        let free_now = if is_plain(spec) {
-            slot.free.len()
-        } else {
-            slot.free.iter().filter(|g| gpu_fits(g, spec)).count()
-        };
-        events.sort_unstable();
-        profiles.push(Profile {
-            slot: i,
-            free_now,
-            events,
-        });
-    }
-    if spec.nodes > 1 {
-        return reserve_even_gang(job, spec, nodes, &profiles, now_ms);
-    }
-    let want = spec.gpus as usize;
-    let mut best: Option<Reservation> = None;
-    for p in &profiles {
-        let Some((start, free)) = earliest(p.free_now, &p.events, want, now_ms) else {
-            continue;
-        };
-        let better = best
-            .as_ref()
-            .is_none_or(|b| start < b.start_ms || (start == b.start_ms && free < b.spare + want));
-        if better {
-            best = Some(Reservation {
-                job,
-                start_ms: start,
-                nodes: vec![nodes.slots[p.slot].id],
-                slots: vec![(p.slot, free - want)],
-                spare: free - want,
-            });
-        }
-    }
-    if best.is_some() || !gangs {
-        return best;
-    }
-    let cluster_free = profiles.iter().map(|p| p.free_now).sum();
-    let mut cluster_events: Vec<(u64, usize)> = profiles
-        .iter()
-        .flat_map(|p| p.events.iter().copied())
-        .collect();
-    cluster_events.sort_unstable();
-    earliest(cluster_free, &cluster_events, want, now_ms).map(|(start, free)| Reservation {
-        job,
-        start_ms: start,
-        nodes: Vec::new(),
-        slots: Vec::new(),
-        spare: free - want,
-    })
 }
 
 /// A gang asked for: the K nodes that each have its per-node share of matching GPUs free
-/// soonest (the smaller hole first on equal times), inside one domain of the topology level it
-/// requires, if any; it starts when the last of them does.
+/// soonest for the whole run (the smaller hole first on equal times), inside one domain of the
+/// topology level it requires, if any; it starts when the last of them has.
 fn reserve_even_gang(
     job: JobId,
     spec: &JobSpec,
     nodes: &Nodes<'_>,
     profiles: &[Profile],
-    now_ms: u64,
+    window: Window,
 ) -> Option<Reservation> {
     let per = spec.gpus_per_node() as usize;
     let k = spec.node_count() as usize;
@@ -143,126 +239,248 @@ fn reserve_even_gang(
     let groups = gang_domains(spec.topology.as_deref(), &labelled);
     let (start_ms, chosen) = groups
         .iter()
-        .filter_map(|group| soonest(group, profiles, per, k, now_ms))
+        .filter_map(|group| window.soonest(group, profiles, per, k))
         .min_by_key(|(start, _)| *start)?;
     let slots: Vec<(usize, usize)> = chosen
         .iter()
-        .map(|&i| {
-            let p = &profiles[i];
-            (p.slot, free_at(p.free_now, &p.events, start_ms) - per)
-        })
+        .map(|&(i, spare)| (profiles[i].slot, spare))
         .collect();
-    Some(Reservation {
-        job,
-        start_ms,
-        nodes: slots
-            .iter()
-            .map(|(slot, _)| nodes.slots[*slot].id)
-            .collect(),
-        spare: slots.iter().map(|(_, spare)| spare).sum(),
-        slots,
-    })
+    Some(window.reservation(job, start_ms, nodes, slots, per))
 }
 
-/// The `k` of `group` (indexes into `profiles`) that have `per` GPUs free soonest (the
-/// smaller hole first on equal times), in index order, and when the last of them has.
-fn soonest(
-    group: &[usize],
-    profiles: &[Profile],
-    per: usize,
-    k: usize,
-    now_ms: u64,
-) -> Option<(u64, Vec<usize>)> {
-    let mut ready: Vec<(u64, usize, usize)> = group
-        .iter()
-        .filter_map(|&i| {
-            let p = &profiles[i];
-            let (start, free) = earliest(p.free_now, &p.events, per, now_ms)?;
-            Some((start, free - per, i))
-        })
-        .collect();
-    if ready.len() < k {
-        return None;
-    }
-    ready.sort_unstable();
-    ready.truncate(k);
-    let start = ready.iter().map(|(start, ..)| *start).max()?;
-    let mut chosen: Vec<usize> = ready.into_iter().map(|(.., p)| p).collect();
-    chosen.sort_unstable();
-    Some((start, chosen))
+/// The free GPUs from now on, as steps: (from, free) at now and at each later change.
+fn steps(free_now: usize, events: &[(u64, isize)], now_ms: u64) -> Vec<(u64, usize)> {
+    let mut out = Vec::with_capacity(events.len() + 1);
+    fill_steps(&mut out, free_now, events, now_ms);
+    out
 }
 
-/// GPUs free at `at_ms`: `free` now plus those released by then.
-fn free_at(free: usize, events: &[(u64, usize)], at_ms: u64) -> usize {
-    free + events
-        .iter()
-        .take_while(|(t, _)| *t <= at_ms)
-        .map(|(_, n)| n)
-        .sum::<usize>()
-}
-
-/// The first time at which `free` plus the GPUs released by then reaches `want`, and the GPUs
-/// free at that time.
-fn earliest(
-    free: usize,
-    events: &[(u64, usize)],
-    want: usize,
-    now_ms: u64,
-) -> Option<(u64, usize)> {
-    if free >= want {
-        return Some((now_ms, free));
-    }
-    let mut free = free;
+/// `steps` into a buffer that is reused.
+fn fill_steps(out: &mut Vec<(u64, usize)>, free_now: usize, events: &[(u64, isize)], now_ms: u64) {
+    out.clear();
+    let mut free = free_now as isize;
     let mut k = 0;
+    // Runs past their expected end are expected to end now.
+    while k < events.len() && events[k].0 <= now_ms {
+        free += events[k].1;
+        k += 1;
+    }
+    out.push((now_ms, free.max(0) as usize));
     while k < events.len() {
         let t = events[k].0;
         while k < events.len() && events[k].0 == t {
             free += events[k].1;
             k += 1;
         }
-        if free >= want {
-            return Some((t, free));
-        }
+        out.push((t, free.max(0) as usize));
     }
-    None
 }
 
-/// Whether starting `spec` now at `placement`, expected to end at `end_ms`, leaves the
-/// reservation intact; if it does by using spare GPUs, they are used up.
+/// How long a reservation holds its GPUs, from when.
+#[derive(Clone, Copy)]
+struct Window {
+    duration_ms: Option<u64>,
+}
+
+impl Window {
+    fn end(self, start_ms: u64) -> Option<u64> {
+        self.duration_ms.map(|d| start_ms.saturating_add(d))
+    }
+
+    /// `job`'s reservation from `start_ms` on `slots` (each with its spare GPUs then), taking
+    /// `need` GPUs on each.
+    fn reservation(
+        self,
+        job: JobId,
+        start_ms: u64,
+        nodes: &Nodes<'_>,
+        slots: Vec<(usize, usize)>,
+        need: usize,
+    ) -> Reservation {
+        Reservation {
+            job,
+            start_ms,
+            end_ms: self.end(start_ms),
+            nodes: slots
+                .iter()
+                .map(|(slot, _)| nodes.slots[*slot].id)
+                .collect(),
+            spare: slots.iter().map(|(_, spare)| spare).sum(),
+            slots,
+            need,
+        }
+    }
+
+    /// The fewest GPUs free from `start_ms` to its end.
+    fn lowest(self, steps: &[(u64, usize)], start_ms: u64) -> usize {
+        let end = self.end(start_ms);
+        let first = steps.partition_point(|(t, _)| *t <= start_ms).max(1) - 1;
+        steps[first..]
+            .iter()
+            .take_while(|(t, _)| *t == steps[first].0 || end.is_none_or(|end| *t < end))
+            .map(|(_, free)| *free)
+            .min()
+            .unwrap_or(0)
+    }
+
+    /// The first time at which `want` GPUs are free for the whole window, and the fewest free
+    /// during it.
+    fn earliest(self, steps: &[(u64, usize)], want: usize) -> Option<(u64, usize)> {
+        let mut i = 0;
+        'start: while i < steps.len() {
+            let (start, free) = steps[i];
+            if free < want {
+                i += 1;
+                continue;
+            }
+            let end = self.end(start);
+            let mut low = free;
+            for (j, &(t, free)) in steps.iter().enumerate().skip(i + 1) {
+                if end.is_some_and(|end| t >= end) {
+                    break;
+                }
+                if free < want {
+                    // Every start up to here has this dip in its window.
+                    i = j + 1;
+                    continue 'start;
+                }
+                low = low.min(free);
+            }
+            return Some((start, low));
+        }
+        None
+    }
+
+    /// The `k` of `group` (indexes into `profiles`) that have `per` GPUs free soonest for the
+    /// whole window (the smaller hole first on equal times), in index order with their spare
+    /// GPUs, and when the last of them has.
+    fn soonest(
+        self,
+        group: &[usize],
+        profiles: &[Profile],
+        per: usize,
+        k: usize,
+    ) -> Option<(u64, Vec<(usize, usize)>)> {
+        let ready: Vec<(u64, usize, usize)> = group
+            .iter()
+            .filter_map(|&i| {
+                let (start, low) = self.earliest(&profiles[i].steps, per)?;
+                Some((start, low - per, i))
+            })
+            .collect();
+        if ready.len() < k {
+            return None;
+        }
+        // A node whose free GPUs only rise stays ready from its earliest start; one with a
+        // booking may be taken back, so it is checked at each time a node may become ready.
+        let (rising, falling): (Vec<(u64, usize, usize)>, Vec<_>) =
+            ready.iter().partition(|(.., i)| profiles[*i].rises_only());
+        let mut rising: Vec<u64> = rising.iter().map(|(start, ..)| *start).collect();
+        rising.sort_unstable();
+        let mut candidates = rising.clone();
+        for &(start, _, i) in &falling {
+            candidates.push(start);
+            candidates.extend(profiles[i].steps.iter().map(|s| s.0).filter(|t| *t > start));
+        }
+        candidates.sort_unstable();
+        candidates.dedup();
+        let start = candidates.into_iter().find(|&t| {
+            let rising_ready = rising.partition_point(|start| *start <= t);
+            let falling_ready = falling
+                .iter()
+                .filter(|&&(start, _, i)| start <= t && self.lowest(&profiles[i].steps, t) >= per)
+                .count();
+            rising_ready + falling_ready >= k
+        })?;
+        // The soonest ready first, then the smaller hole then; each with its spare GPUs.
+        let mut chosen: Vec<((u64, usize, usize), usize)> = ready
+            .into_iter()
+            .filter(|&(ready_at, ..)| ready_at <= start)
+            .filter_map(|r| {
+                let low = self.lowest(&profiles[r.2].steps, start);
+                (low >= per).then(|| (r, low - per))
+            })
+            .collect();
+        chosen.sort_unstable();
+        chosen.truncate(k);
+        let mut chosen: Vec<(usize, usize)> = chosen
+            .into_iter()
+            .map(|((.., i), spare)| (i, spare))
+            .collect();
+        chosen.sort_unstable();
+        Some((start, chosen))
+    }
+}
+
+/// Whether starting a job now at `placement`, expected to end at `end_ms`, delays none of
+/// `reservations`; when it does not, the spare GPUs it uses are used up. `Err`: the first
+/// reserved job it would delay.
 pub(crate) fn admit(
-    reservation: &mut Reservation,
+    reservations: &mut [(Reservation, JobSpec)],
+    nodes: &Nodes<'_>,
+    placement: &Placement,
+    end_ms: Option<u64>,
+) -> Result<(), JobId> {
+    let mut spent = Vec::new();
+    for (i, (r, head)) in reservations.iter().enumerate() {
+        match spend(r, head, nodes, placement, end_ms) {
+            Spend::Refused => return Err(r.job),
+            Spend::Untouched => {}
+            Spend::Leaves(slots, spare) => spent.push((i, slots, spare)),
+        }
+    }
+    for (i, slots, spare) in spent {
+        reservations[i].0.slots = slots;
+        reservations[i].0.spare = spare;
+    }
+    Ok(())
+}
+
+/// What starting a job leaves of one reservation's spare GPUs.
+enum Spend {
+    Refused,
+    Untouched,
+    /// Its slots' spares and its spare after.
+    Leaves(Vec<(usize, usize)>, usize),
+}
+
+fn spend(
+    r: &Reservation,
     head: &JobSpec,
     nodes: &Nodes<'_>,
     placement: &Placement,
     end_ms: Option<u64>,
-) -> bool {
-    if end_ms.is_some_and(|end| end <= reservation.start_ms) {
-        return true;
+) -> Spend {
+    if end_ms.is_some_and(|end| end <= r.start_ms) {
+        return Spend::Untouched;
     }
     let taken = |slot: usize, gpus: &[u32]| matching(&nodes.slots[slot], gpus, head);
-    if reservation.slots.is_empty() {
+    if r.slots.is_empty() {
         // A gang on any nodes: its spare GPUs are counted cluster-wide.
         let taken: usize = placement
             .iter()
             .map(|(slot, gpus)| taken(*slot, gpus))
             .sum();
-        if taken > reservation.spare {
-            return false;
-        }
-        reservation.spare -= taken;
-        return true;
+        return match r.spare.checked_sub(taken) {
+            None => Spend::Refused,
+            Some(spare) => Spend::Leaves(Vec::new(), spare),
+        };
     }
-    let mut spares = reservation.slots.clone();
+    if !placement
+        .iter()
+        .any(|(slot, _)| r.slots.iter().any(|(s, _)| s == slot))
+    {
+        return Spend::Untouched;
+    }
+    let mut spares = r.slots.clone();
     for (slot, gpus) in placement {
         if let Some((_, spare)) = spares.iter_mut().find(|(s, _)| s == slot) {
-            let taken = taken(*slot, gpus);
-            if taken > *spare {
-                return false;
+            match spare.checked_sub(taken(*slot, gpus)) {
+                None => return Spend::Refused,
+                Some(left) => *spare = left,
             }
-            *spare -= taken;
         }
     }
-    reservation.spare = spares.iter().map(|(_, spare)| spare).sum();
-    reservation.slots = spares;
-    true
+    let spare = spares.iter().map(|(_, spare)| spare).sum();
+    Spend::Leaves(spares, spare)
 }

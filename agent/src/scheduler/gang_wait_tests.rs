@@ -97,9 +97,9 @@ fn a_gang_at_the_head_reserves_its_nodes_and_only_what_cannot_delay_it_backfills
     submit_at(&mut s, 3, single(1, 50, 0)); // j-5: ends before 100 s
     let p = plan_at(&s, &fcfs_easy, 10_000);
     assert_eq!(started(&p), vec![5]);
-    let r = p.reservation.expect("the gang's reservation");
+    let r = p.reservations.first().expect("the gang's reservation");
     assert_eq!(
-        (r.job, r.start_ms, r.nodes, r.spare),
+        (r.job, r.start_ms, r.nodes.clone(), r.spare),
         (3, 100_000, vec![1, 2], 0)
     );
     assert!(
@@ -130,8 +130,11 @@ fn a_gang_past_its_wait_limit_goes_first_and_holds_the_queue_in_any_mode() {
     // Past it, the gang comes first: it reserves both nodes at 3 h and j-4 waits.
     let p = plan_at(&s, &sjf_greedy, HOUR_MS);
     assert_eq!(started(&p), Vec::<u64>::new());
-    let r = p.reservation.expect("the starving gang reserves");
-    assert_eq!((r.job, r.start_ms, r.nodes), (3, 3 * HOUR_MS, vec![1, 2]));
+    let r = p.reservations.first().expect("the starving gang reserves");
+    assert_eq!(
+        (r.job, r.start_ms, r.nodes.clone()),
+        (3, 3 * HOUR_MS, vec![1, 2])
+    );
     // Its place in the queue shows it first too.
     let pending = PendingIndex::of(&s, sjf_greedy.ordering);
     let env = PlanEnv::new(HOUR_MS, &sjf_greedy);

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use gpu_raft_store::{Bind, ClusterState, Job, JobId, JobSpec, SliceBind, gpu_fits};
 
-use super::backfill::{self, Holding, Reservation};
+use super::backfill::{self, Holding, Reservation, Timeline};
 use super::env::PlanEnv;
 use super::order::Queue;
 use super::pending::PendingIndex;
@@ -26,9 +26,15 @@ pub struct Plan {
     pub slice_binds: Vec<SliceBind>,
     /// Only reasons that differ from what the state already says.
     pub unschedulable: Vec<(JobId, String)>,
-    /// The EASY reservation of the first job that could not start, if any.
-    pub reservation: Option<Reservation>,
+    /// The reservations of jobs that could not start, in queue order: under EASY backfill the
+    /// first such job's (or a starving gang's, in any mode), under conservative backfill each
+    /// one's, up to `CONSERVATIVE_DEPTH`.
+    pub reservations: Vec<Reservation>,
 }
+
+/// How many jobs a pass under conservative backfill reserves for; the jobs behind them start
+/// only where they delay none of those (as Slurm's `bf_max_job_test` bounds its backfill).
+pub(super) const CONSERVATIVE_DEPTH: usize = 100;
 
 /// Plan one pass. Jobs are taken in the policy's order; each goes where `placement` puts it
 /// now, unless the backfill mode holds it back for a job ahead of it.
@@ -63,7 +69,7 @@ fn plan_queue<'a>(
             break;
         }
     }
-    pass.out.reservation = pass.reservation.map(|(r, _)| r);
+    pass.out.reservations = pass.reservations.into_iter().map(|(r, _)| r).collect();
     pass.out
 }
 
@@ -85,10 +91,13 @@ struct Pass<'a> {
     /// Computed once: what plain jobs could ever get.
     capacity: Capacity,
     gangs: bool,
-    /// The runs this pass started, with their expected ends (EASY only).
+    /// The runs this pass started before its first reservation, with their expected ends
+    /// (when it may reserve).
     started: Vec<Holding>,
-    /// The EASY head's reservation and its spec.
-    reservation: Option<(Reservation, JobSpec)>,
+    /// The free GPUs over time, from the first reservation on.
+    timeline: Option<Timeline>,
+    /// The reservations taken, each with its job's spec.
+    reservations: Vec<(Reservation, JobSpec)>,
     /// The job that holds the strict queue behind it.
     blocked_by: Option<JobId>,
     /// Free GPUs only shrink during a pass, so for plain single-node jobs (no GPU type, memory
@@ -116,7 +125,8 @@ impl<'a> Pass<'a> {
             quotas: QuotaBook::new(state),
             gangs: policy.multi_node_gangs,
             started: Vec::new(),
-            reservation: None,
+            timeline: None,
+            reservations: Vec::new(),
             blocked_by: None,
             no_room_from: usize::MAX,
             held_from: usize::MAX,
@@ -277,8 +287,9 @@ impl<'a> Pass<'a> {
     }
 
     /// Nothing with GPUs can start any more and no CPU-only job waits: the pass is over, once
-    /// an EASY head or a starving gang has its reservation. (Otherwise the job goes on to find
-    /// no room, which under a strict queue holds every job behind it, CPU-only ones included.
+    /// the first job that cannot start (or a starving gang) has its reservation. (Otherwise the
+    /// job goes on to find no room, which under a strict queue holds every job behind it,
+    /// CPU-only ones included.
     /// Starving gangs are drawn first: once `job` is not one, none is left.)
     fn nothing_more_starts(&self, job: &Job, want: usize, queue: &Queue<'a>) -> bool {
         !self.policy.explain
@@ -286,8 +297,8 @@ impl<'a> Pass<'a> {
             && self.nodes.total_free() == 0
             && !queue.has_cpu_only_pending()
             && !self.sliced.has_room()
-            && (self.reservation.is_some()
-                || (self.policy.backfill != Backfill::Easy
+            && (!self.reservations.is_empty()
+                || (!self.policy.backfill.reserves()
                     && !self.policy.is_starving_gang(job, self.env.now_ms)))
     }
 
@@ -317,16 +328,14 @@ impl<'a> Pass<'a> {
         found
     }
 
-    /// The job found no room: the rest of its class finds none either. The first such job
-    /// takes the EASY reservation (or, under a strict queue, holds the queue behind it); a
-    /// gang past the starvation guard's limit takes it in every backfill mode.
+    /// The job found no room: the rest of its class finds none either (passed over, unless
+    /// each of them may still take a reservation). It may take a reservation or hold the queue.
     fn no_room(&mut self, job: &'a Job, spec: &JobSpec, queue: &mut Queue<'a>) {
-        // Free GPUs only shrink during a pass: the rest of its class finds no room either.
-        queue.pass_over_class();
         let starving = self.policy.is_starving_gang(job, self.env.now_ms);
-        let reserves = self.policy.backfill == Backfill::Easy || starving;
-        let holds_queue =
-            self.reservation.is_none() && (starving || self.policy.backfill != Backfill::Greedy);
+        let holds_queue = self.holds_queue(starving);
+        if !self.reserves_every_job() {
+            queue.pass_over_class();
+        }
         if !(self.policy.explain || holds_queue) {
             return;
         }
@@ -336,36 +345,59 @@ impl<'a> Pass<'a> {
             return;
         }
         if holds_queue {
-            let reserved = reserves
-                .then(|| {
-                    let holdings = holdings(
-                        self.state,
-                        &self.nodes,
-                        self.policy,
-                        self.env,
-                        &self.started,
-                    );
-                    backfill::reserve(
-                        job.id,
-                        spec,
-                        &self.nodes,
-                        &holdings,
-                        self.gangs,
-                        self.env.now_ms,
-                    )
-                })
-                .flatten();
-            match reserved {
-                Some(r) => self.reservation = Some((r, spec.clone())),
-                None => self.blocked_by = Some(job.id),
-            }
+            self.reserve(job, spec, starving);
         }
         let reason = why_unplaceable(spec, &self.nodes);
         self.note(job, reason);
     }
 
-    /// EASY backfill: with a reservation in force, the job starts only where it does not delay
-    /// the head (here, or on a slot other than the reserved one). `None`: held back.
+    /// Whether a job that cannot start now takes a reservation, or else holds the queue
+    /// behind it: the first such job unless greedy (a starving gang in every mode), and under
+    /// conservative backfill each one up to the depth.
+    fn holds_queue(&self, starving: bool) -> bool {
+        self.reserves_every_job()
+            || (self.reservations.is_empty()
+                && (starving || self.policy.backfill != Backfill::Greedy))
+    }
+
+    /// Conservative backfill with reservations left to take: every job that cannot start now
+    /// gets one (a gang on any nodes, whose GPUs no node books, is the last).
+    fn reserves_every_job(&self) -> bool {
+        self.policy.backfill == Backfill::Conservative
+            && self.blocked_by.is_none()
+            && self.reservations.len() < CONSERVATIVE_DEPTH
+            && self
+                .reservations
+                .last()
+                .is_none_or(|(r, _)| !r.slots.is_empty())
+    }
+
+    /// Take the job's reservation; without one (what it waits for has no expected end), it
+    /// holds the queue behind it.
+    fn reserve(&mut self, job: &'a Job, spec: &JobSpec, starving: bool) {
+        let reserved = (self.policy.backfill.reserves() || starving)
+            .then(|| {
+                let timeline = self.timeline.get_or_insert_with(|| {
+                    let mut runs = holdings(self.state, &self.nodes, self.policy, self.env);
+                    runs.append(&mut self.started);
+                    Timeline::new(self.nodes.slots.len(), runs)
+                });
+                let duration = self.env.estimate_ms(spec, self.policy);
+                let now_ms = self.env.now_ms;
+                let r =
+                    timeline.reserve(job.id, spec, duration, &self.nodes, self.gangs, now_ms)?;
+                timeline.book(&r);
+                Some(r)
+            })
+            .flatten();
+        match reserved {
+            Some(r) => self.reservations.push((r, spec.clone())),
+            None => self.blocked_by = Some(job.id),
+        }
+    }
+
+    /// With reservations in force, the job starts only where it delays none of them (here,
+    /// or on other nodes). `None`: held back.
     fn backfill(
         &mut self,
         job: &'a Job,
@@ -375,18 +407,36 @@ impl<'a> Pass<'a> {
         memo: bool,
         queue: &mut Queue<'a>,
     ) -> Option<Placement> {
-        let Some((r, head)) = self.reservation.as_mut() else {
-            return Some(placement);
-        };
-        let want = spec.gpus as usize;
-        let outlasts = end_ms.is_none_or(|end| end > r.start_ms);
-        let memo = memo && outlasts && is_plain(head);
-        if !(memo && want >= self.held_from)
-            && backfill::admit(r, head, &self.nodes, &placement, end_ms)
-        {
+        if self.reservations.is_empty() {
             return Some(placement);
         }
-        let reserved = r.held_slots();
+        let want = spec.gpus as usize;
+        // Its end does not let it pass any reservation, every reserved job is plain and no
+        // more reservations are taken: a larger job like it is held back too.
+        let outlasts = |r: &Reservation| end_ms.is_none_or(|end| end > r.start_ms);
+        let memo = memo
+            && !self.reserves_every_job()
+            && self
+                .reservations
+                .iter()
+                .all(|(r, head)| outlasts(r) && is_plain(head));
+        let delayed = if memo && want >= self.held_from {
+            self.reservations[0].0.job
+        } else {
+            match backfill::admit(&mut self.reservations, &self.nodes, &placement, end_ms) {
+                Ok(()) => return Some(placement),
+                Err(delayed) => delayed,
+            }
+        };
+        // The nodes of the reservations it would overlap.
+        let mut reserved: Vec<usize> = self
+            .reservations
+            .iter()
+            .filter(|(r, _)| outlasts(r))
+            .flat_map(|(r, _)| r.held_slots())
+            .collect();
+        reserved.sort_unstable();
+        reserved.dedup();
         let elsewhere = (!reserved.is_empty())
             .then(|| {
                 self.nodes
@@ -394,31 +444,37 @@ impl<'a> Pass<'a> {
             })
             .flatten();
         if let Some(elsewhere) = elsewhere
-            && backfill::admit(r, head, &self.nodes, &elsewhere, end_ms)
+            && backfill::admit(&mut self.reservations, &self.nodes, &elsewhere, end_ms).is_ok()
         {
             return Some(elsewhere);
         }
-        // A gang's other reserved nodes may have the spare GPUs its best fit lacked. (Tried
-        // last, so that a job held back is one no node can take: failure stays monotone in
-        // size, as the size memo needs.)
-        let spare = reserved.iter().find_map(|&slot| {
-            let there = self.nodes.place_on(slot, spec)?;
-            backfill::admit(r, head, &self.nodes, &there, end_ms).then_some(there)
-        });
-        if spare.is_some() {
-            return spare;
+        // A reserved node may have the spare GPUs its best fit lacked. (Tried last, so that a
+        // job held back is one no node can take: failure stays monotone in size, as the size
+        // memo needs.)
+        for &slot in &reserved {
+            if let Some(there) = self.nodes.place_on(slot, spec)
+                && backfill::admit(&mut self.reservations, &self.nodes, &there, end_ms).is_ok()
+            {
+                return Some(there);
+            }
         }
         if memo {
             self.held_from = self.held_from.min(want);
             queue.pass_over_class();
         }
-        let head = r.job;
+        let mode = match self.policy.backfill {
+            Backfill::Conservative => "conservative",
+            _ => "EASY",
+        };
         self.note(
             job,
             format!(
-                "held back: starting it would delay j-{head}, which has a reservation (EASY backfill)"
+                "held back: starting it would delay j-{delayed}, which has a reservation ({mode} backfill)"
             ),
         );
+        if self.reserves_every_job() {
+            self.reserve(job, spec, false);
+        }
         None
     }
 
@@ -433,13 +489,18 @@ impl<'a> Pass<'a> {
                 .map(|g| g.gpu_type.as_str());
             self.quotas.take(&job.spec.tenant, types);
         }
+        let may_reserve =
+            self.policy.backfill.reserves() || self.policy.gang_wait_limit_ms.is_some();
         for (slot, gpus) in placement {
-            if self.policy.backfill == Backfill::Easy || self.policy.gang_wait_limit_ms.is_some() {
-                self.started.push(Holding {
-                    slot,
-                    gpus: gpus.clone(),
-                    end_ms,
-                });
+            let run = || Holding {
+                slot,
+                gpus: gpus.clone(),
+                end_ms,
+            };
+            match &mut self.timeline {
+                Some(timeline) => timeline.add_run(run()),
+                None if may_reserve => self.started.push(run()),
+                None => {}
             }
             self.out.binds.push(Bind {
                 job: job.id,
@@ -450,16 +511,15 @@ impl<'a> Pass<'a> {
     }
 }
 
-/// GPUs held by live runs (from the nodes' allocations, so gangs count on every node) and by
-/// the runs this pass started, with their expected ends.
+/// GPUs held by live runs (from the nodes' allocations, so gangs count on every node), with
+/// their expected ends.
 fn holdings(
     state: &ClusterState,
     nodes: &Nodes<'_>,
     policy: &Policy,
     env: &PlanEnv,
-    started: &[Holding],
 ) -> Vec<Holding> {
-    let mut out = started.to_vec();
+    let mut out = Vec::new();
     for (slot, s) in nodes.slots.iter().enumerate() {
         let Some(node) = state.nodes.get(&s.id) else {
             continue;

@@ -8,7 +8,7 @@ use gpu_raft_store::{ApplyResult, Bind, ClusterState, Command, JobSpec, gpu_fits
 use proptest::prelude::*;
 
 use super::testkit::{POLICIES, apply_at, gpu, node, spec, submit_at};
-use super::{Backfill, Ordering, Plan, PlanEnv, Policy, plan};
+use super::{Backfill, Ordering, Plan, PlanEnv, Policy, Reservation, plan};
 
 fn policy(s: &str) -> Policy {
     s.parse().expect("policy")
@@ -138,12 +138,66 @@ fn easy_backfill_admits_only_what_cannot_delay_the_head() {
     submit_at(&mut s, 3, with_estimate(1, 50)); // j-4: ends at 60 s, fine
     let p = plan_at(&s, &policy("fcfs+easy"), 10_000);
     assert_eq!(p.binds.iter().map(|b| b.job).collect::<Vec<_>>(), vec![4]);
-    let r = p.reservation.expect("reservation");
+    let r = p.reservations.first().expect("reservation");
     assert_eq!((r.job, r.start_ms, r.spare), (2, 100_000, 0));
     assert!(
         p.unschedulable
             .iter()
             .any(|(j, why)| *j == 3 && why.contains("delay j-2")),
+        "{:?}",
+        p.unschedulable
+    );
+}
+
+/// EASY protects only the first job that cannot start; conservative backfill reserves for
+/// each one, each after the GPUs those before it booked, and holds back what would delay any.
+#[test]
+fn conservative_backfill_protects_every_reservation() {
+    let mut s = ClusterState::new();
+    four_gpu_node(&mut s, 1);
+    four_gpu_node(&mut s, 2);
+    submit_at(&mut s, 0, with_estimate(4, 100)); // j-1 on n1 until 100 s
+    submit_at(&mut s, 0, with_estimate(3, 200)); // j-2 on n2 until 200 s
+    bind_all(&mut s, &policy("fcfs"), 0);
+    submit_at(&mut s, 1, with_estimate(4, 1000)); // j-3: n1 from 100 s
+    submit_at(&mut s, 2, with_estimate(4, 100)); // j-4: n1 is booked, so n2 from 200 s
+    submit_at(&mut s, 3, with_estimate(1, 1000)); // j-5: would run on n2 past 200 s
+    submit_at(&mut s, 4, with_estimate(1, 100)); // j-6: done on n2 by 110 s
+    let started = |p: &Plan| p.binds.iter().map(|b| b.job).collect::<Vec<_>>();
+    let reserved = |p: &Plan| {
+        p.reservations
+            .iter()
+            .map(|r| (r.job, r.start_ms, r.nodes.clone()))
+            .collect::<Vec<_>>()
+    };
+
+    let easy = plan_at(&s, &policy("fcfs+easy"), 10_000);
+    assert_eq!(started(&easy), vec![5], "EASY lets j-5 take n2 from j-4");
+    assert_eq!(reserved(&easy), vec![(3, 100_000, vec![1])]);
+
+    let conservative = Policy {
+        explain: true,
+        ..policy("fcfs+conservative")
+    };
+    let p = plan_at(&s, &conservative, 10_000);
+    assert_eq!(
+        started(&p),
+        vec![6],
+        "only what delays no reservation starts"
+    );
+    assert_eq!(
+        reserved(&p),
+        vec![
+            (3, 100_000, vec![1]),
+            (4, 200_000, vec![2]),
+            // Held back, it gets its own: on n2 once j-4 is done.
+            (5, 300_000, vec![2]),
+        ]
+    );
+    assert!(
+        p.unschedulable.iter().any(|(j, why)| *j == 5
+            && why.contains("would delay j-4")
+            && why.contains("conservative backfill")),
         "{:?}",
         p.unschedulable
     );
@@ -320,36 +374,55 @@ proptest! {
             prop_assert_eq!(*n, s.jobs[job].spec.gpus as usize, "j-{} got part of its GPUs", job);
         }
 
-        // EASY: after starting everything planned, the head still has its GPUs at its time.
-        if let Some(r) = &pass.reservation {
+        // After starting everything planned, each reserved job still has its GPUs from its
+        // start to its end, beside those the reservations before it booked.
+        let mut ends: BTreeMap<u64, Option<u64>> = BTreeMap::new();
+        for j in s.jobs.values().filter(|j| j.state.is_live()) {
+            ends.insert(j.id, env.expected_end_ms(j, &p));
+        }
+        for b in &pass.binds {
+            let est = env.estimate_ms(&s.jobs[&b.job].spec, &p);
+            ends.insert(b.job, est.map(|e| now + e));
+        }
+        // Apply the binds to see the new state.
+        let mut after = s.clone();
+        for b in &pass.binds {
+            let node = after.nodes.get_mut(&b.node).expect("node");
+            for g in &b.gpus {
+                node.allocations.insert(*g, b.job);
+            }
+        }
+        let during = |r: &Reservation, t: u64| r.start_ms <= t && r.end_ms.is_none_or(|end| t < end);
+        for (i, r) in pass.reservations.iter().enumerate() {
             let head = s.jobs[&r.job].spec.clone();
-            let mut ends: BTreeMap<u64, Option<u64>> = BTreeMap::new();
-            for j in s.jobs.values().filter(|j| j.state.is_live()) {
-                ends.insert(j.id, env.expected_end_ms(j, &p));
-            }
-            for b in &pass.binds {
-                let est = env.estimate_ms(&s.jobs[&b.job].spec, &p);
-                ends.insert(b.job, est.map(|e| now + e));
-            }
-            // Apply the single-node binds (gang binds are not replicable) to see the new state.
-            let mut after = s.clone();
-            for b in &pass.binds {
-                let node = after.nodes.get_mut(&b.node).expect("node");
-                for g in &b.gpus {
-                    node.allocations.insert(*g, b.job);
+            let before = &pass.reservations[..i];
+            // When the GPUs free for it may fall: its start, and the later starts of those.
+            let mut times = vec![r.start_ms];
+            times.extend(before.iter().map(|b| b.start_ms).filter(|t| during(r, *t)));
+            for t in times {
+                let booked = |node: Option<u64>| -> usize {
+                    before
+                        .iter()
+                        .filter(|b| during(b, t))
+                        .map(|b| match node {
+                            None => b.need * b.nodes.len().max(1),
+                            Some(n) => b.need * usize::from(b.nodes.contains(&n)),
+                        })
+                        .sum()
+                };
+                if r.nodes.is_empty() {
+                    let free = free_for_head_at(&after, &head, None, t, &ends).saturating_sub(booked(None));
+                    prop_assert!(free >= head.gpus as usize,
+                        "j-{} reserved at {} ms finds only {} GPUs at {}", r.job, r.start_ms, free, t);
                 }
-            }
-            if r.nodes.is_empty() {
-                let free = free_for_head_at(&after, &head, None, r.start_ms, &ends);
-                prop_assert!(free >= head.gpus as usize,
-                    "j-{} reserved at {} ms finds only {} GPUs then", r.job, r.start_ms, free);
-            }
-            // Each reserved node has the job's share of it then (all of it but for a gang).
-            let share = head.gpus_per_node() as usize;
-            for node in &r.nodes {
-                let free = free_for_head_at(&after, &head, Some(*node), r.start_ms, &ends);
-                prop_assert!(free >= share,
-                    "j-{} reserved at {} ms finds only {} GPUs on n{} then", r.job, r.start_ms, free, node);
+                // Each reserved node has the job's share of it (all of it but for a gang).
+                let share = head.gpus_per_node() as usize;
+                for node in &r.nodes {
+                    let free = free_for_head_at(&after, &head, Some(*node), t, &ends)
+                        .saturating_sub(booked(Some(*node)));
+                    prop_assert!(free >= share,
+                        "j-{} reserved at {} ms finds only {} GPUs on n{} at {}", r.job, r.start_ms, free, node, t);
+                }
             }
         }
     }

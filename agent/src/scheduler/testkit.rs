@@ -69,16 +69,19 @@ pub(crate) fn submit_at(s: &mut ClusterState, now_ms: u64, spec: JobSpec) {
 }
 
 /// Every ordering with each backfill mode the property tests exercise.
-pub(crate) const POLICIES: [&str; 11] = [
+pub(crate) const POLICIES: [&str; 14] = [
     "fcfs",
     "fcfs+easy",
+    "fcfs+conservative",
     "sjf",
     "sjf+easy",
+    "sjf+conservative",
     "priority",
     "priority+easy",
     "fairshare",
     "fairshare+easy",
     "fairshare+greedy",
+    "fairshare+conservative",
     "learned",
     "learned+easy",
 ];

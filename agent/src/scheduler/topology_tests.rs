@@ -118,8 +118,11 @@ fn a_gang_that_requires_a_rack_waits_for_one_and_reserves_inside_one() {
         nodes_of(&p, 2).is_empty(),
         "n1 and n2 are in different racks"
     );
-    let r = p.reservation.expect("a reservation inside rack b");
-    assert_eq!((r.job, r.start_ms, r.nodes), (2, 100_001, vec![2, 3]));
+    let r = p.reservations.first().expect("a reservation inside rack b");
+    assert_eq!(
+        (r.job, r.start_ms, r.nodes.clone()),
+        (2, 100_001, vec![2, 3])
+    );
     assert!(
         p.unschedulable
             .iter()

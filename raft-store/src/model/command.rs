@@ -421,6 +421,10 @@ pub const PROTOCOL_13: u32 = 13;
 /// leader would drop it and spread the gang over any nodes).
 pub const PROTOCOL_14: u32 = 14;
 
+/// The internal protocol version that added conservative backfill
+/// (`Backfill::Conservative`): an older agent cannot read the setting.
+pub const PROTOCOL_15: u32 = 15;
+
 /// The internal protocol version that added exactly-once writes (`LogEntry::request`: an
 /// older agent would apply a request's second copy, which the others answer without applying)
 /// and `ForgetExpired`.
@@ -454,6 +458,11 @@ impl Command {
     /// it only once every member has registered with at least this version.
     pub fn protocol(&self) -> u32 {
         match self {
+            Command::SetSchedulerPolicy { settings }
+                if settings.backfill == crate::model::scheduler::Backfill::Conservative =>
+            {
+                PROTOCOL_15
+            }
             Command::SetSchedulerPolicy { settings } if settings.gang_wait_limit_s != 0 => {
                 PROTOCOL_14
             }
@@ -1455,11 +1464,11 @@ mod tests {
     }
 
     /// A version 12 agent cannot read the learned order; a version 13 agent would drop the
-    /// gang wait limit and refuse the preemptions it allows, and drop a gang's topology level.
-    /// Off, the limit is not written.
+    /// gang wait limit and refuse the preemptions it allows, and drop a gang's topology level;
+    /// a version 14 agent cannot read conservative backfill. Off, the limit is not written.
     #[test]
-    fn the_learned_order_the_gang_wait_limit_and_topology_wait_for_protocols_13_and_14() {
-        use crate::model::scheduler::{Ordering, SchedulerSettings};
+    fn the_learned_order_the_gang_wait_limit_topology_and_conservative_backfill_wait() {
+        use crate::model::scheduler::{Backfill, Ordering, SchedulerSettings};
         let set = |settings| Command::SetSchedulerPolicy { settings };
         let plain = SchedulerSettings::default();
         let learned = SchedulerSettings {
@@ -1470,6 +1479,11 @@ mod tests {
             gang_wait_limit_s: 3600,
             ..plain.clone()
         };
+        let conservative = SchedulerSettings {
+            backfill: Backfill::Conservative,
+            ..guarded.clone()
+        };
+        assert_eq!(set(conservative).protocol(), PROTOCOL_15);
         assert!(
             !serde_json::to_string(&plain)
                 .expect("encodes")

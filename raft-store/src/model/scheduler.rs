@@ -37,6 +37,9 @@ pub enum Backfill {
     Easy,
     /// Every job that fits starts now, whatever waits ahead of it (big jobs can starve).
     Greedy,
+    /// Conservative backfill: every job that does not fit gets a reservation, in queue order,
+    /// each counting on those before it; a later job starts only if it delays none of them.
+    Conservative,
 }
 
 /// Whether the leader stops running jobs to make room.
@@ -180,7 +183,7 @@ pub const GANG_WAIT_LIMIT_RANGE_S: std::ops::RangeInclusive<u64> = 60..=30 * 86_
 /// A policy word that is not known.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[error(
-    "unknown scheduler policy {0:?}: expected ORDERING[+BACKFILL] with ORDERING one of fcfs, sjf, priority, fairshare, learned and BACKFILL one of strict, easy, greedy"
+    "unknown scheduler policy {0:?}: expected ORDERING[+BACKFILL] with ORDERING one of fcfs, sjf, priority, fairshare, learned and BACKFILL one of strict, easy, greedy, conservative"
 )]
 pub struct BadPolicy(pub String);
 
@@ -215,6 +218,7 @@ impl FromStr for Backfill {
             "strict" => Ok(Self::Strict),
             "easy" | "backfill" => Ok(Self::Easy),
             "greedy" => Ok(Self::Greedy),
+            "conservative" => Ok(Self::Conservative),
             _ => Err(BadPolicy(s.to_owned())),
         }
     }
@@ -232,12 +236,20 @@ impl fmt::Display for Ordering {
     }
 }
 
+impl Backfill {
+    /// Whether a job that cannot start takes a reservation (EASY, conservative).
+    pub fn reserves(self) -> bool {
+        matches!(self, Self::Easy | Self::Conservative)
+    }
+}
+
 impl fmt::Display for Backfill {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Self::Strict => "strict",
             Self::Easy => "easy",
             Self::Greedy => "greedy",
+            Self::Conservative => "conservative",
         })
     }
 }
