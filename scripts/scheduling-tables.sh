@@ -44,9 +44,12 @@ run philly-56x8-gangs-guard --cluster 56x8xV100-32GB --estimates predicted \
   --gang-wait-limit-s 86400 --policy sjf+easy,fairshare+easy
 run philly-56x8-gangs-guard-preempt --cluster 56x8xV100-32GB --estimates predicted \
   --gang-wait-limit-s 86400 --preemption reclaim --checkpoint-cost-s 600 \
-  --policy sjf+easy,fairshare+easy
+  --policy sjf+easy,fairshare+easy,learned+easy
+# Conservative backfill: a reservation for each of the first 100 jobs that cannot start.
+run philly-56x8-conservative --cluster 56x8xV100-32GB --estimates predicted \
+  --policy fcfs+conservative,sjf+conservative,fairshare+conservative
 # One scheduling pass: 10,000 pending jobs on 5,000 nodes, and 100,000 on 10,000 nodes.
-for policy in default sjf+easy fairshare+easy learned+easy; do
+for policy in default sjf+easy sjf+conservative fairshare+easy learned+easy; do
   args=()
   [ "$policy" = default ] || args+=(--policy "$policy")
   "$agent" bench-plan --nodes 5000 --jobs 10000 "${args[@]}" > "$out/bench-plan-${policy/+/-}.json"

@@ -32,8 +32,9 @@ pub struct Plan {
     pub reservations: Vec<Reservation>,
 }
 
-/// How many jobs a pass under conservative backfill reserves for; the jobs behind them start
-/// only where they delay none of those (as Slurm's `bf_max_job_test` bounds its backfill).
+/// How many jobs a pass under conservative backfill reserves for; the jobs behind the last of
+/// them wait for a later pass (as Slurm's `bf_max_job_test` bounds the jobs its backfill
+/// looks at).
 pub(super) const CONSERVATIVE_DEPTH: usize = 100;
 
 /// Plan one pass. Jobs are taken in the policy's order; each goes where `placement` puts it
@@ -361,7 +362,8 @@ impl<'a> Pass<'a> {
     }
 
     /// Conservative backfill with reservations left to take: every job that cannot start now
-    /// gets one (a gang on any nodes, whose GPUs no node books, is the last).
+    /// gets one (a gang on any nodes, whose GPUs no node books, is the last; nothing behind
+    /// the last starts).
     fn reserves_every_job(&self) -> bool {
         self.policy.backfill == Backfill::Conservative
             && self.blocked_by.is_none()
@@ -391,7 +393,13 @@ impl<'a> Pass<'a> {
             })
             .flatten();
         match reserved {
-            Some(r) => self.reservations.push((r, spec.clone())),
+            Some(r) => {
+                self.reservations.push((r, spec.clone()));
+                // Conservative backfill looks no further than its last reservation.
+                if self.policy.backfill == Backfill::Conservative && !self.reserves_every_job() {
+                    self.blocked_by = Some(job.id);
+                }
+            }
             None => self.blocked_by = Some(job.id),
         }
     }
