@@ -468,6 +468,10 @@ impl<'a> Pass<'a> {
         }
         if memo {
             self.held_from = self.held_from.min(want);
+        }
+        // Its class (the same spec: the same placements, the same end) is held back too,
+        // unless each of them is to take a reservation of its own.
+        if !self.reserves_every_job() {
             queue.pass_over_class();
         }
         let mode = match self.policy.backfill {
