@@ -35,6 +35,12 @@ run philly-56x8-reclaim --cluster 56x8xV100-32GB --estimates predicted \
 run philly-56x8-reclaim-guard --cluster 56x8xV100-32GB --estimates predicted \
   --tenants "$out/philly-tenants-24.csv" --preemption reclaim --checkpoint-cost-s 600 \
   --gang-wait-limit-s 86400 --policy fairshare+easy
+# And with runs exempt from preemption for their first 10 minutes to 4 hours.
+for exempt in 600 1800 3600 7200 14400; do
+  run "philly-56x8-reclaim-guard-exempt-$exempt" --cluster 56x8xV100-32GB --estimates predicted \
+    --tenants "$out/philly-tenants-24.csv" --preemption reclaim --checkpoint-cost-s 600 \
+    --gang-wait-limit-s 86400 --preempt-exempt-s "$exempt" --policy fairshare+easy
+done
 # Gangs (the trace's jobs larger than a node, run evenly over several nodes): as they are, with
 # the starvation guard at 24 hours, and with the guard allowed to preempt (10 minutes lost per
 # stop; no tenant has a quota, so a starving gang is the only reason to preempt).

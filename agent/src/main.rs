@@ -152,6 +152,9 @@ struct SimulateArgs {
     /// no higher priority.
     #[arg(long, default_value_t = 0)]
     gang_wait_limit_s: u64,
+    /// A run placed less than this many seconds ago is never preempted (0: off).
+    #[arg(long, default_value_t = 0)]
+    preempt_exempt_s: u64,
     /// Output on stdout.
     #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputArg::Table)]
     output: OutputArg,
@@ -235,6 +238,7 @@ fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
         preemption: args.preemption,
         checkpoint_ms: args.checkpoint_cost_s.saturating_mul(1000),
         gang_wait_limit_s: args.gang_wait_limit_s,
+        preempt_exempt_s: args.preempt_exempt_s,
     };
     let summaries = simulate::run(&opts)?;
     match args.output {

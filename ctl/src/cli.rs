@@ -386,6 +386,10 @@ pub(crate) enum SchedulerPolicyVerb {
         /// single-node runs of no higher priority.
         #[arg(long, value_parser = crate::units::whole_seconds)]
         gang_wait_limit: Option<u64>,
+        /// How long a run is exempt from preemption once placed, e.g. 1h (0s: off): damps a
+        /// borrower stopped, placed again and stopped again.
+        #[arg(long, value_parser = crate::units::whole_seconds)]
+        preempt_exempt: Option<u64>,
     },
 }
 

@@ -1002,6 +1002,7 @@ fn apply_sets_valid_settings_and_refuses_bad_ones_untouched() {
         usage_half_life_s: 3600,
         preemption: scheduler::Preemption::Reclaim,
         gang_wait_limit_s: 6 * 3600,
+        preempt_exempt_s: 600,
     };
     assert_eq!(set_policy(&mut s, good.clone()), ApplyResult::Ok);
     assert_eq!(s.scheduler, good);
@@ -1028,6 +1029,14 @@ fn apply_sets_valid_settings_and_refuses_bad_ones_untouched() {
         },
         SchedulerSettings {
             gang_wait_limit_s: 31 * 86_400,
+            ..good.clone()
+        },
+        SchedulerSettings {
+            preempt_exempt_s: 59,
+            ..good.clone()
+        },
+        SchedulerSettings {
+            preempt_exempt_s: 8 * 86_400,
             ..good.clone()
         },
     ] {

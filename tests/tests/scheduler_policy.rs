@@ -24,6 +24,7 @@ async fn set(
         usage_half_life_s: half_life_s,
         preemption: None,
         gang_wait_limit_s: None,
+        preempt_exempt_s: None,
     };
     Ok(client.set_scheduler_policy(req).await?.into_inner())
 }
@@ -145,11 +146,22 @@ async fn operators_change_the_replicated_policy_and_bad_values_change_nothing() 
     assert_eq!(code, Some(0), "{stderr}");
     assert_eq!(status["policy"]["gang_wait_limit_s"], 7200, "{status}");
 
-    // Conservative backfill (protocol 15) through gpuctl: set, replicated, and jobs run.
-    let args = ["scheduler", "policy", "set", "sjf+conservative"];
+    // Conservative backfill and the preempt exempt time (protocol 15) through gpuctl: set,
+    // replicated, and jobs run.
+    let args = [
+        "scheduler",
+        "policy",
+        "set",
+        "sjf+conservative",
+        "--preempt-exempt",
+        "10m",
+    ];
     let (code, _, stderr) = c.gpuctl_json(2, &args);
     assert_eq!(code, Some(0), "{stderr}");
     assert_eq!(spec(&c, 1, false).await, "sjf+conservative");
+    let (code, status, stderr) = c.gpuctl_json(3, &["scheduler", "status"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(status["policy"]["preempt_exempt_s"], 600, "{status}");
     a_job_runs(&c, 3, "under-conservative").await;
 }
 

@@ -161,6 +161,7 @@ pub fn scheduler_settings(
             None => current.preemption,
         },
         gang_wait_limit_s: req.gang_wait_limit_s.unwrap_or(current.gang_wait_limit_s),
+        preempt_exempt_s: req.preempt_exempt_s.unwrap_or(current.preempt_exempt_s),
     })
 }
 

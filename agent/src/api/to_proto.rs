@@ -429,6 +429,7 @@ pub(crate) fn scheduler_status(s: &ClusterState) -> pb::SchedulerStatus {
             usage_half_life_s: settings.usage_half_life_s,
             preemption: settings.preemption.to_string(),
             gang_wait_limit_s: settings.gang_wait_limit_s,
+            preempt_exempt_s: settings.preempt_exempt_s,
         }),
         pending_jobs: pending as u64,
         running_jobs: running as u64,

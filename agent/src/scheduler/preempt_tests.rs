@@ -9,7 +9,7 @@ use gpu_raft_store::{
     SchedulerSettings,
 };
 
-use super::testkit::{apply, gpu, node, spec, submit};
+use super::testkit::{apply, apply_at, gpu, node, spec, submit};
 use super::{PendingIndex, PlanEnv, Policy, plan, preemptions};
 
 fn cluster(mode: Preemption, gpus: u32) -> ClusterState {
@@ -259,4 +259,40 @@ fn a_job_never_preempts_the_run_it_was_preempted_for() {
     s.jobs.get_mut(&1).expect("j-1").spec.priority = 9;
     // Stopping j-2 for j-1 would leave each waiting for the other to start, forever.
     assert_eq!(victims(&s), vec![]);
+}
+
+/// A run placed less than the exempt time ago is never a victim, in the plan or in `apply`
+/// (which judges by the entry's own time); after it, it is.
+#[test]
+fn a_run_is_exempt_from_preemption_for_its_first_minutes() {
+    let mut s = cluster(Preemption::Priority, 2);
+    let settings = SchedulerSettings {
+        preempt_exempt_s: 600,
+        ..s.scheduler.clone()
+    };
+    apply(&mut s, Command::SetSchedulerPolicy { settings });
+    submit(&mut s, job("t", 2, 0));
+    pass(&mut s); // j-1 placed at 1 ms
+    submit(&mut s, job("t", 2, 5));
+    let victims_at = |now_ms: u64| {
+        let policy = Policy::default().with_settings(&s.scheduler);
+        let pending = PendingIndex::of(&s, policy.ordering);
+        preemptions(&s, &policy, &PlanEnv::new(now_ms, &policy), &pending)
+    };
+    assert_eq!(victims_at(600_000), vec![], "placed 599.999 s ago");
+    assert_eq!(victims_at(600_001), vec![preempt(1, 1, 2)]);
+
+    let before = s.clone();
+    let early = Command::PreemptJobs {
+        preemptions: vec![preempt(1, 1, 2)],
+    };
+    let ApplyResult::Preempted { rejected, .. } = apply_at(&mut s, 300_000, early.clone()) else {
+        panic!("a preemption result");
+    };
+    assert!(rejected[0].1.contains("exempt"), "{rejected:?}");
+    assert_eq!(s, before, "a refused preemption changes nothing");
+    let ApplyResult::Preempted { preempted, .. } = apply_at(&mut s, 600_001, early) else {
+        panic!("a preemption result");
+    };
+    assert_eq!(preempted.len(), 1);
 }

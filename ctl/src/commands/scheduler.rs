@@ -2,7 +2,7 @@
 //!
 //! JSON (stable): both print `{"policy": {"spec", "ordering", "backfill", "aging_per_hour",
 //! "fairshare_weight", "usage_half_life_s", "preemption" ("off"|"reclaim"|"priority"),
-//! "gang_wait_limit_s" (0: off)},
+//! "gang_wait_limit_s" (0: off), "preempt_exempt_s" (0: off)},
 //! "pending_jobs", "running_jobs", "gpus_total", "gpus_free", "accuracy": {"jobs", "estimates",
 //! "predictions"}}`, each of `estimates` and `predictions` being `{"count",
 //! "median_relative_error", "within_2x"}` over the succeeded jobs the state holds (`policy set`
@@ -32,6 +32,7 @@ pub(crate) async fn run(ctx: &Ctx, verb: SchedulerVerb) -> Result<Answer, Failur
             usage_half_life,
             preemption,
             gang_wait_limit,
+            preempt_exempt,
         }) => {
             let req = pb::SetSchedulerPolicyRequest {
                 policy,
@@ -40,6 +41,7 @@ pub(crate) async fn run(ctx: &Ctx, verb: SchedulerVerb) -> Result<Answer, Failur
                 usage_half_life_s: usage_half_life,
                 preemption,
                 gang_wait_limit_s: gang_wait_limit,
+                preempt_exempt_s: preempt_exempt,
             };
             ctx.call(new, req, async |mut c, r| c.set_scheduler_policy(r).await)
                 .await?
@@ -61,6 +63,7 @@ fn status_json(s: &pb::SchedulerStatus) -> Value {
             "usage_half_life_s": p.usage_half_life_s,
             "preemption": p.preemption,
             "gang_wait_limit_s": p.gang_wait_limit_s,
+            "preempt_exempt_s": p.preempt_exempt_s,
         },
         "pending_jobs": s.pending_jobs,
         "running_jobs": s.running_jobs,
@@ -110,6 +113,13 @@ fn status_table(s: &pb::SchedulerStatus) -> String {
         vec![
             "gang wait limit".into(),
             match p.gang_wait_limit_s {
+                0 => "off".into(),
+                s => units::format_duration(std::time::Duration::from_secs(s)),
+            },
+        ],
+        vec![
+            "preempt exempt".into(),
+            match p.preempt_exempt_s {
                 0 => "off".into(),
                 s => units::format_duration(std::time::Duration::from_secs(s)),
             },

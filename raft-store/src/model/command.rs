@@ -422,7 +422,9 @@ pub const PROTOCOL_13: u32 = 13;
 pub const PROTOCOL_14: u32 = 14;
 
 /// The internal protocol version that added conservative backfill
-/// (`Backfill::Conservative`): an older agent cannot read the setting.
+/// (`Backfill::Conservative`: an older agent cannot read the setting) and the preempt exempt
+/// time (`SchedulerSettings::preempt_exempt_s`: an older agent would drop it and accept the
+/// preemptions it refuses).
 pub const PROTOCOL_15: u32 = 15;
 
 /// The internal protocol version that added exactly-once writes (`LogEntry::request`: an
@@ -459,7 +461,8 @@ impl Command {
     pub fn protocol(&self) -> u32 {
         match self {
             Command::SetSchedulerPolicy { settings }
-                if settings.backfill == crate::model::scheduler::Backfill::Conservative =>
+                if settings.backfill == crate::model::scheduler::Backfill::Conservative
+                    || settings.preempt_exempt_s != 0 =>
             {
                 PROTOCOL_15
             }
@@ -856,6 +859,7 @@ mod tests {
                 usage_half_life_s: 86_400,
                 preemption: crate::model::scheduler::Preemption::Off,
                 gang_wait_limit_s: 0,
+                preempt_exempt_s: 0,
             },
         });
         expect![[r#"{"proposed_at_ms":1700000000000,"cmd":{"type":"set_scheduler_policy","settings":{"ordering":"sjf","backfill":"easy","aging_per_hour":1,"fairshare_weight":10,"usage_half_life_s":86400}}}"#]]
@@ -1308,6 +1312,7 @@ mod tests {
                     usage_half_life_s: 3600,
                     preemption: crate::model::scheduler::Preemption::Priority,
                     gang_wait_limit_s: 0,
+                    preempt_exempt_s: 0,
                 },
             },
             Command::SignAuditHead {
@@ -1484,6 +1489,11 @@ mod tests {
             ..guarded.clone()
         };
         assert_eq!(set(conservative).protocol(), PROTOCOL_15);
+        let exempt = SchedulerSettings {
+            preempt_exempt_s: 600,
+            ..plain.clone()
+        };
+        assert_eq!(set(exempt).protocol(), PROTOCOL_15);
         assert!(
             !serde_json::to_string(&plain)
                 .expect("encodes")

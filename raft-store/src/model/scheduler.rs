@@ -114,6 +114,11 @@ pub struct SchedulerSettings {
     /// preemption on it may stop runs of no higher priority. 0: off. Not written when off.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub gang_wait_limit_s: u64,
+    /// A run placed less than this long ago is never preempted (Slurm's `PreemptExemptTime`):
+    /// it damps a borrower stopped, placed again and stopped again. 0: off. Not written when
+    /// off.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub preempt_exempt_s: u64,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -134,6 +139,7 @@ impl Default for SchedulerSettings {
             usage_half_life_s: one_day(),
             preemption: Preemption::Off,
             gang_wait_limit_s: 0,
+            preempt_exempt_s: 0,
         }
     }
 }
@@ -163,7 +169,20 @@ impl SchedulerSettings {
                 self.gang_wait_limit_s
             ));
         }
+        if self.preempt_exempt_s != 0 && !PREEMPT_EXEMPT_RANGE_S.contains(&self.preempt_exempt_s) {
+            return Err(format!(
+                "preempt exempt time must be 0 (off) or {}..={} seconds, got {}",
+                PREEMPT_EXEMPT_RANGE_S.start(),
+                PREEMPT_EXEMPT_RANGE_S.end(),
+                self.preempt_exempt_s
+            ));
+        }
         Ok(())
+    }
+
+    /// When a run placed at `placed_ms` may first be preempted.
+    pub fn preemptible_from_ms(&self, placed_ms: u64) -> u64 {
+        placed_ms.saturating_add(self.preempt_exempt_s.saturating_mul(1000))
     }
 
     /// The starvation guard's limit in milliseconds, when it is on.
@@ -179,6 +198,8 @@ impl SchedulerSettings {
 
 /// Shortest and longest gang wait limit accepted, in seconds (a minute to 30 days).
 pub const GANG_WAIT_LIMIT_RANGE_S: std::ops::RangeInclusive<u64> = 60..=30 * 86_400;
+/// Shortest and longest preempt exempt time accepted, in seconds (a minute to 7 days).
+pub const PREEMPT_EXEMPT_RANGE_S: std::ops::RangeInclusive<u64> = 60..=7 * 86_400;
 
 /// A policy word that is not known.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

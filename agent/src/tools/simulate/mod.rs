@@ -51,6 +51,9 @@ pub struct Options {
     /// The gang starvation guard's limit in seconds (`SchedulerSettings::gang_wait_limit_s`;
     /// 0: off).
     pub gang_wait_limit_s: u64,
+    /// How long a run is exempt from preemption once placed, in seconds
+    /// (`SchedulerSettings::preempt_exempt_s`; 0: off).
+    pub preempt_exempt_s: u64,
 }
 
 /// What every replay of a comparison shares besides the trace: the cluster, its tenants,
@@ -63,6 +66,7 @@ pub(crate) struct Setup {
     pub preemption: Preemption,
     pub checkpoint_ms: u64,
     pub gang_wait_limit_s: u64,
+    pub preempt_exempt_s: u64,
     pub learned: Option<LearnedWeights>,
 }
 
@@ -99,6 +103,7 @@ pub fn run(opts: &Options) -> anyhow::Result<Vec<Summary>> {
         preemption: opts.preemption,
         checkpoint_ms: opts.checkpoint_ms,
         gang_wait_limit_s: opts.gang_wait_limit_s,
+        preempt_exempt_s: opts.preempt_exempt_s,
         learned,
     };
     let compared = compare(&trace.jobs, &setup, &opts.policies, opts.estimates)?;
@@ -181,6 +186,7 @@ pub(crate) fn compare(
     }
     state.scheduler.preemption = setup.preemption;
     state.scheduler.gang_wait_limit_s = setup.gang_wait_limit_s;
+    state.scheduler.preempt_exempt_s = setup.preempt_exempt_s;
     state
         .scheduler
         .validate()

@@ -64,6 +64,16 @@ impl ClusterState {
         if victim.evict_requested || victim.cancel_requested {
             return Err(format!("j-{} is already stopping", p.job));
         }
+        let placed_ms = victim.bound_at_ms.unwrap_or(0);
+        let from_ms = self.scheduler.preemptible_from_ms(placed_ms);
+        if now_ms < from_ms {
+            return Err(format!(
+                "j-{} was placed {} s ago: runs are exempt from preemption for their first {} s",
+                p.job,
+                now_ms.saturating_sub(placed_ms) / 1000,
+                self.scheduler.preempt_exempt_s
+            ));
+        }
         let ben = self
             .jobs
             .get(&p.for_job)
