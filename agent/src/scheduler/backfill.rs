@@ -7,7 +7,9 @@
 
 use gpu_raft_store::{JobId, JobSpec, NodeId, gpu_fits};
 
-use super::placement::{Nodes, Placement, gang_domains, is_plain, matching, selector_matches};
+use super::placement::{
+    Nodes, Placement, Slot, gang_domains, is_plain, matching, selector_matches,
+};
 
 /// A run holding GPUs during the pass (running before it, or started by it).
 #[derive(Clone, Debug)]
@@ -67,6 +69,14 @@ struct Booking {
     end_ms: Option<u64>,
 }
 
+impl Booking {
+    /// (time, change in free GPUs): its start takes them, its end (if any) gives them back.
+    fn events(&self) -> impl Iterator<Item = (u64, isize)> + use<> {
+        let gpus = self.gpus as isize;
+        std::iter::once((self.start_ms, -gpus)).chain(self.end_ms.map(|end| (end, gpus)))
+    }
+}
+
 impl Timeline {
     pub(crate) fn new(slots: usize, runs: Vec<Holding>) -> Self {
         let mut timeline = Self {
@@ -91,17 +101,16 @@ impl Timeline {
     /// A reservation taken: later ones count on its GPUs being taken.
     pub(crate) fn book(&mut self, r: &Reservation) {
         for slot in r.held_slots() {
-            let gpus = r.need as isize;
-            insert(&mut self.plain[slot], (r.start_ms, -gpus));
-            if let Some(end) = r.end_ms {
-                insert(&mut self.plain[slot], (end, gpus));
-            }
-            self.bookings.push(Booking {
+            let booking = Booking {
                 slot,
                 gpus: r.need,
                 start_ms: r.start_ms,
                 end_ms: r.end_ms,
-            });
+            };
+            for event in booking.events() {
+                insert(&mut self.plain[slot], event);
+            }
+            self.bookings.push(booking);
         }
     }
 
@@ -116,10 +125,7 @@ impl Timeline {
             }
         }
         for b in &self.bookings {
-            events[b.slot].push((b.start_ms, -(b.gpus as isize)));
-            if let Some(end) = b.end_ms {
-                events[b.slot].push((end, b.gpus as isize));
-            }
+            events[b.slot].extend(b.events());
         }
         for e in &mut events {
             e.sort_unstable();
@@ -147,12 +153,12 @@ impl Timeline {
             &computed
         };
         // The eligible slots, with the GPUs that could serve it free now.
+        let may_run_on = |slot: &Slot<'_>| plain || selector_matches(spec, &slot.labels);
         let eligible = nodes.slots.iter().enumerate().filter_map(|(i, slot)| {
             if plain {
                 return Some((i, slot.free.len()));
             }
-            selector_matches(spec, &slot.labels)
-                .then(|| (i, slot.free.iter().filter(|g| gpu_fits(g, spec)).count()))
+            may_run_on(slot).then(|| (i, slot.free.iter().filter(|g| gpu_fits(g, spec)).count()))
         });
         let window = Window { duration_ms };
         if spec.nodes > 1 {
@@ -187,7 +193,7 @@ impl Timeline {
             .slots
             .iter()
             .enumerate()
-            .filter(|(_, slot)| plain || selector_matches(spec, &slot.labels))
+            .filter(|(_, slot)| may_run_on(slot))
             .flat_map(|(i, _)| events[i].iter().copied())
             .collect();
         cluster_events.sort_unstable();
