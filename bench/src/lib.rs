@@ -2,6 +2,7 @@
 //! machine in the same run, reported as ratios (`docs/benchmarks.md`).
 
 pub mod array;
+pub mod codec;
 pub mod etcd;
 pub mod failover;
 pub mod fsync;

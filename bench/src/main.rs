@@ -76,6 +76,15 @@ enum Cmd {
         #[arg(long, default_value_t = 10_000)]
         tasks: u64,
     },
+    /// MessagePack against JSON on a snapshot of `jobs` jobs and on log entries: bytes, encode
+    /// and decode times (no mesh, no etcd).
+    Codec {
+        #[arg(long, default_value_t = 20_000)]
+        jobs: u64,
+        /// Rounds of the snapshot (entries run a hundred times as many).
+        #[arg(long, default_value_t = 20)]
+        rounds: usize,
+    },
 }
 
 /// How long and how often each part runs.
@@ -141,6 +150,12 @@ async fn main() -> anyhow::Result<()> {
             svg,
             json,
         } => return lifetime(jobs, samples, svg, json).await,
+        Cmd::Codec { jobs, rounds } => {
+            let rows = gpu_bench::codec::measure(jobs, rounds)?;
+            println!("Machine: {}.\n", gpu_bench::report::machine());
+            println!("{}", gpu_bench::report::codec_table(&rows));
+            return Ok(());
+        }
         Cmd::Array { tasks } => {
             anyhow::ensure!(tasks > 0, "--tasks must be at least 1");
             let run = gpu_bench::array::measure(tasks, 4, 8).await?;

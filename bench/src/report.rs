@@ -185,3 +185,39 @@ pub fn state_markdown(state: &StateGrowth) -> String {
     );
     md
 }
+
+/// MessagePack against JSON (`gpu-bench codec`): each record's bytes and median encode and
+/// decode times in both, with MessagePack's share of JSON's.
+pub fn codec_table(rows: &[crate::codec::Row]) -> String {
+    let mut md = String::new();
+    let w = &mut md;
+    let _ = writeln!(
+        w,
+        "| record | JSON bytes | MessagePack bytes | ratio | JSON encode / decode | \
+         MessagePack encode / decode | ratio (encode / decode) |"
+    );
+    let _ = writeln!(w, "|---|---|---|---|---|---|---|");
+    let us = |d: std::time::Duration| d.as_secs_f64() * 1e6;
+    let time = |d: std::time::Duration| match us(d) {
+        t if t >= 10_000.0 => format!("{:.1} ms", t / 1000.0),
+        t => format!("{t:.1} µs"),
+    };
+    for row in rows {
+        let (j, p) = (&row.json, &row.packed);
+        let _ = writeln!(
+            w,
+            "| {} | {} | {} | {} | {} / {} | {} / {} | {} / {} |",
+            row.what,
+            j.bytes,
+            p.bytes,
+            ratio(p.bytes as f64, j.bytes as f64),
+            time(j.encode),
+            time(j.decode),
+            time(p.encode),
+            time(p.decode),
+            ratio(us(p.encode), us(j.encode)),
+            ratio(us(p.decode), us(j.decode)),
+        );
+    }
+    md
+}

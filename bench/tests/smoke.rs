@@ -90,3 +90,25 @@ fn a_small_lifetime_run_samples_every_agent_and_draws_them() {
     let svg = std::fs::read_to_string(&svg).expect("read svg");
     assert_eq!(svg.matches("<polyline").count(), 3, "one line per agent");
 }
+
+#[test]
+fn the_codec_comparison_prints_every_record() {
+    let out = Command::new(gpu_tests::bin("gpu-bench"))
+        .args(["codec", "--jobs", "200", "--rounds", "1"])
+        .output()
+        .expect("run gpu-bench");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for record in [
+        "snapshot, 200 jobs",
+        "a submission",
+        "binding 64 jobs",
+        "a run's end",
+    ] {
+        assert!(text.contains(record), "{record} missing: {text}");
+    }
+}

@@ -6,6 +6,7 @@
 
 #![allow(clippy::result_large_err)] // openraft's StorageError is large by design.
 
+pub mod codec;
 pub mod failpoint;
 mod model;
 mod storage;
@@ -17,6 +18,8 @@ pub use model::{
     requests, retention, scheduler, slice_fit, tenant, validate, webhook,
 };
 pub use storage::{archive, backup};
+
+pub use codec::PROTOCOL_16;
 
 pub use model::account::Account;
 pub use model::alert::{Alert, AlertRule};

@@ -79,19 +79,26 @@ fn meta(actor: &str) -> RequestMeta {
     }
 }
 
-/// `Propose` of `proposal` (the agent's JSON) at the leader n1, as n2: the refusal's message.
+/// `Propose` of `proposal` at the leader n1, as n2, in JSON and in MessagePack: the refusal's
+/// message, the same in both.
 async fn propose_refused(c: &Cluster, proposal: serde_json::Value) -> String {
     let mut n2 = as_node(c, 2, 1).await;
-    let json = serde_json::to_vec(&proposal).expect("json");
-    let err = n2
-        .propose(RaftMessage {
-            json,
-            data: Vec::new(),
-        })
-        .await
-        .expect_err("the leader refuses the forwarded write");
-    assert_eq!(err.code(), tonic::Code::PermissionDenied, "{err}");
-    err.message().to_owned()
+    let json = RaftMessage {
+        json: serde_json::to_vec(&proposal).expect("json"),
+        ..RaftMessage::default()
+    };
+    let packed = RaftMessage {
+        packed: gpu_raft_store::codec::to_vec(&proposal).expect("MessagePack"),
+        ..RaftMessage::default()
+    };
+    let mut why = Vec::new();
+    for msg in [json, packed] {
+        let err = (n2.propose(msg).await).expect_err("the leader refuses the forwarded write");
+        assert_eq!(err.code(), tonic::Code::PermissionDenied, "{err}");
+        why.push(err.message().to_owned());
+    }
+    assert_eq!(why[0], why[1], "refused alike in both encodings");
+    why.swap_remove(0)
 }
 
 async fn token_ids(c: &Cluster) -> Vec<String> {

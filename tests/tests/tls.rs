@@ -65,7 +65,7 @@ fn vote_from(node: u64) -> RaftMessage {
     );
     RaftMessage {
         json: json.into_bytes(),
-        data: Vec::new(),
+        ..RaftMessage::default()
     }
 }
 

@@ -34,6 +34,7 @@ use crate::gpu::GpuBackend;
 use crate::host::images::NodeImages;
 use crate::monitor::Telemetry;
 use crate::raft::peer_client::with_deadline;
+use crate::raft::peer_message::{self, Encoding};
 use crate::raft::{Attempt, Cluster, ClusterError, Proposal};
 use crate::raft::{archive_fill, protocol, snapshot_wire};
 use crate::tls::registry_login;
@@ -163,13 +164,11 @@ fn sender(vote: &openraft::Vote<NodeId>) -> NodeId {
     vote.leader_id().node_id
 }
 
-/// A Raft answer, naming this agent's build (the leader learns each member's from these).
-fn reply<T: Serialize>(value: &T) -> Result<Response<RaftMessage>, Status> {
-    let json = serde_json::to_vec(value).map_err(|e| Status::internal(e.to_string()))?;
-    let mut resp = Response::new(RaftMessage {
-        json,
-        data: Vec::new(),
-    });
+/// A Raft answer in the encoding of the request it answers, naming this agent's build (the
+/// leader learns each member's from these).
+fn reply<T: Serialize>(value: &T, encoding: Encoding) -> Result<Response<RaftMessage>, Status> {
+    let msg = peer_message::pack(value, encoding).map_err(|e| Status::internal(e.to_string()))?;
+    let mut resp = Response::new(msg);
     protocol::stamp_build(&mut resp);
     Ok(resp)
 }
@@ -189,8 +188,9 @@ impl RaftPeer for PeerService {
         &self,
         req: Request<RaftMessage>,
     ) -> Result<Response<RaftMessage>, Status> {
+        let encoding = Encoding::of(req.get_ref());
         let rpc: AppendEntriesRequest<TypeConfig> =
-            serde_json::from_slice(&req.get_ref().json).map_err(bad_payload)?;
+            peer_message::unpack(req.get_ref()).map_err(bad_payload)?;
         self.peers.node_is(&req, sender(&rpc.vote))?;
         let result = self.cluster.raft.append_entries(rpc).await;
         // Anything but "your vote is stale" comes from the current leader: we are in contact.
@@ -200,14 +200,14 @@ impl RaftPeer for PeerService {
         {
             self.cluster.contacts.heard_from_leader();
         }
-        reply(&result)
+        reply(&result, encoding)
     }
 
     async fn vote(&self, req: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
-        let rpc: VoteRequest<NodeId> =
-            serde_json::from_slice(&req.get_ref().json).map_err(bad_payload)?;
+        let encoding = Encoding::of(req.get_ref());
+        let rpc: VoteRequest<NodeId> = peer_message::unpack(req.get_ref()).map_err(bad_payload)?;
         self.peers.node_is(&req, sender(&rpc.vote))?;
-        reply(&self.cluster.raft.vote(rpc).await)
+        reply(&self.cluster.raft.vote(rpc).await, encoding)
     }
 
     async fn install_snapshot(
@@ -215,10 +215,11 @@ impl RaftPeer for PeerService {
         req: Request<RaftMessage>,
     ) -> Result<Response<RaftMessage>, Status> {
         let node = self.peers.node(&req)?;
+        let encoding = Encoding::of(req.get_ref());
         let rpc = snapshot_wire::unpack(req.into_inner())
             .map_err(|e| Status::invalid_argument(format!("undecodable snapshot chunk: {e}")))?;
         PeerCheck::is(node, sender(&rpc.vote))?;
-        reply(&self.cluster.raft.install_snapshot(rpc).await)
+        reply(&self.cluster.raft.install_snapshot(rpc).await, encoding)
     }
 
     async fn join(&self, req: Request<JoinRequest>) -> Result<Response<JoinResponse>, Status> {
@@ -256,8 +257,8 @@ impl RaftPeer for PeerService {
     async fn propose(&self, req: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
         let from = self.peers.node(&req)?;
         let spoken = req.extensions().get::<Spoken>().map_or(1, |v| v.0);
-        let mut proposal: Proposal =
-            serde_json::from_slice(&req.into_inner().json).map_err(bad_payload)?;
+        let encoding = Encoding::of(req.get_ref());
+        let mut proposal: Proposal = peer_message::unpack(req.get_ref()).map_err(bad_payload)?;
         if let Some(node) = from {
             let sends_credentials = spoken >= protocol::CREDENTIALS_FORWARDED;
             self.vouch(node, sends_credentials, &mut proposal).await?;
@@ -267,7 +268,7 @@ impl RaftPeer for PeerService {
             .write_as_leader(proposal)
             .await
             .map_err(not_leader)?;
-        reply(&result)
+        reply(&result, encoding)
     }
 
     async fn read_index(

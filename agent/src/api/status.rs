@@ -97,7 +97,7 @@ pub(crate) fn invalid(message: impl Into<String>) -> Status {
 }
 
 /// A peer payload that does not decode.
-pub(crate) fn bad_payload(e: serde_json::Error) -> Status {
+pub(crate) fn bad_payload(e: impl std::fmt::Display) -> Status {
     Status::invalid_argument(format!("undecodable payload: {e}"))
 }
 

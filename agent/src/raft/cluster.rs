@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use gpu_proto::internal::v1::{JoinRequest, RaftMessage, ReadIndexRequest};
+use gpu_proto::internal::v1::{JoinRequest, ReadIndexRequest};
 use gpu_raft_store::{ApplyResult, Command, NodeId, Raft, StateReader};
 use openraft::error::{ChangeMembershipError, ClientWriteError, RaftError};
 use openraft::{BasicNode, ChangeMembers, RaftMetrics, ServerState};
@@ -17,6 +17,7 @@ use super::contact::ContactBook;
 use super::error::{Attempt, ClusterError, remote};
 use super::network::NetworkFactory;
 use super::peer_client::{PeerClients, with_deadline};
+use super::peer_message::{self, Encoding};
 use super::proposal::{OnBehalf, Proposal, Written};
 use super::proposer::Proposer;
 
@@ -209,8 +210,11 @@ impl Cluster {
                         self.write_as_leader(proposal.clone()).await
                     }
                     Some((leader, addr)) => {
-                        self.until_leader_moves(leader, self.forward_write(&addr, &proposal))
-                            .await
+                        self.until_leader_moves(
+                            leader,
+                            self.forward_write(leader, &addr, &proposal),
+                        )
+                        .await
                     }
                 }
             })
@@ -232,21 +236,21 @@ impl Cluster {
         self.proposer.propose(proposal).await
     }
 
-    async fn forward_write(&self, addr: &str, proposal: &Proposal) -> Result<Written, Attempt> {
-        let json = serde_json::to_vec(proposal)
+    async fn forward_write(
+        &self,
+        leader: NodeId,
+        addr: &str,
+        proposal: &Proposal,
+    ) -> Result<Written, Attempt> {
+        let encoding = self.state.read(|s| Encoding::for_peer(s, leader));
+        let msg = peer_message::pack(proposal, encoding)
             .map_err(|e| Attempt::Fail(ClusterError::Raft(e.to_string())))?;
         let mut client = self.peers.get(addr).map_err(remote)?;
         let reply = client
-            .propose(with_deadline(
-                RaftMessage {
-                    json,
-                    data: Vec::new(),
-                },
-                self.op_timeout,
-            ))
+            .propose(with_deadline(msg, self.op_timeout))
             .await
             .map_err(remote)?;
-        serde_json::from_slice(&reply.into_inner().json)
+        peer_message::unpack(reply.get_ref())
             .map_err(|e| Attempt::Fail(ClusterError::Raft(format!("bad reply from leader: {e}"))))
     }
 

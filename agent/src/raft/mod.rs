@@ -10,6 +10,7 @@ pub(crate) mod failover;
 pub(crate) mod membership_audit;
 pub(crate) mod network;
 pub(crate) mod peer_client;
+pub(crate) mod peer_message;
 pub(crate) mod proposal;
 pub(crate) mod proposer;
 pub mod protocol;

@@ -1,6 +1,7 @@
-//! openraft's `RaftNetwork` over the internal gRPC peer service. Payloads are serde-JSON of
-//! openraft's own request and `Result<response, RaftError>` types; a snapshot chunk's bytes
-//! travel beside the JSON (`snapshot_wire`). Injected transport faults
+//! openraft's `RaftNetwork` over the internal gRPC peer service. Payloads are openraft's own
+//! request and `Result<response, RaftError>` types, in MessagePack to peers of protocol 16 and
+//! in JSON to older ones (`peer_message`); a snapshot chunk's bytes travel beside them
+//! (`snapshot_wire`). Injected transport faults
 //! (`transport_faults`, off unless an admin sets some) are carried out here, per message.
 
 use gpu_proto::internal::v1::RaftMessage;
@@ -18,6 +19,8 @@ use openraft::raft::{
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tonic::transport::Channel;
+
+use crate::raft::peer_message::{self, Encoding};
 
 use crate::raft::contact::ContactBook;
 use crate::raft::peer_client::{PeerClients, with_deadline};
@@ -80,16 +83,10 @@ impl PeerLink {
         Resp: DeserializeOwned,
         E: std::error::Error + DeserializeOwned,
     {
-        let json = serde_json::to_vec(req).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
-        self.send(
-            rpc,
-            RaftMessage {
-                json,
-                data: Vec::new(),
-            },
-            option,
-        )
-        .await
+        let encoding = self.state.read(|s| Encoding::for_peer(s, self.target));
+        let msg = peer_message::pack(req, encoding)
+            .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        self.send(rpc, msg, option).await
     }
 
     /// Send `msg` as `rpc` (through the injected faults, if any) and decode the answer.
@@ -149,9 +146,8 @@ impl PeerLink {
         if let Some(build) = protocol::build_of(&reply) {
             self.contacts.heard_build(self.target, build);
         }
-        let result: Result<Resp, RaftError<NodeId, E>> =
-            serde_json::from_slice(&reply.into_inner().json)
-                .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        let result: Result<Resp, RaftError<NodeId, E>> = peer_message::unpack(reply.get_ref())
+            .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         result.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
     }
 }
@@ -176,12 +172,11 @@ impl RaftNetwork<TypeConfig> for PeerLink {
         option: RPCOption,
     ) -> RpcResult<InstallSnapshotResponse<NodeId>, InstallSnapshotError> {
         let target = self.target;
-        let as_bytes = self.state.read(|s| {
-            s.nodes
-                .get(&target)
-                .is_some_and(|n| n.protocol >= SNAPSHOT_BYTES)
+        let (as_bytes, encoding) = self.state.read(|s| {
+            let protocol = s.nodes.get(&target).map_or(0, |n| n.protocol);
+            (protocol >= SNAPSHOT_BYTES, Encoding::for_peer(s, target))
         });
-        let msg = snapshot_wire::pack(rpc, as_bytes)
+        let msg = snapshot_wire::pack(rpc, as_bytes, encoding)
             .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         self.send(Rpc::InstallSnapshot, msg, &option).await
     }

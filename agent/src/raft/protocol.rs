@@ -6,7 +6,7 @@
 //! spoke version 1 only; a request without the second header speaks just the first (the version
 //! 1 build sent one header and served exactly 1, so version 2 agents still reach it).
 //!
-//! Bump `PROTOCOL_VERSION` when the peer messages (the JSON inside `RaftMessage`, the Raft
+//! Bump `PROTOCOL_VERSION` when the peer messages (the body of a `RaftMessage`, the Raft
 //! payloads, the `Command` encoding) gain something an older build cannot read, and write it
 //! only once every member announces the new version (`NodeRecord.protocol`, see
 //! `gpu_raft_store::PROTOCOL_2`). Raise `MIN_COMPATIBLE` only when this build can no longer talk
@@ -45,8 +45,9 @@ pub const BUILD_HEADER: &str = "x-gpumesh-build";
 /// 13: the learned queue order (`gpu_raft_store::PROTOCOL_13`).
 /// 14: the gang starvation guard (`gpu_raft_store::PROTOCOL_14`).
 /// 15: conservative backfill (`gpu_raft_store::PROTOCOL_15`).
-pub const PROTOCOL_VERSION: u32 = 15;
-const _: () = assert!(PROTOCOL_VERSION >= gpu_raft_store::PROTOCOL_15);
+/// 16: MessagePack Raft messages, forwarded writes and snapshots (`gpu_raft_store::PROTOCOL_16`).
+pub const PROTOCOL_VERSION: u32 = 16;
+const _: () = assert!(PROTOCOL_VERSION >= gpu_raft_store::PROTOCOL_16);
 /// The first version whose agents forward their callers' credentials with their writes.
 pub const CREDENTIALS_FORWARDED: u32 = 5;
 /// The oldest version this build still speaks with a peer.

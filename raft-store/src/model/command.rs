@@ -1370,8 +1370,9 @@ mod tests {
         assert!(!policy.contains("preemption"), "{policy}");
     }
 
-    /// Every command must survive the trip through the Raft log's encoding (an openraft entry,
-    /// JSON). An entry that does not decode would stop the replica that stored it.
+    /// Every command must survive the trip through the Raft log's encodings (an openraft
+    /// entry, in MessagePack on disk and between new agents, in JSON to older ones). An entry
+    /// that does not decode would stop the replica that stored it.
     #[test]
     fn every_command_round_trips_through_a_log_entry() {
         for cmd in every_command() {
@@ -1387,6 +1388,10 @@ mod tests {
             let bytes = serde_json::to_vec(&entry).expect("encode");
             let back: crate::Entry = serde_json::from_slice(&bytes)
                 .unwrap_or_else(|e| panic!("{cmd} does not decode: {e}"));
+            assert_eq!(back, entry);
+            let packed = crate::codec::to_vec(&entry).expect("pack");
+            let back: crate::Entry = crate::codec::from_slice(&packed)
+                .unwrap_or_else(|e| panic!("{cmd} does not decode from MessagePack: {e}"));
             assert_eq!(back, entry);
         }
     }

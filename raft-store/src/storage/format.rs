@@ -4,7 +4,7 @@
 //! versions are refused, never rewritten.
 //!
 //! 1: the history archive in sled trees beside the log. 2: the archive in its own files
-//! (`archive.rs`).
+//! (`archive.rs`). 3: the log store's records in MessagePack (`codec`), not JSON.
 
 use std::fs::{self, File};
 use std::io::Write;
@@ -14,10 +14,13 @@ use crate::storage::error::OpenError;
 use crate::storage::replace_file::replace;
 
 /// The on-disk format this binary writes and the newest it reads.
-pub const DATA_FORMAT_VERSION: u32 = 2;
+pub const DATA_FORMAT_VERSION: u32 = 3;
 /// The first format that keeps the history archive in its own files: older directories are
 /// migrated at open (`store.rs`).
 pub(crate) const ARCHIVE_IN_FILES: u32 = 2;
+/// The first format whose log store records are MessagePack: older directories are repacked
+/// at open (`log_store::repack`).
+pub(crate) const PACKED_LOG: u32 = 3;
 const FORMAT_MAGIC: &str = "gpumesh-data";
 
 /// A new directory gets a FORMAT file; an existing one must carry a version we understand.

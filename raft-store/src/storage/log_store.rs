@@ -1,4 +1,5 @@
-//! openraft `RaftLogStorage` on a `KvEngine`: the Raft log, the vote, and the committed index.
+//! openraft `RaftLogStorage` on a `KvEngine`: the Raft log, the vote, and the committed index,
+//! each record in MessagePack (`codec`; data format 3, `repack` moves older directories to it).
 //!
 //! Durability rule: `save_vote` returns, and `append` calls back, only after an fsync. `append`
 //! itself returns once its entries are readable; the flusher (`log_flush.rs`) reports them.
@@ -15,11 +16,11 @@ use openraft::{ErrorSubject, ErrorVerb, RaftLogReader, StorageIOError, Vote};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::failpoint;
 use crate::storage::engine::{KvEngine, Space};
 use crate::storage::log_flush::Flusher;
 use crate::storage::snapshot_gate::SnapshotGate;
 use crate::{Entry, LogId, NodeId, StorageError, TypeConfig};
+use crate::{codec, failpoint};
 
 const VOTE: &[u8] = b"vote";
 const COMMITTED: &[u8] = b"committed";
@@ -73,13 +74,13 @@ impl LogStore {
             .get(Space::Meta, key)
             .map_err(|e| read_err(subject.clone(), &e))?;
         bytes
-            .map(|b| serde_json::from_slice(&b).map_err(|e| read_err(subject, &e)))
+            .map(|b| codec::from_slice(&b).map_err(|e| read_err(subject, &e)))
             .transpose()
     }
 
     fn write_meta<T: Serialize>(&self, key: &[u8], value: &T) -> Result<(), StorageError> {
         let subject = meta_subject(key);
-        let bytes = serde_json::to_vec(value).map_err(|e| write_err(subject.clone(), &e))?;
+        let bytes = codec::to_vec(value).map_err(|e| write_err(subject.clone(), &e))?;
         self.engine
             .write(Space::Meta, vec![(key.to_vec(), Some(bytes))])
             .map_err(|e| write_err(subject, &e))
@@ -130,7 +131,7 @@ impl RaftLogReader<TypeConfig> for LogStore {
             .range(Space::Log, &from.to_be_bytes(), &to.to_be_bytes())
             .map_err(|e| read_err(ErrorSubject::Logs, &e))?;
         rows.into_iter()
-            .map(|(_, v)| serde_json::from_slice(&v).map_err(|e| read_err(ErrorSubject::Logs, &e)))
+            .map(|(_, v)| codec::from_slice(&v).map_err(|e| read_err(ErrorSubject::Logs, &e)))
             .collect()
     }
 }
@@ -147,7 +148,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let last_log_id = match last {
             Some((_, v)) => {
                 let entry: Entry =
-                    serde_json::from_slice(&v).map_err(|e| read_err(ErrorSubject::Logs, &e))?;
+                    codec::from_slice(&v).map_err(|e| read_err(ErrorSubject::Logs, &e))?;
                 Some(entry.log_id)
             }
             None => last_purged_log_id,
@@ -200,7 +201,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     {
         let mut batch = Vec::new();
         for entry in entries {
-            let bytes = serde_json::to_vec(&entry)
+            let bytes = codec::to_vec(&entry)
                 .map_err(|e| write_err(ErrorSubject::Log(entry.log_id), &e))?;
             batch.push((entry.log_id.index.to_be_bytes().to_vec(), Some(bytes)));
         }
@@ -233,6 +234,51 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         self.flush(ErrorSubject::Logs).await?;
         self.remove_range(0, log_id.index.saturating_add(1)).await
     }
+}
+
+/// Rewrite the records of a directory older than data format 3 (JSON) in MessagePack: the
+/// vote, the committed and last purged log ids, and every log entry, a batch at a time, then
+/// flush. A record already in MessagePack is left as it is, so an open that crashed halfway
+/// finishes the work the next time. Returns how many records it rewrote.
+pub(crate) fn repack(engine: &dyn KvEngine) -> std::io::Result<u64> {
+    const BATCH: usize = 1024;
+    let mut rewritten = 0;
+    let meta: [(&[u8], Repack); 3] = [
+        (VOTE, repacked::<Vote<NodeId>>),
+        (COMMITTED, repacked::<Option<LogId>>),
+        (LAST_PURGED, repacked::<LogId>),
+    ];
+    for (key, repack) in meta {
+        if let Some(bytes) = engine.get(Space::Meta, key)?
+            && codec::is_json(&bytes)
+        {
+            engine.write(Space::Meta, vec![(key.to_vec(), Some(repack(&bytes)?))])?;
+            rewritten += 1;
+        }
+    }
+    let mut batch = Vec::new();
+    for row in engine.scan(Space::Log, &[], &u64::MAX.to_be_bytes()) {
+        let (key, bytes) = row?;
+        if codec::is_json(&bytes) {
+            batch.push((key, Some(repacked::<Entry>(&bytes)?)));
+        }
+        if batch.len() == BATCH {
+            rewritten += BATCH as u64;
+            engine.write(Space::Log, std::mem::take(&mut batch))?;
+        }
+    }
+    rewritten += batch.len() as u64;
+    engine.write(Space::Log, batch)?;
+    engine.flush()?;
+    Ok(rewritten)
+}
+
+type Repack = fn(&[u8]) -> std::io::Result<Vec<u8>>;
+
+/// A JSON record of type `T` in MessagePack.
+fn repacked<T: Serialize + DeserializeOwned>(json: &[u8]) -> std::io::Result<Vec<u8>> {
+    let value: T = serde_json::from_slice(json).map_err(std::io::Error::other)?;
+    codec::to_vec(&value).map_err(std::io::Error::other)
 }
 
 fn meta_subject(key: &[u8]) -> ErrorSubject<NodeId> {

@@ -14,6 +14,7 @@ use openraft::{
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
+use crate::codec::{self, CodecError, PROTOCOL_16};
 use crate::failpoint;
 use crate::model::digest;
 use crate::model::outcome::ApplyResult;
@@ -29,6 +30,24 @@ pub(crate) struct MachineData {
     pub last_applied: Option<LogId>,
     pub last_membership: StoredMembership<NodeId, BasicNode>,
     pub state: ClusterState,
+}
+
+impl MachineData {
+    /// The snapshot payload: MessagePack once every member speaks `PROTOCOL_16`, else the
+    /// JSON older members read. Either decodes with `codec::from_either`.
+    fn encode(&self) -> Result<Vec<u8>, CodecError> {
+        let packs = (self.last_membership.membership().nodes()).all(|(id, _)| {
+            self.state
+                .nodes
+                .get(id)
+                .is_some_and(|n| n.protocol >= PROTOCOL_16)
+        });
+        if packs {
+            codec::to_vec(self)
+        } else {
+            Ok(serde_json::to_vec(self)?)
+        }
+    }
 }
 
 /// The state machine. Clones share the same state.
@@ -137,7 +156,7 @@ impl StateMachineStore {
     pub(crate) fn open(file: SnapshotFile, archive: Archive) -> Result<Self, SnapshotFileError> {
         let data = match file.read()? {
             Some((_, bytes)) => {
-                serde_json::from_slice(&bytes).map_err(|e| SnapshotFileError::Corrupt {
+                codec::from_either(&bytes).map_err(|e| SnapshotFileError::Corrupt {
                     path: file.path().to_owned(),
                     detail: e.to_string(),
                 })?
@@ -175,7 +194,9 @@ impl StateMachineStore {
     /// Replace the state with `data` and write it as the snapshot (`backup::seed`, into a data
     /// directory no agent is running on).
     pub(crate) fn seed(&self, data: MachineData) -> Result<(), StorageError> {
-        let bytes = serde_json::to_vec(&data).map_err(|e| snapshot_err(ErrorVerb::Write, &e))?;
+        let bytes = data
+            .encode()
+            .map_err(|e| snapshot_err(ErrorVerb::Write, &e))?;
         let meta = SnapshotMeta {
             last_log_id: data.last_applied,
             last_membership: data.last_membership.clone(),
@@ -236,7 +257,9 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
             self.since_snapshot.store(0, Ordering::Relaxed);
             data.clone()
         };
-        let bytes = serde_json::to_vec(&data).map_err(|e| snapshot_err(ErrorVerb::Write, &e))?;
+        let bytes = data
+            .encode()
+            .map_err(|e| snapshot_err(ErrorVerb::Write, &e))?;
         let seq = self.snapshot_seq.fetch_add(1, Ordering::Relaxed);
         let snapshot_id = match data.last_applied {
             Some(l) => format!("{}-{}-{seq}", l.leader_id, l.index),
@@ -334,7 +357,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
     ) -> Result<(), StorageError> {
         let bytes = snapshot.into_inner();
         let data: MachineData =
-            serde_json::from_slice(&bytes).map_err(|e| snapshot_err(ErrorVerb::Read, &e))?;
+            codec::from_either(&bytes).map_err(|e| snapshot_err(ErrorVerb::Read, &e))?;
         failpoint::crash("snapshot-install-before-write");
         self.write_snapshot(meta, &bytes, true)?;
         failpoint::crash("snapshot-install-after-write");

@@ -12,9 +12,9 @@ use crate::storage::archive::Archive;
 use crate::storage::engine::{KvEngine, SledEngine};
 use crate::storage::error::OpenError;
 use crate::storage::format::{
-    ARCHIVE_IN_FILES, DATA_FORMAT_VERSION, check_format, corrupt, write_format,
+    ARCHIVE_IN_FILES, DATA_FORMAT_VERSION, PACKED_LOG, check_format, corrupt, write_format,
 };
-use crate::storage::log_store::LogStore;
+use crate::storage::log_store::{self, LogStore};
 use crate::storage::snapshot_file::{SnapshotFile, SnapshotFileError};
 use crate::storage::state_machine::StateMachineStore;
 
@@ -65,13 +65,22 @@ pub fn open(dir: &Path) -> Result<(DataDir, LogStore, StateMachineStore), OpenEr
         },
         other => corrupt(dir, other.to_string()),
     })?;
+    // Migrate only a directory whose snapshot and archive opened: a refused one keeps its
+    // format. The log store reads its records in this build's encoding.
+    if format < PACKED_LOG {
+        let repacked = log_store::repack(&*engine)
+            .map_err(|e| corrupt(dir, format!("rewriting the raft log in MessagePack: {e}")))?;
+        tracing::info!(dir = %dir.display(), repacked, "raft log records rewritten in MessagePack");
+    }
     let log = LogStore::new(engine.clone(), sm.gate()).map_err(|e| corrupt(dir, e.to_string()))?;
-    // Migrate only a directory that opened whole: a refused one keeps its format.
     if format < ARCHIVE_IN_FILES {
         let moved = (sm.reader().archive().migrate_from(&*engine))
             .map_err(|e| corrupt(dir, format!("moving the archive out of sled: {e}")))?;
+        tracing::info!(dir = %dir.display(), moved, "history archive moved out of sled");
+    }
+    if format < DATA_FORMAT_VERSION {
         write_format(dir)?;
-        tracing::info!(dir = %dir.display(), moved, "data directory migrated to this build's format");
+        tracing::info!(dir = %dir.display(), from = format, "data directory migrated to this build's format");
     }
     Ok((
         DataDir {
