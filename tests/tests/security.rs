@@ -283,14 +283,11 @@ async fn no_raw_secret_is_ever_stored_and_an_edited_audit_log_is_detected() {
     let bytes = std::fs::read(&path).expect("snapshot");
     let split = bytes.iter().position(|b| *b == b'\n').expect("header line");
     let mut header: serde_json::Value = serde_json::from_slice(&bytes[..split]).expect("header");
-    let mut state: serde_json::Value =
-        serde_json::from_slice(&bytes[split + 1..]).expect("payload");
-    let first = state["state"]["audit"][0]["actor"]
-        .as_str()
-        .expect("an audited actor")
-        .to_owned();
-    state["state"]["audit"][0]["actor"] = serde_json::Value::String(format!("not-{first}"));
-    let payload = serde_json::to_vec(&state).expect("payload");
+    let mut snapshot: Snapshot =
+        gpu_raft_store::codec::from_either(&bytes[split + 1..]).expect("payload");
+    let first = &mut snapshot.state.audit[0].actor;
+    *first = format!("not-{first}");
+    let payload = gpu_raft_store::codec::to_vec(&snapshot).expect("payload");
     header["len"] = payload.len().into();
     header["sha256"] = sha256_hex(&payload).into();
     let mut edited = serde_json::to_vec(&header).expect("header");
@@ -317,6 +314,14 @@ async fn no_raw_secret_is_ever_stored_and_an_edited_audit_log_is_detected() {
     assert!(stdout.contains("entry 1 was modified"), "{stdout}");
     // The untouched replicas still verify.
     assert!(verify(&c, 2).await.ok);
+}
+
+/// What a snapshot file holds after its header line (the state machine's `MachineData`).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Snapshot {
+    last_applied: Option<gpu_raft_store::LogId>,
+    last_membership: openraft::StoredMembership<u64, openraft::BasicNode>,
+    state: gpu_raft_store::ClusterState,
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {
