@@ -1,17 +1,23 @@
 //! `gpu-bench codec`: what MessagePack (`gpu_raft_store::codec`, data format 3, protocol 16)
 //! saves against the JSON it replaced, on the records agents store and send: the snapshot of a
-//! state of many jobs (a quarter pending, the rest finished with their run), and the log
-//! entries of a job's life (its submission as a client writes it, a scheduler pass binding 64
-//! jobs, a run's end). Each figure is the median of its rounds, JSON and MessagePack measured
-//! one after the other on the same values.
+//! state of many jobs, and the log entries of a job's life (its submission as a client writes
+//! it, a scheduler pass binding 64 jobs, a run's end). Each figure is the median of its rounds,
+//! JSON and MessagePack measured one after the other on the same values. Beside them, the copy
+//! of the state a snapshot takes under the state's lock, while no entry can be applied.
+//!
+//! The state: 64 nodes of 8 GPUs; a quarter of the jobs pending, the rest bound, started and
+//! finished; each submission a client's request (audited, its answer kept for exactly-once
+//! writes); then the default retention applied (10,000 finished jobs and audit entries kept).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use gpu_raft_store::job::Outcome;
 use gpu_raft_store::node::Inventory;
+use gpu_raft_store::retention::Retention;
 use gpu_raft_store::{
-    Bind, ClusterState, Command, Entry, GpuRecord, JobSpec, LogEntry, RequestMeta, codec,
+    Bind, ClusterState, Command, Entry, GpuRecord, JobSpec, LogEntry, RequestMeta, RequestStamp,
+    codec,
 };
 use openraft::{CommittedLeaderId, EntryPayload, LogId};
 use serde::Serialize;
@@ -114,17 +120,35 @@ fn time(
     })
 }
 
-/// 64 nodes of 8 GPUs; `jobs` jobs, the first three quarters bound, started and finished.
+/// The median time of `rounds` copies of a state of `jobs` jobs (the module's state).
+pub fn copy_time(jobs: u64, rounds: usize) -> anyhow::Result<Duration> {
+    let state = state_of(jobs)?;
+    let mut times: Vec<Duration> = (0..rounds.max(1))
+        .map(|_| {
+            let start = Instant::now();
+            let copy = std::hint::black_box(state.clone());
+            let took = start.elapsed();
+            drop(copy);
+            took
+        })
+        .collect();
+    times.sort_unstable();
+    Ok(percentile(&times, 50.0).unwrap_or_default())
+}
+
+/// The module's state of `jobs` jobs.
 fn state_of(jobs: u64) -> anyhow::Result<ClusterState> {
     let mut state = ClusterState::default();
     let mut index = 0;
     let mut apply = |state: &mut ClusterState, cmd: Command| -> anyhow::Result<()> {
         index += 1;
+        let meta = matches!(cmd, Command::SubmitJob { .. }).then(|| meta(index));
+        let request = meta.as_ref().and_then(|m| RequestStamp::of(m, &cmd));
         let entry = LogEntry {
             proposed_at_ms: 1_000 + index,
             cmd,
-            meta: None,
-            request: None,
+            meta,
+            request,
         };
         if let gpu_raft_store::ApplyResult::Rejected { reason } = state.apply(&entry) {
             anyhow::bail!("{}: {reason}", entry.cmd);
@@ -159,6 +183,10 @@ fn state_of(jobs: u64) -> anyhow::Result<ClusterState> {
             },
         )?;
     }
+    let retention = Retention::default();
+    apply(&mut state, Command::Archive { retention })?;
+    // What left the state goes to the archive's files, which this state has none of.
+    state.archive_outbox = Default::default();
     Ok(state)
 }
 
@@ -262,6 +290,11 @@ mod tests {
             .values()
             .filter(|j| j.state.is_terminal())
             .count();
-        assert_eq!(finished, 30, "three quarters finished");
+        assert_eq!(
+            finished, 30,
+            "three quarters finished, none past the retention"
+        );
+        assert_eq!((state.requests.len(), state.audit.len()), (40, 40));
+        assert!(copy_time(40, 1).expect("copies") > Duration::ZERO);
     }
 }

@@ -152,8 +152,13 @@ async fn main() -> anyhow::Result<()> {
         } => return lifetime(jobs, samples, svg, json).await,
         Cmd::Codec { jobs, rounds } => {
             let rows = gpu_bench::codec::measure(jobs, rounds)?;
+            let copy = gpu_bench::codec::copy_time(jobs, rounds)?;
             println!("Machine: {}.\n", gpu_bench::report::machine());
             println!("{}", gpu_bench::report::codec_table(&rows));
+            println!(
+                "A snapshot's copy of the state under its lock, {jobs} jobs: {:.1} ms (median of {rounds}).",
+                copy.as_secs_f64() * 1000.0
+            );
             return Ok(());
         }
         Cmd::Array { tasks } => {

@@ -49,6 +49,7 @@ pub use model::node::{
 pub use model::outcome::{ApplyResult, Rejection};
 pub use model::partition::{GpuMode, PartitionSpec, Slice, SliceBind, SliceRequest};
 pub use model::scheduler::SchedulerSettings;
+pub use model::shared_map::SharedMap;
 pub use model::state::ClusterState;
 pub use model::tenant::{Quota, TenantRecord};
 pub use model::topology::TOPOLOGY_LABELS;

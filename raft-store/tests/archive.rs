@@ -98,7 +98,10 @@ async fn archived_records_are_found_and_survive_a_restart() {
         .audit(0, u64::MAX)
         .map(|e| e.expect("read"))
         .collect();
-    assert_eq!(audit::verify(archived.iter().chain(&kept)), Ok(3));
+    assert_eq!(
+        audit::verify(archived.iter().chain(kept.iter().map(AsRef::as_ref))),
+        Ok(3)
+    );
     assert_eq!(base.map(|b| b.seq), Some(2));
 }
 

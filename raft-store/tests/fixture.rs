@@ -139,7 +139,7 @@ async fn a_data_directory_of_f7e9f39_replays_and_takes_this_builds_commands() {
         .collect();
     assert_eq!(base.map(|b| b.seq), archived.last().map(|e| e.seq));
     assert_eq!(
-        audit::verify(archived.iter().chain(&kept)),
+        audit::verify(archived.iter().chain(kept.iter().map(AsRef::as_ref))),
         Ok(state.audit.len())
     );
 }

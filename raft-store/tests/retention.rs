@@ -224,7 +224,9 @@ fn the_audit_chain_continues_from_its_archived_part() {
     s.append_audit(8, &meta(6), "ok".into());
     assert_eq!(s.audit.last().map(|e| e.seq), Some(6));
     assert_eq!(audit::verify_from(s.audit_base.as_ref(), &s.audit), Ok(3));
-    let whole: Vec<_> = s.archive_outbox.audit.iter().chain(&s.audit).collect();
+    let whole: Vec<_> = (s.archive_outbox.audit.iter())
+        .chain(s.audit.iter().map(AsRef::as_ref))
+        .collect();
     assert_eq!(audit::verify(whole), Ok(6));
     assert_eq!(s.audit_entry(2), None, "archived");
     assert_eq!(s.audit_entry(5).map(|e| e.seq), Some(5));

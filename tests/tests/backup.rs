@@ -260,12 +260,17 @@ fn rewrite_audit(backup: &[u8], strip: bool) -> Vec<u8> {
     if strip {
         state.audit_heads.clear();
     }
-    state.audit[0].actor = "someone-else".into();
-    for i in 0..state.audit.len() {
-        if i > 0 {
-            state.audit[i].prev_hash = state.audit[i - 1].hash.clone();
+    let mut prev_hash = None;
+    for (i, shared) in state.audit.iter_mut().enumerate() {
+        let entry = std::sync::Arc::make_mut(shared);
+        if i == 0 {
+            entry.actor = "someone-else".into();
         }
-        state.audit[i].hash = state.audit[i].compute_hash();
+        if let Some(prev) = prev_hash.take() {
+            entry.prev_hash = prev;
+        }
+        entry.hash = entry.compute_hash();
+        prev_hash = Some(entry.hash.clone());
     }
     // What `gpuctl audit verify` checked before signed heads: the rewrite passes it.
     assert_eq!(

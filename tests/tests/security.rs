@@ -285,7 +285,7 @@ async fn no_raw_secret_is_ever_stored_and_an_edited_audit_log_is_detected() {
     let mut header: serde_json::Value = serde_json::from_slice(&bytes[..split]).expect("header");
     let mut snapshot: Snapshot =
         gpu_raft_store::codec::from_either(&bytes[split + 1..]).expect("payload");
-    let first = &mut snapshot.state.audit[0].actor;
+    let first = &mut std::sync::Arc::make_mut(&mut snapshot.state.audit[0]).actor;
     *first = format!("not-{first}");
     let payload = gpu_raft_store::codec::to_vec(&snapshot).expect("payload");
     header["len"] = payload.len().into();

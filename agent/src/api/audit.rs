@@ -45,7 +45,7 @@ impl AuditService for AuditApi {
             let kept: Vec<AuditEntry> = (s.audit.iter())
                 .filter(|e| e.seq > r.after)
                 .take(limit)
-                .cloned()
+                .map(|e| AuditEntry::clone(e))
                 .collect();
             (base, kept)
         });

@@ -4,6 +4,7 @@
 //! head no longer matches it, and the rewriter cannot sign a new one without the CA key, which
 //! only the voters hold. Proposed only as this leader, never forwarded.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use gpu_raft_store::archive::Archive;
@@ -32,7 +33,7 @@ pub(crate) fn verify_chain(
 ) -> Result<Coverage, String> {
     audit::verify_signed(
         state.audit_base.as_ref(),
-        &state.audit,
+        state.audit.iter().map(Arc::as_ref),
         &state.audit_heads,
         |h| trusted.check(h),
         UNSIGNED_GRACE.as_millis() as u64,
@@ -63,7 +64,8 @@ pub(crate) fn verify_whole_chain(
     let failed = std::cell::RefCell::new(None);
     let entries = (archive
         .audit(after, through)
-        .map_while(until_error(&failed)))
+        .map_while(until_error(&failed))
+        .map(Arc::new))
     .chain(kept.entries.iter().cloned());
     let heads = (archive
         .heads(after, through)
@@ -95,7 +97,7 @@ fn until_error<T>(
 /// The part of the audit chain the replicated state holds, copied out of it.
 pub(crate) struct KeptChain {
     pub base: Option<ChainBase>,
-    pub entries: Vec<AuditEntry>,
+    pub entries: Vec<Arc<AuditEntry>>,
     pub heads: Vec<SignedHead>,
 }
 

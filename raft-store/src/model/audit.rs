@@ -44,6 +44,14 @@ pub struct AuditEntry {
 /// The hash the first entry chains from.
 pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 
+/// So that the chain checks take entries owned, borrowed or shared (`Arc`, as the state holds
+/// them) alike.
+impl AsRef<AuditEntry> for AuditEntry {
+    fn as_ref(&self) -> &AuditEntry {
+        self
+    }
+}
+
 impl AuditEntry {
     pub fn new(
         seq: u64,
@@ -138,20 +146,18 @@ impl Walk {
 
 /// Check a chain from its start (`verify_from` with no base). Returns the number of entries,
 /// or the first break found.
-pub fn verify<E: Borrow<AuditEntry>>(
-    entries: impl IntoIterator<Item = E>,
-) -> Result<usize, String> {
+pub fn verify<E: AsRef<AuditEntry>>(entries: impl IntoIterator<Item = E>) -> Result<usize, String> {
     verify_from(None, entries)
 }
 
 /// Check the entries that follow `base`: sequence numbers without gaps, every link, every hash.
-pub fn verify_from<E: Borrow<AuditEntry>>(
+pub fn verify_from<E: AsRef<AuditEntry>>(
     base: Option<&ChainBase>,
     entries: impl IntoIterator<Item = E>,
 ) -> Result<usize, String> {
     let mut walk = Walk::from(base);
     for e in entries {
-        walk.push(e.borrow())?;
+        walk.push(e.as_ref())?;
     }
     Ok(walk.count)
 }
@@ -192,7 +198,7 @@ pub struct Coverage {
 /// not signed yet; one older than `unsigned_grace_ms` before the chain's newest entry means heads
 /// were removed, or never made. Entries and heads are read once, in order: an archive of any
 /// length is checked without being held in memory.
-pub fn verify_signed<E: Borrow<AuditEntry>, H: Borrow<SignedHead>>(
+pub fn verify_signed<E: AsRef<AuditEntry>, H: Borrow<SignedHead>>(
     base: Option<&ChainBase>,
     entries: impl IntoIterator<Item = E>,
     heads: impl IntoIterator<Item = H>,
@@ -211,7 +217,7 @@ pub fn verify_signed<E: Borrow<AuditEntry>, H: Borrow<SignedHead>>(
     let mut unsigned: Vec<(u64, u64)> = Vec::new();
     let mut newest = 0;
     for e in entries {
-        let e = e.borrow();
+        let e = e.as_ref();
         walk.push(e)?;
         newest = e.time_ms;
         unsigned.push((e.seq, e.time_ms));

@@ -27,6 +27,7 @@ pub mod registry;
 pub mod requests;
 pub mod retention;
 pub mod scheduler;
+pub(crate) mod shared_map;
 pub mod slice_fit;
 pub(crate) mod state;
 pub mod tenant;

@@ -14,6 +14,7 @@
 //! the same entry, since only the entries' own times are read.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -37,12 +38,13 @@ struct Answer {
 
 /// The answers of recent requests. Serialized as the answers alone: the order they are
 /// forgotten in is by their entries' times (then keys), which a replica restored from a
-/// snapshot rebuilds exactly.
+/// snapshot rebuilds exactly. Keys and answers are shared, by both indexes and by clones (a
+/// snapshot's copy of up to `MAX_KEPT` answers then allocates no string).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RequestLedger {
-    answers: BTreeMap<String, Answer>,
+    answers: BTreeMap<Arc<str>, Arc<Answer>>,
     /// Every answer's (time, key), oldest first.
-    order: BTreeSet<(u64, String)>,
+    order: BTreeSet<(u64, Arc<str>)>,
 }
 
 impl RequestLedger {
@@ -58,7 +60,7 @@ impl RequestLedger {
     /// is inside its window (and it is still remembered).
     pub fn answer(&self, stamp: &RequestStamp, now_ms: u64) -> Option<&ApplyResult> {
         self.answers
-            .get(&stamp.key)
+            .get(stamp.key.as_str())
             .filter(|a| a.digest == stamp.digest && now_ms <= a.at_ms.saturating_add(WINDOW_MS))
             .map(|a| &a.result)
     }
@@ -67,16 +69,17 @@ impl RequestLedger {
     /// window or over the count.
     pub fn remember(&mut self, stamp: &RequestStamp, now_ms: u64, result: &ApplyResult) {
         self.forget_before(now_ms.saturating_sub(WINDOW_MS));
-        let answer = Answer {
+        let answer = Arc::new(Answer {
             digest: stamp.digest.clone(),
             at_ms: now_ms,
             result: result.clone(),
-        };
-        if let Some(earlier) = self.answers.insert(stamp.key.clone(), answer) {
+        });
+        let key: Arc<str> = Arc::from(stamp.key.as_str());
+        if let Some(earlier) = self.answers.insert(key.clone(), answer) {
             // The same request's other write: it is the one to answer now.
-            self.order.remove(&(earlier.at_ms, stamp.key.clone()));
+            self.order.remove(&(earlier.at_ms, key.clone()));
         }
-        self.order.insert((now_ms, stamp.key.clone()));
+        self.order.insert((now_ms, key));
         while self.order.len() > MAX_KEPT {
             self.pop_oldest();
         }
@@ -97,13 +100,16 @@ impl RequestLedger {
 
 impl Serialize for RequestLedger {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        self.answers.serialize(s)
+        s.collect_map(self.answers.iter().map(|(k, a)| (&**k, &**a)))
     }
 }
 
 impl<'de> Deserialize<'de> for RequestLedger {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let answers = BTreeMap::<String, Answer>::deserialize(d)?;
+        let answers: BTreeMap<Arc<str>, Arc<Answer>> = BTreeMap::<String, Answer>::deserialize(d)?
+            .into_iter()
+            .map(|(k, a)| (Arc::from(k), Arc::new(a)))
+            .collect();
         let order = answers.iter().map(|(k, a)| (a.at_ms, k.clone())).collect();
         Ok(Self { answers, order })
     }

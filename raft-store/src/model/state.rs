@@ -2,6 +2,7 @@
 //! dispatch of each command to its domain's rules (`apply/`), and the audit step.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -20,6 +21,7 @@ use crate::model::registry::SealedCredential;
 use crate::model::requests::RequestLedger;
 use crate::model::retention::{ArchiveOutbox, ArchivedKey};
 use crate::model::scheduler::SchedulerSettings;
+use crate::model::shared_map::SharedMap;
 use crate::model::tenant::TenantRecord;
 use crate::{JobId, NodeId};
 
@@ -29,7 +31,7 @@ pub struct ClusterState {
     #[serde(default)]
     pub nodes: BTreeMap<NodeId, NodeRecord>,
     #[serde(default)]
-    pub jobs: BTreeMap<JobId, Job>,
+    pub jobs: SharedMap<JobId, Job>,
     /// The id the next submitted job gets.
     #[serde(default = "first_job_id")]
     pub next_job_id: JobId,
@@ -39,9 +41,10 @@ pub struct ClusterState {
     /// API tokens by id (secrets are never stored, only their SHA-256).
     #[serde(default)]
     pub tokens: BTreeMap<String, TokenRecord>,
-    /// The hash-chained audit log: its newest entries (the older ones are archived).
+    /// The hash-chained audit log: its newest entries (the older ones are archived), each
+    /// shared with a snapshot's copy of the state rather than copied (they never change).
     #[serde(default)]
-    pub audit: Vec<AuditEntry>,
+    pub audit: Vec<Arc<AuditEntry>>,
     /// The last entry archived: where `audit` continues the chain from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub audit_base: Option<ChainBase>,
@@ -306,15 +309,16 @@ impl ClusterState {
         }
         .to_owned();
         let seq = base.map_or(0, |b| b.seq) + self.audit.len() as u64 + 1;
-        self.audit
-            .push(AuditEntry::new(seq, time_ms, meta, outcome, &prev));
+        self.audit.push(Arc::new(AuditEntry::new(
+            seq, time_ms, meta, outcome, &prev,
+        )));
     }
 
     /// The audit entry `seq`, unless it was archived (or does not exist yet).
     pub fn audit_entry(&self, seq: u64) -> Option<&AuditEntry> {
         let first = self.audit_base.as_ref().map_or(0, |b| b.seq) + 1;
         let i = usize::try_from(seq.checked_sub(first)?).ok()?;
-        self.audit.get(i)
+        self.audit.get(i).map(Arc::as_ref)
     }
 
     /// Why `node` may never be a voter, if it may not: it registered at an edge site, or the

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use crate::model::container;
 use crate::model::job::Job;
 use crate::model::node::NodeRecord;
+use crate::model::shared_map::SharedMap;
 use crate::model::validate;
 
 /// Most GPUs one quota figure may name (a bound against typos like 10^12, far above any
@@ -217,7 +218,7 @@ pub fn bound_types<'a>(
 
 /// GPUs held by live jobs, per (tenant, GPU type).
 pub fn held_by_type(
-    jobs: &BTreeMap<crate::JobId, Job>,
+    jobs: &SharedMap<crate::JobId, Job>,
     nodes: &BTreeMap<crate::NodeId, NodeRecord>,
 ) -> BTreeMap<(String, String), u32> {
     let mut held = BTreeMap::new();

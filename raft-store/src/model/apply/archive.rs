@@ -5,6 +5,8 @@
 //! What stays behind for them: an archived job's idempotency key (`archived_keys`, until it
 //! expires), its GPU time in its tenant's fair-share usage (`archived_usage`, by hour), and the
 //! last archived audit entry's hash (`audit_base`), from which the kept chain continues.
+use std::sync::Arc;
+
 use crate::JobId;
 use crate::model::audit::ChainBase;
 use crate::model::job::{Job, scoped_key};
@@ -123,7 +125,7 @@ impl ClusterState {
         self.archive_outbox
             .heads
             .extend(self.audit_heads.drain(..heads));
-        self.archive_outbox.audit.extend(self.audit.drain(..n));
+        (self.archive_outbox.audit).extend(self.audit.drain(..n).map(Arc::unwrap_or_clone));
         self.audit_base = Some(base);
     }
 }
