@@ -54,6 +54,14 @@ run philly-56x8-gangs-guard-preempt --cluster 56x8xV100-32GB --estimates predict
 # Conservative backfill: a reservation for each of the first 100 jobs that cannot start.
 run philly-56x8-conservative --cluster 56x8xV100-32GB --estimates predicted \
   --policy fcfs+conservative,sjf+conservative,fairshare+conservative
+# GPU sharing (a synthetic trace, docs/examples/sharing-trace.csv): 16 A100s all whole, with
+# every fraction taken as a whole GPU, against 8 shared and 8 whole with the fractions.
+whole=$(mktemp)
+cut -d, -f1-5 docs/examples/sharing-trace.csv > "$whole"
+trace=$whole run sharing-whole --cluster 2x8xA100-80GB --policy fcfs+easy,sjf+easy
+rm -f "$whole"
+trace=docs/examples/sharing-trace.csv run sharing-shared \
+  --cluster 1x8xA100-80GB:shared+1x8xA100-80GB --policy fcfs+easy,sjf+easy
 # One scheduling pass: 10,000 pending jobs on 5,000 nodes, and 100,000 on 10,000 nodes.
 for policy in default sjf+easy sjf+conservative fairshare+easy learned+easy; do
   args=()

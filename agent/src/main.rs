@@ -109,7 +109,8 @@ struct SimulateArgs {
     /// generic one (submit,duration,gpus[,tenant,name,priority,estimate]); see docs/scheduling.md.
     #[arg(long)]
     trace: PathBuf,
-    /// NODESxGPUSxMODEL, groups joined with '+', e.g. 56x8xV100-32GB.
+    /// NODESxGPUSxMODEL, groups joined with '+', e.g. 56x8xV100-32GB; a group ending in
+    /// ':shared' or ':mig=PROFILE,...' has its GPUs partitioned so.
     #[arg(long, default_value = "56x8xV100-32GB")]
     cluster: String,
     /// Policies to compare, ORDERING[+BACKFILL]: ordering fcfs|sjf|priority|fairshare|learned,

@@ -303,6 +303,11 @@ fn as_trace(jobs: &[pb::Job]) -> Vec<trace::TraceJob> {
                     _ => None,
                 },
                 nodes: (spec.nodes > 1).then_some(spec.nodes),
+                slice: if !spec.mig_profile.is_empty() {
+                    Some(trace::TraceSlice::Mig(spec.mig_profile.clone()))
+                } else {
+                    (spec.gpu_share > 0).then_some(trace::TraceSlice::Share(spec.gpu_share))
+                },
             })
         })
         .collect();

@@ -1,10 +1,15 @@
 //! The simulated cluster: `56x8xV100-32GB` (nodes × GPUs-per-node × model), several groups
 //! joined with `+` (`40x8xV100-32GB+16x4xT4-16GB`), turned into a real `ClusterState` through
-//! the same `RegisterNode` command the agents use.
+//! the same `RegisterNode` command the agents use. A group's GPUs may be partitioned, through
+//! the same `SetGpuPartition` an admin's `gpuctl gpu partition` proposes: `:shared` (shares of
+//! a GPU, for jobs on a fraction of one) or `:mig=PROFILE,PROFILE,...` (that MIG layout on every
+//! GPU: `8x8xA100-80GB:mig=3g.40gb,2g.20gb,1g.10gb,1g.10gb`).
 
 use std::collections::BTreeMap;
 
-use gpu_raft_store::{ApplyResult, ClusterState, Command, GpuRecord, Inventory, LogEntry};
+use gpu_raft_store::{
+    ApplyResult, ClusterState, Command, GpuMode, GpuRecord, Inventory, LogEntry, PartitionSpec,
+};
 
 use crate::gpu::sim::parse_spec;
 
@@ -34,6 +39,10 @@ pub(crate) fn build(spec: &str) -> Result<(ClusterState, u64), BadCluster> {
     let mut next_id = 1u64;
     let mut total_gpus = 0u64;
     for group in spec.split('+').map(str::trim) {
+        let (group, partition) = match group.split_once(':') {
+            Some((g, p)) => (g, Some(p)),
+            None => (group, None),
+        };
         let (count, per_node) = group
             .split_once('x')
             .ok_or_else(|| bad(format!("group {group:?} is not NODESxGPUSxMODEL")))?;
@@ -49,32 +58,74 @@ pub(crate) fn build(spec: &str) -> Result<(ClusterState, u64), BadCluster> {
         }
         let models = parse_spec(per_node).map_err(|e| bad(e.to_string()))?;
         let gpus = node_gpus(&models);
+        let partition = partition
+            .map(|p| partition_of(p, &gpus))
+            .transpose()
+            .map_err(bad)?;
         for _ in 0..nodes {
-            let result = state.apply(&LogEntry {
-                proposed_at_ms: 0,
-                cmd: Command::RegisterNode {
-                    node: next_id,
-                    addr: format!("sim-{next_id}:0"),
-                    labels: BTreeMap::new(),
-                    inventory: Inventory {
-                        gpus: gpus.clone(),
-                        cpu_cores: 64,
-                        memory_mib: 512 * 1024,
-                    },
-                    edge: None,
-                    protocol: 1,
+            let mut commands = vec![Command::RegisterNode {
+                node: next_id,
+                addr: format!("sim-{next_id}:0"),
+                labels: BTreeMap::new(),
+                inventory: Inventory {
+                    gpus: gpus.clone(),
+                    cpu_cores: 64,
+                    memory_mib: 512 * 1024,
                 },
-                meta: None,
-                request: None,
-            });
-            if let ApplyResult::Rejected { reason } = result {
-                return Err(bad(reason.to_string()));
+                edge: None,
+                protocol: 1,
+            }];
+            for gpu in partition.iter().flat_map(|_| &gpus) {
+                commands.push(Command::SetGpuPartition {
+                    node: next_id,
+                    gpu: gpu.index,
+                    partition: partition.clone().unwrap_or_default(),
+                    if_idle: false,
+                });
+            }
+            for cmd in commands {
+                let entry = LogEntry {
+                    proposed_at_ms: 0,
+                    cmd,
+                    meta: None,
+                    request: None,
+                };
+                if let ApplyResult::Rejected { reason } = state.apply(&entry) {
+                    return Err(bad(reason.to_string()));
+                }
             }
             next_id += 1;
             total_gpus += gpus.len() as u64;
         }
     }
     Ok((state, total_gpus))
+}
+
+/// The partition a group's `:shared` or `:mig=...` suffix puts on each of its GPUs (all of one
+/// model for MIG).
+fn partition_of(text: &str, gpus: &[GpuRecord]) -> Result<PartitionSpec, String> {
+    if text == "shared" {
+        return Ok(PartitionSpec {
+            mode: GpuMode::Shared,
+            mig: Vec::new(),
+        });
+    }
+    let Some(profiles) = text.strip_prefix("mig=") else {
+        return Err(format!(
+            "partition {text:?} is not `shared` or `mig=PROFILE,...`"
+        ));
+    };
+    let model = gpus.first().map(|g| g.model.as_str()).unwrap_or_default();
+    if gpus.iter().any(|g| g.model != model) {
+        return Err("a MIG layout needs a group of one GPU model".into());
+    }
+    let mig =
+        gpu_raft_store::mig::model(model).ok_or_else(|| format!("{model} is not MIG-capable"))?;
+    let entries: Vec<String> = profiles.split(',').map(|p| p.trim().to_owned()).collect();
+    Ok(PartitionSpec {
+        mode: GpuMode::Mig,
+        mig: mig.parse_layout(&entries)?,
+    })
 }
 
 /// A node's GPUs: two NUMA nodes split evenly; NVLink among all GPUs of an NVLink model.
@@ -122,6 +173,21 @@ mod tests {
     }
 
     #[test]
+    fn a_group_may_be_shared_or_split_into_mig_instances() {
+        let (s, gpus) = build("1x2xA100-80GB:mig=3g.40gb,3g.40gb+1x4xT4-16GB:shared+1x1xT4-16GB")
+            .expect("build");
+        assert_eq!(gpus, 7);
+        let modes = |n: u64| -> Vec<GpuMode> {
+            (0..s.nodes[&n].inventory.gpus.len() as u32)
+                .map(|g| s.nodes[&n].mode(g))
+                .collect()
+        };
+        assert_eq!(modes(1), [GpuMode::Mig; 2]);
+        assert_eq!(modes(2), [GpuMode::Shared; 4]);
+        assert_eq!(modes(3), [GpuMode::Whole]);
+    }
+
+    #[test]
     fn impossible_clusters_are_clear_errors() {
         for (spec, says) in [
             ("", "empty"),
@@ -132,6 +198,9 @@ mod tests {
             ("4x8xB300", "unknown GPU model"),
             ("4x9999xV100-32GB", "per node"),
             ("100001x8xV100-32GB", "more than 100000 nodes"),
+            ("1x8xV100-32GB:mig=1g.10gb", "not MIG-capable"),
+            ("1x8xA100-80GB:mig=9g.99gb", "does not support"),
+            ("1x8xA100-80GB:whole", "is not `shared`"),
         ] {
             let err = build(spec).expect_err(spec).to_string();
             assert!(err.contains(says), "{spec:?}: {err}");

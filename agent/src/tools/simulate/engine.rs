@@ -1,15 +1,22 @@
 //! The discrete-event replay: jobs arrive at their trace times, the scheduler's own `plan`
 //! places them in virtual time on a real `ClusterState`, and each placed job finishes after its
 //! trace duration. Nothing here reads a clock except to time the replay itself.
+//!
+//! Jobs on part of a GPU (a share of a GPU in shared mode, a MIG instance) are placed by the
+//! same pass (its slice binds) and count by the part they hold (`partition::normalized`) in
+//! GPU time and in the busy timeline, whose unit is a thousandth of a GPU.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
+use gpu_raft_store::partition::normalized;
 use gpu_raft_store::scheduler::Preemption;
-use gpu_raft_store::{Binding, ClusterState, Job, JobId, JobSpec, JobState, NodeId};
+use gpu_raft_store::{
+    Binding, ClusterState, GpuMode, Job, JobId, JobSpec, JobState, NodeId, SliceRequest,
+};
 
-use super::trace::TraceJob;
+use super::trace::{TraceJob, TraceSlice};
 use crate::scheduler::{PendingIndex, PlanEnv, Policy, plan_pending, preemptions};
 
 /// Where SJF and backfill get runtime estimates from in a replay.
@@ -31,7 +38,7 @@ pub(crate) struct JobRecord {
     pub start_ms: u64,
     pub end_ms: u64,
     /// GPU-milliseconds its runs held (more than `gpus × (end − start)` less the time it
-    /// waited after a preemption).
+    /// waited after a preemption; a slice's part of a GPU for a job on a slice).
     pub gpu_ms: u64,
     /// Index into `Replay::tenants`.
     pub tenant: usize,
@@ -51,7 +58,7 @@ pub(crate) struct Replay {
     /// Idle GPU-milliseconds while a waiting job needed no more GPUs than were idle, but no
     /// node had enough of them together.
     pub fragmented_gpu_ms: f64,
-    /// Busy GPUs from each time on (change points).
+    /// Busy thousandths of a GPU from each time on (change points).
     pub timeline: Vec<(u64, u64)>,
     pub total_gpus: u64,
     pub passes: u64,
@@ -116,7 +123,11 @@ pub(crate) fn replay(
         .map(|n| n.inventory.gpus.len() as u32)
         .max()
         .unwrap_or(0);
+    let (whole_gpus, shared_memory_mib) = partitioned(cluster);
+    // Whole-mode GPUs held: what `could_place` and the fragmentation measure weigh.
     let mut busy: u64 = 0;
+    // Thousandths of a GPU held, slices included: the timeline's unit.
+    let mut busy_milli: u64 = 0;
     let mut timeline = vec![(0, 0)];
     let mut fragmented_gpu_ms = 0.0;
     let mut fragmented = false;
@@ -134,7 +145,7 @@ pub(crate) fn replay(
             (None, Some(c)) => c,
         };
         if fragmented {
-            fragmented_gpu_ms += (total_gpus - busy) as f64 * (t - last_t) as f64;
+            fragmented_gpu_ms += (whole_gpus - busy) as f64 * (t - last_t) as f64;
         }
         last_t = t;
 
@@ -150,12 +161,14 @@ pub(crate) fn replay(
             let Some(job) = state.jobs.remove(&id) else {
                 continue;
             };
-            release(&mut state, placements.remove(&id));
-            busy -= u64::from(job.spec.gpus);
+            let milli = milli_gpus(&state, &job);
+            release(&mut state, &job, placements.remove(&id));
+            busy -= whole(&job.spec);
+            busy_milli -= milli;
             let start = job.started_at_ms.unwrap_or(t);
             env.usage.record(&job.spec.tenant, job.spec.gpus, start, t);
             env.history.record(&job.spec, t - start);
-            let (first_start, gpu_ms) = stopped.finish(&job, start, t);
+            let (first_start, gpu_ms) = stopped.finish(&job, milli, start, t);
             records.push(JobRecord {
                 job: (id - 1) as usize,
                 submit_ms: job.submitted_at_ms,
@@ -172,14 +185,14 @@ pub(crate) fn replay(
                 break;
             }
             let id = next_arrival as JobId + 1;
-            let job = pending_job(id, j, estimates, &node_sizes);
+            let job = pending_job(id, j, estimates, &node_sizes, shared_memory_mib);
             // The starvation guard acts on its own time: a pass then, whatever else happens.
             if let Some(limit) = policy.gang_wait_limit_ms.filter(|_| job.spec.nodes > 1) {
                 ends.push(Reverse((t + limit, WAKE_UP, 0)));
             }
             pending.insert(&job);
+            *pending_by_gpus.entry(whole(&job.spec) as u32).or_default() += 1;
             state.jobs.insert(id, job);
-            *pending_by_gpus.entry(j.gpus).or_default() += 1;
             next_arrival += 1;
         }
 
@@ -188,62 +201,84 @@ pub(crate) fn replay(
         let mut rounds = 0;
         loop {
             env.now_ms = t;
-            let binds = if could_place(&state, &pending_by_gpus, total_gpus - busy, node_size) {
+            let plan = if could_place(&state, &pending_by_gpus, whole_gpus - busy, node_size) {
                 passes += 1;
-                plan_pending(&state, &policy, &env, &pending).binds
+                plan_pending(&state, &policy, &env, &pending)
             } else {
-                Vec::new()
+                Default::default()
             };
-            if !binds.is_empty() {
-                for b in binds {
-                    let node = state
-                        .nodes
-                        .get_mut(&b.node)
-                        .expect("plan binds known nodes");
-                    for &g in &b.gpus {
-                        if node.allocations.insert(g, b.job).is_some() {
-                            return Err(DoubleBooked {
-                                at_ms: t,
-                                node: b.node,
-                                gpu: g,
-                                job: b.job,
-                            });
+            // Whole GPUs (a gang: one bind per node), then slices; each job starts once.
+            let binds = (plan.binds.into_iter())
+                .map(|b| (b.job, b.node, b.gpus, None))
+                .chain(
+                    (plan.slice_binds.into_iter())
+                        .map(|b| (b.job, b.node, vec![b.gpu], Some(b.slice))),
+                );
+            let mut placed = false;
+            for (id, node_id, gpus, slice) in binds {
+                placed = true;
+                let node = state
+                    .nodes
+                    .get_mut(&node_id)
+                    .expect("plan binds known nodes");
+                for &g in &gpus {
+                    let taken = match &slice {
+                        None => node.allocations.insert(g, id).is_some(),
+                        Some(s) => {
+                            (node.slices.entry(g).or_default())
+                                .insert(id, s.clone())
+                                .is_some()
+                                || node.allocations.contains_key(&g)
                         }
+                    };
+                    if taken {
+                        return Err(DoubleBooked {
+                            at_ms: t,
+                            node: node_id,
+                            gpu: g,
+                            job: id,
+                        });
                     }
-                    let parts = placements.entry(b.job).or_default();
-                    let first = parts.is_empty();
-                    parts.push((b.node, b.gpus.clone()));
-                    if !first {
-                        continue;
-                    }
-                    let job = state.jobs.get_mut(&b.job).expect("plan binds known jobs");
-                    pending.remove(job.id);
-                    job.state = JobState::Running;
-                    job.generation += 1;
-                    job.attempts += 1;
-                    job.bound_at_ms = Some(t);
-                    job.started_at_ms = Some(t);
-                    // As `apply` does: a preempted job placed again waits for no one.
-                    job.preempted_for = None;
-                    job.binding = Some(Binding {
-                        node: b.node,
-                        gpus: b.gpus,
-                        generation: job.generation,
-                        slice: None,
-                    });
-                    busy += u64::from(job.spec.gpus);
-                    predicted.insert(b.job, env.history.predict_ms(&job.spec));
-                    let trace = &jobs[(b.job - 1) as usize];
-                    let run = stopped.work_left_ms(b.job).unwrap_or(trace.duration_ms);
-                    ends.push(Reverse((t + run, b.job, job.generation)));
-                    if let Some(n) = pending_by_gpus.get_mut(&trace.gpus) {
-                        *n -= 1;
-                        if *n == 0 {
-                            pending_by_gpus.remove(&trace.gpus);
-                        }
-                    }
-                    stopped.waiting.remove(&b.job);
                 }
+                let parts = placements.entry(id).or_default();
+                let first = parts.is_empty();
+                parts.push((node_id, gpus.clone()));
+                if !first {
+                    continue;
+                }
+                let job = state.jobs.get_mut(&id).expect("plan binds known jobs");
+                pending.remove(job.id);
+                job.state = JobState::Running;
+                job.generation += 1;
+                job.attempts += 1;
+                job.bound_at_ms = Some(t);
+                job.started_at_ms = Some(t);
+                // As `apply` does: a preempted job placed again waits for no one.
+                job.preempted_for = None;
+                job.binding = Some(Binding {
+                    node: node_id,
+                    gpus,
+                    generation: job.generation,
+                    slice,
+                });
+                let (generation, needs) = (job.generation, whole(&job.spec));
+                predicted.insert(id, env.history.predict_ms(&job.spec));
+                let job = &state.jobs[&id];
+                busy += needs;
+                busy_milli += milli_gpus(&state, job);
+                let trace = &jobs[(id - 1) as usize];
+                let run = stopped.work_left_ms(id).unwrap_or(trace.duration_ms);
+                ends.push(Reverse((t + run, id, generation)));
+                let key = needs as u32;
+                if let Some(n) = pending_by_gpus.get_mut(&key) {
+                    *n -= 1;
+                    if *n == 0 {
+                        pending_by_gpus.remove(&key);
+                    }
+                }
+                stopped.waiting.remove(&id);
+            }
+            if placed {
                 if stopped.waiting.is_empty() {
                     break;
                 }
@@ -258,26 +293,29 @@ pub(crate) fn replay(
                 break;
             }
             for p in stop {
-                release(&mut state, placements.remove(&p.job));
-                let Some(job) = state.jobs.get_mut(&p.job) else {
+                let Some(job) = state.jobs.get(&p.job).cloned() else {
                     continue;
                 };
-                busy -= u64::from(job.spec.gpus);
+                let milli = milli_gpus(&state, &job);
+                release(&mut state, &job, placements.remove(&p.job));
+                let job = state.jobs.get_mut(&p.job).expect("still there");
+                busy -= whole(&job.spec);
+                busy_milli -= milli;
                 let full = jobs[(p.job - 1) as usize].duration_ms;
-                stopped.stop(job, full, t, checkpoint_ms);
+                stopped.stop(job, milli, full, t, checkpoint_ms);
                 job.state = JobState::Pending;
                 job.binding = None;
                 job.started_at_ms = None;
                 job.bound_at_ms = None;
                 job.preempted_for = Some(p.for_job);
                 pending.insert(job);
-                *pending_by_gpus.entry(job.spec.gpus).or_default() += 1;
+                *pending_by_gpus.entry(whole(&job.spec) as u32).or_default() += 1;
                 predicted.remove(&p.job);
             }
         }
-        fragmented = is_fragmented(&state, &pending_by_gpus, total_gpus - busy, node_size);
-        if timeline.last().is_some_and(|&(_, b)| b != busy) {
-            timeline.push((t, busy));
+        fragmented = is_fragmented(&state, &pending_by_gpus, whole_gpus - busy, node_size);
+        if timeline.last().is_some_and(|&(_, b)| b != busy_milli) {
+            timeline.push((t, busy_milli));
         }
     }
     Ok(Replay {
@@ -313,10 +351,10 @@ struct Stopped {
 impl Stopped {
     /// `job`'s run (of a job whose whole work is `full_ms`) stops at `t`; it will resume from
     /// its checkpoint, doing `checkpoint_ms` of its work again.
-    fn stop(&mut self, job: &Job, full_ms: u64, t: u64, checkpoint_ms: u64) {
+    fn stop(&mut self, job: &Job, milli: u64, full_ms: u64, t: u64, checkpoint_ms: u64) {
         let start = job.started_at_ms.unwrap_or(t);
         self.first_start_ms.entry(job.id).or_insert(start);
-        *self.gpu_ms.entry(job.id).or_default() += u64::from(job.spec.gpus) * (t - start);
+        *self.gpu_ms.entry(job.id).or_default() += milli * (t - start) / 1000;
         let left = self.work_left_ms(job.id).unwrap_or(full_ms);
         self.work_left_ms
             .insert(job.id, left.saturating_sub(t - start) + checkpoint_ms);
@@ -329,25 +367,87 @@ impl Stopped {
         self.work_left_ms.get(&job).copied()
     }
 
-    /// `job`, whose last run started at `start`, ends at `t`: its first start and the GPU
-    /// time of all its runs.
-    fn finish(&mut self, job: &Job, start: u64, t: u64) -> (u64, u64) {
+    /// `job`, whose last run (holding `milli` thousandths of a GPU) started at `start`, ends
+    /// at `t`: its first start and the GPU time of all its runs.
+    fn finish(&mut self, job: &Job, milli: u64, start: u64, t: u64) -> (u64, u64) {
         self.work_left_ms.remove(&job.id);
         let first = self.first_start_ms.remove(&job.id).unwrap_or(start);
         let before = self.gpu_ms.remove(&job.id).unwrap_or(0);
-        (first, before + u64::from(job.spec.gpus) * (t - start))
+        (first, before + milli * (t - start) / 1000)
     }
 }
 
-/// Free the GPUs of a run's placements.
-fn release(state: &mut ClusterState, placements: Option<Vec<(NodeId, Vec<u32>)>>) {
+/// Free what `job`'s run holds on its placements: whole GPUs, or its slice.
+fn release(state: &mut ClusterState, job: &Job, placements: Option<Vec<(NodeId, Vec<u32>)>>) {
+    let sliced = job.binding.as_ref().is_some_and(|b| b.slice.is_some());
     for (node, gpus) in placements.unwrap_or_default() {
-        if let Some(n) = state.nodes.get_mut(&node) {
-            for g in gpus {
+        let Some(n) = state.nodes.get_mut(&node) else {
+            continue;
+        };
+        for g in gpus {
+            if !sliced {
                 n.allocations.remove(&g);
+            } else if let Some(holds) = n.slices.get_mut(&g) {
+                holds.remove(&job.id);
+                if holds.is_empty() {
+                    n.slices.remove(&g);
+                }
             }
         }
     }
+}
+
+/// The whole GPUs a job needs (0 for a job on a slice, which no whole-GPU count tells about).
+fn whole(spec: &JobSpec) -> u64 {
+    if spec.slice.is_some() {
+        0
+    } else {
+        u64::from(spec.gpus)
+    }
+}
+
+/// The thousandths of a GPU `job`'s run holds: its whole GPUs, or its slice's part of one.
+fn milli_gpus(state: &ClusterState, job: &Job) -> u64 {
+    let Some(binding) = &job.binding else {
+        return 0;
+    };
+    let Some(slice) = &binding.slice else {
+        return 1000 * u64::from(job.spec.gpus);
+    };
+    let model = (state.nodes.get(&binding.node))
+        .and_then(|n| {
+            binding
+                .gpus
+                .first()
+                .and_then(|&g| n.inventory.gpus.get(g as usize))
+        })
+        .map_or("", |g| g.model.as_str());
+    let (part, of) = normalized(Some(slice), model);
+    1000 * part / of
+}
+
+/// The cluster's GPUs in whole mode, and the least memory of a GPU in shared mode (0: none),
+/// which a trace's GPU fraction is a share of.
+fn partitioned(cluster: &ClusterState) -> (u64, u64) {
+    let mut whole = 0;
+    let mut shared_memory = u64::MAX;
+    for node in cluster.nodes.values() {
+        for gpu in &node.inventory.gpus {
+            match node.mode(gpu.index) {
+                GpuMode::Whole => whole += 1,
+                GpuMode::Shared => shared_memory = shared_memory.min(gpu.memory_mib),
+                _ => {}
+            }
+        }
+    }
+    (
+        whole,
+        if shared_memory == u64::MAX {
+            0
+        } else {
+            shared_memory
+        },
+    )
 }
 
 /// Most preemption rounds at one instant (each round stops runs for one beneficiary).
@@ -495,12 +595,29 @@ const WAKE_UP: JobId = 0;
 /// than every node is a gang over as few nodes as can hold it evenly (`node_sizes`: GPUs per
 /// node, largest first), as a distributed training job is launched; one that no even split
 /// fits is left for the planner to split however the free GPUs allow.
-fn pending_job(id: JobId, t: &TraceJob, estimates: Estimates, node_sizes: &[u32]) -> Job {
+/// Trace job `t` as the pending job `id`; a GPU fraction is a share of `shared_memory_mib`
+/// (the least memory of a shared GPU) and of compute alike.
+fn pending_job(
+    id: JobId,
+    t: &TraceJob,
+    estimates: Estimates,
+    node_sizes: &[u32],
+    shared_memory_mib: u64,
+) -> Job {
     let estimate_s = match estimates {
         Estimates::Exact => Some(t.duration_ms.div_ceil(1000)),
         Estimates::Predicted => t.estimate_s,
     };
     let nodes = t.nodes.unwrap_or_else(|| even_split(t.gpus, node_sizes));
+    let slice = t.slice.as_ref().map(|s| match s {
+        TraceSlice::Share(share) => SliceRequest::Shared {
+            memory_mib: shared_memory_mib * u64::from(*share) / 100,
+            share: *share,
+        },
+        TraceSlice::Mig(profile) => SliceRequest::Mig {
+            profile: profile.clone(),
+        },
+    });
     let spec = JobSpec {
         name: t.name.clone(),
         tenant: t.tenant.clone(),
@@ -509,6 +626,7 @@ fn pending_job(id: JobId, t: &TraceJob, estimates: Estimates, node_sizes: &[u32]
         nodes,
         priority: t.priority,
         runtime_estimate_s: estimate_s,
+        slice,
         ..JobSpec::default()
     };
     Job::pending(id, spec, None, t.submit_ms)
@@ -684,5 +802,75 @@ mod tests {
         .expect("replay");
         assert_eq!(r.records.len(), 1);
         assert_eq!(r.never_placed, 1);
+    }
+
+    #[test]
+    fn jobs_on_a_fraction_of_a_gpu_share_it_and_count_by_their_part() {
+        // Two shared A100s: eight quarter-GPU jobs fit at once, the ninth waits; a whole-GPU
+        // job finds no GPU in whole mode on that node and goes to the T4.
+        let mut csv = String::from("submit,duration,gpus,gpu_fraction\n");
+        for _ in 0..9 {
+            csv.push_str("0,100,1,0.25\n");
+        }
+        csv.push_str("0,100,1,\n");
+        let t = trace::parse(&csv, false).expect("trace");
+        let (state, gpus) = cluster::build("1x2xA100-80GB:shared+1x1xT4-16GB").expect("cluster");
+        let r = replay(
+            &t.jobs,
+            &state,
+            gpus,
+            &"fcfs".parse().expect("p"),
+            Estimates::Exact,
+            0,
+        )
+        .expect("replay");
+        let mut starts: Vec<u64> = r.records.iter().map(|j| j.start_ms / 1000).collect();
+        starts.sort_unstable();
+        assert_eq!(starts, [0, 0, 0, 0, 0, 0, 0, 0, 0, 100]);
+        let quarter: Vec<u64> = (r.records.iter())
+            .filter(|j| j.job < 9)
+            .map(|j| j.gpu_ms)
+            .collect();
+        assert_eq!(quarter, [25_000; 9], "a quarter of a GPU for 100 s each");
+        let peak = r.timeline.iter().map(|&(_, b)| b).max();
+        assert_eq!(
+            peak,
+            Some(3_000),
+            "2 shared GPUs full and the T4, in thousandths"
+        );
+        assert_eq!(r.never_placed, 0);
+    }
+
+    #[test]
+    fn jobs_on_mig_instances_take_the_layouts_instances() {
+        // One A100 split in seven 1g.10gb instances: seven jobs at once, the eighth after them.
+        let mut csv = String::from("submit,duration,gpus,mig\n");
+        for _ in 0..8 {
+            csv.push_str("0,60,1,1g.10gb\n");
+        }
+        csv.push_str("0,60,1,2g.20gb\n");
+        let t = trace::parse(&csv, false).expect("trace");
+        let layout = ["1g.10gb"; 7].join(",");
+        let (state, gpus) =
+            cluster::build(&format!("1x1xA100-80GB:mig={layout}")).expect("cluster");
+        let r = replay(
+            &t.jobs,
+            &state,
+            gpus,
+            &"fcfs+easy".parse().expect("p"),
+            Estimates::Exact,
+            0,
+        )
+        .expect("replay");
+        let mut starts: Vec<u64> = r.records.iter().map(|j| j.start_ms / 1000).collect();
+        starts.sort_unstable();
+        assert_eq!(starts, [0, 0, 0, 0, 0, 0, 0, 60]);
+        assert_eq!(r.never_placed, 1, "no 2g.20gb instance in the layout");
+        // A seventh of the GPU, in whole thousandths: 142.
+        assert!(
+            r.records.iter().all(|j| j.gpu_ms == 142 * 60),
+            "{:?}",
+            r.records
+        );
     }
 }

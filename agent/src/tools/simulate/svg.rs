@@ -176,8 +176,9 @@ fn utilization(r: &Replay, end_ms: u64) -> Vec<f64> {
             a = if edge > a { edge } else { b };
         }
     }
-    let gpus = r.total_gpus.max(1) as f64;
-    busy_ms.iter().map(|b| b / (slice * gpus)).collect()
+    // The timeline counts thousandths of a GPU.
+    let milli_gpus = 1000.0 * r.total_gpus.max(1) as f64;
+    busy_ms.iter().map(|b| b / (slice * milli_gpus)).collect()
 }
 
 /// (JCT in hours, fraction of jobs done by then), `CDF_POINTS` points.

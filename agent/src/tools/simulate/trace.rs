@@ -2,14 +2,18 @@
 //! generic CSV, both read by header name. Bad rows are reported with their line number.
 //!
 //! Generic format (a header line, then one job per line; plain commas, no quoting):
-//! `submit,duration,gpus[,tenant][,name][,priority][,estimate][,gpu_type][,nodes]` in any column
-//! order, where
+//! `submit,duration,gpus[,tenant][,name][,priority][,estimate][,gpu_type][,nodes][,gpu_fraction][,mig]`
+//! in any column order, where
 //! `submit` is seconds since the trace start (or `timestamp` as `YYYY-MM-DD HH:MM:SS` UTC),
 //! `duration` and `estimate` are seconds, `gpus` is a whole count (`num_gpus` also accepted)
 //! `tenant` (or `cluster`) names the tenant and `gpu_type` the GPU type the job requires (as a
 //! cluster's models name them: `V100`, `T4`; empty: any), and `nodes` makes the job a gang of
 //! that many nodes (`gpus` in all; empty: a job larger than a node is a gang over as few nodes as
-//! hold it evenly). Unknown columns (e.g. `gpu_time`) are ignored.
+//! hold it evenly). A job of one GPU may take part of it instead (GPU-sharing traces such as
+//! Alibaba's PAI): `gpu_fraction` below 1 (e.g. `0.25`) asks for that share of a GPU in shared
+//! mode, compute and memory alike, and `mig` for one MIG instance of that profile (`1g.10gb`);
+//! the cluster needs GPUs in that mode (`cluster.rs`). Unknown columns (e.g. `gpu_time`) are
+//! ignored.
 
 use std::fmt;
 
@@ -31,6 +35,17 @@ pub(crate) struct TraceJob {
     pub gpu_type: Option<String>,
     /// A gang over this many nodes, if the trace says.
     pub nodes: Option<u32>,
+    /// Part of one GPU rather than whole GPUs, if the trace says.
+    pub slice: Option<TraceSlice>,
+}
+
+/// Part of one GPU.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum TraceSlice {
+    /// This percentage (1–99) of a shared GPU's compute, and as much of its memory.
+    Share(u32),
+    /// One MIG instance of this profile.
+    Mig(String),
 }
 
 /// A row that could not be read.
@@ -72,6 +87,8 @@ struct Columns {
     estimate: Option<usize>,
     gpu_type: Option<usize>,
     nodes: Option<usize>,
+    gpu_fraction: Option<usize>,
+    mig: Option<usize>,
     width: usize,
 }
 
@@ -160,6 +177,8 @@ fn columns(header: &str) -> Result<Columns, TraceError> {
         estimate: find(&["estimate"]),
         gpu_type: find(&["gpu_type"]),
         nodes: find(&["nodes"]),
+        gpu_fraction: find(&["gpu_fraction"]),
+        mig: find(&["mig"]),
         width: names.len(),
     })
 }
@@ -216,6 +235,15 @@ fn row(cols: &Columns, line: &str, number: usize) -> Result<(f64, TraceJob), Str
         None | Some("") => None,
         Some(e) => Some(seconds("estimate", e)?.ceil() as u64),
     };
+    let slice = slice(
+        cols.gpu_fraction.map(|c| fields[c]),
+        cols.mig.map(|c| fields[c]),
+    )?;
+    if slice.is_some() && (gpus != 1 || nodes.is_some()) {
+        return Err(format!(
+            "a job on part of a GPU (gpu_fraction or mig) asks for 1 GPU on 1 node, not {gpus}"
+        ));
+    }
     Ok((
         submit,
         TraceJob {
@@ -229,8 +257,37 @@ fn row(cols: &Columns, line: &str, number: usize) -> Result<(f64, TraceJob), Str
             estimate_s,
             gpu_type: Some(text(cols.gpu_type)).filter(|t| !t.is_empty()),
             nodes,
+            slice,
         },
     ))
+}
+
+/// The part of a GPU a row's `gpu_fraction` and `mig` fields ask for (a fraction of 1: the
+/// whole GPU, no slice).
+fn slice(fraction: Option<&str>, mig: Option<&str>) -> Result<Option<TraceSlice>, String> {
+    let fraction = match fraction {
+        None | Some("") => None,
+        Some(f) => match f.parse::<f64>() {
+            Ok(v) if v > 0.0 && v <= 1.0 => Some(v),
+            _ => {
+                return Err(format!(
+                    "gpu_fraction {f:?} must be a number above 0, at most 1"
+                ));
+            }
+        },
+    };
+    match (fraction, mig.filter(|m| !m.is_empty())) {
+        (Some(_), Some(_)) => Err("a job asks for gpu_fraction or mig, not both".into()),
+        (None, Some(profile)) => {
+            gpu_raft_store::mig::known_profile(profile)?;
+            Ok(Some(TraceSlice::Mig(profile.to_owned())))
+        }
+        (Some(f), None) if f < 1.0 => {
+            let share = ((f * 100.0).round() as u32).clamp(1, 99);
+            Ok(Some(TraceSlice::Share(share)))
+        }
+        _ => Ok(None),
+    }
 }
 
 /// A non-negative, finite number of seconds, at most ten years.
@@ -336,8 +393,48 @@ mod tests {
                 estimate_s: Some(90),
                 gpu_type: Some("T4".into()),
                 nodes: Some(2),
+                slice: None,
             }
         );
+    }
+
+    #[test]
+    fn a_job_may_ask_for_a_fraction_or_a_mig_instance_of_one_gpu() {
+        let t = parse(
+            "submit,duration,gpus,gpu_fraction,mig
+0,10,1,0.25,
+1,10,1,,1g.10gb
+2,10,1,1,
+3,10,1,0.001,
+",
+            false,
+        )
+        .expect("parse");
+        let slices: Vec<Option<TraceSlice>> = t.jobs.iter().map(|j| j.slice.clone()).collect();
+        assert_eq!(
+            slices,
+            [
+                Some(TraceSlice::Share(25)),
+                Some(TraceSlice::Mig("1g.10gb".into())),
+                None,
+                Some(TraceSlice::Share(1)),
+            ],
+            "a fraction of 1 is the whole GPU; the smallest share is 1%"
+        );
+        for (row, says) in [
+            ("0,10,2,0.5,", "1 GPU on 1 node"),
+            ("0,10,1,1.5,", "at most 1"),
+            ("0,10,1,0,", "above 0"),
+            ("0,10,1,x,", "above 0"),
+            ("0,10,1,0.5,1g.10gb", "not both"),
+            ("0,10,1,,9g.99gb", "unknown MIG profile"),
+        ] {
+            let text = format!("submit,duration,gpus,gpu_fraction,mig\n{row}\n");
+            let Err(TraceError::BadRows { first, .. }) = parse(&text, false) else {
+                panic!("{row} must be refused");
+            };
+            assert!(first.message.contains(says), "{row}: {first}");
+        }
     }
 
     #[test]
