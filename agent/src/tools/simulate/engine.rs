@@ -804,6 +804,21 @@ mod tests {
         assert_eq!(r.never_placed, 1);
     }
 
+    /// The trace `csv` replayed on `cluster` under `policy`, with exact estimates.
+    fn replay_exact(csv: &str, cluster: &str, policy: &str) -> Replay {
+        let t = trace::parse(csv, false).expect("trace");
+        let (state, gpus) = cluster::build(cluster).expect("cluster");
+        let policy = policy.parse().expect("policy");
+        replay(&t.jobs, &state, gpus, &policy, Estimates::Exact, 0).expect("replay")
+    }
+
+    /// Each finished job's first start, in seconds, earliest first.
+    fn start_seconds(r: &Replay) -> Vec<u64> {
+        let mut starts: Vec<u64> = r.records.iter().map(|j| j.start_ms / 1000).collect();
+        starts.sort_unstable();
+        starts
+    }
+
     #[test]
     fn jobs_on_a_fraction_of_a_gpu_share_it_and_count_by_their_part() {
         // Two shared A100s: eight quarter-GPU jobs fit at once, the ninth waits; a whole-GPU
@@ -813,20 +828,8 @@ mod tests {
             csv.push_str("0,100,1,0.25\n");
         }
         csv.push_str("0,100,1,\n");
-        let t = trace::parse(&csv, false).expect("trace");
-        let (state, gpus) = cluster::build("1x2xA100-80GB:shared+1x1xT4-16GB").expect("cluster");
-        let r = replay(
-            &t.jobs,
-            &state,
-            gpus,
-            &"fcfs".parse().expect("p"),
-            Estimates::Exact,
-            0,
-        )
-        .expect("replay");
-        let mut starts: Vec<u64> = r.records.iter().map(|j| j.start_ms / 1000).collect();
-        starts.sort_unstable();
-        assert_eq!(starts, [0, 0, 0, 0, 0, 0, 0, 0, 0, 100]);
+        let r = replay_exact(&csv, "1x2xA100-80GB:shared+1x1xT4-16GB", "fcfs");
+        assert_eq!(start_seconds(&r), [0, 0, 0, 0, 0, 0, 0, 0, 0, 100]);
         let quarter: Vec<u64> = (r.records.iter())
             .filter(|j| j.job < 9)
             .map(|j| j.gpu_ms)
@@ -849,22 +852,9 @@ mod tests {
             csv.push_str("0,60,1,1g.10gb\n");
         }
         csv.push_str("0,60,1,2g.20gb\n");
-        let t = trace::parse(&csv, false).expect("trace");
         let layout = ["1g.10gb"; 7].join(",");
-        let (state, gpus) =
-            cluster::build(&format!("1x1xA100-80GB:mig={layout}")).expect("cluster");
-        let r = replay(
-            &t.jobs,
-            &state,
-            gpus,
-            &"fcfs+easy".parse().expect("p"),
-            Estimates::Exact,
-            0,
-        )
-        .expect("replay");
-        let mut starts: Vec<u64> = r.records.iter().map(|j| j.start_ms / 1000).collect();
-        starts.sort_unstable();
-        assert_eq!(starts, [0, 0, 0, 0, 0, 0, 0, 60]);
+        let r = replay_exact(&csv, &format!("1x1xA100-80GB:mig={layout}"), "fcfs+easy");
+        assert_eq!(start_seconds(&r), [0, 0, 0, 0, 0, 0, 0, 60]);
         assert_eq!(r.never_placed, 1, "no 2g.20gb instance in the layout");
         // A seventh of the GPU, in whole thousandths: 142.
         assert!(
