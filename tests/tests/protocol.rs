@@ -1,6 +1,9 @@
 //! The internal protocol version on real agent connections: a peer speaking an incompatible
 //! version is refused with both versions named and changes nothing; a build from before the
-//! header (no header) and the current version are served; the mesh keeps working.
+//! header (no header) and the current version are served; the mesh keeps working. Once every
+//! member speaks protocol 16, an older agent asking to join is refused too.
+
+use std::time::Duration;
 
 use gpu_proto::internal::v1::raft_peer_client::RaftPeerClient;
 use gpu_proto::internal::v1::{JoinRequest, LeaderStatusRequest};
@@ -61,6 +64,35 @@ async fn incompatible_peers_are_refused_and_the_mesh_keeps_working() {
         .expect_err("join refused");
     assert_eq!(join.code(), tonic::Code::FailedPrecondition, "{join:?}");
     assert!(join.message().contains("versions 99"), "{}", join.message());
+
+    // Once every member speaks this version, an agent of 15 or older asking to join (n3, as an
+    // older build of itself) is refused: it could not read the snapshots it would be sent.
+    c.wait_for(
+        "every member registered with this version",
+        Duration::from_secs(20),
+        |c| async move {
+            let (_, members, _) = c.gpuctl_json(1, &["cluster", "members"]);
+            (members.as_array()).is_some_and(|m| {
+                m.len() == 3
+                    && m.iter()
+                        .all(|n| n["protocol"].as_u64() == Some(u64::from(ours)))
+            })
+        },
+    )
+    .await;
+    let older = peer
+        .join(with_version(
+            JoinRequest {
+                node_id: 3,
+                addr: c.addr(3).to_owned(),
+                edge: false,
+            },
+            Some("15"),
+        ))
+        .await
+        .expect_err("an older joiner is refused");
+    assert_eq!(older.code(), tonic::Code::FailedPrecondition, "{older:?}");
+    assert!(older.message().contains("speaks 15"), "{}", older.message());
     let status = c.status(1, false).await.expect("status");
     assert_eq!(
         status.members.len(),

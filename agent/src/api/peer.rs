@@ -16,7 +16,7 @@ use gpu_proto::internal::v1::{
     RenewCertificateRequest,
 };
 use gpu_proto::v1 as pb;
-use gpu_raft_store::{NodeId, TypeConfig, validate};
+use gpu_raft_store::{NodeId, PROTOCOL_16, TypeConfig, validate};
 use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, VoteRequest};
 use serde::Serialize;
 use tonic::{Request, Response, Status};
@@ -35,6 +35,7 @@ use crate::host::images::NodeImages;
 use crate::monitor::Telemetry;
 use crate::raft::peer_client::with_deadline;
 use crate::raft::peer_message::{self, Encoding};
+use crate::raft::proposer::lowest_member_protocol;
 use crate::raft::{Attempt, Cluster, ClusterError, Proposal};
 use crate::raft::{archive_fill, protocol, snapshot_wire};
 use crate::tls::registry_login;
@@ -225,6 +226,7 @@ impl RaftPeer for PeerService {
     async fn join(&self, req: Request<JoinRequest>) -> Result<Response<JoinResponse>, Status> {
         // An agent joins as itself; a member may pass on another agent's join to the leader.
         let caller = self.peers.node(&req)?;
+        let spoken = req.extensions().get::<Spoken>().map_or(1, |v| v.0);
         let JoinRequest {
             node_id,
             addr,
@@ -234,6 +236,17 @@ impl RaftPeer for PeerService {
             return Err(invalid("node_id must be at least 1"));
         }
         validate::addr(&addr).map_err(invalid)?;
+        // Once every member speaks protocol 16 the snapshots are MessagePack, which an older
+        // agent cannot read: refuse it here rather than let it fail to catch up. (A member
+        // passing on a join speaks for itself, not for the joiner.)
+        if caller.is_none_or(|c| c == node_id) && spoken < PROTOCOL_16 {
+            let lowest = lowest_member_protocol(&self.cluster.raft, &self.cluster.state);
+            if lowest >= PROTOCOL_16 {
+                return Err(Status::failed_precondition(format!(
+                    "every member of this mesh speaks protocol {PROTOCOL_16} or newer and sends                      snapshots only such agents read; the joining agent speaks {spoken}:                      upgrade it first"
+                )));
+            }
+        }
         if let Some(caller) = caller.filter(|c| *c != node_id) {
             let members = self.cluster.view().members;
             if !members.contains_key(&caller) {
