@@ -41,17 +41,38 @@ pub struct Row {
     pub packed: Measure,
 }
 
+/// What one run measured.
+#[derive(Clone, Debug)]
+pub struct Figures {
+    /// The snapshot, then each log entry.
+    pub rows: Vec<Row>,
+    /// The median copy of the state under its lock.
+    pub copy: Duration,
+}
+
 const NODES: u64 = 64;
 const GPUS_PER_NODE: u32 = 8;
 
-/// Measure a state of `jobs` jobs and the entries of a job's life, `rounds` times each.
-pub fn measure(jobs: u64, rounds: usize) -> anyhow::Result<Vec<Row>> {
+/// Measure a state of `jobs` jobs (its encodings and its copy) and the entries of a job's
+/// life, `rounds` times each.
+pub fn measure(jobs: u64, rounds: usize) -> anyhow::Result<Figures> {
     let state = state_of(jobs)?;
     let mut rows = vec![row::<ClusterState>(
         format!("snapshot, {jobs} jobs"),
         &state,
         rounds,
     )?];
+    let copy = median(
+        (0..rounds.max(1))
+            .map(|_| {
+                let start = Instant::now();
+                let copy = std::hint::black_box(state.clone());
+                let took = start.elapsed();
+                drop(copy);
+                took
+            })
+            .collect(),
+    );
     let binds = (0..64)
         .map(|job| Bind {
             job,
@@ -60,7 +81,7 @@ pub fn measure(jobs: u64, rounds: usize) -> anyhow::Result<Vec<Row>> {
         })
         .collect();
     let life = [
-        ("entry: a submission", submit(7, Some(meta(7)))),
+        ("entry: a submission", submit(7, Some(meta(7).request_id))),
         ("entry: a pass binding 64 jobs", Command::BindJobs { binds }),
         (
             "entry: a run's end",
@@ -75,7 +96,7 @@ pub fn measure(jobs: u64, rounds: usize) -> anyhow::Result<Vec<Row>> {
         let entry = entry(9_999, cmd);
         rows.push(row::<Entry>(what.into(), &entry, rounds * 100)?);
     }
-    Ok(rows)
+    Ok(Figures { rows, copy })
 }
 
 fn row<T: Serialize + DeserializeOwned>(
@@ -111,29 +132,16 @@ fn time(
         decode(std::hint::black_box(&bytes))?;
         dec.push(start.elapsed());
     }
-    enc.sort_unstable();
-    dec.sort_unstable();
     Ok(Measure {
         bytes: bytes.len(),
-        encode: percentile(&enc, 50.0).unwrap_or_default(),
-        decode: percentile(&dec, 50.0).unwrap_or_default(),
+        encode: median(enc),
+        decode: median(dec),
     })
 }
 
-/// The median time of `rounds` copies of a state of `jobs` jobs (the module's state).
-pub fn copy_time(jobs: u64, rounds: usize) -> anyhow::Result<Duration> {
-    let state = state_of(jobs)?;
-    let mut times: Vec<Duration> = (0..rounds.max(1))
-        .map(|_| {
-            let start = Instant::now();
-            let copy = std::hint::black_box(state.clone());
-            let took = start.elapsed();
-            drop(copy);
-            took
-        })
-        .collect();
-    times.sort_unstable();
-    Ok(percentile(&times, 50.0).unwrap_or_default())
+fn median(mut samples: Vec<Duration>) -> Duration {
+    samples.sort_unstable();
+    percentile(&samples, 50.0).unwrap_or_default()
 }
 
 /// The module's state of `jobs` jobs.
@@ -218,7 +226,7 @@ fn register(node: u64) -> Command {
 }
 
 /// A training job much like the ones people submit: a name, a command line, a few variables.
-fn submit(job: u64, meta: Option<RequestMeta>) -> Command {
+fn submit(job: u64, idempotency_key: Option<String>) -> Command {
     let spec = JobSpec {
         name: format!("resnet50-sweep-{job}"),
         command: ["python", "train.py", "--config", "configs/resnet50.yaml"]
@@ -235,17 +243,12 @@ fn submit(job: u64, meta: Option<RequestMeta>) -> Command {
         max_attempts: 2,
         ..JobSpec::default()
     };
-    let mut cmd = Command::submit(spec);
-    if let (
-        Command::SubmitJob {
-            idempotency_key, ..
-        },
-        Some(meta),
-    ) = (&mut cmd, &meta)
-    {
-        *idempotency_key = Some(meta.request_id.clone());
+    Command::SubmitJob {
+        spec: Box::new(spec),
+        idempotency_key,
+        hold: false,
+        owner: None,
     }
-    cmd
 }
 
 fn meta(job: u64) -> RequestMeta {
@@ -276,9 +279,10 @@ mod tests {
 
     #[test]
     fn both_encodings_are_measured_on_a_real_state() {
-        let rows = measure(40, 1).expect("measures");
-        assert_eq!(rows.len(), 4);
-        for row in &rows {
+        let figures = measure(40, 1).expect("measures");
+        assert_eq!(figures.rows.len(), 4);
+        assert!(figures.copy > Duration::ZERO);
+        for row in &figures.rows {
             assert!(
                 row.packed.bytes > 0 && row.json.bytes > row.packed.bytes,
                 "{row:?}"
@@ -295,6 +299,5 @@ mod tests {
             "three quarters finished, none past the retention"
         );
         assert_eq!((state.requests.len(), state.audit.len()), (40, 40));
-        assert!(copy_time(40, 1).expect("copies") > Duration::ZERO);
     }
 }

@@ -151,13 +151,12 @@ async fn main() -> anyhow::Result<()> {
             json,
         } => return lifetime(jobs, samples, svg, json).await,
         Cmd::Codec { jobs, rounds } => {
-            let rows = gpu_bench::codec::measure(jobs, rounds)?;
-            let copy = gpu_bench::codec::copy_time(jobs, rounds)?;
+            let figures = gpu_bench::codec::measure(jobs, rounds)?;
             println!("Machine: {}.\n", gpu_bench::report::machine());
-            println!("{}", gpu_bench::report::codec_table(&rows));
+            println!("{}", gpu_bench::report::codec_table(&figures.rows));
             println!(
                 "A snapshot's copy of the state under its lock, {jobs} jobs: {:.1} ms (median of {rounds}).",
-                copy.as_secs_f64() * 1000.0
+                figures.copy.as_secs_f64() * 1000.0
             );
             return Ok(());
         }

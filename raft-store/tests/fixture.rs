@@ -21,7 +21,7 @@
 use std::path::Path;
 
 use gpu_raft_store::retention::Retention;
-use gpu_raft_store::testing::register;
+use gpu_raft_store::testing::{at, register};
 use gpu_raft_store::{
     ClusterState, Command, Entry, JobState, KvEngine, LogEntry, PROTOCOL_16, SledEngine, Space,
     audit, codec,
@@ -248,12 +248,7 @@ async fn a_data_directory_of_c22f961_is_repacked_and_keeps_its_state() {
     }
     let entry = Entry {
         log_id: LogId::new(applied.expect("applied").leader_id, next),
-        payload: EntryPayload::Normal(LogEntry {
-            proposed_at_ms: u64::MAX / 2,
-            cmd: again,
-            meta: None,
-            request: None,
-        }),
+        payload: EntryPayload::Normal(at(u64::MAX / 2, again)),
     };
     sm.apply(vec![entry]).await.expect("applies");
     let built = sm

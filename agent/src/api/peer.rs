@@ -35,7 +35,6 @@ use crate::host::images::NodeImages;
 use crate::monitor::Telemetry;
 use crate::raft::peer_client::with_deadline;
 use crate::raft::peer_message::{self, Encoding};
-use crate::raft::proposer::lowest_member_protocol;
 use crate::raft::{Attempt, Cluster, ClusterError, Proposal};
 use crate::raft::{archive_fill, protocol, snapshot_wire};
 use crate::tls::registry_login;
@@ -239,13 +238,15 @@ impl RaftPeer for PeerService {
         // Once every member speaks protocol 16 the snapshots are MessagePack, which an older
         // agent cannot read: refuse it here rather than let it fail to catch up. (A member
         // passing on a join speaks for itself, not for the joiner.)
-        if caller.is_none_or(|c| c == node_id) && spoken < PROTOCOL_16 {
-            let lowest = lowest_member_protocol(&self.cluster.raft, &self.cluster.state);
-            if lowest >= PROTOCOL_16 {
-                return Err(Status::failed_precondition(format!(
-                    "every member of this mesh speaks protocol {PROTOCOL_16} or newer and sends                      snapshots only such agents read; the joining agent speaks {spoken}:                      upgrade it first"
-                )));
-            }
+        if caller.is_none_or(|c| c == node_id)
+            && spoken < PROTOCOL_16
+            && self.cluster.lowest_protocol() >= PROTOCOL_16
+        {
+            return Err(Status::failed_precondition(format!(
+                "every member of this mesh speaks protocol {PROTOCOL_16} or newer and sends \
+                 snapshots only such agents read; the joining agent speaks {spoken}: upgrade \
+                 it first"
+            )));
         }
         if let Some(caller) = caller.filter(|c| *c != node_id) {
             let members = self.cluster.view().members;

@@ -172,11 +172,11 @@ impl RaftNetwork<TypeConfig> for PeerLink {
         option: RPCOption,
     ) -> RpcResult<InstallSnapshotResponse<NodeId>, InstallSnapshotError> {
         let target = self.target;
-        let (as_bytes, encoding) = self.state.read(|s| {
-            let protocol = s.nodes.get(&target).map_or(0, |n| n.protocol);
-            (protocol >= SNAPSHOT_BYTES, Encoding::for_peer(s, target))
-        });
-        let msg = snapshot_wire::pack(rpc, as_bytes, encoding)
+        let protocol = self
+            .state
+            .read(|s| s.nodes.get(&target).map_or(0, |n| n.protocol));
+        let as_bytes = protocol >= SNAPSHOT_BYTES;
+        let msg = snapshot_wire::pack(rpc, as_bytes, Encoding::for_protocol(protocol))
             .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         self.send(Rpc::InstallSnapshot, msg, &option).await
     }

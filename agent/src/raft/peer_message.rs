@@ -18,9 +18,15 @@ impl Encoding {
     /// What `peer` reads: MessagePack once it registered with protocol 16 or newer, else
     /// JSON (as for a peer not registered yet).
     pub(crate) fn for_peer(state: &ClusterState, peer: NodeId) -> Self {
-        match state.nodes.get(&peer) {
-            Some(node) if node.protocol >= PROTOCOL_16 => Encoding::Packed,
-            _ => Encoding::Json,
+        Self::for_protocol(state.nodes.get(&peer).map_or(0, |n| n.protocol))
+    }
+
+    /// What a peer registered with `protocol` reads.
+    pub(crate) fn for_protocol(protocol: u32) -> Self {
+        if protocol >= PROTOCOL_16 {
+            Encoding::Packed
+        } else {
+            Encoding::Json
         }
     }
 

@@ -14,8 +14,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use gpu_raft_store::{
-    ApplyResult, ClusterState, Command, LogEntry, NodeId, PROTOCOL_2, PROTOCOL_9, PROTOCOL_12,
-    Raft, RequestStamp, StateReader, TypeConfig,
+    ApplyResult, Command, LogEntry, NodeId, PROTOCOL_2, PROTOCOL_9, PROTOCOL_12, Raft,
+    RequestStamp, StateReader, TypeConfig,
 };
 use openraft::error::ClientWriteError;
 use openraft::raft::ClientWriteResult;
@@ -266,16 +266,7 @@ pub(crate) fn lowest_member_protocol(raft: &Raft, state: &StateReader) -> u32 {
         .nodes()
         .map(|(id, _)| *id)
         .collect();
-    state.read(|s| lowest_protocol(&members, s))
-}
-
-/// A member that has not registered yet counts as speaking none (0).
-fn lowest_protocol(members: &[NodeId], state: &ClusterState) -> u32 {
-    members
-        .iter()
-        .map(|id| state.nodes.get(id).map_or(0, |n| n.protocol))
-        .min()
-        .unwrap_or(0)
+    state.read(|s| s.lowest_protocol(members))
 }
 
 type Landed = Result<ClientWriteResult<TypeConfig>, String>;
@@ -443,7 +434,7 @@ mod tests {
 
     #[test]
     fn batches_wait_until_every_member_has_registered_a_protocol_that_reads_them() {
-        let mut state = ClusterState::default();
+        let mut state = gpu_raft_store::ClusterState::default();
         let register = |node, protocol| LogEntry {
             proposed_at_ms: 1,
             cmd: Command::RegisterNode {
@@ -459,11 +450,11 @@ mod tests {
         };
         state.apply(&register(1, 2));
         state.apply(&register(2, 1));
-        assert_eq!(lowest_protocol(&[1], &state), PROTOCOL_2);
-        assert_eq!(lowest_protocol(&[1, 2], &state), 1, "n2 speaks 1");
-        assert_eq!(lowest_protocol(&[1, 3], &state), 0, "n3 not registered");
+        assert_eq!(state.lowest_protocol([1]), PROTOCOL_2);
+        assert_eq!(state.lowest_protocol([1, 2]), 1, "n2 speaks 1");
+        assert_eq!(state.lowest_protocol([1, 3]), 0, "n3 not registered");
         state.apply(&register(2, 2));
-        assert_eq!(lowest_protocol(&[1, 2], &state), PROTOCOL_2, "n2 upgraded");
+        assert_eq!(state.lowest_protocol([1, 2]), PROTOCOL_2, "n2 upgraded");
     }
 
     #[test]

@@ -20,10 +20,6 @@ impl<K, V> Default for SharedMap<K, V> {
 }
 
 impl<K: Ord, V: Clone> SharedMap<K, V> {
-    pub fn new() -> Self {
-        Self::default()
-    }
-
     pub fn len(&self) -> usize {
         self.0.len()
     }
@@ -81,15 +77,11 @@ impl<K: Ord, V: Clone> SharedMap<K, V> {
     }
 
     pub fn iter(&self) -> impl DoubleEndedIterator<Item = (&K, &V)> + ExactSizeIterator {
-        self.0.iter().map(|(k, v)| (k, v.as_ref()))
+        self.into_iter()
     }
 
     pub fn range<R: RangeBounds<K>>(&self, range: R) -> impl DoubleEndedIterator<Item = (&K, &V)> {
         self.0.range(range).map(|(k, v)| (k, v.as_ref()))
-    }
-
-    pub fn last_key_value(&self) -> Option<(&K, &V)> {
-        self.0.last_key_value().map(|(k, v)| (k, v.as_ref()))
     }
 }
 

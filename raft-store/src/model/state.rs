@@ -314,6 +314,15 @@ impl ClusterState {
         )));
     }
 
+    /// The oldest internal protocol any of `members` registered with; one that has not
+    /// registered yet counts as speaking none (0), and so does an empty set.
+    pub fn lowest_protocol(&self, members: impl IntoIterator<Item = NodeId>) -> u32 {
+        (members.into_iter())
+            .map(|id| self.nodes.get(&id).map_or(0, |n| n.protocol))
+            .min()
+            .unwrap_or(0)
+    }
+
     /// The audit entry `seq`, unless it was archived (or does not exist yet).
     pub fn audit_entry(&self, seq: u64) -> Option<&AuditEntry> {
         let first = self.audit_base.as_ref().map_or(0, |b| b.seq) + 1;

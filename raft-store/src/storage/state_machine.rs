@@ -36,13 +36,8 @@ impl MachineData {
     /// The snapshot payload: MessagePack once every member speaks `PROTOCOL_16`, else the
     /// JSON older members read. Either decodes with `codec::from_either`.
     fn encode(&self) -> Result<Vec<u8>, CodecError> {
-        let packs = (self.last_membership.membership().nodes()).all(|(id, _)| {
-            self.state
-                .nodes
-                .get(id)
-                .is_some_and(|n| n.protocol >= PROTOCOL_16)
-        });
-        if packs {
+        let members = self.last_membership.membership().nodes().map(|(id, _)| *id);
+        if self.state.lowest_protocol(members) >= PROTOCOL_16 {
             codec::to_vec(self)
         } else {
             Ok(serde_json::to_vec(self)?)

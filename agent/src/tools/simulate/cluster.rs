@@ -75,13 +75,13 @@ pub(crate) fn build(spec: &str) -> Result<(ClusterState, u64), BadCluster> {
                 edge: None,
                 protocol: 1,
             }];
-            for gpu in partition.iter().flat_map(|_| &gpus) {
-                commands.push(Command::SetGpuPartition {
+            if let Some(partition) = &partition {
+                commands.extend(gpus.iter().map(|gpu| Command::SetGpuPartition {
                     node: next_id,
                     gpu: gpu.index,
-                    partition: partition.clone().unwrap_or_default(),
+                    partition: partition.clone(),
                     if_idle: false,
-                });
+                }));
             }
             for cmd in commands {
                 let entry = LogEntry {

@@ -207,6 +207,7 @@ pub(crate) fn replay(
             } else {
                 Default::default()
             };
+            let placed = !plan.binds.is_empty() || !plan.slice_binds.is_empty();
             // Whole GPUs (a gang: one bind per node), then slices; each job starts once.
             let binds = (plan.binds.into_iter())
                 .map(|b| (b.job, b.node, b.gpus, None))
@@ -214,9 +215,7 @@ pub(crate) fn replay(
                     (plan.slice_binds.into_iter())
                         .map(|b| (b.job, b.node, vec![b.gpu], Some(b.slice))),
                 );
-            let mut placed = false;
             for (id, node_id, gpus, slice) in binds {
-                placed = true;
                 let node = state
                     .nodes
                     .get_mut(&node_id)
