@@ -1,7 +1,27 @@
-//! The cgroups a run's cgroup holds below itself: a container runtime makes the container's
-//! (and its monitor's) under the run's, and they must go before the run's can.
+//! A run's cgroup directory: made fresh for the run, and the cgroups it holds below itself (a
+//! container runtime makes the container's, and its monitor's, under the run's, and they must
+//! go before the run's can).
 
+use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
+
+/// Make the run's cgroup `dir`. A cgroup of that name already there is a leftover of a
+/// supervisor that died without removing it (the name carries the supervisor's pid, now ours):
+/// it is taken over only if it is empty, which is what `rmdir` checks on a cgroup (no process,
+/// no cgroup below); one that still holds something is never shared.
+pub fn create_run_dir(dir: &Path) -> Result<(), String> {
+    let create = || std::fs::create_dir(dir);
+    let result = match create() {
+        Err(e) if e.kind() == ErrorKind::AlreadyExists => {
+            std::fs::remove_dir(dir).map_err(|busy| {
+                format!("a leftover cgroup {} is not empty: {busy}", dir.display())
+            })?;
+            create()
+        }
+        other => other,
+    };
+    result.map_err(|e| format!("creating cgroup {}: {e}", dir.display()))
+}
 
 /// Every cgroup below `dir`, the deepest first (the order they can be removed in).
 pub fn descendants(dir: &Path) -> Vec<PathBuf> {
@@ -27,6 +47,24 @@ fn collect(dir: &Path, found: &mut Vec<PathBuf>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_empty_leftover_is_taken_over_and_a_busy_one_is_refused() {
+        let root = tempfile::tempdir().expect("valid");
+        let run = root.path().join("job-2-g1-s8091");
+        create_run_dir(&run).expect("a fresh name");
+        create_run_dir(&run).expect("an empty leftover of the same name");
+        std::fs::create_dir(run.join("container")).expect("valid");
+        let err = create_run_dir(&run).expect_err("a leftover that holds a cgroup");
+        assert!(
+            err.contains("leftover cgroup") && err.contains("not empty"),
+            "{err}"
+        );
+        assert!(
+            run.join("container").is_dir(),
+            "the busy leftover is left alone"
+        );
+    }
 
     #[test]
     fn the_deepest_come_first() {

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use super::cgroup_tree::descendants;
+use super::cgroup_tree::{create_run_dir, descendants};
 use super::device_fence::DeviceRule;
 use super::isolation::CPU_PERIOD_US;
 use super::limits::{Limits, OomEvidence};
@@ -224,8 +224,7 @@ impl JobCgroups {
                 Err(e) => return Err(format!("creating cgroup {}: {e}", root.display())),
             }
             let dir = root.join(name);
-            // A cgroup of that name already there belongs to someone else: never share it.
-            fs::create_dir(&dir).map_err(|e| format!("creating cgroup {}: {e}", dir.display()))?;
+            create_run_dir(&dir)?;
             made.dirs.insert(*controller, dir.clone());
             let memsw = dir.join("memory.memsw.limit_in_bytes").exists();
             for (file, value) in writes(*controller, limits, devices, memsw) {

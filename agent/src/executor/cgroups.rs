@@ -6,7 +6,9 @@
 //!
 //! A run's cgroup is named `job-<id>-g<generation>-s<supervisor pid>`: several agents may
 //! share a host and its hierarchies (`gpu-agent dev`, a gang's members, tests), and the
-//! supervisor's pid keeps their runs apart while it lives, which is as long as the cgroup does.
+//! supervisor's pid keeps their runs apart while it lives. A supervisor killed outright leaves
+//! its cgroup behind; a later supervisor given the same pid takes it over if it is empty
+//! (`cgroup_tree::create_run_dir`).
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use super::cgroup_tree::descendants;
+use super::cgroup_tree::{create_run_dir, descendants};
 use super::limits::{Limits, OomEvidence};
 
 /// The controllers a job cgroup needs.
@@ -205,7 +205,7 @@ impl JobCgroup {
     /// Create the cgroup and write the run's limits (the others stay `max`). A cgroup of that
     /// name already there belongs to someone else: never shared.
     pub fn create(path: &Path, limits: &Limits) -> Result<Self, String> {
-        fs::create_dir(path).map_err(|e| format!("creating cgroup {}: {e}", path.display()))?;
+        create_run_dir(path)?;
         let cgroup = Self {
             path: path.to_owned(),
             pids: path.join("pids.max").exists(),
