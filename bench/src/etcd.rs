@@ -1,6 +1,8 @@
 //! etcd as a benchmark target: a 3-member cluster of the real `etcd` binary on loopback (the
 //! Debian package `etcd-server`, installed when missing), data on the same disk as gpumesh's,
-//! default timings and fsync. A write is one `Put` of a submission-sized value.
+//! default timings and fsync. A write is one `Put` of a submission-sized value. It runs in
+//! plain HTTP (how etcd starts by default) or with mutual TLS for clients and peers
+//! (`etcd_tls.rs`), which is how gpumesh always runs.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -9,9 +11,10 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use tonic::transport::Channel;
 
+use crate::etcd_tls::EtcdTls;
 use crate::etcdserverpb::kv_client::KvClient;
 use crate::etcdserverpb::maintenance_client::MaintenanceClient;
-use crate::etcdserverpb::{PutRequest, StatusRequest};
+use crate::etcdserverpb::{PutRequest, RangeRequest, StatusRequest};
 use crate::target::{Crashable, Target};
 
 pub struct Etcd {
@@ -19,6 +22,16 @@ pub struct Etcd {
     dir: tempfile::TempDir,
     members: Vec<Member>,
     value: Vec<u8>,
+    tls: Option<EtcdTls>,
+}
+
+/// How etcd's members and clients talk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Security {
+    /// Plain HTTP, no client certificates: etcd's default.
+    Plain,
+    /// Mutual TLS for clients and peers, as gpumesh runs.
+    MutualTls,
 }
 
 struct Member {
@@ -55,8 +68,13 @@ fn on_path(name: &str) -> Option<PathBuf> {
 
 impl Etcd {
     /// Start `n` members and wait until they elect a leader. Puts carry `value_bytes` bytes.
-    pub async fn start(n: usize, value_bytes: usize) -> anyhow::Result<Etcd> {
+    pub async fn start(n: usize, value_bytes: usize, security: Security) -> anyhow::Result<Etcd> {
         let bin = binary()?;
+        let dir = tempfile::tempdir()?;
+        let tls = match security {
+            Security::Plain => None,
+            Security::MutualTls => Some(EtcdTls::make(dir.path())?),
+        };
         let members = (0..n)
             .map(|i| Member {
                 name: format!("e{}", i + 1),
@@ -67,9 +85,10 @@ impl Etcd {
             .collect();
         let mut etcd = Etcd {
             bin,
-            dir: tempfile::tempdir()?,
+            dir,
             members,
             value: vec![b'v'; value_bytes],
+            tls,
         };
         for i in 0..n {
             etcd.spawn(i)?;
@@ -78,11 +97,16 @@ impl Etcd {
         Ok(etcd)
     }
 
+    fn scheme(&self) -> &'static str {
+        if self.tls.is_some() { "https" } else { "http" }
+    }
+
     fn spawn(&mut self, i: usize) -> anyhow::Result<()> {
+        let scheme = self.scheme();
         let initial_cluster = self
             .members
             .iter()
-            .map(|m| format!("{}=http://{}", m.name, m.peer))
+            .map(|m| format!("{}={scheme}://{}", m.name, m.peer))
             .collect::<Vec<_>>()
             .join(",");
         let dir = self.dir.path();
@@ -93,10 +117,14 @@ impl Etcd {
             .arg(&m.name)
             .arg("--data-dir")
             .arg(data_dir(dir, &m.name))
-            .arg(format!("--listen-client-urls=http://{}", m.client))
-            .arg(format!("--advertise-client-urls=http://{}", m.client))
-            .arg(format!("--listen-peer-urls=http://{}", m.peer))
-            .arg(format!("--initial-advertise-peer-urls=http://{}", m.peer))
+            .arg(format!("--listen-client-urls={scheme}://{}", m.client))
+            .arg(format!("--advertise-client-urls={scheme}://{}", m.client))
+            .arg(format!("--listen-peer-urls={scheme}://{}", m.peer))
+            .arg(format!(
+                "--initial-advertise-peer-urls={scheme}://{}",
+                m.peer
+            ))
+            .args(self.tls.iter().flat_map(EtcdTls::flags))
             .arg(format!("--initial-cluster={initial_cluster}"))
             .arg("--initial-cluster-state=new")
             .arg("--initial-cluster-token=gpumesh-bench")
@@ -110,11 +138,12 @@ impl Etcd {
     }
 
     async fn channel(&self, i: usize) -> anyhow::Result<Channel> {
-        let addr = format!("http://{}", self.members[i].client);
-        Ok(Channel::from_shared(addr)?
-            .connect_timeout(Duration::from_secs(2))
-            .connect()
-            .await?)
+        let addr = format!("{}://{}", self.scheme(), self.members[i].client);
+        let mut endpoint = Channel::from_shared(addr)?.connect_timeout(Duration::from_secs(2));
+        if let Some(tls) = &self.tls {
+            endpoint = endpoint.tls_config(tls.client())?;
+        }
+        Ok(endpoint.connect().await?)
     }
 
     /// The leader's member id as member `i` reports it (0 while it knows none), and its own.
@@ -183,6 +212,11 @@ impl Target for Etcd {
         self.members.len()
     }
 
+    fn pids(&self) -> Vec<u32> {
+        let children = self.members.iter().filter_map(|m| m.child.as_ref());
+        children.map(Child::id).collect()
+    }
+
     async fn connect(&self, client: usize) -> anyhow::Result<Self::Client> {
         Ok(KvClient::new(self.channel(client % self.members()).await?))
     }
@@ -193,6 +227,15 @@ impl Target for Etcd {
             value: self.value.clone(),
         };
         client.put(put).await?;
+        Ok(())
+    }
+
+    async fn round_trip(&self, client: &mut Self::Client) -> anyhow::Result<()> {
+        let range = RangeRequest {
+            key: b"bench/none".to_vec(),
+            serializable: true,
+        };
+        client.range(range).await?;
         Ok(())
     }
 }

@@ -4,8 +4,10 @@
 pub mod array;
 pub mod codec;
 pub mod etcd;
+pub mod etcd_tls;
 pub mod failover;
 pub mod fsync;
+pub mod layers;
 pub mod load;
 pub mod mesh;
 pub mod placement;

@@ -2,7 +2,9 @@
 
 use std::time::{Duration, Instant};
 
+use anyhow::Context;
 use futures::future::join_all;
+use gpu_agent::host::proc_stat::ProcStat;
 use serde::Serialize;
 
 use crate::stats::Summary;
@@ -17,6 +19,9 @@ pub struct LoadResult {
     pub seconds: f64,
     pub writes_per_s: f64,
     pub latency: Summary,
+    /// CPU time (user and system) the target's processes spent per acked write, in
+    /// milliseconds; the clients' own is not counted.
+    pub cpu_ms_per_write: f64,
     /// The first error seen, if any.
     pub first_error: Option<String>,
 }
@@ -33,6 +38,8 @@ pub async fn closed_loop<T: Target>(
     for c in 0..clients {
         conns.push(target.connect(c).await?);
     }
+    let pids = target.pids();
+    let cpu_before = cpu_seconds(&pids)?;
     let start = Instant::now();
     let deadline = start + run_for;
     let loops = conns
@@ -55,6 +62,7 @@ pub async fn closed_loop<T: Target>(
         });
     let per_client = join_all(loops).await;
     let seconds = start.elapsed().as_secs_f64();
+    let cpu = cpu_seconds(&pids)? - cpu_before;
     let mut latencies = Vec::new();
     let mut errors = Vec::new();
     for (l, e) in per_client {
@@ -68,6 +76,18 @@ pub async fn closed_loop<T: Target>(
         seconds,
         writes_per_s: latencies.len() as f64 / seconds,
         latency: Summary::of(&latencies),
+        cpu_ms_per_write: cpu * 1000.0 / latencies.len().max(1) as f64,
         first_error: errors.into_iter().next(),
     })
+}
+
+/// The CPU time, user and system, that processes `pids` have used so far, in seconds.
+fn cpu_seconds(pids: &[u32]) -> anyhow::Result<f64> {
+    let ticks = gpu_agent::tools::footprint::clock_ticks()? as f64;
+    let used = pids.iter().map(|pid| {
+        ProcStat::of(*pid)
+            .map(|s| s.cpu_ticks as f64 / ticks)
+            .with_context(|| format!("no /proc/{pid}/stat"))
+    });
+    used.sum()
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use gpu_bench::etcd::Etcd;
+use gpu_bench::etcd::{Etcd, Security};
 use gpu_bench::mesh::{self, Mesh};
 use gpu_bench::report::{Report, WriteRow};
 use gpu_bench::{failover, fsync, load, placement, state_growth};
@@ -68,6 +68,17 @@ enum Cmd {
         /// Rounds over every client count.
         #[arg(long, default_value_t = 1)]
         rounds: usize,
+    },
+    /// Where one write's time goes, layer by layer, beside etcd (plain and with mutual TLS):
+    /// a request that writes nothing, a write on 1 member, a write on 3; one client at the
+    /// leader.
+    Layers {
+        /// Measure gpumesh alone.
+        #[arg(long)]
+        skip_etcd: bool,
+        /// Seconds each run lasts.
+        #[arg(long, default_value_t = 5)]
+        seconds: u64,
     },
     /// One job array of `true` tasks on a mesh of 4 agents × 8 simulated GPUs: the submission
     /// (`gpuctl job submit --array`, process start to exit) and the drain (until every task
@@ -144,6 +155,13 @@ async fn main() -> anyhow::Result<()> {
             seconds,
             rounds,
         } => return writes_only(skip_etcd, &clients, Duration::from_secs(seconds), rounds).await,
+        Cmd::Layers { skip_etcd, seconds } => {
+            let layers =
+                gpu_bench::layers::measure(Duration::from_secs(seconds), skip_etcd).await?;
+            println!("Machine: {}.\n", gpu_bench::report::machine());
+            print!("{}", gpu_bench::report::layers_markdown(&layers));
+            return Ok(());
+        }
         Cmd::Lifetime {
             jobs,
             samples,
@@ -234,7 +252,7 @@ async fn writes_only(
     let etcd = if skip_etcd {
         None
     } else {
-        Some(Etcd::start(3, write_bytes.saturating_sub(22)).await?)
+        Some(Etcd::start(3, write_bytes.saturating_sub(22), Security::Plain).await?)
     };
     for round in 0..rounds {
         let mut writes = Vec::new();
@@ -269,7 +287,7 @@ async fn run(plan: &Plan, quick: bool, skip_etcd: bool) -> anyhow::Result<Report
         None
     } else {
         // The key ("bench/" + 16 hex digits) and value together weigh one submission.
-        Some(Etcd::start(3, write_bytes.saturating_sub(22)).await?)
+        Some(Etcd::start(3, write_bytes.saturating_sub(22), Security::Plain).await?)
     };
 
     let mut writes = Vec::new();

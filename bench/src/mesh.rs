@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use gpu_proto::v1 as pb;
 use gpu_proto::v1::job_service_client::JobServiceClient;
+use gpu_proto::v1::token_service_client::TokenServiceClient;
 use gpu_tests::{Cluster, Conn};
 use prost::Message;
 
@@ -46,20 +47,41 @@ pub fn submission_bytes() -> usize {
     submission(0).encoded_len()
 }
 
+/// One client's connection, for submissions and for `WhoAmI` round trips.
+pub struct MeshClient {
+    jobs: JobServiceClient<Conn>,
+    auth: TokenServiceClient<Conn>,
+}
+
 impl Target for Mesh {
-    type Client = JobServiceClient<Conn>;
+    type Client = MeshClient;
 
     fn members(&self) -> usize {
         self.cluster.agents.len()
     }
 
+    fn pids(&self) -> Vec<u32> {
+        let ids = self.cluster.agents.keys();
+        ids.filter_map(|id| self.cluster.pid(*id)).collect()
+    }
+
     async fn connect(&self, client: usize) -> anyhow::Result<Self::Client> {
         let id = (client % self.members()) as u64 + 1;
-        Ok(JobServiceClient::new(self.cluster.channel(id).await?))
+        let conn = self.cluster.channel(id).await?;
+        Ok(MeshClient {
+            jobs: JobServiceClient::new(conn.clone()),
+            auth: TokenServiceClient::new(conn),
+        })
     }
 
     async fn write(&self, client: &mut Self::Client, seq: u64) -> anyhow::Result<()> {
-        client.submit_job(submission(seq)).await?;
+        client.jobs.submit_job(submission(seq)).await?;
+        Ok(())
+    }
+
+    /// `WhoAmI`: the token and certificate checked, answered from the member's own state.
+    async fn round_trip(&self, client: &mut Self::Client) -> anyhow::Result<()> {
+        client.auth.who_am_i(pb::WhoAmIRequest {}).await?;
         Ok(())
     }
 }

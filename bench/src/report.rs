@@ -4,6 +4,7 @@ use std::fmt::Write;
 
 use serde::Serialize;
 
+use crate::layers::Layer;
 use crate::load::LoadResult;
 use crate::placement::PlacementLatency;
 use crate::state_growth::StateGrowth;
@@ -43,14 +44,19 @@ pub fn writes_markdown(write_bytes: usize, writes: &[WriteRow]) -> String {
     );
     let _ = writeln!(
         w,
-        "| clients | gpumesh writes/s | etcd writes/s | ratio | gpumesh p50 / p99 / max ms | etcd p50 / p99 / max ms | errors (gpumesh, etcd) |"
+        "| clients | gpumesh writes/s | etcd writes/s | ratio | gpumesh p50 / p99 / max ms | etcd p50 / p99 / max ms | CPU ms per write (gpumesh, etcd) | errors (gpumesh, etcd) |"
     );
-    let _ = writeln!(w, "|---|---|---|---|---|---|---|");
+    let _ = writeln!(w, "|---|---|---|---|---|---|---|---|");
     for row in writes {
         let g = &row.gpumesh;
-        let (e_rate, e_lat, e_err) = match &row.etcd {
-            Some(e) => (format!("{:.0}", e.writes_per_s), lat(&e.latency), e.errors),
-            None => ("–".into(), "–".into(), 0),
+        let (e_rate, e_lat, e_cpu, e_err) = match &row.etcd {
+            Some(e) => (
+                format!("{:.0}", e.writes_per_s),
+                lat(&e.latency),
+                format!("{:.2}", e.cpu_ms_per_write),
+                e.errors,
+            ),
+            None => ("–".into(), "–".into(), "–".into(), 0),
         };
         let r = row
             .etcd
@@ -58,12 +64,57 @@ pub fn writes_markdown(write_bytes: usize, writes: &[WriteRow]) -> String {
             .map_or("–".into(), |e| ratio(g.writes_per_s, e.writes_per_s));
         let _ = writeln!(
             w,
-            "| {} | {:.0} | {e_rate} | {r} | {} | {e_lat} | {}, {e_err} |",
+            "| {} | {:.0} | {e_rate} | {r} | {} | {e_lat} | {:.2}, {e_cpu} | {}, {e_err} |",
             g.clients,
             g.writes_per_s,
             lat(&g.latency),
+            g.cpu_ms_per_write,
             g.errors
         );
+    }
+    md
+}
+
+/// The layers table: each layer's p50 with one client at the leader, and what it adds to the
+/// layer before it.
+pub fn layers_markdown(layers: &[Layer]) -> String {
+    let mut md = String::new();
+    let w = &mut md;
+    let _ = writeln!(
+        w,
+        "One client at the leader, p50 ms (what the layer adds to the one above it):\n"
+    );
+    let _ = writeln!(
+        w,
+        "| layer | gpumesh | etcd, plain HTTP | etcd, mutual TLS | gpumesh ÷ etcd (TLS) |"
+    );
+    let _ = writeln!(w, "|---|---|---|---|---|");
+    let p50 = |r: Option<&LoadResult>| r.map(|r| r.latency.p50_ms);
+    let cell = |now: Option<f64>, before: Option<f64>| match (now, before) {
+        (Some(n), Some(b)) => format!("{n:.2} ({:+.2})", n - b),
+        (Some(n), None) => format!("{n:.2}"),
+        (None, _) => "–".into(),
+    };
+    let mut before: [Option<f64>; 3] = [None; 3];
+    for layer in layers {
+        let now = [
+            p50(Some(&layer.gpumesh)),
+            p50(layer.etcd_plain.as_ref()),
+            p50(layer.etcd_tls.as_ref()),
+        ];
+        let times = match (now[0], now[2]) {
+            (Some(g), Some(e)) if e > 0.0 => format!("{:.2}×", g / e),
+            _ => "–".into(),
+        };
+        let _ = writeln!(
+            w,
+            "| {} | {} | {} | {} | {times} |",
+            layer.name,
+            cell(now[0], before[0]),
+            cell(now[1], before[1]),
+            cell(now[2], before[2]),
+        );
+        before = now;
     }
     md
 }

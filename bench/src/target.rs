@@ -10,6 +10,9 @@ pub trait Target: Sync {
 
     fn members(&self) -> usize;
 
+    /// The process ids of the running members (whose CPU time a run reports).
+    fn pids(&self) -> Vec<u32>;
+
     /// Connect client `client` to member `client % members()`.
     fn connect(&self, client: usize) -> impl Future<Output = anyhow::Result<Self::Client>> + Send;
 
@@ -18,6 +21,13 @@ pub trait Target: Sync {
         &self,
         client: &mut Self::Client,
         seq: u64,
+    ) -> impl Future<Output = anyhow::Result<()>> + Send;
+
+    /// One request answered by the member asked, writing nothing and skipping Raft: the
+    /// client's transport and the member's request handling alone.
+    fn round_trip(
+        &self,
+        client: &mut Self::Client,
     ) -> impl Future<Output = anyhow::Result<()>> + Send;
 }
 

@@ -1,6 +1,6 @@
-//! The CI smoke runs of `gpu-bench run --quick` and of a small `gpu-bench lifetime`: every
-//! benchmark runs and reports; no figure is judged (timings on shared machines are noise). etcd joins when installed, and must be when
-//! `GPUMESH_REQUIRE_ETCD` is set (CI).
+//! The CI smoke runs of `gpu-bench run --quick`, a small `gpu-bench lifetime`, `codec` and
+//! `layers`: every benchmark runs and reports; no figure is judged (timings on shared machines
+//! are noise). etcd joins when installed, and must be when `GPUMESH_REQUIRE_ETCD` is set (CI).
 
 use std::process::Command;
 
@@ -44,6 +44,10 @@ fn the_quick_run_reports_every_benchmark() {
         assert!(
             row["gpumesh"]["acked"].as_u64() > Some(0),
             "no acked write: {row}"
+        );
+        assert!(
+            row["gpumesh"]["cpu_ms_per_write"].as_f64() > Some(0.0),
+            "the agents' CPU was not counted: {row}"
         );
         if has_etcd {
             assert!(
@@ -110,5 +114,32 @@ fn the_codec_comparison_prints_every_record() {
         "a run's end",
     ] {
         assert!(text.contains(record), "{record} missing: {text}");
+    }
+}
+
+#[test]
+fn the_layers_run_times_each_layer_on_every_target() {
+    let has_etcd = Command::new("etcd").arg("--version").output().is_ok();
+    let mut cmd = Command::new(gpu_tests::bin("gpu-bench"));
+    cmd.args(["layers", "--seconds", "1"]);
+    if !has_etcd {
+        cmd.arg("--skip-etcd");
+    }
+    let out = cmd.output().expect("run gpu-bench");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Vec<&str> = text.lines().filter(|l| l.starts_with("| a ")).collect();
+    assert_eq!(rows.len(), 3, "{text}");
+    for row in rows {
+        // gpumesh, and etcd plain and with mutual TLS where it runs: each a time.
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        let timed = if has_etcd { 2..5 } else { 2..3 };
+        for cell in &cells[timed] {
+            assert!(cell.starts_with(|c: char| c.is_ascii_digit()), "{row}");
+        }
     }
 }

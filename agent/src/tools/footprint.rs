@@ -212,7 +212,8 @@ async fn measure<const N: usize>(pids: [u32; N], window: Duration) -> anyhow::Re
     Ok(costs)
 }
 
-fn clock_ticks() -> anyhow::Result<u64> {
+/// Clock ticks per second: the unit of `/proc/<pid>/stat`'s CPU times.
+pub fn clock_ticks() -> anyhow::Result<u64> {
     let ticks = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
         .context("sysconf(CLK_TCK)")?
         .context("CLK_TCK is not set")?;

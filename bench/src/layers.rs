@@ -1,0 +1,119 @@
+//! Where one write's time goes, layer by layer, beside etcd: one client at the leader, first
+//! with a request that writes nothing (the client's transport and the member's request
+//! handling), then a write on one member (adds the log append, its fsync and the apply), then
+//! a write on three (adds replication to a follower). etcd runs twice: as it starts by default
+//! (plain HTTP) and with the mutual TLS gpumesh always runs.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::etcd::{Etcd, Security};
+use crate::load::{self, LoadResult};
+use crate::mesh::{self, Mesh};
+use crate::target::{Crashable, Target};
+
+/// One layer's runs.
+#[derive(Debug, Serialize)]
+pub struct Layer {
+    pub name: &'static str,
+    pub gpumesh: LoadResult,
+    pub etcd_plain: Option<LoadResult>,
+    pub etcd_tls: Option<LoadResult>,
+}
+
+/// Measure the three layers, each run lasting `run_for`.
+pub async fn measure(run_for: Duration, skip_etcd: bool) -> anyhow::Result<Vec<Layer>> {
+    let value_bytes = mesh::submission_bytes().saturating_sub(22);
+    let mut layers = Vec::new();
+    for members in [1, 3] {
+        // One mesh at a time: the test harness allows no more.
+        let mesh = Mesh::start(members as u64).await;
+        let etcds = if skip_etcd {
+            None
+        } else {
+            Some((
+                Etcd::start(members, value_bytes, Security::Plain).await?,
+                Etcd::start(members, value_bytes, Security::MutualTls).await?,
+            ))
+        };
+        let mut kinds = Vec::new();
+        if members == 1 {
+            kinds.push((true, "a request that writes nothing"));
+        }
+        kinds.push((
+            false,
+            ["a write, 1 member", "a write, 3 members"][members / 3],
+        ));
+        for (round_trips, name) in kinds {
+            let run = layers.len() as u64;
+            let gpumesh = time(&mesh, round_trips, run_for, run).await?;
+            let (etcd_plain, etcd_tls) = match &etcds {
+                Some((plain, tls)) => (
+                    Some(time(plain, round_trips, run_for, run).await?),
+                    Some(time(tls, round_trips, run_for, run).await?),
+                ),
+                None => (None, None),
+            };
+            layers.push(Layer {
+                name,
+                gpumesh,
+                etcd_plain,
+                etcd_tls,
+            });
+        }
+    }
+    Ok(layers)
+}
+
+/// One client at `target`'s leader for `run_for`: writes, or round trips.
+async fn time<T: Crashable>(
+    target: &T,
+    round_trips: bool,
+    run_for: Duration,
+    run: u64,
+) -> anyhow::Result<LoadResult> {
+    let member = target.leader().await?;
+    let through = AtLeader {
+        target,
+        member,
+        round_trips,
+    };
+    load::closed_loop(&through, 1, run_for, run).await
+}
+
+/// A target seen from one member: every client connects there, and its writes are round trips
+/// when asked.
+struct AtLeader<'a, T> {
+    target: &'a T,
+    member: usize,
+    round_trips: bool,
+}
+
+impl<T: Target> Target for AtLeader<'_, T> {
+    type Client = T::Client;
+
+    fn members(&self) -> usize {
+        self.target.members()
+    }
+
+    fn pids(&self) -> Vec<u32> {
+        self.target.pids()
+    }
+
+    async fn connect(&self, _client: usize) -> anyhow::Result<Self::Client> {
+        self.target.connect(self.member).await
+    }
+
+    async fn write(&self, client: &mut Self::Client, seq: u64) -> anyhow::Result<()> {
+        if self.round_trips {
+            self.target.round_trip(client).await
+        } else {
+            self.target.write(client, seq).await
+        }
+    }
+
+    async fn round_trip(&self, client: &mut Self::Client) -> anyhow::Result<()> {
+        self.target.round_trip(client).await
+    }
+}
