@@ -1,4 +1,5 @@
-//! The disk's fsync latency: the physical floor under every replicated commit.
+//! The disk's fsync latency: the physical floor under every replicated commit; and sled's
+//! durable insert, the floor of gpumesh's own log append.
 
 use std::fs::OpenOptions;
 use std::io::Write;
@@ -25,5 +26,26 @@ pub fn floor(dir: &Path, rounds: usize) -> std::io::Result<Summary> {
     }
     drop(file);
     std::fs::remove_file(&path)?;
+    Ok(Summary::of(&samples))
+}
+
+/// Insert `rounds` entries of `bytes` bytes into a fresh sled database in `dir`, each made
+/// durable with `flush`, with the settings of gpumesh's log (`SledEngine`: 64 MiB cache, a
+/// background flush every second).
+pub fn sled_floor(dir: &Path, rounds: usize, bytes: usize) -> anyhow::Result<Summary> {
+    let db = sled::Config::new()
+        .path(dir.join("sled.probe"))
+        .cache_capacity(64 * 1024 * 1024)
+        .flush_every_ms(Some(1000))
+        .open()?;
+    let log = db.open_tree("log")?;
+    let value = vec![0x5a_u8; bytes];
+    let mut samples = Vec::with_capacity(rounds);
+    for i in 0..rounds as u64 {
+        let t = Instant::now();
+        log.insert(i.to_be_bytes(), value.as_slice())?;
+        db.flush()?;
+        samples.push(t.elapsed());
+    }
     Ok(Summary::of(&samples))
 }

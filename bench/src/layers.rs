@@ -1,7 +1,8 @@
 //! Where one write's time goes, layer by layer, beside etcd: one client at the leader, first
 //! with a request that writes nothing (the client's transport and the member's request
 //! handling), then a write on one member (adds the log append, its fsync and the apply), then
-//! a write on three (adds replication to a follower). etcd runs twice: as it starts by default
+//! a write on three (adds replication to a follower); and under them the disk: an `fdatasync`
+//! against sled's durable insert. etcd runs twice: as it starts by default
 //! (plain HTTP) and with the mutual TLS gpumesh always runs.
 
 use std::time::Duration;
@@ -9,8 +10,10 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::etcd::{Etcd, Security};
+use crate::fsync;
 use crate::load::{self, LoadResult};
 use crate::mesh::{self, Mesh};
+use crate::stats::Summary;
 use crate::target::{Crashable, Target};
 
 /// One layer's runs.
@@ -22,8 +25,26 @@ pub struct Layer {
     pub etcd_tls: Option<LoadResult>,
 }
 
-/// Measure the three layers, each run lasting `run_for`.
-pub async fn measure(run_for: Duration, skip_etcd: bool) -> anyhow::Result<Vec<Layer>> {
+/// The layers, and the disk under them.
+#[derive(Debug, Serialize)]
+pub struct Layers {
+    pub layers: Vec<Layer>,
+    /// A 4 KiB append and `fdatasync`: what etcd's log append comes down to.
+    pub fdatasync: Summary,
+    /// A log entry's size inserted into sled and flushed: what gpumesh's comes down to.
+    pub sled_flush: Summary,
+}
+
+/// Rounds of each disk floor.
+const DISK_ROUNDS: usize = 500;
+/// About the bytes of a submission's log entry.
+pub const ENTRY_BYTES: usize = 600;
+
+/// Measure the disk floors and the three layers, each run lasting `run_for`.
+pub async fn measure(run_for: Duration, skip_etcd: bool) -> anyhow::Result<Layers> {
+    let scratch = tempfile::tempdir()?;
+    let fdatasync = fsync::floor(scratch.path(), DISK_ROUNDS)?;
+    let sled_flush = fsync::sled_floor(scratch.path(), DISK_ROUNDS, ENTRY_BYTES)?;
     let value_bytes = mesh::submission_bytes().saturating_sub(22);
     let mut layers = Vec::new();
     for members in [1, 3] {
@@ -63,7 +84,11 @@ pub async fn measure(run_for: Duration, skip_etcd: bool) -> anyhow::Result<Vec<L
             });
         }
     }
-    Ok(layers)
+    Ok(Layers {
+        layers,
+        fdatasync,
+        sled_flush,
+    })
 }
 
 /// One client at `target`'s leader for `run_for`: writes, or round trips.

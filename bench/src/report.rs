@@ -4,7 +4,7 @@ use std::fmt::Write;
 
 use serde::Serialize;
 
-use crate::layers::Layer;
+use crate::layers::Layers;
 use crate::load::LoadResult;
 use crate::placement::PlacementLatency;
 use crate::state_growth::StateGrowth;
@@ -77,9 +77,17 @@ pub fn writes_markdown(write_bytes: usize, writes: &[WriteRow]) -> String {
 
 /// The layers table: each layer's p50 with one client at the leader, and what it adds to the
 /// layer before it.
-pub fn layers_markdown(layers: &[Layer]) -> String {
+pub fn layers_markdown(layers: &Layers) -> String {
     let mut md = String::new();
     let w = &mut md;
+    let _ = writeln!(
+        w,
+        "The disk, {} rounds, p50 / p99 ms: a 4 KiB append and fdatasync {}; a {}-byte sled insert and flush {}.\n",
+        layers.fdatasync.count,
+        fine(&layers.fdatasync),
+        crate::layers::ENTRY_BYTES,
+        fine(&layers.sled_flush),
+    );
     let _ = writeln!(
         w,
         "One client at the leader, p50 ms (what the layer adds to the one above it):\n"
@@ -96,7 +104,7 @@ pub fn layers_markdown(layers: &[Layer]) -> String {
         (None, _) => "–".into(),
     };
     let mut before: [Option<f64>; 3] = [None; 3];
-    for layer in layers {
+    for layer in &layers.layers {
         let now = [
             p50(Some(&layer.gpumesh)),
             p50(layer.etcd_plain.as_ref()),
@@ -143,6 +151,11 @@ fn ratio(ours: f64, theirs: f64) -> String {
     } else {
         "–".into()
     }
+}
+
+/// p50 / p99 to the hundredth of a millisecond (the disk's floors are fractions of one).
+fn fine(s: &Summary) -> String {
+    format!("{:.2} / {:.2}", s.p50_ms, s.p99_ms)
 }
 
 fn lat(s: &Summary) -> String {
