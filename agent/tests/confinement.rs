@@ -4,7 +4,7 @@
 //! ENXIO, no driver being there, and EPERM for another's; without the fence both give ENXIO),
 //! the limits written into its cgroups (its request, or the defaults for a CPU-only job),
 //! "out of memory" for a job killed by its memory cgroup, a job without the agent's OOM shield,
-//! and cgroups removed after each run.
+//! cgroups removed after each run, and those of supervisors killed outright swept.
 //!
 //! Cgroups and device nodes need root: without it these tests say why and return, unless
 //! `GPUMESH_REQUIRE_ROOT=1` (CI), which makes them fail instead.
@@ -602,4 +602,37 @@ fn a_job_gives_up_the_agents_oom_shield() {
         "the supervisor keeps the agent's score"
     );
     assert_eq!(read_work(&dir, "job").trim(), "0", "the job does not");
+}
+
+#[test]
+fn the_empty_cgroups_of_supervisors_that_are_gone_are_swept() {
+    if !root("job cgroups") {
+        return;
+    }
+    let cgroups = Cgroups::detect("sweep");
+    let roots = cgroups.roots();
+    assert!(!roots.is_empty(), "{}", cgroups.layout.describe());
+    let mut exited = std::process::Command::new("true").spawn().expect("spawn");
+    exited.wait().expect("wait");
+    let dead = exited.id();
+    let mut sleeper = std::process::Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .expect("spawn");
+    for root in &roots {
+        std::fs::create_dir(root.join(format!("job-1-g1-s{dead}"))).expect("mkdir");
+        let busy = root.join(format!("job-2-g1-s{dead}"));
+        std::fs::create_dir(&busy).expect("mkdir");
+        std::fs::write(busy.join("cgroup.procs"), sleeper.id().to_string()).expect("move in");
+        let alive = format!("job-3-g1-s{}", std::process::id());
+        std::fs::create_dir(root.join(alive)).expect("mkdir");
+    }
+    assert_eq!(cgroups.layout.sweep_leftovers(), roots.len());
+    assert!(cgroups.left_of(1).is_empty(), "the empty leftover went");
+    assert_eq!(cgroups.left_of(2).len(), roots.len(), "one with a process stays");
+    assert_eq!(cgroups.left_of(3).len(), roots.len(), "a live supervisor's stays");
+    sleeper.kill().expect("kill");
+    sleeper.wait().expect("reap");
+    assert_eq!(cgroups.layout.sweep_leftovers(), roots.len());
+    assert!(cgroups.left_of(2).is_empty(), "emptied, it goes too");
 }

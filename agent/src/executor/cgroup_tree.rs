@@ -1,6 +1,6 @@
-//! A run's cgroup directory: made fresh for the run, and the cgroups it holds below itself (a
+//! A run's cgroup directory: made fresh for the run, the cgroups it holds below itself (a
 //! container runtime makes the container's, and its monitor's, under the run's, and they must
-//! go before the run's can).
+//! go before the run's can), and the sweep of those that supervisors killed outright left.
 
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
@@ -21,6 +21,38 @@ pub fn create_run_dir(dir: &Path) -> Result<(), String> {
         other => other,
     };
     result.map_err(|e| format!("creating cgroup {}: {e}", dir.display()))
+}
+
+/// Remove the run cgroups under `root` that supervisors killed outright left behind: those
+/// named for a supervisor pid that no process has now, and empty, with the empty cgroups below
+/// them. One that still holds a process is left alone. Returns how many went.
+pub fn sweep_leftovers(root: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return 0;
+    };
+    let gone = |pid: u32| !Path::new("/proc").join(pid.to_string()).exists();
+    (entries.flatten())
+        .filter(|entry| {
+            let name = entry.file_name();
+            let Some(pid) = name.to_str().and_then(supervisor_of) else {
+                return false;
+            };
+            if !gone(pid) || !entry.file_type().is_ok_and(|t| t.is_dir()) {
+                return false;
+            }
+            let dir = entry.path();
+            for below in descendants(&dir) {
+                std::fs::remove_dir(below).ok();
+            }
+            std::fs::remove_dir(&dir).is_ok()
+        })
+        .count()
+}
+
+/// The supervisor pid that a run's cgroup name ends with (`job-7-g1-s4242`).
+fn supervisor_of(name: &str) -> Option<u32> {
+    let (_, pid) = name.strip_prefix("job-")?.rsplit_once("-s")?;
+    pid.parse().ok()
 }
 
 /// Every cgroup below `dir`, the deepest first (the order they can be removed in).
@@ -64,6 +96,38 @@ mod tests {
             run.join("container").is_dir(),
             "the busy leftover is left alone"
         );
+    }
+
+    #[test]
+    fn only_empty_runs_of_supervisors_that_are_gone_are_swept() {
+        let root = tempfile::tempdir().expect("valid");
+        let mut exited = std::process::Command::new("true").spawn().expect("spawn");
+        exited.wait().expect("wait");
+        let (dead, alive) = (exited.id(), std::process::id());
+        let make = |name: &str| {
+            let dir = root.path().join(name);
+            std::fs::create_dir_all(&dir).expect("valid");
+            dir
+        };
+        make(&format!("job-1-g1-s{dead}/container/monitor"));
+        let busy = make(&format!("job-2-g1-s{dead}"));
+        std::fs::write(busy.join("cgroup.procs"), "4242\n").expect("valid");
+        make(&format!("job-3-g1-s{alive}"));
+        make("not-a-run-s1");
+        assert_eq!(sweep_leftovers(root.path()), 1);
+        let mut left: Vec<String> = std::fs::read_dir(root.path())
+            .expect("valid")
+            .map(|e| e.expect("valid").file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        let expected = [
+            format!("job-2-g1-s{dead}"),
+            format!("job-3-g1-s{alive}"),
+            "not-a-run-s1".to_owned(),
+        ];
+        assert_eq!(left, expected);
+        assert_eq!(supervisor_of("job-7-g12-s4242"), Some(4242));
+        assert_eq!(supervisor_of("job-7-g1"), None);
     }
 
     #[test]

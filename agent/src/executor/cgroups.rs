@@ -8,12 +8,14 @@
 //! share a host and its hierarchies (`gpu-agent dev`, a gang's members, tests), and the
 //! supervisor's pid keeps their runs apart while it lives. A supervisor killed outright leaves
 //! its cgroup behind; a later supervisor given the same pid takes it over if it is empty
-//! (`cgroup_tree::create_run_dir`).
+//! (`cgroup_tree::create_run_dir`), and the agent sweeps the empty ones whose pid no process
+//! has when it starts (`sweep_leftovers`).
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
+use super::cgroup_tree;
 use super::cgroup_v1::{self, Controller, JobCgroups};
 use super::device_fence::DeviceRule;
 use super::isolation::{self, JobCgroup};
@@ -73,6 +75,19 @@ impl CgroupLayout {
                 Self::V1 { roots }
             }
             other => other,
+        }
+    }
+
+    /// Remove the empty run cgroups that supervisors killed outright left in every job root
+    /// (`cgroup_tree::sweep_leftovers`); how many went.
+    pub fn sweep_leftovers(&self) -> usize {
+        match self {
+            Self::V2 { root } => cgroup_tree::sweep_leftovers(root),
+            Self::V1 { roots } => roots
+                .values()
+                .map(|r| cgroup_tree::sweep_leftovers(r))
+                .sum(),
+            Self::None { .. } => 0,
         }
     }
 

@@ -137,6 +137,13 @@ impl Host {
             };
         }
         let cgroups = CgroupLayout::detect(&s.cgroup_root);
+        let swept = cgroups.sweep_leftovers();
+        if swept > 0 {
+            info!(
+                swept,
+                "removed the empty cgroups of runs whose supervisors were killed outright"
+            );
+        }
         let layout = cgroups.describe();
         let confine = &s.confine;
         if cgroups.has_job_cgroups() {
