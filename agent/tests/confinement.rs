@@ -629,8 +629,16 @@ fn the_empty_cgroups_of_supervisors_that_are_gone_are_swept() {
     }
     assert_eq!(cgroups.layout.sweep_leftovers(), roots.len());
     assert!(cgroups.left_of(1).is_empty(), "the empty leftover went");
-    assert_eq!(cgroups.left_of(2).len(), roots.len(), "one with a process stays");
-    assert_eq!(cgroups.left_of(3).len(), roots.len(), "a live supervisor's stays");
+    assert_eq!(
+        cgroups.left_of(2).len(),
+        roots.len(),
+        "one with a process stays"
+    );
+    assert_eq!(
+        cgroups.left_of(3).len(),
+        roots.len(),
+        "a live supervisor's stays"
+    );
     sleeper.kill().expect("kill");
     sleeper.wait().expect("reap");
     assert_eq!(cgroups.layout.sweep_leftovers(), roots.len());

@@ -52,7 +52,7 @@ pub use model::scheduler::SchedulerSettings;
 pub use model::shared_map::SharedMap;
 pub use model::state::ClusterState;
 pub use model::tenant::{Quota, TenantRecord};
-pub use model::topology::TOPOLOGY_LABELS;
+pub use model::topology::{TOPOLOGY_LABELS, nesting_conflict};
 pub use storage::engine::{KvEngine, Scan, SledEngine, Space};
 pub use storage::error::OpenError;
 pub use storage::format::DATA_FORMAT_VERSION;

@@ -92,3 +92,36 @@ async fn a_gang_runs_on_two_nodes_with_the_training_environment_and_fails_as_one
     })
     .await;
 }
+
+/// Topology domains nest (an NVLink domain inside one rack, a rack inside one block): a label
+/// that would break it is refused, naming the node it conflicts with, and changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_label_that_breaks_the_nesting_of_topology_domains_is_refused() {
+    let c = Cluster::start(2, 1, "").await;
+    c.label(1, 1, "nvlink-domain", "nv1").await.expect("label");
+    c.label(1, 1, "rack", "r1").await.expect("label");
+    c.label(2, 2, "nvlink-domain", "nv1")
+        .await
+        .expect("same domain");
+    let refused = c
+        .label(2, 2, "rack", "r2")
+        .await
+        .expect_err("nv1 across two racks");
+    assert_eq!(
+        refused.code(),
+        tonic::Code::FailedPrecondition,
+        "{refused:?}"
+    );
+    assert!(
+        refused.message().contains(
+            "nvlink-domain nv1 would lie in two domains of rack: r2 here and r1 on node n1"
+        ) && refused.message().contains("nothing was changed"),
+        "{}",
+        refused.message()
+    );
+    let n2 = c.node(1, 2, false).await.expect("n2");
+    assert_eq!(n2.labels.get("rack"), None, "the refused label was not set");
+    c.label(2, 2, "rack", "r1")
+        .await
+        .expect("the same rack nests");
+}

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use gpu_proto::v1 as pb;
 use gpu_proto::v1::node_service_server::NodeService;
-use gpu_raft_store::{Command, NodeId, Rejection, validate};
+use gpu_raft_store::{Command, NodeId, Rejection, nesting_conflict, validate};
 use tonic::{Request, Response, Status};
 
 use crate::api::auth::Auth;
@@ -160,6 +160,20 @@ impl NodeService for NodeApi {
         }
         for k in &remove {
             validate::label_key(k).map_err(invalid)?;
+        }
+        self.consistent(false).await?;
+        if let Some(why) = self.cluster.state.read(|s| {
+            let mut after = s.nodes.get(&id)?.clone();
+            for key in &remove {
+                after.labels.remove(key);
+            }
+            after.labels.extend(set.clone());
+            let others = s.nodes.iter().map(|(n, r)| (*n, r.effective_labels()));
+            nesting_conflict(id, &after.effective_labels(), others)
+        }) {
+            return Err(Status::failed_precondition(format!(
+                "{why}; nothing was changed"
+            )));
         }
         let cmd = Command::SetNodeLabels {
             node: id,
