@@ -1,4 +1,4 @@
-//! etcd as a benchmark target: a 3-member cluster of the real `etcd` binary on loopback (the
+//! etcd as a benchmark target: a cluster of the real `etcd` binary on loopback (the
 //! Debian package `etcd-server`, installed when missing), data on the same disk as gpumesh's,
 //! default timings and fsync. A write is one `Put` of a submission-sized value. It runs in
 //! plain HTTP (how etcd starts by default) or with mutual TLS for clients and peers

@@ -37,7 +37,7 @@ pub struct Layers {
 
 /// Rounds of each disk floor.
 const DISK_ROUNDS: usize = 500;
-/// About the bytes of a submission's log entry.
+/// About the bytes of a submission's log entry (577 in MessagePack, `gpu-bench codec`).
 pub const ENTRY_BYTES: usize = 600;
 
 /// Measure the disk floors and the three layers, each run lasting `run_for`.
@@ -47,7 +47,18 @@ pub async fn measure(run_for: Duration, skip_etcd: bool) -> anyhow::Result<Layer
     let sled_flush = fsync::sled_floor(scratch.path(), DISK_ROUNDS, ENTRY_BYTES)?;
     let value_bytes = mesh::submission_bytes().saturating_sub(22);
     let mut layers = Vec::new();
-    for members in [1, 3] {
+    // Members, then each layer on them: (round trips instead of writes, its name).
+    let steps: [(usize, &[(bool, &str)]); 2] = [
+        (
+            1,
+            &[
+                (true, "a request that writes nothing"),
+                (false, "a write, 1 member"),
+            ],
+        ),
+        (3, &[(false, "a write, 3 members")]),
+    ];
+    for (members, kinds) in steps {
         // One mesh at a time: the test harness allows no more.
         let mesh = Mesh::start(members as u64).await;
         let etcds = if skip_etcd {
@@ -58,15 +69,7 @@ pub async fn measure(run_for: Duration, skip_etcd: bool) -> anyhow::Result<Layer
                 Etcd::start(members, value_bytes, Security::MutualTls).await?,
             ))
         };
-        let mut kinds = Vec::new();
-        if members == 1 {
-            kinds.push((true, "a request that writes nothing"));
-        }
-        kinds.push((
-            false,
-            ["a write, 1 member", "a write, 3 members"][members / 3],
-        ));
-        for (round_trips, name) in kinds {
+        for &(round_trips, name) in kinds {
             let run = layers.len() as u64;
             let gpumesh = time(&mesh, round_trips, run_for, run).await?;
             let (etcd_plain, etcd_tls) = match &etcds {
