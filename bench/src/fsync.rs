@@ -6,6 +6,8 @@ use std::io::Write;
 use std::path::Path;
 use std::time::Instant;
 
+use gpu_raft_store::{KvEngine, SledEngine, Space};
+
 use crate::stats::Summary;
 
 /// Append `rounds` 4 KiB blocks to a fresh file in `dir`, `fdatasync` after each.
@@ -29,22 +31,20 @@ pub fn floor(dir: &Path, rounds: usize) -> std::io::Result<Summary> {
     Ok(Summary::of(&samples))
 }
 
-/// Insert `rounds` entries of `bytes` bytes into a fresh sled database in `dir`, each made
-/// durable with `flush`, with the settings of gpumesh's log (`SledEngine`: 64 MiB cache, a
-/// background flush every second).
+/// Append `rounds` log entries of `bytes` bytes through gpumesh's own storage engine (sled,
+/// opened in a fresh directory under `dir` with the log's settings), each made durable with
+/// `flush` as the log store does.
 pub fn sled_floor(dir: &Path, rounds: usize, bytes: usize) -> anyhow::Result<Summary> {
-    let db = sled::Config::new()
-        .path(dir.join("sled.probe"))
-        .cache_capacity(64 * 1024 * 1024)
-        .flush_every_ms(Some(1000))
-        .open()?;
-    let log = db.open_tree("log")?;
+    let engine = SledEngine::open(&dir.join("sled.probe"))?;
     let value = vec![0x5a_u8; bytes];
     let mut samples = Vec::with_capacity(rounds);
     for i in 0..rounds as u64 {
         let t = Instant::now();
-        log.insert(i.to_be_bytes(), value.as_slice())?;
-        db.flush()?;
+        engine.write(
+            Space::Log,
+            vec![(i.to_be_bytes().to_vec(), Some(value.clone()))],
+        )?;
+        engine.flush()?;
         samples.push(t.elapsed());
     }
     Ok(Summary::of(&samples))

@@ -2,9 +2,8 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
 use futures::future::join_all;
-use gpu_agent::host::proc_stat::ProcStat;
+use gpu_agent::tools::footprint::{clock_ticks, cpu_ticks};
 use serde::Serialize;
 
 use crate::stats::Summary;
@@ -83,11 +82,7 @@ pub async fn closed_loop<T: Target>(
 
 /// The CPU time, user and system, that processes `pids` have used so far, in seconds.
 fn cpu_seconds(pids: &[u32]) -> anyhow::Result<f64> {
-    let ticks = gpu_agent::tools::footprint::clock_ticks()? as f64;
-    let used = pids.iter().map(|pid| {
-        ProcStat::of(*pid)
-            .map(|s| s.cpu_ticks as f64 / ticks)
-            .with_context(|| format!("no /proc/{pid}/stat"))
-    });
+    let ticks = clock_ticks()? as f64;
+    let used = pids.iter().map(|pid| Ok(cpu_ticks(*pid)? as f64 / ticks));
     used.sum()
 }

@@ -164,10 +164,7 @@ impl NodeService for NodeApi {
         self.consistent(false).await?;
         if let Some(why) = self.cluster.state.read(|s| {
             let mut after = s.nodes.get(&id)?.clone();
-            for key in &remove {
-                after.labels.remove(key);
-            }
-            after.labels.extend(set.clone());
+            after.labels = after.labels_after(&set, &remove);
             let others = s.nodes.iter().map(|(n, r)| (*n, r.effective_labels()));
             nesting_conflict(id, &after.effective_labels(), others)
         }) {

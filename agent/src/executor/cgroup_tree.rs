@@ -5,6 +5,8 @@
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
+use super::cgroups::parse_cgroup_name;
+
 /// Make the run's cgroup `dir`. A cgroup of that name already there is a leftover of a
 /// supervisor that died without removing it (the name carries the supervisor's pid, now ours):
 /// it is taken over only if it is empty, which is what `rmdir` checks on a cgroup (no process,
@@ -34,7 +36,8 @@ pub fn sweep_leftovers(root: &Path) -> usize {
     (entries.flatten())
         .filter(|entry| {
             let name = entry.file_name();
-            let Some(pid) = name.to_str().and_then(supervisor_of) else {
+            let run = name.to_str().and_then(parse_cgroup_name);
+            let Some(pid) = run.and_then(|r| r.supervisor) else {
                 return false;
             };
             if !gone(pid) || !entry.file_type().is_ok_and(|t| t.is_dir()) {
@@ -47,12 +50,6 @@ pub fn sweep_leftovers(root: &Path) -> usize {
             std::fs::remove_dir(&dir).is_ok()
         })
         .count()
-}
-
-/// The supervisor pid that a run's cgroup name ends with (`job-7-g1-s4242`).
-fn supervisor_of(name: &str) -> Option<u32> {
-    let (_, pid) = name.strip_prefix("job-")?.rsplit_once("-s")?;
-    pid.parse().ok()
 }
 
 /// Every cgroup below `dir`, the deepest first (the order they can be removed in).
@@ -126,8 +123,6 @@ mod tests {
             "not-a-run-s1".to_owned(),
         ];
         assert_eq!(left, expected);
-        assert_eq!(supervisor_of("job-7-g12-s4242"), Some(4242));
-        assert_eq!(supervisor_of("job-7-g1"), None);
     }
 
     #[test]

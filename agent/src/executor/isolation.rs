@@ -203,7 +203,7 @@ pub struct JobCgroup {
 
 impl JobCgroup {
     /// Create the cgroup and write the run's limits (the others stay `max`). A cgroup of that
-    /// name already there belongs to someone else: never shared.
+    /// name already there is taken over only when empty (`cgroup_tree::create_run_dir`).
     pub fn create(path: &Path, limits: &Limits) -> Result<Self, String> {
         create_run_dir(path)?;
         let cgroup = Self {

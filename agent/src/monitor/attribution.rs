@@ -8,6 +8,8 @@
 
 use gpu_raft_store::JobId;
 
+use crate::executor::cgroups::parse_cgroup_name;
+
 const JOB_VARIABLE: &[u8] = b"GPUMESH_JOB_ID=";
 
 /// The job whose run cgroup a process is in, from `/proc/<pid>/cgroup` (`hierarchy:controllers:
@@ -16,11 +18,7 @@ const JOB_VARIABLE: &[u8] = b"GPUMESH_JOB_ID=";
 pub(crate) fn job_from_cgroup(proc_cgroup: &str) -> Option<JobId> {
     proc_cgroup.lines().find_map(|line| {
         let path = line.splitn(3, ':').nth(2)?;
-        let name = path.rsplit('/').next()?.strip_prefix("job-")?;
-        let (job, rest) = name.split_once("-g")?;
-        let generation = rest.split_once("-s").map_or(rest, |(g, _)| g);
-        generation.parse::<u64>().ok()?;
-        job.parse().ok()
+        parse_cgroup_name(path.rsplit('/').next()?).map(|run| run.job)
     })
 }
 

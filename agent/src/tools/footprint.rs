@@ -171,11 +171,6 @@ fn free_port() -> anyhow::Result<String> {
 /// CPU share and memory of each of `pids` over `window`, sampled once a second.
 async fn measure<const N: usize>(pids: [u32; N], window: Duration) -> anyhow::Result<[Cost; N]> {
     let ticks = clock_ticks()?;
-    let cpu = |pid: u32| -> anyhow::Result<u64> {
-        ProcStat::of(pid)
-            .map(|s| s.cpu_ticks)
-            .with_context(|| format!("reading /proc/{pid}/stat"))
-    };
     let rss = |pid: u32| -> anyhow::Result<u64> {
         let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
             .with_context(|| format!("reading /proc/{pid}/status"))?;
@@ -184,7 +179,7 @@ async fn measure<const N: usize>(pids: [u32; N], window: Duration) -> anyhow::Re
     let start = Instant::now();
     let before: Vec<u64> = pids
         .iter()
-        .map(|&p| cpu(p))
+        .map(|&p| cpu_ticks(p))
         .collect::<anyhow::Result<_>>()?;
     let mut peak = [0u64; N];
     let mut last = [0u64; N];
@@ -202,7 +197,7 @@ async fn measure<const N: usize>(pids: [u32; N], window: Duration) -> anyhow::Re
         peak_rss_mib: 0.0,
     }; N];
     for (i, &p) in pids.iter().enumerate() {
-        let used = (cpu(p)? - before[i]) as f64 / ticks as f64;
+        let used = (cpu_ticks(p)? - before[i]) as f64 / ticks as f64;
         costs[i] = Cost {
             cpu_pct: used / wall * 100.0,
             rss_mib: last[i] as f64 / 1024.0,
@@ -210,6 +205,13 @@ async fn measure<const N: usize>(pids: [u32; N], window: Duration) -> anyhow::Re
         };
     }
     Ok(costs)
+}
+
+/// The CPU time (user and system) process `pid` has used so far, in clock ticks.
+pub fn cpu_ticks(pid: u32) -> anyhow::Result<u64> {
+    ProcStat::of(pid)
+        .map(|s| s.cpu_ticks)
+        .with_context(|| format!("reading /proc/{pid}/stat"))
 }
 
 /// Clock ticks per second: the unit of `/proc/<pid>/stat`'s CPU times.

@@ -168,6 +168,21 @@ impl NodeRecord {
         all
     }
 
+    /// The operator's labels after `SetNodeLabels { set, remove }`: `remove` taken out, then
+    /// `set` written over them.
+    pub fn labels_after(
+        &self,
+        set: &BTreeMap<String, String>,
+        remove: &BTreeSet<String>,
+    ) -> BTreeMap<String, String> {
+        let mut labels = self.labels.clone();
+        for key in remove {
+            labels.remove(key);
+        }
+        labels.extend(set.iter().map(|(k, v)| (k.clone(), v.clone())));
+        labels
+    }
+
     pub fn gpu(&self, index: u32) -> Option<&GpuRecord> {
         self.inventory.gpus.iter().find(|g| g.index == index)
     }

@@ -6,7 +6,8 @@ use crate::NodeId;
 
 /// The node labels that declare the network topology, narrowest first, each naming the domain
 /// the node is in: its NVLink domain (one NVSwitch fabric, such as an NVL72 rack), its rack,
-/// its network block (the nodes under one leaf or spine switch). Domains are meant to nest.
+/// its network block (the nodes under one leaf or spine switch). Domains nest: `LabelNode`
+/// refuses a label that would break it (`nesting_conflict`).
 /// A gang goes inside the narrowest domain that can hold it (Slurm's topology/block, Kueue's
 /// topology-aware scheduling), and must when it names a level (`JobSpec::topology`).
 pub const TOPOLOGY_LABELS: [&str; 3] = ["nvlink-domain", "rack", "block"];

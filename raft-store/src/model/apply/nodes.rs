@@ -217,11 +217,7 @@ impl ClusterState {
         now: u64,
     ) -> Result<ApplyResult, Rejection> {
         let n = self.node_mut(node)?;
-        let mut labels = n.labels.clone();
-        for key in remove {
-            labels.remove(key);
-        }
-        labels.extend(set.iter().map(|(k, v)| (k.clone(), v.clone())));
+        let labels = n.labels_after(set, remove);
         validate::labels(&labels).map_err(invalid)?;
         n.labels = labels;
         n.updated_at_ms = now;
