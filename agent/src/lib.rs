@@ -20,6 +20,7 @@ pub(crate) mod leader;
 pub(crate) mod monitor;
 pub(crate) mod notify;
 pub mod raft;
+pub mod run_cgroup_name;
 pub mod scheduler;
 pub(crate) mod server;
 pub mod tls;

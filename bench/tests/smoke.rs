@@ -4,14 +4,20 @@
 
 use std::process::Command;
 
-#[test]
-fn the_quick_run_reports_every_benchmark() {
+/// Whether `etcd` is installed; it must be under `GPUMESH_REQUIRE_ETCD`.
+fn etcd_installed() -> bool {
     let has_etcd = Command::new("etcd").arg("--version").output().is_ok();
     let required = std::env::var_os("GPUMESH_REQUIRE_ETCD").is_some();
     assert!(
         has_etcd || !required,
         "GPUMESH_REQUIRE_ETCD is set but `etcd` is not installed (apt-get install etcd-server)"
     );
+    has_etcd
+}
+
+#[test]
+fn the_quick_run_reports_every_benchmark() {
+    let has_etcd = etcd_installed();
     let json = tempfile::NamedTempFile::new().expect("temp file");
     let mut cmd = Command::new(gpu_tests::bin("gpu-bench"));
     cmd.args(["run", "--quick", "--json"]).arg(json.path());
@@ -119,7 +125,7 @@ fn the_codec_comparison_prints_every_record() {
 
 #[test]
 fn the_layers_run_times_each_layer_on_every_target() {
-    let has_etcd = Command::new("etcd").arg("--version").output().is_ok();
+    let has_etcd = etcd_installed();
     let mut cmd = Command::new(gpu_tests::bin("gpu-bench"));
     cmd.args(["layers", "--seconds", "1"]);
     if !has_etcd {

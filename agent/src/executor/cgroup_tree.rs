@@ -5,7 +5,7 @@
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
-use super::cgroups::parse_cgroup_name;
+use crate::run_cgroup_name::parse_cgroup_name;
 
 /// Make the run's cgroup `dir`. A cgroup of that name already there is a leftover of a
 /// supervisor that died without removing it (the name carries the supervisor's pid, now ours):

@@ -29,7 +29,7 @@ use nix::unistd::{Pid, geteuid};
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{SignalKind, signal};
 
-use super::cgroups::{CgroupLayout, RunCgroups, V1Root, cgroup_name};
+use super::cgroups::{CgroupLayout, RunCgroups, V1Root};
 use super::container_cmd::{self, ContainerRun, SignalCommand};
 use super::device_fence::DeviceRule;
 use super::image_pull::{self, Pulled};
@@ -38,6 +38,7 @@ use super::limits::{self, Enforced, Limits};
 use super::log_writer::JobLogs;
 use super::pull_progress::PullProgress;
 use super::{container_supervise, identity, isolation, job_env, pre_exec, registry_auth};
+use crate::run_cgroup_name::cgroup_name;
 
 #[derive(Debug, clap::Args)]
 pub struct ShimArgs {

@@ -8,7 +8,7 @@
 
 use gpu_raft_store::JobId;
 
-use crate::executor::cgroups::parse_cgroup_name;
+use crate::run_cgroup_name::parse_cgroup_name;
 
 const JOB_VARIABLE: &[u8] = b"GPUMESH_JOB_ID=";
 
