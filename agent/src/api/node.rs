@@ -165,7 +165,10 @@ impl NodeService for NodeApi {
         if let Some(why) = self.cluster.state.read(|s| {
             let mut after = s.nodes.get(&id)?.clone();
             after.labels = after.labels_after(&set, &remove);
-            let others = s.nodes.iter().map(|(n, r)| (*n, r.effective_labels()));
+            let others = s
+                .nodes
+                .iter()
+                .map(|(n, r)| (*n, r.effective_labels().into_owned()));
             nesting_conflict(id, &after.effective_labels(), others)
         }) {
             return Err(Status::failed_precondition(format!(

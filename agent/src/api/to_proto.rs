@@ -18,7 +18,7 @@ pub(crate) fn node(n: &NodeRecord) -> pb::Node {
     pb::Node {
         id: n.id,
         addr: n.addr.clone(),
-        labels: n.effective_labels().into_iter().collect(),
+        labels: n.effective_labels().into_owned().into_iter().collect(),
         registered_at_ms: n.registered_at_ms,
         updated_at_ms: n.updated_at_ms,
         status: match n.status {

@@ -79,15 +79,20 @@ impl Booking {
 
 impl Timeline {
     pub(crate) fn new(slots: usize, runs: Vec<Holding>) -> Self {
-        let mut timeline = Self {
-            runs: Vec::with_capacity(runs.len()),
-            bookings: Vec::new(),
-            plain: vec![Vec::new(); slots],
-        };
-        for run in runs {
-            timeline.add_run(run);
+        let mut plain = vec![Vec::new(); slots];
+        for run in &runs {
+            if let Some(end) = run.end_ms {
+                plain[run.slot].push((end, run.gpus.len() as isize));
+            }
         }
-        timeline
+        for events in &mut plain {
+            events.sort_unstable();
+        }
+        Self {
+            runs,
+            bookings: Vec::new(),
+            plain,
+        }
     }
 
     /// A run started by the pass.
@@ -240,7 +245,7 @@ fn reserve_even_gang(
     let labelled: Vec<_> = profiles
         .iter()
         .enumerate()
-        .map(|(i, p)| (&nodes.slots[p.slot].labels, i))
+        .map(|(i, p)| (&*nodes.slots[p.slot].labels, i))
         .collect();
     let groups = gang_domains(spec.topology.as_deref(), &labelled);
     let (start_ms, chosen) = groups

@@ -3,7 +3,7 @@
 //! and backfill for jobs that carry no estimate of their own.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hash, Hasher};
+use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
 
 use gpu_raft_store::{ClusterState, JobSpec, JobState};
 
@@ -80,22 +80,23 @@ impl RuntimeHistory {
     }
 }
 
-/// Jobs are "the same" when tenant, name, command and GPU count match. Predictions are made
-/// for every pending job on every pass, so keys use FNV-1a (fast on short strings, and the
-/// keys come from the replicated state, not from an attacker choosing collisions per agent).
+/// Jobs are "the same" when tenant, name, command and GPU count match. Running jobs' ends
+/// are predicted on every pass that reserves, so keys use foldhash, which hashes a word at a
+/// time (the keys come from the replicated state, not from an attacker choosing collisions
+/// per agent, and stay on this agent).
 fn signature(spec: &JobSpec) -> u64 {
-    let mut h = Fnv::default();
-    (&spec.tenant, &spec.name, &spec.command, spec.gpus).hash(&mut h);
-    h.finish()
+    KEYS.hash_one((&spec.tenant, &spec.name, &spec.command, spec.gpus))
 }
 
 fn tenant_key(spec: &JobSpec) -> u64 {
-    let mut h = Fnv::default();
-    spec.tenant.hash(&mut h);
-    h.finish()
+    KEYS.hash_one(&spec.tenant)
 }
 
-/// 64-bit FNV-1a, also the hasher of the scheduler's per-pass tenant maps.
+/// A fixed seed: the same keys in every pass and every replay.
+const KEYS: foldhash::fast::FixedState =
+    foldhash::fast::FixedState::with_seed(0x6770_756d_6573_6821);
+
+/// 64-bit FNV-1a: the hasher of the scheduler's per-pass tenant maps and job-id sets.
 pub(crate) struct Fnv(u64);
 
 impl Default for Fnv {

@@ -54,12 +54,18 @@ pub(crate) struct Queue<'a> {
     overdue_ids: Vec<JobId>,
 }
 
+/// FCFS merges class heads instead of walking every pending job when there are at least this
+/// many jobs per class.
+const FEW_CLASSES: usize = 8;
+
 /// A class head's place in the queue: least first.
 type Head = Reverse<(Key, Rank, usize)>;
 
 /// The ordering's key, shared by a class except for what depends on submission time.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Key {
+    /// FCFS: nothing but the rank (the id) orders the heads.
+    Arrival,
     /// SJF: the estimate (`u64::MAX` without one).
     Shortest(u64),
     /// Dynamic priority, negated so the highest comes first.
@@ -73,7 +79,7 @@ enum Key {
 enum Draw<'a> {
     /// FCFS: pending jobs in id order (with their classes), straight from the index.
     Arrivals(std::collections::btree_set::Iter<'a, (JobId, usize)>),
-    /// SJF, priority, learned: one heap of class heads.
+    /// SJF, priority, learned, and FCFS where classes are few: one heap of class heads.
     Heads { heap: BinaryHeap<Head>, keys: Keys },
     /// Fair share: tenants take turns, least loaded first; inside a tenant, its class heads.
     Turns(Turns),
@@ -81,6 +87,7 @@ enum Draw<'a> {
 
 /// What the key of a class head is computed from, per class, once a pass.
 enum Keys {
+    Arrival,
     Shortest(Vec<u64>),
     Highest {
         /// Per class: base priority, and the fair-share term's tenant share.
@@ -100,6 +107,7 @@ enum Keys {
 impl Keys {
     fn of(&self, class: usize, (submitted_ms, _): Rank) -> Key {
         match self {
+            Keys::Arrival => Key::Arrival,
             Keys::Shortest(est) => Key::Shortest(est[class]),
             Keys::Highest {
                 base,
@@ -155,6 +163,14 @@ impl<'a> Queue<'a> {
                 .collect()
         };
         let draw = match policy.ordering {
+            // Both draw in id order. Where classes are few (predicted runtimes) the heap
+            // leaves a class passed over behind at once, where the walk would step over each
+            // of its members; where nearly every job is a class of its own (exact runtimes)
+            // building the heap would cost a pass what the walk costs at most.
+            Ordering::Fcfs if index.class_count() * FEW_CLASSES <= index.len() => Draw::Heads {
+                heap: heads(&|_, _| Key::Arrival).into(),
+                keys: Keys::Arrival,
+            },
             Ordering::Fcfs => Draw::Arrivals(index.arrivals()),
             Ordering::FairShare => {
                 let by_base = |i: usize, _: Rank| Key::Base(Reverse(index.class(i).spec.priority));

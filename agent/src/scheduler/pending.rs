@@ -193,6 +193,11 @@ impl PendingIndex {
         self.cpu_only > 0
     }
 
+    /// How many classes have members.
+    pub(crate) fn class_count(&self) -> usize {
+        self.slots.len() - self.free.len()
+    }
+
     /// How many slots there are (classes are numbered below this).
     pub(crate) fn slots(&self) -> usize {
         self.slots.len()

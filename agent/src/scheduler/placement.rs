@@ -8,6 +8,7 @@
 //! hole wins), so among nodes that fit equally well or nearly (by default: a hole at most one
 //! GPU bigger) the one already holding the image wins and the job starts without a pull.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
 use gpu_raft_store::container::canonical_image;
@@ -18,12 +19,12 @@ use gpu_raft_store::{
 /// One schedulable node as a pass sees it.
 pub(crate) struct Slot<'a> {
     pub id: NodeId,
-    pub labels: BTreeMap<String, String>,
+    pub labels: Cow<'a, BTreeMap<String, String>>,
     /// Healthy GPUs not held by a live job nor taken earlier in this pass.
     pub free: Vec<&'a GpuRecord>,
     /// Every GPU, healthy or not (what the node could offer once empty and repaired: a job
     /// that needs a GPU that is down waits for it rather than being called impossible).
-    pub all: Vec<&'a GpuRecord>,
+    pub all: &'a [GpuRecord],
     /// The container images the node holds (canonical names).
     pub images: &'a BTreeSet<String>,
 }
@@ -52,8 +53,12 @@ impl<'a> Nodes<'a> {
             .map(|n| Slot {
                 id: n.id,
                 labels: n.effective_labels(),
-                free: n.free_gpus().collect(),
-                all: n.inventory.gpus.iter().collect(),
+                free: {
+                    let mut free = Vec::with_capacity(n.inventory.gpus.len());
+                    free.extend(n.free_gpus());
+                    free
+                },
+                all: &n.inventory.gpus,
                 images: &n.images,
             })
             .collect();
@@ -154,7 +159,7 @@ impl<'a> Nodes<'a> {
             .copied()
             .filter(|g| gpu_fits(g, spec))
             .collect();
-        pick_gpus(&fitting, want)
+        pick_gpus(fitting, want)
     }
 
     /// Best fit on one node: the smallest cost — the hole left (matching free GPUs beyond the
@@ -224,7 +229,7 @@ impl<'a> Nodes<'a> {
                 break;
             }
             let take = left.min(fitting.len());
-            parts.push((i, pick_gpus(&fitting, take)));
+            parts.push((i, pick_gpus(fitting, take)));
             left -= take;
         }
         (left == 0).then_some(parts)
@@ -277,7 +282,7 @@ impl<'a> Nodes<'a> {
             None => &TOPOLOGY_LABELS[..],
         };
         for level in levels {
-            let labelled = fits.iter().map(|fit| (&self.slots[fit.1].labels, *fit));
+            let labelled = fits.iter().map(|fit| (&*self.slots[fit.1].labels, *fit));
             let best = by_domain(level, labelled)
                 .into_iter()
                 .filter(|(_, members)| members.len() >= k)
@@ -305,7 +310,7 @@ impl<'a> Nodes<'a> {
             .iter()
             .filter(|s| selector_matches(spec, &s.labels))
             .filter(|s| s.all.iter().filter(|g| gpu_fits(g, spec)).count() >= per)
-            .map(|s| (&s.labels, ()))
+            .map(|s| (&*s.labels, ()))
             .collect();
         gang_domains(spec.topology.as_deref(), &able)
             .iter()
@@ -445,26 +450,22 @@ pub(crate) fn selector_matches(spec: &JobSpec, labels: &BTreeMap<String, String>
 /// `want` GPUs from `fitting`: from a single NUMA node when one can hold them all (the one with
 /// the fewest spare GPUs), else from all of them; among those, NVLink-connected GPUs when the
 /// node reports links, else the lowest indexes.
-pub(crate) fn pick_gpus(fitting: &[&GpuRecord], want: usize) -> Vec<u32> {
-    let mut by_numa: BTreeMap<Option<u32>, Vec<&GpuRecord>> = BTreeMap::new();
-    for g in fitting {
-        by_numa.entry(g.numa_node).or_default().push(g);
-    }
-    let group: Vec<&GpuRecord> = by_numa
-        .values()
+pub(crate) fn pick_gpus(mut fitting: Vec<&GpuRecord>, want: usize) -> Vec<u32> {
+    // NUMA groups in NUMA order: the first of the smallest that holds them all.
+    fitting.sort_unstable_by_key(|g| (g.numa_node, g.index));
+    let group: &[&GpuRecord] = fitting
+        .chunk_by(|a, b| a.numa_node == b.numa_node)
         .filter(|group| group.len() >= want)
         .min_by_key(|group| group.len())
-        .cloned()
-        .unwrap_or_else(|| fitting.to_vec());
-    let mut gpus = if want > 1 && group.iter().any(|g| !g.nvlink_peers.is_empty()) {
-        nvlink_clique(&group, want)
-    } else {
-        let mut all: Vec<u32> = group.iter().map(|g| g.index).collect();
-        all.sort_unstable();
-        all.truncate(want);
-        all
-    };
+        .unwrap_or(&fitting);
+    if want > 1 && group.iter().any(|g| !g.nvlink_peers.is_empty()) {
+        let mut gpus = nvlink_clique(group, want);
+        gpus.sort_unstable();
+        return gpus;
+    }
+    let mut gpus: Vec<u32> = group.iter().map(|g| g.index).collect();
     gpus.sort_unstable();
+    gpus.truncate(want);
     gpus
 }
 
@@ -504,6 +505,6 @@ mod tests {
         gpus[3].nvlink_peers = vec![2];
         let free: Vec<&GpuRecord> = gpus.iter().skip(1).collect();
         // Free: 1, 2, 3. A pair must be the linked 2-3, not the lowest indexes 1-2.
-        assert_eq!(pick_gpus(&free, 2), vec![2, 3]);
+        assert_eq!(pick_gpus(free, 2), vec![2, 3]);
     }
 }

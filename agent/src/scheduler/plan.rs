@@ -531,20 +531,24 @@ fn holdings(
     policy: &Policy,
     env: &PlanEnv,
 ) -> Vec<Holding> {
-    let mut out = Vec::new();
+    let held_gpus = nodes.slots.iter().filter_map(|s| state.nodes.get(&s.id));
+    let mut out = Vec::with_capacity(held_gpus.map(|n| n.allocations.len()).sum());
+    // (job, GPU) pairs of one node, grouped by job with each job's GPUs in index order.
+    let mut held: Vec<(JobId, u32)> = Vec::new();
     for (slot, s) in nodes.slots.iter().enumerate() {
         let Some(node) = state.nodes.get(&s.id) else {
             continue;
         };
-        let mut by_job: BTreeMap<JobId, Vec<u32>> = BTreeMap::new();
-        for (&gpu, &job) in &node.allocations {
-            by_job.entry(job).or_default().push(gpu);
-        }
-        for (job, gpus) in by_job {
+        held.clear();
+        held.extend(node.allocations.iter().map(|(&gpu, &job)| (job, gpu)));
+        held.sort_unstable();
+        for run in held.chunk_by(|a, b| a.0 == b.0) {
+            let job = run[0].0;
             let end_ms = state
                 .jobs
                 .get(&job)
                 .and_then(|j| env.expected_end_ms(j, policy));
+            let gpus = run.iter().map(|&(_, gpu)| gpu).collect();
             out.push(Holding { slot, gpus, end_ms });
         }
     }

@@ -156,7 +156,7 @@ impl Victims<'_> {
             .nodes
             .values()
             .filter(|n| n.accepts_work())
-            .map(|n| (n, n.effective_labels()))
+            .map(|n| (n, n.effective_labels().into_owned()))
             .filter(|(_, labels)| selector_matches(spec, labels))
     }
 

@@ -10,7 +10,9 @@ use std::collections::BTreeMap;
 
 use gpu_raft_store::mig::{self, Instance};
 use gpu_raft_store::partition::FULL_SHARE;
-use gpu_raft_store::{ClusterState, GpuMode, JobKind, JobSpec, NodeId, Slice, SliceRequest};
+use gpu_raft_store::{
+    ClusterState, GpuMode, JobKind, JobSpec, NodeId, NodeRecord, Slice, SliceRequest,
+};
 
 use super::placement::selector_matches;
 
@@ -62,8 +64,10 @@ impl SliceBook {
     pub(super) fn new(state: &ClusterState, best_fit: bool) -> Self {
         let mut gpus = Vec::new();
         let mut labels = BTreeMap::new();
-        for n in state.nodes.values().filter(|n| n.accepts_work()) {
-            labels.insert(n.id, n.effective_labels());
+        // A node without partitions has only whole GPUs: nothing of it goes in the book.
+        let partitioned = |n: &&NodeRecord| n.accepts_work() && !n.partitions.is_empty();
+        for n in state.nodes.values().filter(partitioned) {
+            labels.insert(n.id, n.effective_labels().into_owned());
             for g in n.inventory.gpus.iter().filter(|g| n.gpu_usable(g)) {
                 let mode = n.mode(g.index);
                 if mode == GpuMode::Whole {

@@ -107,7 +107,12 @@ impl TenantUsage {
         for j in live {
             if let Some(start) = j.started_at_ms.or(j.bound_at_ms) {
                 let v = self.integral(j.spec.gpus, start, now_ms, now_ms);
-                *out.entry(j.spec.tenant.clone()).or_insert(0.0) += v;
+                match out.get_mut(j.spec.tenant.as_str()) {
+                    Some(sum) => *sum += v,
+                    None => {
+                        out.insert(j.spec.tenant.clone(), v);
+                    }
+                }
             }
         }
         for v in out.values_mut() {

@@ -1,6 +1,7 @@
 //! Nodes in the replicated state: a registered agent, its GPU inventory, its schedulability
 //! and which job holds each of its GPUs.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
@@ -162,10 +163,16 @@ pub fn is_first_protocol(v: &u32) -> bool {
 impl NodeRecord {
     /// What placement sees: agent labels overlaid by operator labels, plus `gpu_type` for each
     /// GPU type present.
-    pub fn effective_labels(&self) -> BTreeMap<String, String> {
+    pub fn effective_labels(&self) -> Cow<'_, BTreeMap<String, String>> {
+        if self.labels.is_empty() {
+            return Cow::Borrowed(&self.agent_labels);
+        }
+        if self.agent_labels.is_empty() {
+            return Cow::Borrowed(&self.labels);
+        }
         let mut all = self.agent_labels.clone();
         all.extend(self.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
-        all
+        Cow::Owned(all)
     }
 
     /// The operator's labels after `SetNodeLabels { set, remove }`: `remove` taken out, then
