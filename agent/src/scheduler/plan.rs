@@ -531,8 +531,9 @@ fn holdings(
     policy: &Policy,
     env: &PlanEnv,
 ) -> Vec<Holding> {
-    let held_gpus = nodes.slots.iter().filter_map(|s| state.nodes.get(&s.id));
-    let mut out = Vec::with_capacity(held_gpus.map(|n| n.allocations.len()).sum());
+    let records = nodes.slots.iter().filter_map(|s| state.nodes.get(&s.id));
+    // At most one run per held GPU.
+    let mut out = Vec::with_capacity(records.map(|n| n.allocations.len()).sum());
     // (job, GPU) pairs of one node, grouped by job with each job's GPUs in index order.
     let mut held: Vec<(JobId, u32)> = Vec::new();
     for (slot, s) in nodes.slots.iter().enumerate() {

@@ -197,7 +197,20 @@ impl NodeRecord {
     /// Whole GPUs (not partitioned, not draining for a change) that are healthy, not
     /// quarantined and that no live job holds: what whole-GPU jobs may take.
     pub fn free_gpus(&self) -> impl Iterator<Item = &GpuRecord> {
-        self.free_in_mode(GpuMode::Whole)
+        // Every pass asks this of every node. On a node without partitions, quarantines or
+        // slices, a healthy GPU is free unless a job holds it: one look at the allocations
+        // (those below 64 as bits) instead of five map lookups per GPU.
+        let plain =
+            self.partitions.is_empty() && self.quarantined.is_empty() && self.slices.is_empty();
+        let held = plain.then(|| AllocatedSet::of(&self.allocations));
+        self.inventory.gpus.iter().filter(move |g| match &held {
+            Some(held) => g.healthy && !held.contains(g.index, &self.allocations),
+            None => {
+                self.gpu_usable(g)
+                    && self.mode(g.index) == GpuMode::Whole
+                    && !self.gpu_busy(g.index)
+            }
+        })
     }
 
     /// Usable GPUs in `mode` that no live job holds (or a slice of).
@@ -278,8 +291,51 @@ pub fn gpu_fits(gpu: &GpuRecord, spec: &JobSpec) -> bool {
         && gpu.memory_mib >= spec.min_gpu_memory_mib
 }
 
+/// A node's allocated GPU indexes: those below 64 as bits, the rest looked up in the map.
+struct AllocatedSet(u64);
+
+impl AllocatedSet {
+    fn of(allocations: &BTreeMap<u32, JobId>) -> Self {
+        let bits = allocations
+            .keys()
+            .filter(|&&i| i < 64)
+            .fold(0, |bits, &i| bits | 1 << i);
+        Self(bits)
+    }
+
+    fn contains(&self, index: u32, allocations: &BTreeMap<u32, JobId>) -> bool {
+        if index < 64 {
+            self.0 & 1 << index != 0
+        } else {
+            allocations.contains_key(&index)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::GpuRecord;
+    use crate::ClusterState;
+    use crate::testing::{at, gpu, register};
+
+    #[test]
+    fn free_gpus_are_the_healthy_unheld_ones_by_either_path_and_past_index_64() {
+        let mut gpus: Vec<GpuRecord> = (0..70).map(|i| gpu(i, "A100", "A100", 81_920)).collect();
+        gpus[5].healthy = false;
+        let mut s = ClusterState::new();
+        s.apply(&at(0, register(1, gpus)));
+        let mut node = s.nodes[&1].clone();
+        node.allocations.insert(3, 7);
+        node.allocations.insert(65, 7);
+        let free = |n: &super::NodeRecord| n.free_gpus().map(|g| g.index).collect::<Vec<_>>();
+        let expected: Vec<u32> = (0..70).filter(|i| ![3, 5, 65].contains(i)).collect();
+        assert_eq!(free(&node), expected);
+        // A quarantine takes the path that looks at everything: the same, less that GPU.
+        node.quarantined.insert(9, "hot".into());
+        let expected: Vec<u32> = expected.into_iter().filter(|&i| i != 9).collect();
+        assert_eq!(free(&node), expected);
+    }
+
     #[test]
     fn the_agents_own_labels_are_under_their_prefix() {
         use crate::model::validate::{AGENT_LABEL_PREFIX, user_label_key};
