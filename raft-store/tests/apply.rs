@@ -1054,3 +1054,22 @@ fn apply_sets_valid_settings_and_refuses_bad_ones_untouched() {
         assert_eq!(s, before, "a rejected policy must change nothing");
     }
 }
+
+#[test]
+fn free_gpus_are_the_healthy_unheld_ones_by_either_path_and_past_index_64() {
+    let mut gpus: Vec<GpuRecord> = (0..70).map(|i| gpu(i, "A100", 81920)).collect();
+    gpus[5].healthy = false;
+    let mut s = ClusterState::new();
+    s.apply(&at(1, register(1, gpus)));
+    let mut node = s.nodes[&1].clone();
+    node.allocations.insert(3, 7);
+    node.allocations.insert(65, 7);
+    let free = |n: &gpu_raft_store::NodeRecord| n.free_gpus().map(|g| g.index).collect::<Vec<_>>();
+    let expected: Vec<u32> = (0..70).filter(|i| ![3, 5, 65].contains(i)).collect();
+    // No partition, quarantine or slice: the allocations are looked at once, as bits.
+    assert_eq!(free(&node), expected);
+    // A quarantine takes the path that looks at everything: the same, less that GPU.
+    node.quarantined.insert(9, "hot".into());
+    let expected: Vec<u32> = expected.into_iter().filter(|&i| i != 9).collect();
+    assert_eq!(free(&node), expected);
+}
