@@ -205,19 +205,20 @@ impl NodeRecord {
         let held = plain.then(|| AllocatedSet::of(&self.allocations));
         self.inventory.gpus.iter().filter(move |g| match &held {
             Some(held) => g.healthy && !held.contains(g.index, &self.allocations),
-            None => {
-                self.gpu_usable(g)
-                    && self.mode(g.index) == GpuMode::Whole
-                    && !self.gpu_busy(g.index)
-            }
+            None => self.is_free_in(g, GpuMode::Whole),
         })
     }
 
     /// Usable GPUs in `mode` that no live job holds (or a slice of).
     pub fn free_in_mode(&self, mode: GpuMode) -> impl Iterator<Item = &GpuRecord> {
-        self.inventory.gpus.iter().filter(move |g| {
-            self.gpu_usable(g) && self.mode(g.index) == mode && !self.gpu_busy(g.index)
-        })
+        self.inventory
+            .gpus
+            .iter()
+            .filter(move |g| self.is_free_in(g, mode))
+    }
+
+    fn is_free_in(&self, g: &GpuRecord, mode: GpuMode) -> bool {
+        self.gpu_usable(g) && self.mode(g.index) == mode && !self.gpu_busy(g.index)
     }
 
     /// Ready and not cordoned.
