@@ -20,6 +20,13 @@ pub(crate) struct Holding {
     pub end_ms: Option<u64>,
 }
 
+impl Holding {
+    /// (its expected end, the GPUs it gives back then) for a plain job; none without an end.
+    fn end_event(&self) -> Option<(u64, isize)> {
+        Some((self.end_ms?, self.gpus.len() as isize))
+    }
+}
+
 /// A job's reservation.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Reservation {
@@ -81,9 +88,7 @@ impl Timeline {
     pub(crate) fn new(slots: usize, runs: Vec<Holding>) -> Self {
         let mut plain = vec![Vec::new(); slots];
         for run in &runs {
-            if let Some(end) = run.end_ms {
-                plain[run.slot].push((end, run.gpus.len() as isize));
-            }
+            plain[run.slot].extend(run.end_event());
         }
         for events in &mut plain {
             events.sort_unstable();
@@ -97,8 +102,8 @@ impl Timeline {
 
     /// A run started by the pass.
     pub(crate) fn add_run(&mut self, run: Holding) {
-        if let Some(end) = run.end_ms {
-            insert(&mut self.plain[run.slot], (end, run.gpus.len() as isize));
+        if let Some(event) = run.end_event() {
+            insert(&mut self.plain[run.slot], event);
         }
         self.runs.push(run);
     }

@@ -531,9 +531,8 @@ fn holdings(
     policy: &Policy,
     env: &PlanEnv,
 ) -> Vec<Holding> {
-    let records = nodes.slots.iter().filter_map(|s| state.nodes.get(&s.id));
-    // At most one run per held GPU.
-    let mut out = Vec::with_capacity(records.map(|n| n.allocations.len()).sum());
+    // At most one run per GPU.
+    let mut out = Vec::with_capacity(nodes.slots.iter().map(|s| s.all.len()).sum());
     // (job, GPU) pairs of one node, grouped by job with each job's GPUs in index order.
     let mut held: Vec<(JobId, u32)> = Vec::new();
     for (slot, s) in nodes.slots.iter().enumerate() {

@@ -5,6 +5,7 @@
 //! reclaim from borrowers, single-node runs of no higher priority for a starving gang, and
 //! with `priority` mode strictly lower-priority jobs, never for a job that would borrow.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use gpu_raft_store::{
@@ -117,13 +118,13 @@ impl Victims<'_> {
     fn for_gang(&self, job: &Job, spec: &JobSpec) -> Option<Vec<Preempt>> {
         let per = spec.gpus_per_node() as usize;
         let k = spec.node_count() as usize;
-        let costs: Vec<(BTreeMap<String, String>, Stops)> = self
+        let costs: Vec<(Cow<'_, BTreeMap<String, String>>, Stops)> = self
             .nodes(spec)
             .filter_map(|(node, labels)| Some((labels, self.on_node(node, job, spec, per)?)))
             .collect();
         let labelled: Vec<(&BTreeMap<String, String>, &Stops)> = costs
             .iter()
-            .map(|(labels, stops)| (labels, stops))
+            .map(|(labels, stops)| (&**labels, stops))
             .collect();
         let groups = gang_domains(spec.topology.as_deref(), &labelled);
         let cheapest = groups
@@ -151,12 +152,12 @@ impl Victims<'_> {
     fn nodes<'n>(
         &'n self,
         spec: &'n JobSpec,
-    ) -> impl Iterator<Item = (&'n NodeRecord, BTreeMap<String, String>)> + 'n {
+    ) -> impl Iterator<Item = (&'n NodeRecord, Cow<'n, BTreeMap<String, String>>)> + 'n {
         self.state
             .nodes
             .values()
             .filter(|n| n.accepts_work())
-            .map(|n| (n, n.effective_labels().into_owned()))
+            .map(|n| (n, n.effective_labels()))
             .filter(|(_, labels)| selector_matches(spec, labels))
     }
 

@@ -63,7 +63,7 @@ impl TenantUsage {
     fn add(&mut self, tenant: &str, gpus: u32, start_ms: u64, end_ms: u64) {
         let value = self.integral(gpus, start_ms, end_ms, self.as_of_ms);
         if value > 0.0 {
-            *self.finished.entry(tenant.to_owned()).or_insert(0.0) += value;
+            add_to(&mut self.finished, tenant, value);
         }
     }
 
@@ -75,7 +75,7 @@ impl TenantUsage {
         }
         let value = gpu_ms as f64 / span as f64 * self.integral(1, start_ms, end_ms, self.as_of_ms);
         if value > 0.0 {
-            *self.finished.entry(tenant.to_owned()).or_insert(0.0) += value;
+            add_to(&mut self.finished, tenant, value);
         }
     }
 
@@ -107,18 +107,23 @@ impl TenantUsage {
         for j in live {
             if let Some(start) = j.started_at_ms.or(j.bound_at_ms) {
                 let v = self.integral(j.spec.gpus, start, now_ms, now_ms);
-                match out.get_mut(j.spec.tenant.as_str()) {
-                    Some(sum) => *sum += v,
-                    None => {
-                        out.insert(j.spec.tenant.clone(), v);
-                    }
-                }
+                add_to(&mut out, &j.spec.tenant, v);
             }
         }
         for v in out.values_mut() {
             *v /= self.half_life_ms;
         }
         out
+    }
+}
+
+/// Add `value` to `tenant`'s sum, copying the name only the first time.
+fn add_to(sums: &mut HashMap<String, f64>, tenant: &str, value: f64) {
+    match sums.get_mut(tenant) {
+        Some(sum) => *sum += value,
+        None => {
+            sums.insert(tenant.to_owned(), value);
+        }
     }
 }
 
