@@ -12,12 +12,13 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use gpu_raft_store::{
     ApplyResult, Command, LogEntry, NodeId, PROTOCOL_2, PROTOCOL_9, PROTOCOL_12, Raft,
     RequestStamp, StateReader, TypeConfig,
 };
-use openraft::error::ClientWriteError;
+use openraft::error::{ClientWriteError, Fatal};
 use openraft::raft::ClientWriteResult;
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
@@ -27,6 +28,8 @@ use crate::clock::now_ms;
 
 /// Batches in openraft's hands at once: two lets one append while the other replicates.
 const MAX_IN_FLIGHT: usize = 2;
+/// How long a write whose answer raft dropped waits for raft to say why it stopped.
+const STOP_CAUSE_WAIT: Duration = Duration::from_secs(1);
 /// Entries in one batch.
 const MAX_BATCH_ENTRIES: usize = 256;
 /// Encoded bytes in one batch (a lone entry may be larger). With `config::MAX_PAYLOAD_ENTRIES`
@@ -176,12 +179,9 @@ async fn propose_plain(
     let landing = raft
         .client_write_ff(stamp(w.proposal, now_ms(), lowest))
         .await;
+    let raft = raft.clone();
     tokio::spawn(async move {
-        let outcome = match landing {
-            Ok(rx) => rx.await.map_err(|_| "raft stopped".to_owned()),
-            Err(fatal) => Err(fatal.to_string()),
-        };
-        let _ = w.reply.send(single(outcome));
+        let _ = w.reply.send(single(landed(&raft, landing).await));
         drop(permit);
     });
 }
@@ -210,16 +210,36 @@ async fn propose_batch(
     };
     let n = replies.len();
     let landing = raft.client_write_ff(batch).await;
+    let raft = raft.clone();
     tokio::spawn(async move {
-        let outcome = match landing {
-            Ok(rx) => rx.await.map_err(|_| "raft stopped".to_owned()),
-            Err(fatal) => Err(fatal.to_string()),
-        };
+        let outcome = landed(&raft, landing).await;
         for (reply, result) in replies.into_iter().zip(fan_out(outcome, n)) {
             let _ = reply.send(result);
         }
         drop(permit);
     });
+}
+
+type Landing = Result<oneshot::Receiver<ClientWriteResult<TypeConfig>>, Fatal<NodeId>>;
+
+/// Wait for a handed-over entry to land. Raft drops the entry's responder only when it stops,
+/// so the error then names the fatal error it stopped on (a full or failing disk), read from
+/// its metrics, which it updates as it stops.
+async fn landed(raft: &Raft, landing: Landing) -> Landed {
+    let rx = landing.map_err(|fatal| fatal.to_string())?;
+    if let Ok(answer) = rx.await {
+        return Ok(answer);
+    }
+    let mut metrics = raft.metrics();
+    let _ = tokio::time::timeout(
+        STOP_CAUSE_WAIT,
+        metrics.wait_for(|m| m.running_state.is_err()),
+    )
+    .await;
+    Err(match &metrics.borrow().running_state {
+        Err(fatal) => format!("raft stopped: {fatal}"),
+        Ok(()) => "raft stopped".to_owned(),
+    })
 }
 
 /// The entry `proposal` becomes at `now`; an API request's is stamped for exactly-once
