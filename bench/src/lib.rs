@@ -12,6 +12,7 @@ pub mod load;
 pub mod mesh;
 pub mod placement;
 pub mod report;
+pub mod stages;
 pub mod state_growth;
 pub mod stats;
 pub mod svg;

@@ -80,6 +80,12 @@ enum Cmd {
         #[arg(long, default_value_t = 5)]
         seconds: u64,
     },
+    /// Where one write's time goes, stage by stage: a 3-member mesh that stamps each stage of
+    /// every write (`GPUMESH_WRITE_TRACE`), one client at the leader.
+    Stages {
+        #[arg(long, default_value_t = 500)]
+        writes: usize,
+    },
     /// One job array of `true` tasks on a mesh of 4 agents × 8 simulated GPUs: the submission
     /// (`gpuctl job submit --array`, process start to exit) and the drain (until every task
     /// has ended).
@@ -160,6 +166,12 @@ async fn main() -> anyhow::Result<()> {
                 gpu_bench::layers::measure(Duration::from_secs(seconds), skip_etcd).await?;
             println!("Machine: {}.\n", gpu_bench::report::machine());
             print!("{}", gpu_bench::report::layers_markdown(&layers));
+            return Ok(());
+        }
+        Cmd::Stages { writes } => {
+            let stages = gpu_bench::stages::measure(writes).await?;
+            println!("Machine: {}.\n", gpu_bench::report::machine());
+            print!("{}", gpu_bench::report::stages_markdown(&stages));
             return Ok(());
         }
         Cmd::Lifetime {

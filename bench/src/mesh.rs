@@ -2,12 +2,14 @@
 //! mutual TLS, bearer tokens) from the test harness; a write is one job submission.
 
 use std::collections::HashMap;
+use std::path::Path;
 use std::time::Duration;
 
 use gpu_proto::v1 as pb;
 use gpu_proto::v1::job_service_client::JobServiceClient;
 use gpu_proto::v1::token_service_client::TokenServiceClient;
-use gpu_tests::{Cluster, Conn};
+use gpu_raft_store::write_trace;
+use gpu_tests::{AgentCommand, Cluster, Conn, Placement, free_addr};
 use prost::Message;
 
 use crate::target::{Crashable, Target};
@@ -21,10 +23,34 @@ impl Mesh {
     /// request limit (every client shares the admin token; the limit is not what is measured).
     pub async fn start(n: u64) -> Mesh {
         Mesh {
-            cluster: Cluster::start(n, n as usize, "[api]\nrequests_per_second = 0\ntenant_requests_per_second = 0\nsource_requests_per_second = 0\n").await,
+            cluster: Cluster::start(n, n as usize, NO_REQUEST_LIMITS).await,
+        }
+    }
+
+    /// `start`, with every agent stamping its writes' stages into `trace_dir`
+    /// (`gpu_raft_store::write_trace`).
+    pub async fn start_traced(n: u64, trace_dir: &Path) -> Mesh {
+        let loopback = (0..n)
+            .map(|_| Placement {
+                addr: free_addr(),
+                prefix: Vec::new(),
+            })
+            .collect();
+        let agent = AgentCommand {
+            env: vec![(
+                write_trace::TRACE_DIR_ENV.to_owned(),
+                trace_dir.display().to_string(),
+            )],
+            ..AgentCommand::default()
+        };
+        Mesh {
+            cluster: Cluster::start_with(n as usize, NO_REQUEST_LIMITS, loopback, agent).await,
         }
     }
 }
+
+/// The agents' config: no per-token, per-tenant or per-source request limit.
+const NO_REQUEST_LIMITS: &str = "[api]\nrequests_per_second = 0\ntenant_requests_per_second = 0\nsource_requests_per_second = 0\n";
 
 /// The submission every write sends: a one-GPU job whose node selector no node matches, so
 /// it stays queued and the benchmark measures the replicated write, not the executor.

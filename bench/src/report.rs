@@ -7,6 +7,7 @@ use serde::Serialize;
 use crate::layers::Layers;
 use crate::load::LoadResult;
 use crate::placement::PlacementLatency;
+use crate::stages::Stages;
 use crate::state_growth::StateGrowth;
 use crate::stats::Summary;
 
@@ -123,6 +124,36 @@ pub fn layers_markdown(layers: &Layers) -> String {
             cell(now[2], before[2]),
         );
         before = now;
+    }
+    md
+}
+
+/// The stages table: each step's p50 and p90 over the matched writes, those on every write's
+/// critical path marked, and the client's round trip.
+pub fn stages_markdown(stages: &Stages) -> String {
+    let mut md = String::new();
+    let w = &mut md;
+    let _ = writeln!(
+        w,
+        "{} of {} writes matched to their stamps; one client at the leader of 3 members. Steps \
+         marked · run beside each other: the commit waits for the later of the leader's fsync \
+         and the follower's answer.\n",
+        stages.matched, stages.writes
+    );
+    let _ = writeln!(
+        w,
+        "AppendEntries left before the leader's fsync ended in {:.0}% of them.\n",
+        stages.sent_before_flushed * 100.0
+    );
+    let _ = writeln!(w, "| step | p50 ms | p90 ms |");
+    let _ = writeln!(w, "|---|---|---|");
+    for step in stages.steps.iter().chain([&stages.round_trip]) {
+        let mark = if step.critical { "" } else { "· " };
+        let _ = writeln!(
+            w,
+            "| {mark}{} | {:.3} | {:.3} |",
+            step.name, step.p50_ms, step.p90_ms
+        );
     }
     md
 }

@@ -149,3 +149,35 @@ fn the_layers_run_times_each_layer_on_every_target() {
         }
     }
 }
+
+#[test]
+fn the_stages_run_traces_every_step_of_a_write() {
+    let out = Command::new(gpu_tests::bin("gpu-bench"))
+        .args(["stages", "--writes", "30"])
+        .output()
+        .expect("run gpu-bench");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Every write is traced through every stage, unless another write shared its window
+    // (the agents' own writes, now and then).
+    let matched: usize = text
+        .split_once(" of 30 writes matched")
+        .and_then(|(before, _)| before.rsplit(char::is_whitespace).next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no count of matched writes: {text}"));
+    assert!(matched >= 20, "{text}");
+    let rows: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with("| step"))
+        .collect();
+    assert_eq!(rows.len(), 15, "14 steps and the round trip: {text}");
+    let round_trip: f64 = rows[14]
+        .split('|')
+        .nth(2)
+        .and_then(|c| c.trim().parse().ok())
+        .expect("a time");
+    assert!(round_trip > 0.0, "{text}");
+}

@@ -12,6 +12,7 @@ mod model;
 mod storage;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
+pub mod write_trace;
 
 pub use model::{
     alert, audit, auth, ca, cert, container, digest, energy, job, mig, node, partition, registry,

@@ -16,6 +16,7 @@ use gpu_proto::internal::v1::{
     RenewCertificateRequest,
 };
 use gpu_proto::v1 as pb;
+use gpu_raft_store::write_trace::{self, Stage};
 use gpu_raft_store::{NodeId, PROTOCOL_16, TypeConfig, validate};
 use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, VoteRequest};
 use serde::Serialize;
@@ -192,7 +193,10 @@ impl RaftPeer for PeerService {
         let rpc: AppendEntriesRequest<TypeConfig> =
             peer_message::unpack(req.get_ref()).map_err(bad_payload)?;
         self.peers.node_is(&req, sender(&rpc.vote))?;
+        let indexes: Vec<u64> = rpc.entries.iter().map(|e| e.log_id.index).collect();
+        write_trace::stamp_each(Stage::Received, indexes.iter().copied());
         let result = self.cluster.raft.append_entries(rpc).await;
+        write_trace::stamp_each(Stage::Replied, indexes);
         // Anything but "your vote is stale" comes from the current leader: we are in contact.
         if result
             .as_ref()

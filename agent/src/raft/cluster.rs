@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use gpu_proto::internal::v1::{JoinRequest, ReadIndexRequest};
+use gpu_raft_store::write_trace::{self, Stage};
 use gpu_raft_store::{ApplyResult, Command, NodeId, Raft, StateReader};
 use openraft::error::{ChangeMembershipError, ClientWriteError, RaftError};
 use openraft::{BasicNode, ChangeMembers, RaftMetrics, ServerState};
@@ -196,6 +197,7 @@ impl Cluster {
         cmd: Command,
         by: Option<OnBehalf>,
     ) -> Result<ApplyResult, ClusterError> {
+        write_trace::stamp(Stage::WriteIn, 0);
         let (meta, credential) = by.map_or((None, None), |b| (Some(b.meta), b.credential));
         let proposal = Proposal {
             cmd,
@@ -224,6 +226,7 @@ impl Cluster {
             .applied_index_at_least(Some(written.index), "read your write")
             .await
             .map_err(|_| ClusterError::Timeout(self.op_timeout))?;
+        write_trace::stamp(Stage::WriteOut, written.index);
         match written.result {
             ApplyResult::Rejected { reason } => Err(ClusterError::Rejected(reason)),
             other => Ok(other),

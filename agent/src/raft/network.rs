@@ -6,6 +6,7 @@
 
 use gpu_proto::internal::v1::RaftMessage;
 use gpu_proto::internal::v1::raft_peer_client::RaftPeerClient;
+use gpu_raft_store::write_trace::{self, Stage};
 use gpu_raft_store::{NodeId, StateReader, TypeConfig};
 use openraft::BasicNode;
 use openraft::error::{
@@ -163,7 +164,11 @@ impl RaftNetwork<TypeConfig> for PeerLink {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> RpcResult<AppendEntriesResponse<NodeId>, openraft::error::Infallible> {
-        self.call(Rpc::AppendEntries, &rpc, &option).await
+        let indexes: Vec<u64> = rpc.entries.iter().map(|e| e.log_id.index).collect();
+        write_trace::stamp_each(Stage::Sent, indexes.iter().copied());
+        let answer = self.call(Rpc::AppendEntries, &rpc, &option).await;
+        write_trace::stamp_each(Stage::Acked, indexes);
+        answer
     }
 
     async fn install_snapshot(

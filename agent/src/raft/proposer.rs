@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use gpu_raft_store::write_trace::{self, Stage};
 use gpu_raft_store::{
     ApplyResult, Command, LogEntry, NodeId, PROTOCOL_2, PROTOCOL_9, PROTOCOL_12, Raft,
     RequestStamp, StateReader, TypeConfig,
@@ -176,6 +177,7 @@ async fn propose_plain(
     permit: Option<tokio::sync::OwnedSemaphorePermit>,
     lowest: u32,
 ) {
+    write_trace::stamp(Stage::Proposed, 0);
     let landing = raft
         .client_write_ff(stamp(w.proposal, now_ms(), lowest))
         .await;
@@ -209,6 +211,7 @@ async fn propose_batch(
         request: None,
     };
     let n = replies.len();
+    write_trace::stamp(Stage::Proposed, 0);
     let landing = raft.client_write_ff(batch).await;
     let raft = raft.clone();
     tokio::spawn(async move {

@@ -15,10 +15,11 @@ use tokio::sync::oneshot;
 use crate::TypeConfig;
 use crate::failpoint;
 use crate::storage::engine::KvEngine;
+use crate::write_trace::{self, Stage};
 
 enum Request {
-    /// Report the entries of one `append` durable.
-    Append(LogFlushed<TypeConfig>),
+    /// Report the entries of one `append` durable: the first and last of their indexes.
+    Append(LogFlushed<TypeConfig>, Option<(u64, u64)>),
     /// Answer once everything written so far is durable and every earlier append reported.
     Barrier(oneshot::Sender<io::Result<()>>),
 }
@@ -38,10 +39,11 @@ impl Flusher {
         Ok(Self { requests })
     }
 
-    /// Report `callback` once the entries written before this call are durable.
-    pub(crate) fn append(&self, callback: LogFlushed<TypeConfig>) {
-        if let Err(mpsc::SendError(Request::Append(callback))) =
-            self.requests.send(Request::Append(callback))
+    /// Report `callback` once the entries written before this call are durable; `indexes`:
+    /// the first and last index of the entries it reports.
+    pub(crate) fn append(&self, callback: LogFlushed<TypeConfig>, indexes: Option<(u64, u64)>) {
+        if let Err(mpsc::SendError(Request::Append(callback, _))) =
+            self.requests.send(Request::Append(callback, indexes))
         {
             callback.log_io_completed(Err(stopped()));
         }
@@ -60,7 +62,7 @@ impl Flusher {
 fn run(engine: &dyn KvEngine, queue: &mpsc::Receiver<Request>) {
     while let Ok(first) = queue.recv() {
         let waiting: Vec<Request> = std::iter::once(first).chain(queue.try_iter()).collect();
-        let appends = waiting.iter().any(|r| matches!(r, Request::Append(_)));
+        let appends = waiting.iter().any(|r| matches!(r, Request::Append(..)));
         if appends {
             failpoint::crash("log-append-before-fsync");
         }
@@ -74,7 +76,12 @@ fn run(engine: &dyn KvEngine, queue: &mpsc::Receiver<Request>) {
                 Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
             };
             match request {
-                Request::Append(callback) => callback.log_io_completed(result),
+                Request::Append(callback, indexes) => {
+                    if let (Ok(()), Some((first, last))) = (&result, indexes) {
+                        write_trace::stamp_each(Stage::Flushed, first..=last);
+                    }
+                    callback.log_io_completed(result);
+                }
                 Request::Barrier(tx) => {
                     let _ = tx.send(result);
                 }

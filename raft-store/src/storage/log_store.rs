@@ -19,6 +19,7 @@ use serde::de::DeserializeOwned;
 use crate::storage::engine::{KvEngine, Space};
 use crate::storage::log_flush::Flusher;
 use crate::storage::snapshot_gate::SnapshotGate;
+use crate::write_trace::{self, Stage};
 use crate::{Entry, LogId, NodeId, StorageError, TypeConfig};
 use crate::{codec, failpoint};
 
@@ -200,7 +201,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I::IntoIter: Send,
     {
         let mut batch = Vec::new();
+        let mut indexes = None::<(u64, u64)>;
         for entry in entries {
+            let index = entry.log_id.index;
+            indexes = Some(indexes.map_or((index, index), |(first, _)| (first, index)));
             let bytes = codec::to_vec(&entry)
                 .map_err(|e| write_err(ErrorSubject::Log(entry.log_id), &e))?;
             batch.push((entry.log_id.index.to_be_bytes().to_vec(), Some(bytes)));
@@ -210,7 +214,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             .map_err(|e| write_err(ErrorSubject::Logs, &e))?;
         // Entries are readable now; openraft hears they are durable once the flusher's fsync
         // that began after this write has ended.
-        self.flusher.append(callback);
+        if let Some((first, last)) = indexes {
+            write_trace::stamp_each(Stage::Appended, first..=last);
+        }
+        self.flusher.append(callback, indexes);
         Ok(())
     }
 

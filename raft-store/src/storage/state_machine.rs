@@ -22,6 +22,7 @@ use crate::model::state::ClusterState;
 use crate::storage::archive::{Archive, Gaps, GapsFrom};
 use crate::storage::snapshot_file::{SnapshotFile, SnapshotFileError, SnapshotMeta};
 use crate::storage::snapshot_gate::SnapshotGate;
+use crate::write_trace::{self, Stage};
 use crate::{Entry, JobId, LogId, NodeId, StorageError, TypeConfig};
 
 /// What a snapshot holds: the domain state plus what openraft needs to resume from it.
@@ -298,6 +299,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             for entry in entries {
                 data.last_applied = Some(entry.log_id);
                 last = Some(entry.log_id.index);
+                write_trace::stamp(Stage::Applying, entry.log_id.index);
                 let commands = match &entry.payload {
                     EntryPayload::Normal(e) => e.cmd.commands(),
                     _ => 1,
@@ -327,6 +329,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                         ApplyResult::Ok
                     }
                 });
+                write_trace::stamp(Stage::Applied, entry.log_id.index);
             }
         }
         failpoint::crash("apply-after");
