@@ -129,6 +129,7 @@ fn first(by: &ByStage, stage: Stage, index: u64, from: u64) -> Option<u64> {
 /// One write's stamps, in nanos.
 struct Trace {
     sent: u64,
+    request: u64,
     write_in: u64,
     proposed: u64,
     appended: u64,
@@ -160,7 +161,8 @@ impl Trace {
             return None;
         };
         let index = out.index;
-        let write_in = inside(Stage::WriteIn).first()?.nanos;
+        let request = inside(Stage::Request).first()?.nanos;
+        let write_in = first(leader, Stage::WriteIn, 0, request)?;
         let proposed = first(leader, Stage::Proposed, 0, write_in)?;
         let appended = first(leader, Stage::Appended, index, sent)?;
         // The follower that answered first is the one the commit waited for.
@@ -170,6 +172,7 @@ impl Trace {
             .min_by_key(|&(_, replied)| replied)?;
         Some(Trace {
             sent,
+            request,
             write_in,
             proposed,
             appended,
@@ -191,11 +194,16 @@ impl Trace {
 /// The steps, each as (name, on every write's critical path, its time in one trace).
 type StepOf = (&'static str, bool, fn(&Trace) -> u64);
 
-const STEPS: [StepOf; 14] = [
+const STEPS: [StepOf; 15] = [
     (
-        "client → the write path (TLS, token, the handler's checks)",
+        "client → the API has the request (TLS, HTTP/2, decoding)",
         true,
-        |t| t.write_in.saturating_sub(t.sent),
+        |t| t.request.saturating_sub(t.sent),
+    ),
+    (
+        "the API's checks (token, spec, quota) → the write path",
+        true,
+        |t| t.write_in.saturating_sub(t.request),
     ),
     ("write path → proposer hands it to Raft", true, |t| {
         t.proposed.saturating_sub(t.write_in)
@@ -289,6 +297,7 @@ mod tests {
         // (1,300), so the commit waited for the answer.
         let leader = member(&[
             (Appended, 6, 900),
+            (Request, 0, 1_005),
             (WriteIn, 0, 1_010),
             (Proposed, 0, 1_030),
             (Appended, 7, 1_100),
@@ -323,7 +332,7 @@ mod tests {
             .filter(|((_, critical, _), _)| *critical)
             .map(|(_, t)| t)
             .sum();
-        let replication: u64 = times[4..10].iter().sum();
+        let replication: u64 = times[5..11].iter().sum();
         assert_eq!(replication, 1_550 - 1_100);
         assert_eq!(critical + replication, 2_000 - 1_000);
         // No write-out in a window: nothing to match.

@@ -173,8 +173,8 @@ fn the_stages_run_traces_every_step_of_a_write() {
         .lines()
         .filter(|l| l.starts_with("| ") && !l.starts_with("| step"))
         .collect();
-    assert_eq!(rows.len(), 15, "14 steps and the round trip: {text}");
-    let round_trip: f64 = rows[14]
+    assert_eq!(rows.len(), 16, "15 steps and the round trip: {text}");
+    let round_trip: f64 = rows[15]
         .split('|')
         .nth(2)
         .and_then(|c| c.trim().parse().ok())

@@ -5,8 +5,8 @@
 //! share. Stamping only pushes to a vector; a thread of its own writes the lines out every
 //! 50 ms. Off, a stamp is one load of an initialised `OnceLock`.
 //!
-//! A stamp names a log index where the stage knows it; the API's and the proposer's stamps come
-//! before the write has one (0), and are matched to their write by time.
+//! A stamp names a log index where the stage knows it; the API's, the write path's and the
+//! proposer's stamps come before the write has one (0), and are matched to their write by time.
 
 use std::fmt;
 use std::io::Write;
@@ -21,6 +21,8 @@ pub const TRACE_DIR_ENV: &str = "GPUMESH_WRITE_TRACE";
 /// Where a write is, in the order a replicated write passes them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Stage {
+    /// The API has the request, decoded, and starts to authenticate its caller.
+    Request,
     /// The agent's write path has the command (after the API's checks): `Cluster::write_as`.
     WriteIn,
     /// The proposer hands the entry (alone or in a batch) to openraft.
@@ -46,7 +48,8 @@ pub enum Stage {
 }
 
 impl Stage {
-    pub const ALL: [Stage; 11] = [
+    pub const ALL: [Stage; 12] = [
+        Stage::Request,
         Stage::WriteIn,
         Stage::Proposed,
         Stage::Appended,
@@ -62,6 +65,7 @@ impl Stage {
 
     fn name(self) -> &'static str {
         match self {
+            Stage::Request => "request",
             Stage::WriteIn => "write-in",
             Stage::Proposed => "proposed",
             Stage::Appended => "appended",

@@ -13,6 +13,7 @@ pub mod token;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use gpu_raft_store::write_trace::{self, Stage};
 use gpu_raft_store::{Command, RequestMeta};
 use tonic::{Request, Status};
 use tracing::warn;
@@ -108,6 +109,7 @@ impl Auth {
         verb: &str,
         object: &str,
     ) -> Result<Caller, Status> {
+        write_trace::stamp(Stage::Request, 0);
         self.token(req, verb, object, true).await
     }
 
