@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, ensure};
 use gpu_proto::v1 as pb;
 use gpu_proto::v1::job_service_client::JobServiceClient;
-use gpu_tests::{AgentCommand, Cluster, Placement, free_addr};
+use gpu_tests::{AgentCommand, Cluster, Placement};
 use serde::Serialize;
 
 /// What one array took.
@@ -26,12 +26,7 @@ pub struct ArrayRun {
 
 /// Submit an array of `tasks` one-GPU `true` tasks and wait until every one has ended.
 pub async fn measure(tasks: u64, agents: u64, gpus_per_agent: u32) -> anyhow::Result<ArrayRun> {
-    let placements = (0..agents)
-        .map(|_| Placement {
-            addr: free_addr(),
-            prefix: Vec::new(),
-        })
-        .collect();
+    let placements = (0..agents).map(|_| Placement::loopback()).collect();
     let command = AgentCommand {
         sim_gpus: Some(format!("{gpus_per_agent}xA100-80GB")),
         ..AgentCommand::default()

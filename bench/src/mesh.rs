@@ -9,7 +9,7 @@ use gpu_proto::v1 as pb;
 use gpu_proto::v1::job_service_client::JobServiceClient;
 use gpu_proto::v1::token_service_client::TokenServiceClient;
 use gpu_raft_store::write_trace;
-use gpu_tests::{AgentCommand, Cluster, Conn, Placement, free_addr};
+use gpu_tests::{AgentCommand, Cluster, Conn, Placement};
 use prost::Message;
 
 use crate::target::{Crashable, Target};
@@ -30,12 +30,7 @@ impl Mesh {
     /// `start`, with every agent stamping its writes' stages into `trace_dir`
     /// (`gpu_raft_store::write_trace`).
     pub async fn start_traced(n: u64, trace_dir: &Path) -> Mesh {
-        let loopback = (0..n)
-            .map(|_| Placement {
-                addr: free_addr(),
-                prefix: Vec::new(),
-            })
-            .collect();
+        let loopback = (0..n).map(|_| Placement::loopback()).collect();
         let agent = AgentCommand {
             env: vec![(
                 write_trace::TRACE_DIR_ENV.to_owned(),

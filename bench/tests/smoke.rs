@@ -15,6 +15,22 @@ fn etcd_installed() -> bool {
     has_etcd
 }
 
+/// Run `gpu-bench args` to success and return what it printed.
+fn gpu_bench(args: &[&str]) -> String {
+    let out = Command::new(gpu_tests::bin("gpu-bench"))
+        .args(args)
+        .output()
+        .expect("run gpu-bench");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "gpu-bench {args:?} failed: {}\n{text}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
 #[test]
 fn the_quick_run_reports_every_benchmark() {
     let has_etcd = etcd_installed();
@@ -103,16 +119,7 @@ fn a_small_lifetime_run_samples_every_agent_and_draws_them() {
 
 #[test]
 fn the_codec_comparison_prints_every_record() {
-    let out = Command::new(gpu_tests::bin("gpu-bench"))
-        .args(["codec", "--jobs", "200", "--rounds", "1"])
-        .output()
-        .expect("run gpu-bench");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = gpu_bench(&["codec", "--jobs", "200", "--rounds", "1"]);
     for record in [
         "snapshot, 200 jobs",
         "a submission",
@@ -126,17 +133,12 @@ fn the_codec_comparison_prints_every_record() {
 #[test]
 fn the_layers_run_times_each_layer_on_every_target() {
     let has_etcd = etcd_installed();
-    let mut cmd = Command::new(gpu_tests::bin("gpu-bench"));
-    cmd.args(["layers", "--seconds", "1"]);
-    if !has_etcd {
-        cmd.arg("--skip-etcd");
-    }
-    let out = cmd.output().expect("run gpu-bench");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
+    let skip_etcd = if has_etcd { None } else { Some("--skip-etcd") };
+    let text = gpu_bench(
+        &["layers", "--seconds", "1"]
+            .into_iter()
+            .chain(skip_etcd)
+            .collect::<Vec<_>>(),
     );
     let rows: Vec<&str> = text.lines().filter(|l| l.starts_with("| a ")).collect();
     assert_eq!(rows.len(), 3, "{text}");
@@ -152,16 +154,7 @@ fn the_layers_run_times_each_layer_on_every_target() {
 
 #[test]
 fn the_stages_run_traces_every_step_of_a_write() {
-    let out = Command::new(gpu_tests::bin("gpu-bench"))
-        .args(["stages", "--writes", "30"])
-        .output()
-        .expect("run gpu-bench");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = gpu_bench(&["stages", "--writes", "30"]);
     // Every write is traced through every stage, unless another write shared its window
     // (the agents' own writes, now and then).
     let matched: usize = text

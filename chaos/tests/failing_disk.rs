@@ -7,7 +7,7 @@ use std::time::Duration;
 use gpu_chaos::failpoints;
 use gpu_proto::v1 as pb;
 use gpu_proto::v1::job_service_client::JobServiceClient;
-use gpu_tests::{Cluster, Placement, free_addr, shell_job};
+use gpu_tests::{Cluster, Placement, shell_job};
 
 /// Concurrent writers, so that some are in flight when the disk fails.
 const WRITERS: usize = 8;
@@ -15,11 +15,7 @@ const WRITERS: usize = 8;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_lost_to_a_failing_disk_name_the_failure() {
     let agent = failpoints::command("").expect("the failpoints agent");
-    let one = vec![Placement {
-        addr: free_addr(),
-        prefix: Vec::new(),
-    }];
-    let mut c = Cluster::start_with(1, "", one, agent).await;
+    let mut c = Cluster::start_with(1, "", vec![Placement::loopback()], agent).await;
     c.kill(1);
     c.agents
         .get_mut(&1)

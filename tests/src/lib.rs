@@ -126,6 +126,16 @@ pub struct Placement {
     pub prefix: Vec<String>,
 }
 
+impl Placement {
+    /// An agent on a free loopback port, started directly.
+    pub fn loopback() -> Self {
+        Self {
+            addr: free_addr(),
+            prefix: Vec::new(),
+        }
+    }
+}
+
 /// What the cluster's agents run: a binary other than the workspace's `gpu-agent` (a
 /// failpoints build, say) and environment variables every agent starts with (`FAIL_POINTS`).
 #[derive(Clone, Debug, Default)]
@@ -168,12 +178,7 @@ impl Cluster {
     /// Start `n` agents: n1 bootstraps, the others join through it. `extra_toml` is appended to
     /// every agent's config, inside its `[raft]` table unless it opens tables of its own. Waits until all are members and the voter seats are filled.
     pub async fn start(n: u64, voter_target: usize, extra_toml: &str) -> Cluster {
-        let loopback = (0..n)
-            .map(|_| Placement {
-                addr: free_addr(),
-                prefix: Vec::new(),
-            })
-            .collect();
+        let loopback = (0..n).map(|_| Placement::loopback()).collect();
         Self::start_placed(voter_target, extra_toml, loopback).await
     }
 
@@ -351,10 +356,7 @@ impl Cluster {
     /// and start it (the caller waits for what it expects of the join).
     pub fn add_agent(&mut self, id: u64, token_file: &Path) {
         let seed = self.addr(1).to_owned();
-        let placement = Placement {
-            addr: free_addr(),
-            prefix: Vec::new(),
-        };
+        let placement = Placement::loopback();
         self.configure_agent(id, placement, Some((&seed, token_file)), BTreeMap::new());
         self.start_agent(id);
     }

@@ -193,10 +193,12 @@ impl RaftPeer for PeerService {
         let rpc: AppendEntriesRequest<TypeConfig> =
             peer_message::unpack(req.get_ref()).map_err(bad_payload)?;
         self.peers.node_is(&req, sender(&rpc.vote))?;
-        let indexes: Vec<u64> = rpc.entries.iter().map(|e| e.log_id.index).collect();
-        write_trace::stamp_each(Stage::Received, indexes.iter().copied());
+        // The entries' indexes, which are consecutive (the message moves into Raft).
+        let indexes = rpc.entries.first().zip(rpc.entries.last());
+        let indexes = indexes.map(|(first, last)| first.log_id.index..=last.log_id.index);
+        write_trace::stamp_each(Stage::Received, indexes.clone().into_iter().flatten());
         let result = self.cluster.raft.append_entries(rpc).await;
-        write_trace::stamp_each(Stage::Replied, indexes);
+        write_trace::stamp_each(Stage::Replied, indexes.into_iter().flatten());
         // Anything but "your vote is stale" comes from the current leader: we are in contact.
         if result
             .as_ref()

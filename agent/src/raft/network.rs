@@ -164,10 +164,10 @@ impl RaftNetwork<TypeConfig> for PeerLink {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> RpcResult<AppendEntriesResponse<NodeId>, openraft::error::Infallible> {
-        let indexes: Vec<u64> = rpc.entries.iter().map(|e| e.log_id.index).collect();
-        write_trace::stamp_each(Stage::Sent, indexes.iter().copied());
+        let indexes = || rpc.entries.iter().map(|e| e.log_id.index);
+        write_trace::stamp_each(Stage::Sent, indexes());
         let answer = self.call(Rpc::AppendEntries, &rpc, &option).await;
-        write_trace::stamp_each(Stage::Acked, indexes);
+        write_trace::stamp_each(Stage::Acked, indexes());
         answer
     }
 
