@@ -17,6 +17,7 @@ pub mod state_growth;
 pub mod stats;
 pub mod svg;
 pub mod target;
+pub mod thread_cpu;
 
 /// The client for the few etcd v3 RPCs used (`proto/etcd_subset.proto`).
 #[allow(clippy::all, clippy::pedantic)]

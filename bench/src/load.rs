@@ -1,13 +1,15 @@
 //! Closed-loop load: N clients, each issuing one write after another for a fixed time.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
-use gpu_agent::tools::footprint::{clock_ticks, cpu_ticks};
+use gpu_agent::tools::footprint::clock_ticks;
 use serde::Serialize;
 
 use crate::stats::Summary;
 use crate::target::Target;
+use crate::thread_cpu::ThreadTicks;
 
 /// The outcome of one load run.
 #[derive(Clone, Debug, Serialize)]
@@ -21,6 +23,8 @@ pub struct LoadResult {
     /// CPU time (user and system) the target's processes spent per acked write, in
     /// milliseconds; the clients' own is not counted.
     pub cpu_ms_per_write: f64,
+    /// The same, by group of the target's threads (`thread_cpu`).
+    pub cpu_ms_per_write_by_thread: BTreeMap<String, f64>,
     /// The first error seen, if any.
     pub first_error: Option<String>,
 }
@@ -38,7 +42,7 @@ pub async fn closed_loop<T: Target>(
         conns.push(target.connect(c).await?);
     }
     let pids = target.pids();
-    let cpu_before = cpu_seconds(&pids)?;
+    let cpu_before = ThreadTicks::read(&pids)?;
     let start = Instant::now();
     let deadline = start + run_for;
     let loops = conns
@@ -61,13 +65,16 @@ pub async fn closed_loop<T: Target>(
         });
     let per_client = join_all(loops).await;
     let seconds = start.elapsed().as_secs_f64();
-    let cpu = cpu_seconds(&pids)? - cpu_before;
+    let cpu = ThreadTicks::read(&pids)?.since(&cpu_before);
     let mut latencies = Vec::new();
     let mut errors = Vec::new();
     for (l, e) in per_client {
         latencies.extend(l);
         errors.extend(e);
     }
+    let ticks_per_s = clock_ticks()? as f64;
+    let ms_per_write =
+        |ticks: u64| ticks as f64 * 1000.0 / ticks_per_s / latencies.len().max(1) as f64;
     Ok(LoadResult {
         clients,
         acked: latencies.len(),
@@ -75,14 +82,11 @@ pub async fn closed_loop<T: Target>(
         seconds,
         writes_per_s: latencies.len() as f64 / seconds,
         latency: Summary::of(&latencies),
-        cpu_ms_per_write: cpu * 1000.0 / latencies.len().max(1) as f64,
+        cpu_ms_per_write: ms_per_write(cpu.values().sum()),
+        cpu_ms_per_write_by_thread: cpu
+            .into_iter()
+            .map(|(group, ticks)| (group, ms_per_write(ticks)))
+            .collect(),
         first_error: errors.into_iter().next(),
     })
-}
-
-/// The CPU time, user and system, that processes `pids` have used so far, in seconds.
-fn cpu_seconds(pids: &[u32]) -> anyhow::Result<f64> {
-    let ticks = clock_ticks()? as f64;
-    let used = pids.iter().map(|pid| Ok(cpu_ticks(*pid)? as f64 / ticks));
-    used.sum()
 }

@@ -73,6 +73,27 @@ pub fn writes_markdown(write_bytes: usize, writes: &[WriteRow]) -> String {
             g.errors
         );
     }
+    let _ = writeln!(
+        w,
+        "\ngpumesh's CPU ms per write by thread (all three agents, largest first, those under \
+         0.001 left out):\n"
+    );
+    for row in writes {
+        let mut groups: Vec<(&String, &f64)> =
+            row.gpumesh.cpu_ms_per_write_by_thread.iter().collect();
+        groups.sort_by(|a, b| b.1.total_cmp(a.1));
+        let groups: Vec<String> = groups
+            .into_iter()
+            .filter(|(_, ms)| **ms >= 0.001)
+            .map(|(name, ms)| format!("{name} {ms:.3}"))
+            .collect();
+        let _ = writeln!(
+            w,
+            "- {} clients: {}",
+            row.gpumesh.clients,
+            groups.join(", ")
+        );
+    }
     md
 }
 

@@ -71,6 +71,17 @@ fn the_quick_run_reports_every_benchmark() {
             row["gpumesh"]["cpu_ms_per_write"].as_f64() > Some(0.0),
             "the agents' CPU was not counted: {row}"
         );
+        // The split by thread accounts for all of it.
+        let by_thread = row["gpumesh"]["cpu_ms_per_write_by_thread"]
+            .as_object()
+            .expect("CPU by thread");
+        let split: f64 = by_thread
+            .values()
+            .filter_map(serde_json::Value::as_f64)
+            .sum();
+        let whole = row["gpumesh"]["cpu_ms_per_write"].as_f64().expect("CPU");
+        assert!((split - whole).abs() < 1e-6 * whole.max(1.0), "{row}");
+        assert!(by_thread.contains_key("tokio-rt-worker"), "{row}");
         if has_etcd {
             assert!(
                 row["etcd"]["acked"].as_u64() > Some(0),
