@@ -9,7 +9,7 @@ use gpu_proto::v1 as pb;
 use gpu_proto::v1::job_service_client::JobServiceClient;
 use gpu_proto::v1::token_service_client::TokenServiceClient;
 use gpu_raft_store::write_trace;
-use gpu_tests::{AgentCommand, Cluster, Conn, Placement};
+use gpu_tests::{AgentCommand, Cluster, Conn, NO_REQUEST_LIMITS, Placement};
 use prost::Message;
 
 use crate::target::{Crashable, Target};
@@ -43,9 +43,6 @@ impl Mesh {
         }
     }
 }
-
-/// The agents' config: no per-token, per-tenant or per-source request limit.
-const NO_REQUEST_LIMITS: &str = "[api]\nrequests_per_second = 0\ntenant_requests_per_second = 0\nsource_requests_per_second = 0\n";
 
 /// The submission every write sends: a one-GPU job whose node selector no node matches, so
 /// it stays queued and the benchmark measures the replicated write, not the executor.

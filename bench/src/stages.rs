@@ -12,11 +12,11 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use anyhow::Context;
 use gpu_proto::v1::job_service_client::JobServiceClient;
-use gpu_raft_store::write_trace::{Stage, Stamp};
+use gpu_raft_store::write_trace::{Stage, Stamp, now_nanos};
 use serde::Serialize;
 
 use crate::mesh::{Mesh, submission};
@@ -79,12 +79,6 @@ pub async fn measure(writes: usize) -> anyhow::Result<Stages> {
         .filter_map(|&w| Trace::of(w, &on_leader, &on_followers))
         .collect();
     Ok(summarise(writes, &traced))
-}
-
-fn now_nanos() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
 }
 
 /// A member's stamps by stage, in time order.

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use gpu_tests::{AgentCommand, Cluster, Placement, free_addr, is_terminal};
+use gpu_tests::{AgentCommand, Cluster, Placement, is_terminal};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -249,12 +249,7 @@ pub async fn run_with(
             c
         }
         None => {
-            let loopback = (0..agents)
-                .map(|_| Placement {
-                    addr: free_addr(),
-                    prefix: Vec::new(),
-                })
-                .collect();
+            let loopback = (0..agents).map(|_| Placement::loopback()).collect();
             Cluster::start_with(nemesis.voters(), extra, loopback, agent).await
         }
     };

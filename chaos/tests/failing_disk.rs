@@ -7,16 +7,15 @@ use std::time::Duration;
 use gpu_chaos::failpoints;
 use gpu_proto::v1 as pb;
 use gpu_proto::v1::job_service_client::JobServiceClient;
-use gpu_tests::{Cluster, Placement, shell_job};
+use gpu_tests::{Cluster, NO_REQUEST_LIMITS, Placement, shell_job};
 
 /// Concurrent writers, so that some are in flight when the disk fails.
 const WRITERS: usize = 8;
-/// No request limit: a writer slowed down by one could be between writes when it fails.
-const NO_REQUEST_LIMITS: &str = "[api]\nrequests_per_second = 0\ntenant_requests_per_second = 0\nsource_requests_per_second = 0\n";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_lost_to_a_failing_disk_name_the_failure() {
     let agent = failpoints::command("").expect("the failpoints agent");
+    // No request limit: a writer slowed down by one could be between writes when it fails.
     let mut c = Cluster::start_with(1, NO_REQUEST_LIMITS, vec![Placement::loopback()], agent).await;
     c.kill(1);
     c.agents

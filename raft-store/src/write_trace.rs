@@ -130,9 +130,7 @@ pub fn stamp(stage: Stage, index: u64) {
     let Some(stamps) = recorder() else {
         return;
     };
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
+    let nanos = now_nanos();
     stamps
         .lock()
         .unwrap_or_else(|p| p.into_inner())
@@ -141,6 +139,14 @@ pub fn stamp(stage: Stage, index: u64) {
             index,
             nanos,
         });
+}
+
+/// The clock of every stamp: wall-clock nanoseconds, which the processes on one host share
+/// (a reader times its own events with it to match them to the stamps).
+pub fn now_nanos() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
 }
 
 /// Stamp `stage` of every index in `indexes`.

@@ -126,6 +126,10 @@ pub struct Placement {
     pub prefix: Vec<String>,
 }
 
+/// Agent config without the per-token, per-tenant or per-source request limits: for tests and
+/// benchmarks whose clients would otherwise be slowed down by them.
+pub const NO_REQUEST_LIMITS: &str = "[api]\nrequests_per_second = 0\ntenant_requests_per_second = 0\nsource_requests_per_second = 0\n";
+
 impl Placement {
     /// An agent on a free loopback port, started directly.
     pub fn loopback() -> Self {

@@ -12,7 +12,7 @@ use std::time::Duration;
 use gpu_proto::v1 as pb;
 use gpu_proto::v1::audit_service_client::AuditServiceClient;
 use gpu_proto::v1::cert_service_client::CertServiceClient;
-use gpu_tests::{ADMIN_TOKEN, AgentCommand, Cluster, Placement, bin, free_addr, shell_job};
+use gpu_tests::{ADMIN_TOKEN, AgentCommand, Cluster, Placement, bin, shell_job};
 
 /// Every job as (name, state, command): what "intact" means here.
 fn jobs_summary(jobs: &[pb::Job]) -> BTreeMap<u64, (String, i32, Vec<String>)> {
@@ -147,12 +147,7 @@ async fn snapshot_of_a_mesh_restores_into_a_fresh_mesh_with_every_job() {
         );
     }
 
-    let placements: Vec<Placement> = (0..3)
-        .map(|_| Placement {
-            addr: free_addr(),
-            prefix: Vec::new(),
-        })
-        .collect();
+    let placements: Vec<Placement> = (0..3).map(|_| Placement::loopback()).collect();
     let first = placements[0].addr.clone();
     let restored_at = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -358,10 +353,7 @@ async fn a_backup_with_a_rewritten_audit_chain_is_caught_by_its_signed_heads() {
 
     // Restored without the check, the rewritten chain still fails `gpuctl audit verify` on
     // the new cluster, whatever CA it is told to trust.
-    let placements = vec![Placement {
-        addr: free_addr(),
-        prefix: Vec::new(),
-    }];
+    let placements = vec![Placement::loopback()];
     let first = placements[0].addr.clone();
     let c = Cluster::start_prepared(1, "", placements, AgentCommand::default(), |c| {
         let root = c.root.path();

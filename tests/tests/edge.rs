@@ -48,12 +48,7 @@ fn role(s: &pb::ClusterStatus, id: u64) -> Option<pb::MemberRole> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_edge_learner_behind_200ms_stays_a_member_and_runs_its_sites_jobs() {
-    let placements = (0..5)
-        .map(|_| gpu_tests::Placement {
-            addr: free_addr(),
-            prefix: Vec::new(),
-        })
-        .collect();
+    let placements = (0..5).map(|_| gpu_tests::Placement::loopback()).collect();
     // Five voter seats for five agents: only the edge agents' choice keeps them learners.
     let mut c = Cluster::start_prepared(5, EDGE_MESH, placements, AgentCommand::default(), |c| {
         make_edge(

@@ -20,12 +20,7 @@ fn metric(text: &str, name: &str) -> Option<f64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_writes_share_log_entries_and_each_gets_its_own_answer() {
-    let placements: Vec<Placement> = (0..3)
-        .map(|_| Placement {
-            addr: free_addr(),
-            prefix: Vec::new(),
-        })
-        .collect();
+    let placements: Vec<Placement> = (0..3).map(|_| Placement::loopback()).collect();
     let metrics: BTreeMap<u64, String> = (1..=3).map(|id| (id, free_addr())).collect();
     let c = Cluster::start_prepared(3, "", placements, AgentCommand::default(), |c| {
         for (id, agent) in &c.agents {

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use gpu_proto::v1 as pb;
 use gpu_proto::v1::job_service_client::JobServiceClient;
-use gpu_tests::{AgentCommand, Cluster, Placement, free_addr, is_terminal, records, shell_job};
+use gpu_tests::{AgentCommand, Cluster, Placement, is_terminal, records, shell_job};
 
 /// A tmpfs of `size` mounted at `path` for the test's life, unmounted even when it fails.
 struct Tmpfs(PathBuf);
@@ -90,12 +90,7 @@ async fn a_job_that_fills_its_jobs_filesystem_leaves_the_agent_serving() {
         .expect("chmod");
     let n3_jobs = scratch.path().join("n3-jobs");
     let _tmpfs = Tmpfs::mount(&n3_jobs, "16m");
-    let placements = (0..3)
-        .map(|_| Placement {
-            addr: free_addr(),
-            prefix: Vec::new(),
-        })
-        .collect();
+    let placements = (0..3).map(|_| Placement::loopback()).collect();
     let c = Cluster::start_prepared(3, "", placements, AgentCommand::default(), |c| {
         add_job_keys(c, 3, &format!("dir = {n3_jobs:?}\nmin_free = \"1MiB\"\n"));
     })
